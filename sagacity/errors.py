@@ -1,0 +1,87 @@
+"""Every error Sagacity raises, under one root, each with a stable code."""
+
+from __future__ import annotations
+
+
+class SagacityError(Exception):
+    """Root of all Sagacity errors. ``code`` is stable across releases."""
+
+    code = "sagacity_error"
+
+
+class InvalidEntry(SagacityError, ValueError):
+    """A journal entry was refused before anything was written."""
+
+    code = "invalid_entry"
+
+
+class ChainBroken(SagacityError):
+    """A saga's hash chain does not verify."""
+
+    code = "chain_broken"
+
+
+class SeqConflict(SagacityError):
+    """A different row already holds the ``seq`` an append asked for."""
+
+    code = "seq_conflict"
+
+
+class AppendContention(SagacityError):
+    """An append lost the race for the next ``seq`` more times than the retry bound allows."""
+
+    code = "append_contention"
+
+
+class StoreUnavailable(SagacityError):
+    """The journal database could not be reached or refused the operation."""
+
+    code = "store_unavailable"
+
+
+class ToolDeclarationError(SagacityError, TypeError):
+    """A tool or its compensation is declared wrongly; the message names the tool and the fix."""
+
+    code = "tool_declaration"
+
+
+class UnknownTool(SagacityError, LookupError):
+    """A saga step names a tool no worker registered."""
+
+    code = "unknown_tool"
+
+
+class ToolArgumentsInvalid(SagacityError, TypeError):
+    """A step's arguments do not match the tool's signature."""
+
+    code = "tool_arguments"
+
+
+class ResultNotSerializable(SagacityError, TypeError):
+    """A tool returned a value that cannot be journaled as JSON."""
+
+    code = "result_not_serializable"
+
+
+class SuspectCall(SagacityError):
+    """An INTENT has no outcome: a worker died mid-call and a human must say what happened."""
+
+    code = "suspect_call"
+
+
+class CompensationFailed(SagacityError):
+    """A compensation kept failing after its retry bound; the effect is still live."""
+
+    code = "compensation_failed"
+
+
+class ApprovalRefused(SagacityError):
+    """An approval decision was refused (unknown seq, already decided, wrong hash, not waiting)."""
+
+    code = "approval_refused"
+
+
+class SettingsError(SagacityError, ValueError):
+    """A setting is missing or malformed; the message names it and what was expected."""
+
+    code = "settings"

@@ -1,0 +1,25 @@
+"""Journal core: phases, rows, the hash chain and its verifier. Pure: no I/O."""
+
+from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
+from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
+from sagacity.journal.phases import APPROVAL_GATE, Phase
+from sagacity.journal.verify import ChainVerifier, Fault, Problem, Verdict, verify_rows
+
+__all__ = [
+    "APPROVAL_GATE",
+    "GENESIS_HASH",
+    "ChainVerifier",
+    "Draft",
+    "Entry",
+    "Fault",
+    "Phase",
+    "Problem",
+    "Verdict",
+    "canonical_bytes",
+    "check_draft",
+    "entry_hash",
+    "format_timestamp",
+    "seal",
+    "utc_micros",
+    "verify_rows",
+]

@@ -1,0 +1,83 @@
+"""The hash chain: the exact bytes SHA-256 covers, and sealing a draft into an entry.
+
+``docs/hash-rules.md`` describes this module for someone writing an independent verifier.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from datetime import datetime
+
+from sagacity.journal.entry import Draft, Entry, utc_micros
+from sagacity.journal.phases import Phase
+
+#: The "previous hash" of row 1 in every saga.
+GENESIS_HASH = "0" * 64
+#: Domain tag at the head of every hashed message; changes only with the rules.
+DOMAIN = b"sagacity-journal-v1\n"
+
+
+def format_timestamp(ts: datetime) -> str:
+    """UTC, always six fractional digits, ``Z`` suffix: ``2026-01-02T03:04:05.000006Z``."""
+    return utc_micros(ts).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _netstring(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return str(len(raw)).encode("ascii") + b":" + raw + b","
+
+
+def canonical_bytes(
+    prev_hash: str,
+    saga_id: str,
+    seq: int,
+    tool_name: str,
+    phase: Phase | str,
+    input: str,
+    payload: str,
+    timestamp: datetime,
+) -> bytes:
+    """The message a row's hash covers: the domain tag, then eight netstrings in schema order."""
+    fields = (
+        prev_hash,
+        saga_id,
+        str(seq),
+        tool_name,
+        str(phase),
+        input,
+        payload,
+        format_timestamp(timestamp),
+    )
+    return DOMAIN + b"".join(_netstring(f) for f in fields)
+
+
+def entry_hash(prev_hash: str, entry: Entry) -> str:
+    """Recompute the hash ``entry`` should carry when it follows a row hashed ``prev_hash``."""
+    return hashlib.sha256(
+        canonical_bytes(
+            prev_hash,
+            entry.saga_id,
+            entry.seq,
+            entry.tool_name,
+            entry.phase,
+            entry.input,
+            entry.payload,
+            entry.timestamp,
+        )
+    ).hexdigest()
+
+
+def seal(draft: Draft, *, seq: int, prev_hash: str, timestamp: datetime) -> Entry:
+    """Give ``draft`` its place: seq, a microsecond UTC timestamp and the chained hash."""
+    unsealed = Entry(
+        saga_id=draft.saga_id,
+        seq=seq,
+        tool_name=draft.tool_name,
+        phase=Phase(draft.phase),
+        input=draft.input,
+        payload=draft.payload,
+        timestamp=utc_micros(timestamp),
+        hash="",
+    )
+    return replace(unsealed, hash=entry_hash(prev_hash, unsealed))
