@@ -1,0 +1,1 @@
+"""The ``sagacity`` command line."""

@@ -1,0 +1,14 @@
+"""Assembles the ``sagacity`` command from one module per command group."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="sagacity",
+    help="Sagas and a tamper-evident journal for AI-agent tool calls.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+# Command groups register here, one line each (keep this list sorted).
