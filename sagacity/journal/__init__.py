@@ -1,5 +1,6 @@
 """Journal core: phases, rows, the hash chain and its verifier. Pure: no I/O."""
 
+from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, Phase
@@ -19,7 +20,9 @@ __all__ = [
     "check_draft",
     "entry_hash",
     "format_timestamp",
+    "input_hash",
     "seal",
+    "to_json",
     "utc_micros",
     "verify_rows",
 ]
