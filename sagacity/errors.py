@@ -85,3 +85,27 @@ class SettingsError(SagacityError, ValueError):
     """A setting is missing or malformed; the message names it and what was expected."""
 
     code = "settings"
+
+
+class ToolFailed(SagacityError):
+    """A tool call in a saga failed (FAILED is journaled); the saga compensates."""
+
+    code = "tool_failed"
+
+    def __init__(self, tool_name: str, error_type: str, message: str) -> None:
+        super().__init__(f"tool {tool_name!r} failed: {error_type}: {message}")
+        self.tool_name = tool_name
+        self.error_type = error_type
+        self.error_message = message
+
+
+class SagaAborted(SagacityError):
+    """Someone sent the saga an ``abort`` signal; it compensates."""
+
+    code = "saga_aborted"
+
+
+class ApprovalRejected(SagacityError):
+    """An IRREVERSIBLE call was rejected (by a human, a deadline or failed verification)."""
+
+    code = "approval_rejected"

@@ -1,0 +1,257 @@
+"""Data that crosses Temporal: workflow inputs and results, activity requests, signals, queries."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from sagacity.journal.chain import GENESIS_HASH
+from sagacity.journal.phases import Phase
+from sagacity.tools import Reversibility
+
+
+class ToolSpec(BaseModel):
+    """What workflow code may know of a tool: enough to gate, order and describe it."""
+
+    name: str
+    description: str
+    reversibility: Reversibility
+    idempotent: bool
+    has_compensation: bool
+    params_schema: dict[str, Any]
+    timeout_s: float
+    heartbeat_timeout_s: float
+
+
+class RowRef(BaseModel):
+    """A journal row as the workflow tracks it (the full row lives in Postgres)."""
+
+    seq: int
+    tool_name: str
+    phase: Phase
+    hash: str
+
+
+class Head(BaseModel):
+    """The chain head: the last row's seq and hash (seq 0 and the genesis hash when empty)."""
+
+    seq: int = 0
+    hash: str = GENESIS_HASH
+
+
+class RowDraft(BaseModel):
+    tool_name: str
+    phase: Phase
+    input: str = ""
+    payload: str = ""
+
+
+class AppendRequest(BaseModel):
+    """Consecutive rows to write at ``seq`` onward, chained to ``prev_hash``."""
+
+    saga_id: str
+    seq: int
+    prev_hash: str
+    rows: list[RowDraft]
+
+
+class ErrorInfo(BaseModel):
+    type: str
+    message: str
+
+
+class CallRequest(BaseModel):
+    """One tool call: INTENT at ``seq``, its outcome at ``seq + 1``."""
+
+    saga_id: str
+    seq: int
+    prev_hash: str
+    tool_name: str
+    args: dict[str, Any]
+    input_json: str
+    #: seq of the AWAITING_APPROVAL row whose request must verify before the tool runs
+    approval_seq: int | None = None
+
+
+class CallStatus(StrEnum):
+    EXECUTED = "executed"
+    FAILED = "failed"
+    #: the approved input did not verify; REJECTED was journaled instead of INTENT
+    REFUSED = "refused"
+
+
+class CallOutcome(BaseModel):
+    status: CallStatus
+    result: Any = None
+    error: ErrorInfo | None = None
+    rows: list[RowRef]
+
+
+class CompensateRequest(BaseModel):
+    saga_id: str
+    seq: int
+    prev_hash: str
+    tool_name: str
+    call_seq: int
+    input_json: str
+    result: Any = None
+
+
+class ApprovalOpen(BaseModel):
+    """Journal AWAITING_APPROVAL at ``seq`` and persist the approval request."""
+
+    saga_id: str
+    seq: int
+    prev_hash: str
+    tool_name: str
+    input_json: str
+
+
+class ApprovalClose(BaseModel):
+    saga_id: str
+    journal_seq: int
+
+
+class Effect(BaseModel):
+    """A tool call that took effect, named by its INTENT seq."""
+
+    tool_name: str
+    call_seq: int
+    reversibility: Reversibility
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+
+
+class SagaState(StrEnum):
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    SUSPECT = "suspect"
+    COMPENSATING = "compensating"
+    COMPLETED = "completed"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    ABORTED = "aborted"
+
+
+TERMINAL_STATES = frozenset(
+    {SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.COMPENSATION_FAILED, SagaState.ABORTED}
+)
+
+
+class SagaOptions(BaseModel):
+    """Per-saga behaviour, chosen by whoever starts the saga."""
+
+    #: how long an IRREVERSIBLE call waits for a decision before it is rejected as ``timeout``
+    approval_deadline_s: float = 7 * 24 * 3600
+    #: who may approve: tool name (or ``"*"``) to identities; ``None`` lets any named approver decide
+    approvers: dict[str, list[str]] | None = None
+    #: attempts at each compensation before COMPENSATION_FAILED is journaled
+    compensation_attempts: int = Field(default=5, ge=1)
+    compensation_backoff_s: float = 1.0
+    #: attempts at an idempotent tool that keeps raising, before FAILED is journaled
+    idempotent_attempts: int = Field(default=3, ge=1)
+
+
+class Step(BaseModel):
+    """One step of a declarative saga. ``args`` values may be ``{"$ref": "step_id[.field…]"}``."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.id or self.tool
+
+
+class SagaSpec(BaseModel):
+    steps: list[Step]
+    options: SagaOptions = Field(default_factory=SagaOptions)
+
+
+class SagaResult(BaseModel):
+    """How a saga ended, what it undid and what it leaves in the world."""
+
+    saga_id: str
+    status: SagaState
+    value: Any = None
+    error: ErrorInfo | None = None
+    compensated: list[Effect] = Field(default_factory=list)
+    compensation_failed: list[Effect] = Field(default_factory=list)
+    live_effects: list[Effect] = Field(default_factory=list)
+    needs_attention: str | None = None
+    head: Head
+
+
+class PendingApproval(BaseModel):
+    journal_seq: int
+    tool_name: str
+    input_json: str
+    input_hash: str
+    deadline_s: float
+
+
+class Suspect(BaseModel):
+    call_seq: int
+    tool_name: str
+    input_json: str
+    reason: str
+
+
+class SagaStatus(BaseModel):
+    saga_id: str
+    state: SagaState
+    head: Head
+    rows: list[RowRef]
+    executed: list[Effect]
+    pending_approval: PendingApproval | None = None
+    suspect: Suspect | None = None
+    refused_decisions: list[str] = Field(default_factory=list)
+    needs_attention: str | None = None
+
+
+class Approve(BaseModel):
+    """Signal ``approve``: a human allows the call awaiting approval at ``journal_seq``."""
+
+    journal_seq: int
+    approver: str
+    #: optional: the input hash the approver saw; must match when given
+    input_hash: str | None = None
+
+
+class Reject(BaseModel):
+    """Signal ``reject``: a human refuses the call awaiting approval at ``journal_seq``."""
+
+    journal_seq: int
+    approver: str
+    reason: str = "rejected"
+
+
+class Decision(BaseModel):
+    """Update ``decide``: approve or reject, answered at once (refusals raise)."""
+
+    journal_seq: int
+    approver: str
+    approve: bool
+    reason: str = "rejected"
+    input_hash: str | None = None
+
+
+class Resolve(BaseModel):
+    """Signal ``resolve``: a human says whether a SUSPECT call took effect."""
+
+    call_seq: int
+    resolver: str
+    happened: bool
+    #: what the call returned, when it happened and a later step needs it
+    result: Any = None
+
+
+class Abort(BaseModel):
+    reason: str = "aborted"
+    by: str | None = None
+
+
+DecisionKind = Literal["approve", "reject"]

@@ -1,0 +1,57 @@
+"""One plugin for client and worker: converters, the saga workflow, and the saga activities."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from sagacity.store.approvals import ApprovalStore
+from sagacity.store.journal import JournalStore
+from sagacity.temporal.activities import SagaActivities
+from sagacity.temporal.workflow import SagaWorkflow
+from sagacity.tools import CompensableTool, ToolRegistry
+
+
+def _sandbox(_existing: WorkflowRunner | None) -> WorkflowRunner:
+    # sagacity's own modules are deterministic and stateless at import: load them once per
+    # worker rather than once per workflow run
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("sagacity")
+    )
+
+
+class SagacityPlugin(SimplePlugin):
+    """Add to ``Client.connect(plugins=[...])``; workers built from that client get the rest.
+
+    A client-only plugin (no ``journal``) sets the data converter so sagas can be started,
+    signalled and queried. With a journal and tools it also registers the saga workflow and
+    activities on every worker. Tool declarations are checked here, at worker start.
+    """
+
+    def __init__(
+        self,
+        *,
+        journal: JournalStore | None = None,
+        approvals: ApprovalStore | None = None,
+        tools: Iterable[CompensableTool[..., Any]] = (),
+        workflows: Sequence[type] = (),
+    ) -> None:
+        registry = ToolRegistry(tools)
+        if (journal is None) != (approvals is None):
+            raise TypeError("a worker plugin needs both journal= and approvals=")
+        activities = None
+        if journal is not None and approvals is not None:
+            activities = SagaActivities(journal, approvals, registry).all()
+        super().__init__(
+            "sagacity.SagacityPlugin",
+            data_converter=pydantic_data_converter,
+            activities=activities,
+            workflows=[SagaWorkflow, *workflows] if journal is not None else None,
+            workflow_runner=_sandbox if journal is not None else None,
+        )
+        self.tools = registry
