@@ -1,0 +1,403 @@
+"""The journal table: appending sealed rows, reading them back, verifying stored chains."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self, cast
+
+import psycopg
+
+from sagacity.errors import AppendContention, InvalidEntry, SeqConflict
+from sagacity.journal import (
+    GENESIS_HASH,
+    ChainVerifier,
+    Draft,
+    Entry,
+    Phase,
+    Verdict,
+    seal,
+    utc_micros,
+)
+from sagacity.store.db import Pool, naive_utc, open_pool, translate_errors
+
+_COLUMNS = "saga_id, seq, tool_name, phase, input, payload, timestamp, hash"
+
+_SELECT_SAGA = f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s ORDER BY seq"
+
+# One statement checks the predecessor and inserts, so an append at a known seq costs one round
+# trip. `prev` is the stored hash of row seq-1 (the genesis hash for seq 1, NULL when missing);
+# the row goes in only when it matches the caller's prev_hash and seq is still free.
+_INSERT = f"""
+WITH prev AS (
+    SELECT COALESCE(
+        (SELECT hash FROM side_effect_journal WHERE saga_id = %(saga_id)s AND seq = %(seq)s - 1),
+        CASE WHEN %(seq)s = 1 THEN %(genesis)s END
+    ) AS hash
+), ins AS (
+    INSERT INTO side_effect_journal ({_COLUMNS})
+    SELECT %(saga_id)s, %(seq)s, %(tool_name)s, %(phase)s, %(input)s, %(payload)s,
+           %(timestamp)s, %(hash)s
+    FROM prev WHERE prev.hash = %(prev_hash)s
+    ON CONFLICT (saga_id, seq) DO NOTHING
+    RETURNING seq
+)
+SELECT EXISTS (SELECT FROM ins), prev.hash FROM prev
+"""
+
+# Summaries of the sagas with any row in [since, until), most recently active first.
+_LIST_SAGAS = """
+WITH s AS (
+    SELECT saga_id, count(*) AS rows, max(seq) AS head_seq,
+           min(timestamp) AS first_at, max(timestamp) AS last_at
+    FROM side_effect_journal
+    GROUP BY saga_id
+    HAVING bool_or((%(since)s::timestamp IS NULL OR timestamp >= %(since)s)
+               AND (%(until)s::timestamp IS NULL OR timestamp < %(until)s))
+    ORDER BY last_at DESC, saga_id
+    LIMIT %(limit)s OFFSET %(offset)s
+)
+SELECT s.saga_id, s.rows, s.head_seq, j.hash, s.first_at, s.last_at, j.phase
+FROM s JOIN side_effect_journal j ON j.saga_id = s.saga_id AND j.seq = s.head_seq
+ORDER BY s.last_at DESC, s.saga_id
+"""
+
+# Full-jitter exponential backoff between append attempts, in seconds.
+_BACKOFF_BASE = 0.001
+_BACKOFF_CAP = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class SagaSummary:
+    """One saga as :meth:`JournalStore.list_sagas` reports it; ``head_*`` is its last row."""
+
+    saga_id: str
+    rows: int
+    head_seq: int
+    head_hash: str
+    first_at: datetime
+    last_at: datetime
+    last_phase: Phase
+
+
+class JournalStore:
+    """Appends and reads ``side_effect_journal`` rows over a connection pool.
+
+    Pools from :func:`sagacity.store.db.open_pool` (autocommit) save a round trip per statement;
+    other pools work too, since every multi-statement write runs in an explicit transaction.
+    """
+
+    def __init__(self, pool: Pool, *, max_retries: int = 64) -> None:
+        self._pool = pool
+        self._max_retries = max_retries
+        self._owns_pool = False
+
+    @classmethod
+    async def open(cls, conninfo: str, *, min_size: int = 1, max_size: int = 10) -> JournalStore:
+        """A store with its own pool, closed by :meth:`close` or leaving ``async with``."""
+        store = cls(await open_pool(conninfo, min_size=min_size, max_size=max_size))
+        store._owns_pool = True
+        return store
+
+    async def close(self) -> None:
+        """Close the pool if :meth:`open` made it; a pool passed in belongs to the caller."""
+        if self._owns_pool:
+            await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def append(self, draft: Draft) -> Entry:
+        """Append ``draft`` after the saga's current tail and return the stored row.
+
+        Concurrent appends to one saga race for the next seq; the primary key lets exactly one
+        win. A loser re-reads the tail and tries again (a dropped row could be an effect that is
+        never compensated), up to ``max_retries`` times, then raises :class:`AppendContention`
+        having written nothing.
+        """
+        with translate_errors(f"append to saga {draft.saga_id!r}"):
+            for attempt in range(self._max_retries + 1):
+                if attempt:
+                    cap = min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)
+                    await asyncio.sleep(random.uniform(0, cap))
+                async with self._pool.connection() as conn:
+                    tail = await _head(conn, draft.saga_id)
+                    prev_hash = GENESIS_HASH if tail is None else tail.hash
+                    seq = 1 if tail is None else tail.seq + 1
+                    entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
+                    inserted, _ = await _try_insert(conn, entry, prev_hash)
+                    if inserted:
+                        return entry
+        raise AppendContention(
+            f"append to saga {draft.saga_id!r} lost the race for the next seq "
+            f"{self._max_retries + 1} times; nothing was written"
+        )
+
+    async def append_at(self, draft: Draft, *, seq: int, prev_hash: str | None = None) -> Entry:
+        """Append ``draft`` at ``seq`` exactly; idempotent, for callers that choose seqs.
+
+        If ``seq`` already holds a row recording the same thing (a retry or replay), that row is
+        returned. A different row there, or a predecessor whose hash is not ``prev_hash``, is a
+        :class:`SeqConflict`. With ``prev_hash`` given this is one round trip; without, the
+        predecessor is read first.
+        """
+        (entry,) = await self.append_batch_at([draft], seq=seq, prev_hash=prev_hash)
+        return entry
+
+    async def append_batch_at(
+        self, drafts: Sequence[Draft], *, seq: int, prev_hash: str | None = None
+    ) -> list[Entry]:
+        """Append ``drafts`` at ``seq``, ``seq + 1``, …: all of them or, on any conflict, none.
+
+        Each row follows the :meth:`append_at` rule, so replaying a whole batch returns the
+        stored rows.
+        """
+        if not drafts:
+            return []
+        saga_id = drafts[0].saga_id
+        if seq < 1:
+            raise InvalidEntry(f"seq must be 1 or more, got {seq} (saga {saga_id!r})")
+        if any(d.saga_id != saga_id for d in drafts):
+            raise InvalidEntry(
+                f"a batch appends to one saga; got {sorted({d.saga_id for d in drafts})}"
+            )
+        with translate_errors(f"append to saga {saga_id!r} at seq {seq}"):
+            async with self._pool.connection() as conn:
+                # A single row is one atomic statement; several need a transaction so that a
+                # conflict part-way leaves none of them written.
+                atomic: AbstractAsyncContextManager[object] = (
+                    conn.transaction() if len(drafts) > 1 else nullcontext()
+                )
+                async with atomic:
+                    if prev_hash is None:
+                        prev_hash = await _predecessor_hash(conn, saga_id, seq)
+                    entries = []
+                    for offset, draft in enumerate(drafts):
+                        entry = await _insert_at(conn, draft, seq + offset, prev_hash)
+                        entries.append(entry)
+                        prev_hash = entry.hash
+                    return entries
+
+    async def get(self, saga_id: str, seq: int) -> Entry | None:
+        """The row at ``seq``, or None."""
+        with translate_errors(f"read saga {saga_id!r} seq {seq}"):
+            async with self._pool.connection() as conn:
+                return await _get(conn, saga_id, seq)
+
+    async def head(self, saga_id: str) -> Entry | None:
+        """The saga's last row, or None when it has none."""
+        with translate_errors(f"read the head of saga {saga_id!r}"):
+            async with self._pool.connection() as conn:
+                return await _head(conn, saga_id)
+
+    async def read(self, saga_id: str) -> list[Entry]:
+        """All of the saga's rows in seq order, in one query (use :meth:`stream` for long sagas)."""
+        with translate_errors(f"read saga {saga_id!r}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(_SELECT_SAGA, (saga_id,))
+                return [_entry(row) for row in await cur.fetchall()]
+
+    async def stream(self, saga_id: str, *, batch: int = 1000) -> AsyncGenerator[Entry, None]:
+        """The saga's rows in seq order, fetched ``batch`` at a time through a server-side cursor."""
+        with translate_errors(f"read saga {saga_id!r}"):
+            async for row in self._rows(_SELECT_SAGA, (saga_id,), batch):
+                yield _entry(row)
+
+    async def list_sagas(
+        self,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[SagaSummary]:
+        """Sagas with a row timestamped in ``[since, until)``, most recently active first.
+
+        Aggregates the whole table: meant for operators' listings, not for hot paths.
+        """
+        params = {
+            "since": None if since is None else naive_utc(since),
+            "until": None if until is None else naive_utc(until),
+            "limit": limit,
+            "offset": offset,
+        }
+        with translate_errors("list sagas"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(_LIST_SAGAS, params)
+                return [
+                    SagaSummary(
+                        saga_id=saga_id,
+                        rows=rows,
+                        head_seq=head_seq,
+                        head_hash=head_hash,
+                        first_at=utc_micros(first_at),
+                        last_at=utc_micros(last_at),
+                        last_phase=_phase(phase),
+                    )
+                    for saga_id, rows, head_seq, head_hash, first_at, last_at, phase in (
+                        await cur.fetchall()
+                    )
+                ]
+
+    async def verify(self, saga_id: str) -> Verdict:
+        """Recompute the saga's chain from the stored rows; stops reading at the first bad row."""
+        verifier = ChainVerifier(saga_id)
+        async with aclosing(self.stream(saga_id)) as rows:
+            async for entry in rows:
+                if verifier.feed(entry) is not None:
+                    break
+        return verifier.verdict()
+
+    async def verify_all(
+        self, *, saga_ids: Sequence[str] | None = None
+    ) -> AsyncGenerator[Verdict, None]:
+        """One verdict per saga: the given ones in the given order, or every saga by id.
+
+        Every saga is checked in a single ordered scan, holding one saga's verifier at a time.
+        """
+        if saga_ids is not None:
+            for saga_id in saga_ids:
+                yield await self.verify(saga_id)
+            return
+        query = f"SELECT {_COLUMNS} FROM side_effect_journal ORDER BY saga_id, seq"
+        verifier: ChainVerifier | None = None
+        with translate_errors("verify all sagas"):
+            async for row in self._rows(query, (), 1000):
+                entry = _entry(row)
+                if verifier is None or verifier.saga_id != entry.saga_id:
+                    if verifier is not None:
+                        yield verifier.verdict()
+                    verifier = ChainVerifier(entry.saga_id)
+                verifier.feed(entry)
+        if verifier is not None:
+            yield verifier.verdict()
+
+    async def _rows(
+        self, query: str, params: tuple[object, ...], batch: int
+    ) -> AsyncGenerator[tuple[Any, ...], None]:
+        # A named cursor lives on the server and needs a transaction; rows arrive `batch` at a
+        # time, so memory stays flat however long the saga.
+        async with (
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor(name="sagacity_rows") as cur,
+        ):
+            cur.itersize = batch
+            await cur.execute(query, params)
+            async for row in cur:
+                yield row
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _phase(raw: str) -> Phase:
+    try:
+        return Phase(raw)
+    except ValueError:
+        # Only a tampered row holds another phase. Keep its text so the verifier hashes what is
+        # stored and reports the row, instead of the reader failing before verification.
+        return cast(Phase, raw)
+
+
+def _entry(row: tuple[Any, ...]) -> Entry:
+    saga_id, seq, tool_name, phase, input_, payload, timestamp, hash_ = row
+    return Entry(
+        saga_id, seq, tool_name, _phase(phase), input_, payload, utc_micros(timestamp), hash_
+    )
+
+
+async def _get(conn: psycopg.AsyncConnection[Any], saga_id: str, seq: int) -> Entry | None:
+    cur = await conn.execute(
+        f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s AND seq = %s",
+        (saga_id, seq),
+    )
+    row = await cur.fetchone()
+    return None if row is None else _entry(row)
+
+
+async def _head(conn: psycopg.AsyncConnection[Any], saga_id: str) -> Entry | None:
+    cur = await conn.execute(
+        f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s ORDER BY seq DESC LIMIT 1",
+        (saga_id,),
+    )
+    row = await cur.fetchone()
+    return None if row is None else _entry(row)
+
+
+async def _predecessor_hash(conn: psycopg.AsyncConnection[Any], saga_id: str, seq: int) -> str:
+    if seq == 1:
+        return GENESIS_HASH
+    prev = await _get(conn, saga_id, seq - 1)
+    if prev is None:
+        raise SeqConflict(f"saga {saga_id!r} has no row {seq - 1}, so nothing can go at seq {seq}")
+    return prev.hash
+
+
+async def _try_insert(
+    conn: psycopg.AsyncConnection[Any], entry: Entry, prev_hash: str
+) -> tuple[bool, str | None]:
+    """Insert ``entry`` if its seq is free and row seq-1 hashes to ``prev_hash``.
+
+    Returns whether it went in, and the stored predecessor hash (None: no such row).
+    """
+    cur = await conn.execute(
+        _INSERT,
+        {
+            "saga_id": entry.saga_id,
+            "seq": entry.seq,
+            "tool_name": entry.tool_name,
+            "phase": entry.phase.value,
+            "input": entry.input,
+            "payload": entry.payload,
+            "timestamp": naive_utc(entry.timestamp),
+            "hash": entry.hash,
+            "prev_hash": prev_hash,
+            "genesis": GENESIS_HASH,
+        },
+    )
+    row = await cur.fetchone()
+    assert row is not None  # the statement always returns exactly one row
+    return row[0], row[1]
+
+
+async def _insert_at(
+    conn: psycopg.AsyncConnection[Any], draft: Draft, seq: int, prev_hash: str
+) -> Entry:
+    entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
+    inserted, stored_prev = await _try_insert(conn, entry, prev_hash)
+    if inserted:
+        return entry
+    where = f"saga {draft.saga_id!r} seq {seq}"
+    if stored_prev is None:
+        raise SeqConflict(f"{where}: there is no row {seq - 1} to follow")
+    if stored_prev != prev_hash:
+        follows = "the genesis hash" if seq == 1 else f"row {seq - 1}, hashed"
+        raise SeqConflict(
+            f"{where}: the caller said it follows {prev_hash[:12]}…, "
+            f"but it follows {follows} {stored_prev[:12]}…"
+        )
+    # The predecessor matched, so the seq was taken: fine if it is this very row again.
+    existing = await _get(conn, draft.saga_id, seq)
+    if existing is not None and existing.same_content(draft):
+        return existing
+    held = (
+        "nothing readable"
+        if existing is None
+        else f"a different row ({existing.tool_name} {existing.phase}, hash {existing.hash[:12]}…)"
+    )
+    raise SeqConflict(f"{where} already holds {held}; refusing {draft.tool_name} {draft.phase}")

@@ -1,0 +1,76 @@
+"""Schema migrations (``schema/NNNN_*.sql``, applied once each, in order) and the app role's grants."""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+
+import psycopg
+from psycopg import sql
+
+from sagacity.store.db import translate_errors
+
+_SCHEMA = files("sagacity.store") / "schema"
+_MIGRATION_NAME = re.compile(r"^(\d{4}_\w+)\.sql$")
+# Key of the advisory lock that serializes migrators (and grants) across processes.
+_LOCK_KEY = 0x5A6AC171
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS sagacity_schema_version (
+    version     TEXT        PRIMARY KEY,
+    applied_at  TIMESTAMP   NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
+)
+"""
+
+
+def migrations() -> list[tuple[str, bytes]]:
+    """Every migration shipped with Sagacity as ``(version, sql)``, oldest first."""
+    found = []
+    for item in _SCHEMA.iterdir():
+        match = _MIGRATION_NAME.match(item.name)
+        if match:
+            found.append((match.group(1), item.read_bytes()))
+    return sorted(found)
+
+
+async def migrate(conninfo: str) -> list[str]:
+    """Apply the migrations the database lacks; return their versions (``[]``: up to date).
+
+    Each migration runs in its own transaction under an advisory lock, and re-checks the version
+    table once it holds the lock, so concurrent migrators apply each file exactly once.
+    """
+    applied = []
+    with translate_errors("migrate the journal schema"):
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            for version, script in migrations():
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                    await conn.execute(_VERSION_TABLE)
+                    cur = await conn.execute(
+                        "SELECT FROM sagacity_schema_version WHERE version = %s", (version,)
+                    )
+                    if await cur.fetchone() is not None:
+                        continue
+                    await conn.execute(script)
+                    await conn.execute(
+                        "INSERT INTO sagacity_schema_version (version) VALUES (%s)", (version,)
+                    )
+                    applied.append(version)
+    return applied
+
+
+async def apply_grants(conninfo: str, *, role: str = "sagacity_app") -> None:
+    """Create ``role`` (LOGIN, no password) if absent and grant it ``schema/grants.sql``.
+
+    Run as the tables' owner, after :func:`migrate`. Set a password or another authentication
+    method for the role separately.
+    """
+    template = (_SCHEMA / "grants.sql").read_text(encoding="utf-8")
+    script = sql.SQL(template).format(role=sql.Identifier(role))
+    with translate_errors(f"grant the journal privileges to {role!r}"):
+        async with (
+            await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn,
+            conn.transaction(),
+        ):
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            await conn.execute(script)

@@ -1,0 +1,19 @@
+-- The application role: append-only on the journal, read-write on approval requests.
+-- A template: `sagacity db grants [--role NAME]` fills in {role}. Re-running it is harmless.
+
+DO $$
+BEGIN
+    CREATE ROLE {role} LOGIN;
+EXCEPTION
+    -- already there (unique_violation: another session created it at the same moment)
+    WHEN duplicate_object OR unique_violation THEN NULL;
+END
+$$;
+
+-- The journal is append-only by permission, not only by intent. TRUNCATE would empty it
+-- without a DELETE, so it goes too.
+REVOKE UPDATE, DELETE, TRUNCATE ON side_effect_journal FROM {role};
+GRANT INSERT, SELECT ON side_effect_journal TO {role};
+
+-- Approval requests are working state: rows are replaced on re-request and deleted once decided.
+GRANT SELECT, INSERT, UPDATE, DELETE ON sagacity_approval_request TO {role};
