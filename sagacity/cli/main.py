@@ -12,3 +12,4 @@ app = typer.Typer(
 )
 
 # Command groups register here, one line each (keep this list sorted).
+app.command("dev")(__import__("sagacity.cli.dev", fromlist=["dev"]).dev)

@@ -1,0 +1,100 @@
+"""``sagacity dev``: run the embedded dev stack until Ctrl-C.
+
+Starts a file-backed Temporal dev server and the embedded Postgres under the data folder (whatever
+``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` do not already point at), prints the ``export``
+lines another terminal needs, and stops both cleanly on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sagacity.cli._exit import hard_exit
+from sagacity.devstack import DevStack, DevStackError, Endpoints, tcp_port_free
+from sagacity.errors import SettingsError
+from sagacity.settings import load_settings
+from sagacity.store.migrate import migrate
+
+__all__ = ["dev"]
+
+#: Temporal's usual frontend port: taken when free, so the exports stay the same across runs.
+DEFAULT_TEMPORAL_PORT = 7233
+
+
+def _exports(endpoints: Endpoints) -> list[str]:
+    lines = []
+    if endpoints.database_url:
+        lines.append(f"export SAGACITY_DATABASE_URL={shlex.quote(endpoints.database_url)}")
+    if endpoints.temporal_address:
+        lines.append(f"export TEMPORAL_ADDRESS={shlex.quote(endpoints.temporal_address)}")
+    if endpoints.temporal_namespace != "default":
+        lines.append(f"export TEMPORAL_NAMESPACE={shlex.quote(endpoints.temporal_namespace)}")
+    return lines
+
+
+async def _run(stack: DevStack) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        endpoints = await stack.start()
+        if not (stack.runs_postgres or stack.runs_temporal):
+            typer.echo("SAGACITY_DATABASE_URL and TEMPORAL_ADDRESS are both set: nothing to start.")
+            return
+        for service, seconds in stack.startup_seconds.items():
+            typer.echo(f"{service} ready in {seconds:.1f}s", err=True)
+        if stack.runs_postgres:
+            # the embedded database is ours: bring its schema up to date (your own is yours)
+            applied = await migrate(endpoints.database_url)
+            typer.echo(f"schema: {', '.join(applied) or 'up to date'}", err=True)
+        typer.echo("Sagacity dev stack is running. In another terminal:\n")
+        for line in _exports(endpoints):
+            typer.echo(f"  {line}")
+        logs = [p for p in (stack.temporal_log, stack.postgres_log) if p is not None]
+        typer.echo(f"\nLogs: {', '.join(str(p) for p in logs)}")
+        typer.echo("Press Ctrl-C to stop.")
+        await stop.wait()
+        typer.echo("\nstopping...", err=True)
+    finally:
+        await stack.stop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+@hard_exit
+def dev(
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            help="Temporal frontend port (default: 7233 when free, else any; 0: any free port).",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Where the stack keeps its data (SAGACITY_DATA_DIR)."),
+    ] = None,
+) -> None:
+    """Run a real Temporal dev server and Postgres locally until Ctrl-C."""
+    try:
+        settings = load_settings(**({"data_dir": data_dir} if data_dir else {}))
+    except SettingsError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    if port is None and tcp_port_free(DEFAULT_TEMPORAL_PORT):
+        port = DEFAULT_TEMPORAL_PORT
+    elif port == 0:
+        port = None
+    stack = DevStack(settings, temporal_port=port)
+    try:
+        asyncio.run(_run(stack))
+    except DevStackError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None

