@@ -67,6 +67,10 @@ FROM s JOIN side_effect_journal j ON j.saga_id = s.saga_id AND j.seq = s.head_se
 ORDER BY s.last_at DESC, s.saga_id
 """
 
+# First key of the two-key advisory locks that queue appenders per saga (the second is the
+# hash of the saga id); two-key locks never collide with single-key ones such as migrate's.
+_APPEND_LOCK_SPACE = 0x5A6A
+
 # Full-jitter exponential backoff between append attempts, in seconds.
 _BACKOFF_BASE = 0.001
 _BACKOFF_CAP = 0.05
@@ -123,27 +127,34 @@ class JournalStore:
     async def append(self, draft: Draft) -> Entry:
         """Append ``draft`` after the saga's current tail and return the stored row.
 
-        Concurrent appends to one saga race for the next seq; the primary key lets exactly one
-        win. A loser re-reads the tail and tries again (a dropped row could be an effect that is
-        never compensated), up to ``max_retries`` times, then raises :class:`AppendContention`
-        having written nothing.
+        The primary key decides every race for a seq: a loser re-reads the tail and tries again
+        (a dropped row could be an effect never compensated), up to ``max_retries`` times, then
+        raises :class:`AppendContention` having written nothing. Appenders of one saga also
+        queue on a per-saga advisory lock, so under load they take turns instead of racing: a
+        pure retry race lets the last winner win again while losers back off, and starves them.
+        Only writers outside that queue (``append_at``, other tools) can still make one lose.
         """
         with translate_errors(f"append to saga {draft.saga_id!r}"):
             for attempt in range(self._max_retries + 1):
                 if attempt:
                     cap = min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)
                     await asyncio.sleep(random.uniform(0, cap))
-                async with self._pool.connection() as conn:
+                async with self._pool.connection() as conn, conn.transaction():
+                    # Unlike SELECT ... FOR UPDATE on the tail, this locks a saga with no rows.
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                        (_APPEND_LOCK_SPACE, draft.saga_id),
+                    )
                     tail = await _head(conn, draft.saga_id)
                     prev_hash = GENESIS_HASH if tail is None else tail.hash
                     seq = 1 if tail is None else tail.seq + 1
                     entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
                     inserted, _ = await _try_insert(conn, entry, prev_hash)
-                    if inserted:
-                        return entry
+                if inserted:
+                    return entry
         raise AppendContention(
-            f"append to saga {draft.saga_id!r} lost the race for the next seq "
-            f"{self._max_retries + 1} times; nothing was written"
+            f"append to saga {draft.saga_id!r} lost the race for the next seq on every attempt "
+            f"({self._max_retries + 1}); nothing was written"
         )
 
     async def append_at(self, draft: Draft, *, seq: int, prev_hash: str | None = None) -> Entry:
