@@ -12,4 +12,5 @@ app = typer.Typer(
 )
 
 # Command groups register here, one line each (keep this list sorted).
+app.add_typer(__import__("sagacity.cli.db", fromlist=["app"]).app, name="db")
 app.command("dev")(__import__("sagacity.cli.dev", fromlist=["dev"]).dev)
