@@ -72,7 +72,7 @@ async def test_schema_is_the_spec(owner: psycopg.AsyncConnection) -> None:
         " WHERE tablename IN ('side_effect_journal', 'sagacity_approval_request')"
         " ORDER BY indexname"
     )
-    indexes = dict(await cur.fetchall())
+    indexes: dict[str, str] = dict(await cur.fetchall())
     assert indexes["idx_journal_saga_id"].endswith("USING btree (saga_id)")
     assert indexes["side_effect_journal_pkey"].endswith("USING btree (saga_id, seq)")
     assert indexes["sagacity_approval_request_pkey"].endswith("USING btree (saga_id, journal_seq)")
