@@ -222,10 +222,14 @@ class JournalStore:
                 return [_entry(row) for row in await cur.fetchall()]
 
     async def stream(self, saga_id: str, *, batch: int = 1000) -> AsyncGenerator[Entry, None]:
-        """The saga's rows in seq order, fetched ``batch`` at a time through a server-side cursor."""
+        """The saga's rows in seq order, fetched ``batch`` at a time through a server-side cursor.
+
+        The cursor holds a pooled connection until the generator ends or is closed.
+        """
         with translate_errors(f"read saga {saga_id!r}"):
-            async for row in self._rows(_SELECT_SAGA, (saga_id,), batch):
-                yield _entry(row)
+            async with aclosing(self._rows(_SELECT_SAGA, (saga_id,), batch)) as rows:
+                async for row in rows:
+                    yield _entry(row)
 
     async def list_sagas(
         self,
@@ -275,9 +279,11 @@ class JournalStore:
     async def verify_all(
         self, *, saga_ids: Sequence[str] | None = None
     ) -> AsyncGenerator[Verdict, None]:
-        """One verdict per saga: the given ones in the given order, or every saga by id.
+        """One verdict per saga: the given ones in the given order, or every stored saga.
 
-        Every saga is checked in a single ordered scan, holding one saga's verifier at a time.
+        Every stored saga is checked in one scan ordered by ``saga_id`` (the database's
+        collation), holding one saga's verifier at a time. Closing the generator early (or
+        ``aclosing``) releases the connection at once.
         """
         if saga_ids is not None:
             for saga_id in saga_ids:
@@ -286,13 +292,14 @@ class JournalStore:
         query = f"SELECT {_COLUMNS} FROM side_effect_journal ORDER BY saga_id, seq"
         verifier: ChainVerifier | None = None
         with translate_errors("verify all sagas"):
-            async for row in self._rows(query, (), 1000):
-                entry = _entry(row)
-                if verifier is None or verifier.saga_id != entry.saga_id:
-                    if verifier is not None:
-                        yield verifier.verdict()
-                    verifier = ChainVerifier(entry.saga_id)
-                verifier.feed(entry)
+            async with aclosing(self._rows(query, (), 1000)) as rows:
+                async for row in rows:
+                    entry = _entry(row)
+                    if verifier is None or verifier.saga_id != entry.saga_id:
+                        if verifier is not None:
+                            yield verifier.verdict()
+                        verifier = ChainVerifier(entry.saga_id)
+                    verifier.feed(entry)
         if verifier is not None:
             yield verifier.verdict()
 

@@ -1,0 +1,18 @@
+"""The store's public names are a contract other layers code against."""
+
+import sagacity.store
+
+
+def test_store_exports() -> None:
+    assert sagacity.store.__all__ == [
+        "ApprovalRequest",
+        "ApprovalStore",
+        "JournalStore",
+        "Pool",
+        "SagaSummary",
+        "apply_grants",
+        "input_hash",
+        "migrate",
+        "open_pool",
+    ]
+    assert all(hasattr(sagacity.store, name) for name in sagacity.store.__all__)
