@@ -281,6 +281,19 @@ def tcp_port_free(port: int, ip: str = "127.0.0.1") -> bool:
         return True
 
 
+def _die_with_parent() -> list[str]:
+    """A prefix that makes the server exit when the process that started it dies (Linux).
+
+    A test run killed by a timeout or SIGKILL never reaches :meth:`DevStack.stop`; without this
+    its Temporal server would run on, orphaned, until the machine stops. ``setpriv`` (util-linux)
+    sets the parent-death signal and then execs the server, so the process we watch is the server.
+    """
+    if sys.platform != "linux":
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+
+
 class _TemporalDevServer:
     """One ``temporal server start-dev`` process, restartable on the same port and state file."""
 
@@ -308,6 +321,7 @@ class _TemporalDevServer:
 
     def _command(self) -> list[str]:
         cmd = [
+            *_die_with_parent(),
             str(find_temporal_executable()),
             "server",
             "start-dev",
