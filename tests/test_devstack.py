@@ -44,8 +44,8 @@ async def test_postgres_answers_sql(endpoints: Endpoints, dev_stack: DevStack) -
         row = await (await conn.execute("SELECT version()")).fetchone()
     assert row is not None and row[0].startswith("PostgreSQL ")
     if dev_stack.runs_postgres:
-        # the wheel's server, on a unix socket inside the data folder, no TCP
-        assert "host=" + str(dev_stack.data_dir / "postgres") in endpoints.database_url
+        # the wheel's server, on a unix socket (in its cluster folder), no TCP
+        assert "?host=/" in endpoints.database_url
 
 
 async def test_database_url_is_fresh_and_migrated(database_url: str) -> None:
@@ -178,7 +178,13 @@ def private_data_dir(settings: Settings) -> Iterator[Path]:
 
 @pytest.fixture
 async def private_stack(settings: Settings, private_data_dir: Path) -> AsyncIterator[DevStack]:
-    own = Settings(data_dir=private_data_dir, temporal_namespace=settings.temporal_namespace)
+    # always embedded, whatever the session uses: these tests are about the embedded services
+    own = Settings(
+        database_url=None,
+        temporal_address=None,
+        data_dir=private_data_dir,
+        temporal_namespace=settings.temporal_namespace,
+    )
     stack = DevStack(own, temporal_db=private_data_dir / "temporal.db")
     await stack.start()
     try:
