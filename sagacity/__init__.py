@@ -1,0 +1,24 @@
+"""Sagacity: declarative compensation and a tamper-evident journal for AI-agent tool calls.
+
+The root holds what tool authors need; workflow code imports :mod:`sagacity.temporal`.
+"""
+
+from sagacity.tools import (
+    CallInfo,
+    CompensableTool,
+    CompensationContext,
+    Reversibility,
+    ToolRegistry,
+    compensable,
+    current_call,
+)
+
+__all__ = [
+    "CallInfo",
+    "CompensableTool",
+    "CompensationContext",
+    "Reversibility",
+    "ToolRegistry",
+    "compensable",
+    "current_call",
+]

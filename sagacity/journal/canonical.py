@@ -12,7 +12,9 @@ def to_json(value: Any) -> str:
 
     Raises ``TypeError``/``ValueError`` when ``value`` is not plain JSON data.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def input_hash(input_json: str) -> str:

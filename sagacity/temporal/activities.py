@@ -15,13 +15,13 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from sagacity.store.approvals import ApprovalRequest, ApprovalStore
-from sagacity.store.journal import JournalStore
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import SagacityError, SuspectCall, ToolArgumentsInvalid, UnknownTool
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
+from sagacity.store.approvals import ApprovalRequest, ApprovalStore
+from sagacity.store.journal import JournalStore
 from sagacity.temporal.models import (
     AppendRequest,
     ApprovalClose,
@@ -34,7 +34,14 @@ from sagacity.temporal.models import (
     RowRef,
     ToolSpec,
 )
-from sagacity.tools import CompensationContext, RegisteredTool, ToolRegistry
+from sagacity.tools import (
+    CallInfo,
+    CompensationContext,
+    RegisteredTool,
+    ToolRegistry,
+    reset_current_call,
+    set_current_call,
+)
 
 #: activity names, shared with the workflow side
 DESCRIBE_TOOLS = "sagacity.describe_tools"
@@ -60,8 +67,10 @@ def _non_retryable(exc: SagacityError, *details: Any) -> ApplicationError:
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating(interval: float) -> AsyncIterator[None]:
+async def _heartbeating() -> AsyncIterator[None]:
     """Heartbeat while the body runs, so a dead worker is noticed within the heartbeat timeout."""
+    timeout = activity.info().heartbeat_timeout
+    interval = max(timeout.total_seconds() / 3, 0.1) if timeout else 10.0
 
     async def beat() -> None:
         while True:
@@ -215,10 +224,9 @@ class SagaActivities:
             kwargs = tool.bind(req.args)
         except (UnknownTool, ToolArgumentsInvalid) as exc:
             return await self._record(req, intent_row, CallStatus.FAILED, _error_payload(exc))
-        heartbeat = max(tool.tool.options.heartbeat_timeout.total_seconds() / 3, 0.2)
         try:
-            async with _heartbeating(heartbeat):
-                result = await self._invoke(tool, kwargs)
+            async with _heartbeating():
+                result = await self._invoke(req, tool, kwargs)
         except Exception as exc:
             if tool.tool.options.idempotent and activity.info().attempt < _idempotent_attempts():
                 raise  # Temporal retries an idempotent tool; FAILED is written on the last try
@@ -239,10 +247,14 @@ class SagaActivities:
         activity.heartbeat(to_json({"status": CallStatus.EXECUTED, "payload": payload}))
         return await self._record(req, intent_row, CallStatus.EXECUTED, payload)
 
-    async def _invoke(self, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
-        if tool.tool.is_async:
-            return await tool.tool.fn(**kwargs)
-        return await asyncio.to_thread(tool.tool.fn, **kwargs)
+    async def _invoke(self, req: CallRequest, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
+        token = set_current_call(CallInfo(req.saga_id, req.seq, activity.info().attempt))
+        try:
+            if tool.tool.is_async:
+                return await tool.tool.fn(**kwargs)
+            return await asyncio.to_thread(tool.tool.fn, **kwargs)
+        finally:
+            reset_current_call(token)
 
     async def _record(
         self, req: CallRequest, intent_row: Entry, status: CallStatus | str, payload: str
@@ -271,8 +283,7 @@ class SagaActivities:
             result=req.result,
             attempt=activity.info().attempt,
         )
-        heartbeat = max(tool.tool.options.heartbeat_timeout.total_seconds() / 3, 0.2)
-        async with _heartbeating(heartbeat):
+        async with _heartbeating():
             if inspect.iscoroutinefunction(tool.compensation):
                 await tool.compensation(ctx)
             else:

@@ -152,6 +152,8 @@ class SagaOptions(BaseModel):
     compensation_backoff_s: float = 1.0
     #: attempts at an idempotent tool that keeps raising, before FAILED is journaled
     idempotent_attempts: int = Field(default=3, ge=1)
+    #: overrides every tool's heartbeat timeout: how soon a dead worker's call is noticed
+    heartbeat_timeout_s: float | None = Field(default=None, gt=0)
 
 
 class Step(BaseModel):
@@ -206,6 +208,8 @@ class SagaStatus(BaseModel):
     head: Head
     rows: list[RowRef]
     executed: list[Effect]
+    #: the tool whose call is in flight, if any
+    running: str | None = None
     pending_approval: PendingApproval | None = None
     suspect: Suspect | None = None
     refused_decisions: list[str] = Field(default_factory=list)

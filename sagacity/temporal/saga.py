@@ -90,6 +90,7 @@ class Saga:
         self._refused: list[str] = []
         self._suspect: Suspect | None = None
         self._resolution: Resolve | None = None
+        self._running: str | None = None
         workflow.set_signal_handler("abort", self._on_abort)
         workflow.set_signal_handler("approve", self._on_approve)
         workflow.set_signal_handler("reject", self._on_reject)
@@ -144,13 +145,14 @@ class Saga:
             approval_seq=approval_seq,
         )
         idempotent = spec is not None and spec.idempotent
+        self._running = tool
         try:
             outcome: CallOutcome = await workflow.execute_activity(
                 names.CALL_TOOL,
                 request,
                 result_type=CallOutcome,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_s if spec else 60),
-                heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s if spec else 30),
+                heartbeat_timeout=self._heartbeat_timeout(spec),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1),
                     maximum_interval=timedelta(seconds=10),
@@ -163,8 +165,14 @@ class Saga:
                 raise
             intent_hash = str(cause.details[0]) if cause.details else ""
             return await self._resolve_suspect(tool, seq, intent_hash, input_json, cause.message)
+        finally:
+            self._running = None
         self._track(outcome.rows)
         return outcome
+
+    def _heartbeat_timeout(self, spec: ToolSpec | None) -> timedelta:
+        seconds = self.options.heartbeat_timeout_s or (spec.heartbeat_timeout_s if spec else 30.0)
+        return timedelta(seconds=seconds)
 
     def _settle(
         self, spec: ToolSpec | None, tool: str, args: dict[str, Any], outcome: CallOutcome
@@ -267,7 +275,7 @@ class Saga:
         decision = self._decision or Reject(
             journal_seq=seq,
             approver=(self._abort.by if self._abort else None) or "sagacity",
-            reason="aborted",
+            reason=f"aborted: {self._abort.reason if self._abort else ''}",
         )
         self._decided.add(seq)
         self._pending = None
@@ -443,7 +451,7 @@ class Saga:
                 request,
                 result_type=list[RowRef],
                 start_to_close_timeout=timedelta(seconds=spec.timeout_s),
-                heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
+                heartbeat_timeout=self._heartbeat_timeout(spec),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=self.options.compensation_backoff_s),
                     backoff_coefficient=2.0,
@@ -554,6 +562,7 @@ class Saga:
             head=self.head,
             rows=self.rows,
             executed=self.executed,
+            running=self._running,
             pending_approval=self._pending,
             suspect=self._suspect,
             refused_decisions=self._refused,

@@ -1,0 +1,110 @@
+"""Fixtures for saga tests: the Order example's shop, the journal, an in-process worker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
+from sagacity.temporal.models import SagaState, SagaStatus
+from sagacity.temporal.plugin import SagacityPlugin
+from tests.temporal import sample_tools
+from workflows.order import app as order_app
+from workflows.order.shop import Shop, use
+
+
+@pytest.fixture(scope="session")
+async def pool(database_url: str) -> AsyncIterator[Pool]:
+    pool = await open_pool(database_url, max_size=20)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture(scope="session")
+def journal(pool: Pool) -> JournalStore:
+    return JournalStore(pool)
+
+
+@pytest.fixture(scope="session")
+def approvals(pool: Pool) -> ApprovalStore:
+    return ApprovalStore(pool)
+
+
+@pytest.fixture(scope="session")
+async def shop_session(database_url: str) -> AsyncIterator[Shop]:
+    shop = await Shop.open(database_url)
+    await shop.setup()
+    use(shop)
+    yield shop
+    await shop.close()
+
+
+@pytest.fixture
+async def shop(shop_session: Shop) -> Shop:
+    """The shop with seed stock and no armed faults, fresh for each test."""
+    await shop_session.setup(reset=True)
+    use(shop_session)
+    sample_tools.EFFECTS.clear()
+    return shop_session
+
+
+@pytest.fixture
+async def worker(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    shop: Shop,
+) -> AsyncIterator[Worker]:
+    plugin = SagacityPlugin(
+        journal=journal,
+        approvals=approvals,
+        tools=[*order_app.TOOLS, *sample_tools.TOOLS],
+        workflows=order_app.WORKFLOWS,
+    )
+    worker = Worker(
+        temporal_client,
+        task_queue=task_queue,
+        plugins=[plugin],
+        graceful_shutdown_timeout=timedelta(seconds=1),
+    )
+    async with worker:
+        yield worker
+
+
+async def wait_for(
+    handle: WorkflowHandle[Any, Any],
+    predicate: Callable[[SagaStatus], bool],
+    *,
+    timeout: float = 30.0,
+) -> SagaStatus:
+    """Poll the saga's ``status`` query until ``predicate`` holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            status: SagaStatus = await handle.query("status", result_type=SagaStatus)
+            if predicate(status):
+                return status
+        except Exception:
+            # the workflow may not have run its first task yet
+            pass
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("saga never reached the expected state")
+        await asyncio.sleep(0.1)
+
+
+def awaiting_approval(status: SagaStatus) -> bool:
+    return status.state is SagaState.AWAITING_APPROVAL
+
+
+async def phases(journal: JournalStore, saga_id: str) -> list[tuple[str, str]]:
+    return [(e.tool_name, e.phase.value) for e in await journal.read(saga_id)]
+
+
+__all__ = ["Awaitable", "awaiting_approval", "phases", "wait_for"]

@@ -1,0 +1,56 @@
+"""Small tools for saga tests that need no example database: sync, async, odd results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sagacity import CompensationContext, compensable
+
+#: what the tools did and undid, in order, for assertions
+EFFECTS: list[str] = []
+
+
+@compensable(by="unset_flag")
+def set_flag(name: str) -> str:
+    """A sync tool."""
+    EFFECTS.append(f"set {name}")
+    return name
+
+
+def unset_flag(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"unset {ctx.result}")
+
+
+@compensable(by="unsend_note")
+async def send_note(text: str) -> dict[str, Any]:
+    """An async tool."""
+    EFFECTS.append(f"note {text}")
+    return {"text": text}
+
+
+async def unsend_note(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"unnote {ctx.input['text']}")
+
+
+@compensable(by="forget_set")
+def make_set() -> set[int]:
+    """Returns something JSON cannot hold."""
+    EFFECTS.append("made set")
+    return {1, 2}
+
+
+def forget_set(ctx: CompensationContext) -> None:
+    EFFECTS.append("forgot set")
+
+
+@compensable(by="unexplode")
+def explode(reason: str) -> None:
+    """Always fails."""
+    raise RuntimeError(reason)
+
+
+def unexplode(ctx: CompensationContext) -> None:
+    EFFECTS.append("unexplode (never: a failed call is not compensated)")
+
+
+TOOLS = [set_flag, send_note, make_set, explode]

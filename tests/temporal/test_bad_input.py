@@ -1,0 +1,106 @@
+"""Bad steps get a clear, typed error, journaled where a call was attempted, and compensate."""
+
+from __future__ import annotations
+
+import uuid
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from sagacity.store import JournalStore
+from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.workflow import WORKFLOW_NAME
+from tests.temporal import sample_tools
+from tests.temporal.conftest import phases
+from workflows.order.shop import Shop
+
+
+async def run(client: Client, worker: Worker, steps: list[Step]) -> tuple[str, SagaResult]:
+    sid = f"bad-{uuid.uuid4().hex[:8]}"
+    result = await client.execute_workflow(
+        WORKFLOW_NAME,
+        SagaSpec(steps=steps),
+        id=sid,
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+    return sid, result
+
+
+async def test_sync_and_async_tools_run_and_compensate_in_reverse(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, result = await run(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="send_note", args={"text": "hi"}),
+            Step(tool="explode", args={"reason": "boom"}),
+        ],
+    )
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and "RuntimeError: boom" in result.error.message
+    assert sample_tools.EFFECTS == ["set a", "note hi", "unnote hi", "unset a"]
+    assert (await phases(journal, sid))[-3:] == [
+        ("explode", "FAILED"),
+        ("send_note", "COMPENSATED"),
+        ("set_flag", "COMPENSATED"),
+    ]
+
+
+async def test_unknown_tool_is_journaled_as_failed_and_compensates(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, result = await run(
+        temporal_client,
+        worker,
+        [Step(tool="set_flag", args={"name": "x"}), Step(tool="launch_rocket", args={})],
+    )
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and "UnknownTool" in result.error.message
+    rows = await journal.read(sid)
+    assert [(r.tool_name, r.phase.value) for r in rows[2:4]] == [
+        ("launch_rocket", "INTENT"),
+        ("launch_rocket", "FAILED"),
+    ]
+    assert "no tool named 'launch_rocket'" in rows[3].payload
+    assert sample_tools.EFFECTS == ["set x", "unset x"]
+
+
+async def test_arguments_not_matching_signature(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, result = await run(
+        temporal_client,
+        worker,
+        [Step(tool="reserve_inventory", args={"product_id": "p-1", "quantity": "many"})],
+    )
+    assert result.status is SagaState.COMPENSATED
+    rows = await journal.read(sid)
+    assert rows[1].phase.value == "FAILED"
+    assert "ToolArgumentsInvalid" in rows[1].payload and "quantity" in rows[1].payload
+    assert (await shop.snapshot()).available["p-1"] == 10  # the tool never ran
+
+
+async def test_unserializable_result_is_journaled_executed_and_compensated(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, result = await run(temporal_client, worker, [Step(tool="make_set")])
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and "ResultNotSerializable" in result.error.message
+    rows = await journal.read(sid)
+    assert rows[1].phase.value == "EXECUTED" and "unserializable_result" in rows[1].payload
+    assert sample_tools.EFFECTS == ["made set", "forgot set"]
+
+
+async def test_bad_ref_fails_with_clear_error(
+    temporal_client: Client, worker: Worker, shop: Shop
+) -> None:
+    _, result = await run(
+        temporal_client,
+        worker,
+        [Step(tool="set_flag", args={"name": {"$ref": "nothing.here"}})],
+    )
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and "names no earlier step" in result.error.message

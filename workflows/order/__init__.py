@@ -1,0 +1,1 @@
+"""The canonical Order / Product / Inventory example (see README.md beside this file)."""

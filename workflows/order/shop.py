@@ -1,0 +1,132 @@
+"""The shop's database: the example's tables, their seed data, injected faults, and a snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+SCHEMA = Path(__file__).with_name("schema.sql")
+SEED = {"p-1": ("Espresso grinder", 10), "p-2": ("Milk jug", 25)}
+
+
+class InjectedFault(RuntimeError):
+    """A failure armed with :meth:`Shop.arm_fault` (a mail relay that is down, say)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a person checks after a saga: stock, live reservations and orders, mail sent."""
+
+    available: dict[str, int]
+    held_reservations: int
+    placed_orders: int
+    outbox: int
+
+
+class Shop:
+    """Access to the example's tables through one connection pool."""
+
+    def __init__(self, pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def open(cls, conninfo: str, *, max_size: int = 8) -> Shop:
+        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+            conninfo, min_size=1, max_size=max_size, open=False
+        )
+        await pool.open(wait=True)
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def setup(self, *, reset: bool = False) -> None:
+        """Create the tables (idempotent) and stock the seed products; ``reset`` empties them first."""
+        async with self.pool.connection() as conn:
+            await conn.execute("SELECT pg_advisory_xact_lock(7243101)")
+            await conn.execute(SCHEMA.read_text())
+            if reset:
+                await conn.execute(
+                    "TRUNCATE outbox, orders, reservations, inventory, order_faults CASCADE"
+                )
+            for product_id, (name, available) in SEED.items():
+                await conn.execute(
+                    "INSERT INTO inventory (product_id, name, available) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (product_id) DO NOTHING",
+                    (product_id, name, available),
+                )
+
+    async def arm_fault(
+        self, tool_name: str, message: str, *, times: int = 1, delay_s: float = 0.0
+    ) -> None:
+        """Make the next ``times`` calls of ``tool_name`` fail (``-1``: all); ``delay_s`` stalls first."""
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO order_faults (tool_name, remaining, message, delay_s) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (tool_name) DO UPDATE "
+                "SET remaining = EXCLUDED.remaining, message = EXCLUDED.message, "
+                "delay_s = EXCLUDED.delay_s",
+                (tool_name, times, message, delay_s),
+            )
+
+    async def clear_faults(self) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute("DELETE FROM order_faults")
+
+    async def check_fault(self, tool_name: str) -> None:
+        """Stall and/or raise :class:`InjectedFault` if a fault is armed for ``tool_name``."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE order_faults SET remaining = CASE WHEN remaining > 0 THEN remaining - 1 "
+                "ELSE remaining END WHERE tool_name = %s AND remaining <> 0 "
+                "RETURNING message, delay_s",
+                (tool_name,),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            return
+        message, delay_s = row
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        if message:
+            raise InjectedFault(message)
+
+    async def snapshot(self) -> Snapshot:
+        async with self.pool.connection() as conn:
+            stock = await (
+                await conn.execute("SELECT product_id, available FROM inventory")
+            ).fetchall()
+            counts = await (
+                await conn.execute(
+                    "SELECT (SELECT count(*) FROM reservations WHERE status = 'held'), "
+                    "(SELECT count(*) FROM orders WHERE status = 'placed'), "
+                    "(SELECT count(*) FROM outbox)"
+                )
+            ).fetchone()
+        assert counts is not None
+        return Snapshot(
+            available={product_id: available for product_id, available in stock},
+            held_reservations=int(counts[0]),
+            placed_orders=int(counts[1]),
+            outbox=int(counts[2]),
+        )
+
+
+_current: Shop | None = None
+
+
+def use(shop: Shop) -> None:
+    """Make ``shop`` the one the tools act on (the worker calls this at start)."""
+    global _current
+    _current = shop
+
+
+def current() -> Shop:
+    if _current is None:
+        raise RuntimeError("the order tools have no shop: call workflows.order.shop.use(...) first")
+    return _current

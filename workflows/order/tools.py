@@ -1,0 +1,105 @@
+"""The canonical example's tools: reserve stock, create the order, email the confirmation.
+
+``reserve_inventory`` and ``create_order`` are REVERSIBLE; ``send_confirmation`` is
+IRREVERSIBLE (an email cannot be unsent), so a human approves each one before it goes out.
+Compensations are idempotent: undoing twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sagacity import CompensationContext, Reversibility, compensable, current_call
+from workflows.order.shop import current
+
+
+class OutOfStock(RuntimeError):
+    """Fewer units are available than were asked for."""
+
+
+@compensable(by="release_inventory")
+async def reserve_inventory(product_id: str, quantity: int) -> dict[str, Any]:
+    """Reserve inventory for a product."""
+    shop = current()
+    await shop.check_fault("reserve_inventory")
+    reservation_id = f"res-{uuid.uuid4().hex[:12]}"
+    async with shop.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            "UPDATE inventory SET available = available - %s "
+            "WHERE product_id = %s AND available >= %s RETURNING available",
+            (quantity, product_id, quantity),
+        )
+        if await cur.fetchone() is None:
+            raise OutOfStock(f"cannot reserve {quantity} of {product_id!r}")
+        await conn.execute(
+            "INSERT INTO reservations (id, product_id, quantity, status, saga_id) "
+            "VALUES (%s, %s, %s, 'held', %s)",
+            (reservation_id, product_id, quantity, current_call().saga_id),
+        )
+    return {"reservation_id": reservation_id, "product_id": product_id, "quantity": quantity}
+
+
+async def release_inventory(ctx: CompensationContext) -> None:
+    """Give the reserved units back (once, however often it is called)."""
+    shop = current()
+    await shop.check_fault("release_inventory")
+    async with shop.pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            "UPDATE reservations SET status = 'released' WHERE id = %s AND status = 'held' "
+            "RETURNING product_id, quantity",
+            (ctx.result["reservation_id"],),
+        )
+        row = await cur.fetchone()
+        if row is not None:
+            await conn.execute(
+                "UPDATE inventory SET available = available + %s WHERE product_id = %s",
+                (row[1], row[0]),
+            )
+
+
+@compensable(by="cancel_order")
+async def create_order(
+    product_id: str, quantity: int, reservation_id: str | None = None
+) -> dict[str, Any]:
+    """Create the customer order."""
+    shop = current()
+    await shop.check_fault("create_order")
+    order_id = f"ord-{uuid.uuid4().hex[:12]}"
+    async with shop.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO orders (id, product_id, quantity, reservation_id, status, saga_id) "
+            "VALUES (%s, %s, %s, %s, 'placed', %s)",
+            (order_id, product_id, quantity, reservation_id, current_call().saga_id),
+        )
+    return {"order_id": order_id, "product_id": product_id, "quantity": quantity}
+
+
+async def cancel_order(ctx: CompensationContext) -> None:
+    """Cancel the order (once, however often it is called)."""
+    shop = current()
+    await shop.check_fault("cancel_order")
+    async with shop.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE orders SET status = 'cancelled' WHERE id = %s AND status = 'placed'",
+            (ctx.result["order_id"],),
+        )
+
+
+@compensable(reversibility=Reversibility.IRREVERSIBLE)
+async def send_confirmation(order_id: str) -> dict[str, Any]:
+    """Email the customer an order confirmation."""
+    shop = current()
+    await shop.check_fault("send_confirmation")
+    async with shop.pool.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO outbox (order_id, kind, body, saga_id) "
+            "VALUES (%s, 'confirmation', %s, %s) RETURNING id",
+            (order_id, f"Your order {order_id} is confirmed.", current_call().saga_id),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return {"message_id": row[0], "order_id": order_id}
+
+
+TOOLS = [reserve_inventory, create_order, send_confirmation]
