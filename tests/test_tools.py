@@ -74,7 +74,7 @@ def test_duplicate_tool_names() -> None:
     def other(room: str) -> str:
         return room
 
-    with pytest.raises(ToolDeclarationError, match="two tools are named 'book_room'.*pass name="):
+    with pytest.raises(ToolDeclarationError, match=r"two tools are named 'book_room'.*pass name="):
         ToolRegistry([book_room, other])
 
 
