@@ -20,7 +20,9 @@ DOMAIN = b"sagacity-journal-v1\n"
 
 def format_timestamp(ts: datetime) -> str:
     """UTC, always six fractional digits, ``Z`` suffix: ``2026-01-02T03:04:05.000006Z``."""
-    return utc_micros(ts).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    t = utc_micros(ts)
+    # %Y does not pad years below 1000 on every platform; the rule is always four digits
+    return f"{t.year:04d}-{t.strftime('%m-%dT%H:%M:%S.%f')}Z"
 
 
 def _netstring(value: str) -> bytes:

@@ -72,11 +72,16 @@ def check_draft(draft: Draft) -> None:
         allowed = ", ".join(p.value for p in Phase)
         raise InvalidEntry(f"phase {draft.phase!r} is not one of: {allowed}") from None
     for name in ("saga_id", "tool_name", "input", "payload"):
-        if "\x00" in getattr(draft, name):
+        text: str = getattr(draft, name)
+        if "\x00" in text:
             raise InvalidEntry(
                 f"{name} contains a NUL byte, which Postgres TEXT cannot store; "
                 "JSON-encode the value (NUL becomes \\u0000)"
             )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidEntry(f"{name} is not valid Unicode text (a lone surrogate?): {exc}") from None
     if draft.input:
         try:
             json.loads(draft.input)
