@@ -51,6 +51,7 @@ async def shop(shop_session: Shop) -> Shop:
     await shop_session.setup(reset=True)
     use(shop_session)
     sample_tools.EFFECTS.clear()
+    sample_tools.FLAKY_CALLS.clear()
     return shop_session
 
 

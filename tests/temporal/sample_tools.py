@@ -53,4 +53,21 @@ def unexplode(ctx: CompensationContext) -> None:
     EFFECTS.append("unexplode (never: a failed call is not compensated)")
 
 
-TOOLS = [set_flag, send_note, make_set, explode]
+#: calls of ``flaky_lookup`` so far, to fail the first ones
+FLAKY_CALLS: list[str] = []
+
+
+@compensable(by="forget_lookup", idempotent=True)
+def flaky_lookup(key: str, failures: int) -> str:
+    """Idempotent: raises on its first ``failures`` calls, then answers."""
+    FLAKY_CALLS.append(key)
+    if len(FLAKY_CALLS) <= failures:
+        raise ConnectionError(f"lookup service unavailable (call {len(FLAKY_CALLS)})")
+    return key.upper()
+
+
+def forget_lookup(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"forgot {ctx.result}")
+
+
+TOOLS = [set_flag, send_note, make_set, explode, flaky_lookup]

@@ -104,3 +104,34 @@ async def test_bad_ref_fails_with_clear_error(
     )
     assert result.status is SagaState.COMPENSATED
     assert result.error is not None and "names no earlier step" in result.error.message
+
+
+async def test_idempotent_tool_is_retried_and_journaled_once(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, result = await run(
+        temporal_client, worker, [Step(tool="flaky_lookup", args={"key": "abc", "failures": 1})]
+    )
+    assert result.status is SagaState.COMPLETED and result.value == {"flaky_lookup": "ABC"}
+    assert sample_tools.FLAKY_CALLS == ["abc", "abc"]
+    assert await phases(journal, sid) == [("flaky_lookup", "INTENT"), ("flaky_lookup", "EXECUTED")]
+
+
+async def test_idempotent_tool_that_keeps_failing_ends_failed_after_its_bound(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, result = await run(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "f"}),
+            Step(tool="flaky_lookup", args={"key": "k", "failures": 99}),
+        ],
+    )
+    assert result.status is SagaState.COMPENSATED
+    assert len(sample_tools.FLAKY_CALLS) == 3  # SagaOptions.idempotent_attempts
+    assert (await phases(journal, sid))[2:] == [
+        ("flaky_lookup", "INTENT"),
+        ("flaky_lookup", "FAILED"),
+        ("set_flag", "COMPENSATED"),
+    ]
