@@ -109,3 +109,32 @@ class ApprovalRejected(SagacityError):
     """An IRREVERSIBLE call was rejected (by a human, a deadline or failed verification)."""
 
     code = "approval_rejected"
+
+
+class ApprovalNotFound(ApprovalRefused):
+    """No such saga, or no approval request pending at that seq."""
+
+    code = "approval_not_found"
+
+
+class ApproverNotAllowed(ApprovalRefused):
+    """The approver is not on the allow-list for the tool awaiting approval."""
+
+    code = "approver_not_allowed"
+
+
+class ApprovalConflict(ApprovalRefused):
+    """The saga is not waiting for this decision; ``kind`` says why (see ``KINDS``)."""
+
+    code = "approval_conflict"
+    KINDS = ("unknown_seq", "already_decided", "not_waiting", "input_hash_mismatch")
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class SagaUnavailable(SagacityError):
+    """A saga did not answer (no worker polling its task queue, or Temporal unreachable)."""
+
+    code = "saga_unavailable"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import AliasChoices, Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sagacity.errors import SettingsError
 
@@ -50,6 +51,57 @@ class Settings(BaseSettings):
         default=timedelta(days=7), description="how long an IRREVERSIBLE call waits for a human"
     )
     max_concurrent_activities: int = Field(default=100, ge=1)
+    checkpoint_dir: Path | None = Field(
+        default=None,
+        description="where signed checkpoints of chain heads go; keep it out of the DB owner's reach",
+    )
+    signing_key: Path | None = Field(
+        default=None, description="Ed25519 private key (PEM) that signs checkpoints"
+    )
+    checkpoint_public_key: Path | None = Field(
+        default=None, description="Ed25519 public key (PEM) verifiers check checkpoints with"
+    )
+    retention_period: timedelta = Field(
+        default=timedelta(days=183), description="sagas idle this long may be exported and purged"
+    )
+    approval_tokens: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        repr=False,
+        description="bearer tokens of the approvals HTTP API: `token=principal,token2=principal2`",
+    )
+    approvers: Annotated[dict[str, list[str]] | None, NoDecode] = Field(
+        default=None,
+        description="who may decide which tool via CLI/HTTP: `tool=alice|bob,*=carol`; unset: anyone",
+    )
+
+    @field_validator("approval_tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: object) -> object:
+        return _pairs(value) if isinstance(value, str) else value
+
+    @field_validator("approvers", mode="before")
+    @classmethod
+    def _parse_approvers(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        rules = _pairs(value)
+        return {
+            tool: [n.strip() for n in names.split("|") if n.strip()]
+            for tool, names in rules.items()
+        } or None
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """``a=x,b=y`` as a dict; blanks around items are ignored, a key may appear once."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = (s.strip() for s in item.partition("="))
+        if not (sep and key and value):
+            raise ValueError(f"expected key=value, got {item!r}")
+        if key in pairs:
+            raise ValueError(f"{key!r} appears twice")
+        pairs[key] = value
+    return pairs
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -12,5 +12,6 @@ app = typer.Typer(
 )
 
 # Command groups register here, one line each (keep this list sorted).
+app.add_typer(__import__("sagacity.cli.approvals", fromlist=["app"]).app, name="approvals")
 app.add_typer(__import__("sagacity.cli.db", fromlist=["app"]).app, name="db")
 app.command("dev")(__import__("sagacity.cli.dev", fromlist=["dev"]).dev)

@@ -1,0 +1,8 @@
+"""Approval surfaces: list pending IRREVERSIBLE calls and decide them, from code, CLI or HTTP.
+
+The gate itself lives in the saga engine (:mod:`sagacity.temporal.saga`); this package sits on it.
+"""
+
+from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest, may_decide
+
+__all__ = ["ApprovalService", "DecisionResult", "PendingRequest", "may_decide"]

@@ -1,0 +1,283 @@
+"""Pending approvals as people see them, and decisions taken through the saga's ``decide`` update.
+
+A request is listed from ``sagacity_approval_request`` and joined with what its saga says now (the
+``status`` query), so a stale or altered row is visible as such. A decision is checked here first
+(allow-list, seq, already decided, input hash) for a precise refusal, then sent as the ``decide``
+update, whose validator in the workflow has the last word; either way a refused decision changes
+nothing and raises an :class:`~sagacity.errors.ApprovalRefused` subclass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import QueryRejectCondition
+from temporalio.service import RPCError, RPCStatusCode
+
+from sagacity.errors import (
+    ApprovalConflict,
+    ApprovalNotFound,
+    ApprovalRefused,
+    ApproverNotAllowed,
+    SagaUnavailable,
+)
+from sagacity.journal import Phase, input_hash
+from sagacity.store.approvals import ApprovalRequest, ApprovalStore
+from sagacity.temporal.models import Decision, SagaState, SagaStatus
+
+__all__ = ["ApprovalService", "DecisionResult", "PendingRequest", "may_decide"]
+
+
+class PendingRequest(BaseModel):
+    """A stored approval request, and what its saga is doing now."""
+
+    saga_id: str
+    journal_seq: int = Field(description="seq of the request's AWAITING_APPROVAL journal row")
+    tool_name: str
+    input: str = Field(description="the call's input: JSON text exactly as journaled and hashed")
+    input_hash: str = Field(description="SHA-256 (hex) of `input` as stored with the request")
+    requested_at: datetime
+    workflow_status: str = Field(
+        description="running, completed, failed, terminated, … ; not_found, or unreachable "
+        "when no worker answered"
+    )
+    saga_state: SagaState | None = Field(description="the saga's state while it is running")
+    waiting: bool = Field(description="the saga is waiting for a decision on this very request")
+    deadline: datetime | None = Field(
+        description="when the saga rejects the call as `timeout` (while waiting)"
+    )
+    intact: bool = Field(
+        description="the stored input hashes to `input_hash`, which is the hash the saga waits "
+        "for; false means the row was altered and approving it will not run it"
+    )
+
+
+class DecisionResult(BaseModel):
+    """A decision the saga took and journaled (APPROVED or REJECTED)."""
+
+    saga_id: str
+    journal_seq: int
+    tool_name: str
+    decision: Literal["approved", "rejected"]
+    approver: str
+    reason: str | None = None
+
+
+def may_decide(rules: Mapping[str, Sequence[str]] | None, approver: str, tool: str) -> bool:
+    """Whether ``rules`` (tool or ``"*"`` to identities; None: anyone) let ``approver`` decide."""
+    if rules is None:
+        return True
+    return approver in rules.get(tool, ()) or approver in rules.get("*", ())
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    """What a saga answered: its Temporal status and, while it runs, its saga status."""
+
+    workflow_status: str
+    status: SagaStatus | None = None
+    detail: str = ""
+
+
+# The workflow validator refuses with text only (sagacity/temporal/saga.py ``_refusal``); these
+# fragments map its reasons to typed errors, for the races the checks here cannot see coming.
+_VALIDATOR_REASONS = (
+    ("may not approve", None),
+    ("input_hash does not match", "input_hash_mismatch"),
+    ("already decided", "already_decided"),
+    ("no request awaits", "unknown_seq"),
+    ("not waiting", "not_waiting"),
+)
+
+
+class ApprovalService:
+    """Lists pending approvals and takes decisions on them, as a named approver.
+
+    ``approvers`` is the allow-list applied to decisions taken here (CLI, HTTP): tool name or
+    ``"*"`` to identities; None lets any named approver decide. A saga started with
+    ``SagaOptions.approvers`` also enforces its own list, for every route including raw signals.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        approvals: ApprovalStore,
+        *,
+        approvers: Mapping[str, Sequence[str]] | None = None,
+        concurrency: int = 32,
+        rpc_timeout: timedelta = timedelta(seconds=10),
+    ) -> None:
+        self._client = client
+        self._store = approvals
+        self.approvers = approvers
+        self._concurrency = concurrency
+        self._rpc_timeout = rpc_timeout
+
+    async def list(self, *, saga_id: str | None = None) -> builtins.list[PendingRequest]:
+        """Stored requests, oldest first, each with its saga's live status (one query per saga)."""
+        requests = await self._store.list(saga_id=saga_id)
+        gate = asyncio.Semaphore(self._concurrency)
+
+        async def ask(sid: str) -> tuple[str, _Live]:
+            async with gate:
+                return sid, await self._live(sid)
+
+        lives = dict(await asyncio.gather(*(ask(sid) for sid in {r.saga_id for r in requests})))
+        return [_view(r, lives[r.saga_id]) for r in requests]
+
+    async def get(self, saga_id: str, journal_seq: int) -> PendingRequest:
+        """One stored request with its saga's live status; :class:`ApprovalNotFound` if none."""
+        request = await self._store.get(saga_id, journal_seq)
+        if request is None:
+            raise ApprovalNotFound(
+                f"no approval request is pending for saga {saga_id!r} at seq {journal_seq}"
+            )
+        return _view(request, await self._live(saga_id))
+
+    async def approve(
+        self, saga_id: str, journal_seq: int, *, approver: str, input_hash: str | None = None
+    ) -> DecisionResult:
+        """Approve the call; with ``input_hash``, only if it is the input the approver saw.
+
+        Returns once APPROVED is journaled; the call itself runs after that.
+        """
+        decision = Decision(
+            journal_seq=journal_seq, approver=approver, approve=True, input_hash=input_hash
+        )
+        return await self._decide(saga_id, decision)
+
+    async def reject(
+        self, saga_id: str, journal_seq: int, *, approver: str, reason: str
+    ) -> DecisionResult:
+        """Reject the call; returns once REJECTED is journaled (the saga then compensates)."""
+        decision = Decision(
+            journal_seq=journal_seq, approver=approver, approve=False, reason=reason
+        )
+        return await self._decide(saga_id, decision)
+
+    async def _decide(self, saga_id: str, decision: Decision) -> DecisionResult:
+        if not decision.approver.strip():
+            raise ApprovalRefused("a decision must name its approver")
+        live = await self._live(saga_id)
+        if live.workflow_status == "not_found":
+            raise ApprovalNotFound(f"no saga {saga_id!r}")
+        if live.status is None:
+            if live.workflow_status == "unreachable":
+                raise SagaUnavailable(f"saga {saga_id!r} did not answer: {live.detail}")
+            raise ApprovalConflict(
+                "not_waiting", f"saga {saga_id!r} has ended ({live.workflow_status})"
+            )
+        tool = self._check(saga_id, live.status, decision)
+        handle = self._client.get_workflow_handle(saga_id)
+        try:
+            outcome = await handle.execute_update("decide", decision, result_type=str)
+        except WorkflowUpdateFailedError as err:
+            raise _refused(saga_id, decision, err.cause) from None
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:  # it ended since the check
+                raise ApprovalConflict("not_waiting", f"saga {saga_id!r} has ended") from None
+            raise SagaUnavailable(f"saga {saga_id!r}: {err.message}") from err
+        return DecisionResult(
+            saga_id=saga_id,
+            journal_seq=decision.journal_seq,
+            tool_name=tool,
+            decision="approved" if outcome == "approved" else "rejected",
+            approver=decision.approver,
+            reason=None if decision.approve else decision.reason,
+        )
+
+    def _check(self, saga_id: str, status: SagaStatus, decision: Decision) -> str:
+        """The tool awaiting this decision, or the refusal the workflow would give."""
+        seq = decision.journal_seq
+        pending = status.pending_approval
+        if pending is not None and pending.journal_seq == seq:
+            if not may_decide(self.approvers, decision.approver, pending.tool_name):
+                raise ApproverNotAllowed(
+                    f"{decision.approver!r} may not decide {pending.tool_name!r} calls"
+                )
+            if decision.input_hash is not None and decision.input_hash != pending.input_hash:
+                raise ApprovalConflict(
+                    "input_hash_mismatch",
+                    f"input_hash does not match the call saga {saga_id!r} waits to run at seq {seq}",
+                )
+            return pending.tool_name
+        if any(r.seq == seq and r.phase is Phase.AWAITING_APPROVAL for r in status.rows):
+            raise ApprovalConflict(
+                "already_decided",
+                f"the request at seq {seq} of saga {saga_id!r} is already decided",
+            )
+        if pending is not None:
+            raise ApprovalConflict(
+                "unknown_seq",
+                f"no request awaits a decision at seq {seq} "
+                f"(saga {saga_id!r} waits at seq {pending.journal_seq})",
+            )
+        raise ApprovalConflict(
+            "not_waiting",
+            f"saga {saga_id!r} is not waiting for an approval (state: {status.state.value})",
+        )
+
+    async def _live(self, saga_id: str) -> _Live:
+        handle = self._client.get_workflow_handle(saga_id)
+        try:
+            status: SagaStatus = await handle.query(
+                "status",
+                result_type=SagaStatus,
+                reject_condition=QueryRejectCondition.NOT_OPEN,
+                rpc_timeout=self._rpc_timeout,
+            )
+        except WorkflowQueryRejectedError as err:
+            return _Live(err.status.name.lower() if err.status else "closed")
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                return _Live("not_found")
+            return _Live("unreachable", detail=err.message)
+        except RPCTimeoutOrCancelledError as err:
+            return _Live("unreachable", detail=str(err) or "no answer in time")
+        return _Live("running", status)
+
+
+def _view(request: ApprovalRequest, live: _Live) -> PendingRequest:
+    pending = live.status.pending_approval if live.status else None
+    if pending is not None and pending.journal_seq != request.journal_seq:
+        pending = None  # the saga waits, but for another request
+    intact = request.input_hash == input_hash(request.input) and (
+        pending is None or pending.input_hash == request.input_hash
+    )
+    return PendingRequest(
+        saga_id=request.saga_id,
+        journal_seq=request.journal_seq,
+        tool_name=request.tool_name,
+        input=request.input,
+        input_hash=request.input_hash,
+        requested_at=request.created_at,
+        workflow_status=live.workflow_status,
+        saga_state=live.status.state if live.status else None,
+        waiting=pending is not None,
+        deadline=None
+        if pending is None
+        else request.created_at + timedelta(seconds=pending.deadline_s),
+        intact=intact,
+    )
+
+
+def _refused(saga_id: str, decision: Decision, cause: BaseException) -> ApprovalRefused:
+    message = str(getattr(cause, "message", "") or cause)
+    for fragment, kind in _VALIDATOR_REASONS:
+        if fragment in message:
+            if kind is None:
+                return ApproverNotAllowed(message)
+            return ApprovalConflict(kind, f"saga {saga_id!r}: {message}")
+    return ApprovalRefused(f"saga {saga_id!r} refused the decision: {message}")

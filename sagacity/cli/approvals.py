@@ -1,0 +1,237 @@
+"""``sagacity approvals``: list pending IRREVERSIBLE calls, approve or reject them, serve the HTTP API.
+
+Decisions go through :class:`~sagacity.approvals.ApprovalService`, so ``SAGACITY_APPROVERS``
+applies here as it does over HTTP. ``--as`` names the approver the journal records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from sagacity.approvals import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.http import create_app, openapi_document
+from sagacity.cli._exit import hard_exit
+from sagacity.cli.db import _run
+from sagacity.errors import SagacityError
+from sagacity.settings import Settings, load_settings
+from sagacity.store import ApprovalStore, open_pool
+from sagacity.temporal.plugin import SagacityPlugin
+from workers.saga_worker import connect
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="approvals",
+    help="Pending approvals of IRREVERSIBLE tool calls: list, show, approve, reject, serve.",
+    no_args_is_help=True,
+)
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+SagaArg = Annotated[str, typer.Argument(help="Saga (workflow) id.", show_default=False)]
+SeqArg = Annotated[
+    int, typer.Argument(min=1, help="Journal seq of the AWAITING_APPROVAL row.", show_default=False)
+]
+Approver = Annotated[
+    str, typer.Option("--as", help="Who decides: recorded in the journal.", show_default=False)
+]
+
+
+def _settings() -> Settings:
+    """Settings with a journal database and a Temporal address, or exit 2 saying what is missing."""
+    try:
+        settings = load_settings()
+    except SagacityError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    missing = [
+        name
+        for name, value in (
+            ("SAGACITY_DATABASE_URL", settings.database_url),
+            ("TEMPORAL_ADDRESS", settings.temporal_address),
+        )
+        if not value
+    ]
+    if missing:
+        typer.echo(f"error: set {' and '.join(missing)} (or run `sagacity dev`)", err=True)
+        raise typer.Exit(2)
+    return settings
+
+
+@contextlib.asynccontextmanager
+async def _service(settings: Settings) -> AsyncIterator[ApprovalService]:
+    assert settings.database_url
+    pool = await open_pool(settings.database_url, min_size=1, max_size=4)
+    try:
+        client = await connect(settings, SagacityPlugin())
+        yield ApprovalService(client, ApprovalStore(pool), approvers=settings.approvers)
+    finally:
+        await pool.close()
+
+
+def _print_json(value: BaseModel | Sequence[BaseModel]) -> None:
+    data = (
+        value.model_dump(mode="json")
+        if isinstance(value, BaseModel)
+        else [v.model_dump(mode="json") for v in value]
+    )
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _flags(req: PendingRequest) -> str:
+    if not req.intact:
+        return "ALTERED: approving it will not run it"
+    return "waiting" if req.waiting else f"not waiting ({req.workflow_status})"
+
+
+@app.command("list")
+@hard_exit
+def list_command(
+    saga: Annotated[str | None, typer.Option("--saga", help="Only this saga's requests.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Pending requests, oldest first, with what each saga is doing now."""
+    settings = _settings()
+
+    async def work() -> list[PendingRequest]:
+        async with _service(settings) as service:
+            return await service.list(saga_id=saga)
+
+    requests = _run(work())
+    if as_json:
+        _print_json(requests)
+        return
+    if not requests:
+        typer.echo("no approvals pending")
+        return
+    table = Table("saga", "seq", "tool", "input", "input hash", "requested (UTC)", "status")
+    for r in requests:
+        table.add_row(
+            r.saga_id,
+            str(r.journal_seq),
+            r.tool_name,
+            r.input,
+            r.input_hash[:12] + "…",
+            f"{r.requested_at:%Y-%m-%d %H:%M:%S}",
+            _flags(r),
+        )
+    Console().print(table)
+
+
+@app.command("show")
+@hard_exit
+def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None:
+    """One request in full: its input, hash, deadline and whether the saga still waits for it."""
+    settings = _settings()
+
+    async def work() -> PendingRequest:
+        async with _service(settings) as service:
+            return await service.get(saga_id, seq)
+
+    request = _run(work())
+    if as_json:
+        _print_json(request)
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for label, value in (
+        ("saga", request.saga_id),
+        ("seq", str(request.journal_seq)),
+        ("tool", request.tool_name),
+        ("input", request.input),
+        ("input hash", request.input_hash),
+        ("requested", request.requested_at.isoformat()),
+        ("deadline", request.deadline.isoformat() if request.deadline else "-"),
+        ("saga state", request.saga_state.value if request.saga_state else "-"),
+        ("status", _flags(request)),
+    ):
+        table.add_row(label, value)
+    Console().print(table)
+
+
+def _report(result: DecisionResult, as_json: bool) -> None:
+    if as_json:
+        _print_json(result)
+        return
+    why = f": {result.reason}" if result.reason else ""
+    typer.echo(
+        f"{result.decision} {result.tool_name} (saga {result.saga_id}, seq {result.journal_seq}) "
+        f"as {result.approver}{why}"
+    )
+
+
+@app.command("approve")
+@hard_exit
+def approve_command(
+    saga_id: SagaArg,
+    seq: SeqArg,
+    approver: Approver,
+    input_hash: Annotated[
+        str | None,
+        typer.Option("--input-hash", help="Approve only if this is the hash of the input to run."),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Approve the call; it runs once APPROVED is journaled."""
+    settings = _settings()
+
+    async def work() -> DecisionResult:
+        async with _service(settings) as service:
+            return await service.approve(saga_id, seq, approver=approver, input_hash=input_hash)
+
+    _report(_run(work()), as_json)
+
+
+@app.command("reject")
+@hard_exit
+def reject_command(
+    saga_id: SagaArg,
+    seq: SeqArg,
+    approver: Approver,
+    reason: Annotated[str, typer.Option("--reason", help="Journaled with REJECTED.")],
+    as_json: AsJson = False,
+) -> None:
+    """Reject the call; the saga compensates what ran before it."""
+    settings = _settings()
+
+    async def work() -> DecisionResult:
+        async with _service(settings) as service:
+            return await service.reject(saga_id, seq, approver=approver, reason=reason)
+
+    _report(_run(work()), as_json)
+
+
+@app.command("serve")
+@hard_exit
+def serve_command(
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8080,
+) -> None:
+    """Run the HTTP API until Ctrl-C (bearer tokens from SAGACITY_APPROVAL_TOKENS)."""
+    import uvicorn
+
+    settings = _settings()
+    if not settings.approval_tokens:
+        typer.echo("error: set SAGACITY_APPROVAL_TOKENS (token=principal,...)", err=True)
+        raise typer.Exit(2)
+
+    async def work() -> None:
+        async with _service(settings) as service:
+            api = create_app(service, settings.approval_tokens)
+            await uvicorn.Server(uvicorn.Config(api, host=host, port=port)).serve()
+
+    _run(work())
+
+
+@app.command("openapi")
+def openapi_command() -> None:
+    """Print the HTTP API's OpenAPI document (docs/approvals-openapi.json is this output)."""
+    typer.echo(json.dumps(openapi_document(), indent=2, ensure_ascii=False))
