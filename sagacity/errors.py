@@ -138,3 +138,21 @@ class SagaUnavailable(SagacityError):
     """A saga did not answer (no worker polling its task queue, or Temporal unreachable)."""
 
     code = "saga_unavailable"
+
+
+class AgentRunFailed(SagacityError):
+    """An agent run inside a saga ended in an error of the Agents SDK (max turns, a model failure)."""
+
+    code = "agent_run_failed"
+
+
+class EvidenceUnavailable(SagacityError):
+    """A signing key, checkpoint directory or bundle cannot be used; the message says which and why."""
+
+    code = "evidence_unavailable"
+
+
+class RetentionRefused(SagacityError):
+    """Retention would purge evidence it must keep (period too short, or the export did not verify)."""
+
+    code = "retention_refused"
