@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sagacity.errors import SettingsError
@@ -51,6 +51,19 @@ class Settings(BaseSettings):
         default=timedelta(days=7), description="how long an IRREVERSIBLE call waits for a human"
     )
     max_concurrent_activities: int = Field(default=100, ge=1)
+    # the model agent sagas talk to (sagacity/agents/models.py): scripted unless a key is set
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("SAGACITY_OPENAI_API_KEY", "OPENAI_API_KEY")
+    )
+    openai_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SAGACITY_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
+        description="an OpenAI-compatible server; unset = api.openai.com",
+    )
+    model: str = Field(default="gpt-4o-mini", description="model of agents that name none")
+    model_api: Literal["auto", "responses", "chat_completions"] = Field(
+        default="auto", description="auto: Responses at OpenAI, Chat Completions elsewhere"
+    )
     checkpoint_dir: Path | None = Field(
         default=None,
         description="where signed checkpoints of chain heads go; keep it out of the DB owner's reach",

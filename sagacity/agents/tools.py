@@ -1,0 +1,215 @@
+"""The worker's Sagacity tools as Agents SDK function tools, built inside a workflow.
+
+Each tool's ``on_invoke_tool`` parses the model's JSON arguments and calls
+``await saga.call(name, **args)``: the call is the journaled ``sagacity.call_tool`` activity
+(INTENT, then EXECUTED or FAILED), it is serialized with the saga's other calls (so a parallel
+tool-call turn still journals gap-free), and an IRREVERSIBLE tool first goes through Sagacity's
+durable approval gate.
+
+Approval: the SDK's own ``needs_approval`` is left False. Sagacity's gate *is* the approval: it
+is journaled (AWAITING_APPROVAL, APPROVED/REJECTED with the approver), checked against the input
+hash the human saw, survives worker restarts as workflow state, and is decided by a signal or
+update from any client. The SDK's mechanism would interrupt the run and need the run state
+carried out of the workflow and back, a second gate beside the first. The tool description tells
+the model which tools wait for a human.
+
+Failures: like the SDK's ``function_tool`` default, a failed call (a tool error, a rejection,
+arguments that do not fit) becomes a message to the model and the run carries on. The saga has
+recorded the failure all the same (``saga.failures``), so the agent saga still compensates at the
+end unless its policy lets the agent recover. An abort is not a message: it stops the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from agents import FunctionTool, RunContextWrapper
+from agents.tool import ToolErrorFunction
+from agents.tool_context import ToolContext
+from pydantic import BaseModel
+
+from sagacity.errors import (
+    ApprovalRejected,
+    SagaAborted,
+    SagacityError,
+    ToolArgumentsInvalid,
+    ToolFailed,
+    UnknownTool,
+)
+from sagacity.journal.phases import Phase
+from sagacity.temporal.models import ToolSpec
+from sagacity.temporal.saga import Saga
+from sagacity.tools import Reversibility
+
+__all__ = ["AgentStep", "failure_message", "function_tool_for", "saga_function_tools"]
+
+#: the phases a call's first row can have: it ran, it waited for a human, or it was refused
+_OPENING = (Phase.INTENT, Phase.AWAITING_APPROVAL, Phase.REJECTED)
+
+StepStatus = Literal["executed", "failed", "rejected", "invalid"]
+
+
+class AgentStep(BaseModel):
+    """One tool call the agent made, and what became of it."""
+
+    tool: str
+    arguments: dict[str, Any]
+    status: StepStatus
+    #: the tool's result when executed, else the error text the model was given
+    output: Any = None
+    #: journal seq of the row that opened the call (INTENT; AWAITING_APPROVAL or REJECTED when
+    #: it never ran); None when it never reached the journal
+    seq: int | None = None
+    #: which turn of a multi-turn saga the call belongs to (0 for the first)
+    turn: int = 0
+
+
+def failure_message(_ctx: RunContextWrapper[Any], error: Exception) -> str:
+    """What the model is told when a call fails (plain text, never JSON)."""
+    if isinstance(error, ApprovalRejected):
+        return f"Not approved, the tool did not run: {error}"
+    return f"The tool call failed: {error}"
+
+
+def _status(error: SagacityError) -> StepStatus:
+    if isinstance(error, ApprovalRejected):
+        return "rejected"
+    if isinstance(error, ToolFailed):
+        return "failed"
+    return "invalid"
+
+
+def _strict_ok(schema: Any) -> bool:
+    """True when OpenAI's strict mode can express ``schema`` without changing what it accepts.
+
+    Strict mode needs a type on every property and closes every object, so an ``Any`` parameter
+    or a free-form ``dict`` cannot be strict.
+    """
+    if not isinstance(schema, dict):
+        return True
+    if schema.get("type") == "object" and "properties" not in schema:
+        return False
+    for prop in schema.get("properties", {}).values():
+        if not isinstance(prop, dict) or not (
+            {"type", "anyOf", "$ref", "enum", "const"} & prop.keys()
+        ):
+            return False
+    nested = [*schema.get("properties", {}).values(), *schema.get("$defs", {}).values()]
+    nested += schema.get("anyOf", []) + ([schema["items"]] if "items" in schema else [])
+    return all(_strict_ok(s) for s in nested)
+
+
+def _description(spec: ToolSpec) -> str:
+    if spec.reversibility is Reversibility.IRREVERSIBLE:
+        return (
+            f"{spec.description} (Irreversible: each call waits until a human approves it, "
+            "and may be rejected.)"
+        )
+    return spec.description
+
+
+def _parse(name: str, raw: str) -> dict[str, Any]:
+    try:
+        args = json.loads(raw or "{}")
+    except ValueError as exc:
+        raise ToolArgumentsInvalid(f"arguments for tool {name!r} are not JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise ToolArgumentsInvalid(f"arguments for tool {name!r} must be a JSON object")
+    return args
+
+
+def _call_seq(saga: Saga, name: str) -> int | None:
+    # the saga serializes calls and nothing runs between a call's return and here, so the
+    # newest row of this tool that opens a call is this call's
+    for row in reversed(saga.rows):
+        if row.tool_name == name and row.phase in _OPENING:
+            return row.seq
+    return None
+
+
+def function_tool_for(
+    saga: Saga,
+    spec: ToolSpec,
+    *,
+    on_step: Callable[[AgentStep], None] | None = None,
+    on_failure: ToolErrorFunction | None = failure_message,
+) -> FunctionTool:
+    """One Sagacity tool as a function tool whose calls run through ``saga``.
+
+    ``on_failure`` turns a failed call into the model's message (the SDK's convention); with
+    None the failure is raised instead and ends the run.
+    """
+
+    def record(step: AgentStep) -> None:
+        if on_step is not None:
+            on_step(step)
+
+    async def invoke(ctx: ToolContext[Any], raw: str) -> str:
+        args: dict[str, Any] = {}
+        try:
+            args = _parse(spec.name, raw)
+            # shielded: when a sibling call in the same turn stops the run, this call still
+            # finishes and is journaled, so compensation knows about its effect
+            result = await asyncio.shield(saga.call(spec.name, **args))
+        except SagaAborted:
+            raise
+        except SagacityError as error:
+            message = None
+            if on_failure is not None:
+                outcome = on_failure(ctx, error)
+                message = await outcome if inspect.isawaitable(outcome) else outcome
+            # arguments that are not JSON never reach the saga: no journal row, no failure
+            unparsed = isinstance(error, ToolArgumentsInvalid)
+            record(
+                AgentStep(
+                    tool=spec.name,
+                    arguments=args,
+                    status=_status(error),
+                    output=message or str(error),
+                    seq=None if unparsed else _call_seq(saga, spec.name),
+                )
+            )
+            if message is None:
+                raise
+            return message
+        record(
+            AgentStep(
+                tool=spec.name,
+                arguments=args,
+                status="executed",
+                output=result,
+                seq=_call_seq(saga, spec.name),
+            )
+        )
+        return json.dumps(result, ensure_ascii=False)
+
+    return FunctionTool(
+        name=spec.name,
+        description=_description(spec),
+        params_json_schema=spec.params_schema,
+        on_invoke_tool=invoke,
+        strict_json_schema=_strict_ok(spec.params_schema),
+    )
+
+
+async def saga_function_tools(
+    saga: Saga,
+    names: Sequence[str] | None = None,
+    *,
+    on_step: Callable[[AgentStep], None] | None = None,
+    on_failure: ToolErrorFunction | None = failure_message,
+) -> list[FunctionTool]:
+    """Function tools for the worker's tools named in ``names`` (all of them when None)."""
+    catalog = await saga.tools()
+    chosen = list(catalog) if names is None else list(names)
+    missing = [n for n in chosen if n not in catalog]
+    if missing:
+        known = ", ".join(sorted(catalog)) or "none"
+        raise UnknownTool(f"no tool named {', '.join(map(repr, missing))} (known: {known})")
+    return [
+        function_tool_for(saga, catalog[n], on_step=on_step, on_failure=on_failure) for n in chosen
+    ]

@@ -1,0 +1,82 @@
+"""Fixtures for agent saga tests: a worker with Sagacity's and the Agents SDK's plugins.
+
+The model is the scripted one (no API key): the real Agents SDK loop runs in the workflow, the
+model calls are Temporal activities, the tool calls are the saga's journaled activities.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import timedelta
+from typing import Any, cast
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from sagacity.agents import (
+    WORKFLOW_NAME,
+    AgentSagaRequest,
+    AgentSagaResult,
+    Script,
+    ScriptedModelProvider,
+    agent_plugins,
+    with_plugins,
+)
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.tools import CompensableTool
+from tests.temporal import sample_tools
+from tests.temporal.conftest import approvals, journal, pool, shop, shop_session, worker
+from workflows.agent_order.script import SCRIPTS
+from workflows.order import app as order_app
+
+# the saga fixtures live with the saga tests; agent tests use the same ones
+__all__ = ["approvals", "journal", "pool", "shop", "shop_session", "worker"]
+
+WorkerFactory = Callable[..., contextlib.AbstractAsyncContextManager[Worker]]
+
+
+@pytest.fixture
+def agent_worker(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+) -> WorkerFactory:
+    """Start a worker for agent sagas: ``async with agent_worker(scripts) as worker: ...``."""
+
+    @contextlib.asynccontextmanager
+    async def start(
+        scripts: Mapping[str, Script] = SCRIPTS, **worker_options: Any
+    ) -> AsyncIterator[Worker]:
+        plugins = agent_plugins(
+            journal=journal,
+            approvals=approvals,
+            tools=cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS]),
+            model_provider=ScriptedModelProvider(scripts),
+            model_attempts=2,
+        )
+        worker = Worker(
+            with_plugins(temporal_client, plugins),
+            task_queue=task_queue,
+            graceful_shutdown_timeout=timedelta(seconds=1),
+            **worker_options,
+        )
+        async with worker:
+            yield worker
+
+    return start
+
+
+async def start_agent(
+    client: Client, task_queue: str, request: AgentSagaRequest
+) -> WorkflowHandle[Any, AgentSagaResult]:
+    return await client.start_workflow(
+        WORKFLOW_NAME,
+        request,
+        id=f"agent-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=AgentSagaResult,
+    )
