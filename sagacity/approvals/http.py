@@ -153,6 +153,7 @@ def _app() -> FastAPI:
         title="Sagacity approvals",
         version=version("sagacity"),
         description="Pending approvals of IRREVERSIBLE tool calls, and decisions on them.",
+        generate_unique_id_function=lambda route: route.name,
     )
 
     @app.exception_handler(_Unauthenticated)

@@ -1,0 +1,122 @@
+"""Fixtures for approval tests: the saga fixtures of ``tests/temporal``, the service, the CLI.
+
+Everything runs against the session's real Temporal server and Postgres.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from sagacity.approvals import ApprovalService
+from sagacity.devstack import Endpoints
+from sagacity.store import ApprovalStore
+from sagacity.temporal.models import SagaOptions, SagaResult, SagaStatus
+from tests.temporal import conftest as saga_fixtures
+from tests.temporal.conftest import awaiting_approval, wait_for
+from workflows.order.workflows import OrderRequest
+
+# the saga tests' fixtures, shared by name: the journal, the shop, an in-process worker
+pool = saga_fixtures.pool
+journal = saga_fixtures.journal
+approvals = saga_fixtures.approvals
+shop_session = saga_fixtures.shop_session
+shop = saga_fixtures.shop
+worker = saga_fixtures.worker
+
+START = {"p-1": 10, "p-2": 25}
+
+#: the steps before the gate write rows 1-4; the gate's AWAITING_APPROVAL is row 5
+GATE_SEQ = 5
+
+
+@dataclass
+class Waiting:
+    """An Order saga stopped at its approval gate."""
+
+    saga_id: str
+    handle: WorkflowHandle[Any, SagaResult]
+    status: SagaStatus
+
+    @property
+    def seq(self) -> int:
+        assert self.status.pending_approval is not None
+        return self.status.pending_approval.journal_seq
+
+
+StartOrder = Callable[..., Coroutine[Any, Any, Waiting]]
+
+
+@pytest.fixture
+def start_order(temporal_client: Client, worker: Worker) -> StartOrder:
+    """Start an Order saga on the test's worker and return it once it waits for approval."""
+
+    async def start(options: SagaOptions | None = None, *, quantity: int = 2) -> Waiting:
+        saga_id = f"order-{uuid.uuid4().hex[:8]}"
+        request = OrderRequest(quantity=quantity, options=options or SagaOptions())
+        handle = await temporal_client.start_workflow(
+            "order.PlaceOrder",
+            request,
+            id=saga_id,
+            task_queue=worker.task_queue,
+            result_type=SagaResult,
+        )
+        status = await wait_for(handle, awaiting_approval)
+        return Waiting(saga_id, handle, status)
+
+    return start
+
+
+@pytest.fixture
+def service(temporal_client: Client, approvals: ApprovalStore) -> ApprovalService:
+    return ApprovalService(temporal_client, approvals)
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+Cli = Callable[..., Coroutine[Any, Any, CliResult]]
+
+
+@pytest.fixture
+def cli(endpoints: Endpoints, database_url: str) -> Cli:
+    """Run the installed ``sagacity`` command in a child process against the test servers."""
+    env = {
+        **os.environ,
+        "SAGACITY_DATABASE_URL": database_url,
+        "TEMPORAL_ADDRESS": endpoints.temporal_address,
+        "TEMPORAL_NAMESPACE": endpoints.temporal_namespace,
+        "COLUMNS": "200",
+    }
+
+    async def run(*args: str, extra_env: dict[str, str] | None = None) -> CliResult:
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("sagacity")),
+            *args,
+            env={**env, **(extra_env or {})},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert proc.returncode is not None
+        return CliResult(proc.returncode, out.decode(), err.decode())
+
+    return run
