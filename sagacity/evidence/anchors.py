@@ -1,0 +1,118 @@
+"""Verify the journal in Postgres against every anchor within reach.
+
+Each saga's chain is recomputed from its rows (streamed), then compared with what witnesses
+outside the table recorded: the signed checkpoints, and, given a Temporal client, the head the
+saga workflow itself holds (its result once completed, its ``status`` query while running).
+The workflow is looked up by the saga's id, which is its workflow id unless the saga chose
+another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from datetime import timedelta
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.report import (
+    Agreement,
+    Anchor,
+    AnchorCheck,
+    SagaReport,
+    Source,
+    checkpoint_probe,
+    compare,
+    saga_report,
+    settle_async,
+)
+from sagacity.journal import GENESIS_HASH, Verdict
+from sagacity.store.journal import JournalStore
+from sagacity.temporal.models import Head, SagaResult, SagaStatus
+
+__all__ = ["temporal_anchor", "verify_journal"]
+
+_RPC_TIMEOUT = timedelta(seconds=10)
+
+
+async def verify_journal(
+    journal: JournalStore,
+    *,
+    saga_ids: Sequence[str] | None = None,
+    checkpoints: CheckpointDir | None = None,
+    temporal: Client | None = None,
+) -> AsyncGenerator[SagaReport, None]:
+    """One report per saga: ``saga_ids`` in order, or every saga in the journal.
+
+    Checking every saga also reports each saga that has checkpoints but no rows left (deleted).
+    The journal's pool needs two connections: one streams rows while the other looks up the
+    rows anchors point at.
+    """
+    seen: set[str] = set()
+    async with aclosing(journal.verify_all(saga_ids=saga_ids)) as verdicts:
+        async for verdict in verdicts:
+            seen.add(verdict.saga_id)
+            yield await _report(journal, verdict, checkpoints, temporal)
+    if saga_ids is None and checkpoints is not None:
+        for saga_id in checkpoints.saga_ids():
+            if saga_id not in seen:
+                empty = Verdict(saga_id, 0, 0, GENESIS_HASH, None)
+                yield await _report(journal, empty, checkpoints, temporal)
+
+
+async def _report(
+    journal: JournalStore,
+    verdict: Verdict,
+    checkpoints: CheckpointDir | None,
+    temporal: Client | None,
+) -> SagaReport:
+    async def stored_hash(seq: int) -> str | None:
+        row = await journal.get(verdict.saga_id, seq)
+        return None if row is None else row.hash
+
+    checks: list[AnchorCheck] = []
+    if checkpoints is not None:
+        probe = checkpoint_probe(checkpoints.load(verdict.saga_id), verdict)
+        checks += await settle_async(probe, stored_hash)
+    if temporal is not None:
+        found = await temporal_anchor(temporal, verdict.saga_id)
+        if isinstance(found, AnchorCheck):
+            checks.append(found)
+        elif found.seq == 0:
+            detail = f"agrees: the workflow has journaled nothing yet ({found.note})"
+            checks.append(AnchorCheck(Source.TEMPORAL, Agreement.AGREES, detail, 0))
+        else:
+            probe = compare(Source.TEMPORAL, [found], verdict, "the Temporal workflow")
+            checks += await settle_async(probe, stored_hash)
+    return saga_report(verdict, checks)
+
+
+async def temporal_anchor(client: Client, saga_id: str) -> Anchor | AnchorCheck:
+    """The head the saga's workflow holds, or why there is none to compare (never fatal).
+
+    A workflow that is gone (never started, or past the namespace's retention) is ``MISSING``;
+    one that cannot answer (no worker for a query, not a saga workflow) is ``UNAVAILABLE``.
+    """
+    handle = client.get_workflow_handle(saga_id, result_type=SagaResult)
+    try:
+        described = await handle.describe(rpc_timeout=_RPC_TIMEOUT)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            detail = "no workflow with this id (never started, or past the namespace's retention)"
+            return AnchorCheck(Source.TEMPORAL, Agreement.MISSING, detail)
+        return AnchorCheck(Source.TEMPORAL, Agreement.UNAVAILABLE, f"Temporal: {exc}")
+    head: Head
+    try:
+        if described.status is WorkflowExecutionStatus.COMPLETED:
+            result: SagaResult = await handle.result(rpc_timeout=_RPC_TIMEOUT)
+            head, note = result.head, "workflow result"
+        else:
+            status = await handle.query("status", result_type=SagaStatus, rpc_timeout=_RPC_TIMEOUT)
+            head, note = status.head, "workflow status query"
+    except Exception as exc:
+        # a witness that cannot answer is reported, not fatal: the other anchors still speak
+        detail = f"the workflow could not say its head: {type(exc).__name__}: {exc}"
+        return AnchorCheck(Source.TEMPORAL, Agreement.UNAVAILABLE, detail)
+    return Anchor(head.seq, head.hash, note)

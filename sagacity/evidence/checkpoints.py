@@ -1,0 +1,284 @@
+"""Signed checkpoints of chain heads, kept as files outside the database.
+
+A checkpoint says "saga S had row ``seq`` hashed ``hash`` at time ``at``", signed with Ed25519.
+Whoever can rewrite the journal table cannot rewrite these (keep the directory on other storage,
+with other owners), so a journal that was truncated, deleted or rewritten with every hash
+recomputed no longer matches them.
+
+Each saga has one append-only log, ``<dir>/<name>.jsonl``, one signed checkpoint per line; a
+line is written with a single ``O_APPEND`` write. Standard library, ``cryptography`` and the
+journal core only: an offline verifier reads bundles with this module.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from sagacity.errors import EvidenceUnavailable
+from sagacity.evidence.keys import key_id, load_private_key
+from sagacity.journal import format_timestamp, to_json
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointDir",
+    "CheckpointLog",
+    "CheckpointWriter",
+    "Kind",
+    "log_name",
+]
+
+#: Prefix of every signed message; changes only with the checkpoint format.
+DOMAIN = b"sagacity-checkpoint-v1\n"
+SUFFIX = ".jsonl"
+# Names longer than this are replaced by a digest: file systems cap names at 255 bytes.
+_MAX_NAME = 150
+# quote() encodes "+", so no readable name starts with it: digest names cannot collide.
+_DIGEST_PREFIX = "+"
+
+
+class Kind(StrEnum):
+    """What a checkpoint records."""
+
+    HEAD = "head"  # the chain's head after an append
+    PURGED = "purged"  # retention exported the saga (``bundle``) and deleted its rows
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One signed statement about a saga's head. ``signature`` covers every other field."""
+
+    saga_id: str
+    seq: int
+    hash: str
+    at: str
+    kind: Kind
+    key_id: str
+    #: SHA-256 of the bundle's manifest, for ``PURGED``
+    bundle: str | None = None
+    signature: str = ""
+
+    def message(self) -> bytes:
+        """The signed bytes: the domain tag, then canonical JSON of all fields but the signature."""
+        body = {k: v for k, v in asdict(self).items() if k != "signature"}
+        return DOMAIN + to_json(body).encode("utf-8")
+
+    def line(self) -> str:
+        """The log line (no newline) for this checkpoint."""
+        return to_json(asdict(self))
+
+    def verify(self, key: Ed25519PublicKey) -> str | None:
+        """None when ``key`` signed this checkpoint; otherwise why it did not."""
+        expected = key_id(key)
+        if self.key_id != expected:
+            return f"signed by key {self.key_id}, not by the trusted key {expected}"
+        try:
+            key.verify(base64.b64decode(self.signature, validate=True), self.message())
+        except (InvalidSignature, binascii.Error, ValueError):
+            return "the signature does not verify"
+        return None
+
+
+def sign(
+    key: Ed25519PrivateKey,
+    saga_id: str,
+    seq: int,
+    hash: str,
+    *,
+    kind: Kind = Kind.HEAD,
+    bundle: str | None = None,
+    at: datetime | None = None,
+) -> Checkpoint:
+    """A checkpoint of ``saga_id`` at ``seq``/``hash``, signed by ``key`` (``at``: now)."""
+    unsigned = Checkpoint(
+        saga_id=saga_id,
+        seq=seq,
+        hash=hash,
+        at=format_timestamp(at or datetime.now(UTC)),
+        kind=kind,
+        key_id=key_id(key.public_key()),
+        bundle=bundle,
+    )
+    signature = base64.b64encode(key.sign(unsigned.message())).decode("ascii")
+    return Checkpoint(**{**asdict(unsigned), "signature": signature})
+
+
+def parse_line(line: str) -> Checkpoint:
+    """The checkpoint a log line holds (signature not checked); ``ValueError`` saying why not."""
+    try:
+        raw = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    try:
+        cp = Checkpoint(
+            saga_id=raw["saga_id"],
+            seq=raw["seq"],
+            hash=raw["hash"],
+            at=raw["at"],
+            kind=Kind(raw["kind"]),
+            key_id=raw["key_id"],
+            bundle=raw.get("bundle"),
+            signature=raw["signature"],
+        )
+    except KeyError as exc:
+        raise ValueError(f"field {exc} is missing") from None
+    if set(raw) != set(asdict(cp)):
+        raise ValueError(f"unexpected fields {sorted(set(raw) - set(asdict(cp)))}")
+    if not isinstance(cp.seq, int) or isinstance(cp.seq, bool) or cp.seq < 0:
+        raise ValueError(f"seq {cp.seq!r} is not a count")
+    for name in ("saga_id", "hash", "at", "key_id", "signature"):
+        if not isinstance(getattr(cp, name), str):
+            raise ValueError(f"{name} is not a string")
+    return cp
+
+
+def log_name(saga_id: str) -> str:
+    """File name of ``saga_id``'s log: the id percent-encoded, or a digest when that is long."""
+    name = quote(saga_id, safe="")
+    if len(name) > _MAX_NAME:
+        name = _DIGEST_PREFIX + hashlib.sha256(saga_id.encode("utf-8")).hexdigest()
+    return name + SUFFIX
+
+
+@dataclass
+class CheckpointLog:
+    """One saga's checkpoints that verify, by seq, and what is wrong with the others."""
+
+    saga_id: str
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    #: lines that are damaged, forged or contradict each other; any one is a fault
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def latest(self) -> Checkpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+
+class CheckpointDir:
+    """Reads a checkpoint directory (or a bundle's copy), trusting only ``key``'s signatures."""
+
+    def __init__(self, path: Path, key: Ed25519PublicKey) -> None:
+        self.path = path
+        self.key = key
+
+    def log_path(self, saga_id: str) -> Path:
+        return self.path / log_name(saga_id)
+
+    def load(self, saga_id: str) -> CheckpointLog:
+        """``saga_id``'s checkpoints; an empty log when it has none."""
+        log = CheckpointLog(saga_id)
+        file = self.log_path(saga_id)
+        try:
+            text = file.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            return log
+        except (OSError, UnicodeDecodeError) as exc:
+            log.problems.append(f"{file.name}: unreadable: {exc}")
+            return log
+        by_seq: dict[int, Checkpoint] = {}
+        for number, line in enumerate(text.splitlines(), start=1):
+            where = f"{file.name} line {number}"
+            try:
+                cp = parse_line(line)
+            except ValueError as exc:
+                log.problems.append(f"{where}: damaged checkpoint: {exc}")
+                continue
+            refusal = cp.verify(self.key)
+            if refusal is not None:
+                log.problems.append(f"{where}: forged checkpoint: {refusal}")
+            elif cp.saga_id != saga_id:
+                log.problems.append(f"{where}: a checkpoint of saga {cp.saga_id!r}, not this one")
+            elif cp.seq in by_seq and by_seq[cp.seq].hash != cp.hash:
+                log.problems.append(
+                    f"{where}: two signed heads for seq {cp.seq} ({by_seq[cp.seq].hash[:12]}… "
+                    f"and {cp.hash[:12]}…): the chain was forked"
+                )
+            elif cp.seq not in by_seq or cp.kind is Kind.PURGED:
+                by_seq[cp.seq] = cp
+        log.checkpoints = [by_seq[seq] for seq in sorted(by_seq)]
+        return log
+
+    def saga_ids(self) -> Iterator[str]:
+        """Every saga with a log here (a digest-named log is opened to learn its saga)."""
+        if not self.path.is_dir():
+            return
+        for file in sorted(self.path.iterdir()):
+            if not file.name.endswith(SUFFIX):
+                continue
+            stem = file.name.removesuffix(SUFFIX)
+            if not stem.startswith(_DIGEST_PREFIX):
+                yield unquote(stem)
+                continue
+            saga_id = _first_saga_id(file)
+            yield saga_id if saga_id is not None else stem
+
+
+def _first_saga_id(file: Path) -> str | None:
+    try:
+        with file.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    return parse_line(line).saga_id
+                except ValueError:
+                    continue
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
+
+
+class CheckpointWriter:
+    """Appends signed checkpoints; :meth:`record` is the one call a worker makes after an append."""
+
+    def __init__(self, path: Path, key: Ed25519PrivateKey) -> None:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EvidenceUnavailable(f"cannot create checkpoint directory {path}: {exc}") from None
+        self.path = path
+        self.key = key
+
+    @classmethod
+    def open(cls, path: Path | None, signing_key: Path | None) -> CheckpointWriter | None:
+        """A writer when both settings are given; None when neither is (checkpoints are off)."""
+        if path is None and signing_key is None:
+            return None
+        if path is None or signing_key is None:
+            missing = "SAGACITY_CHECKPOINT_DIR" if path is None else "SAGACITY_SIGNING_KEY"
+            raise EvidenceUnavailable(f"checkpoints need both settings; {missing} is not set")
+        return cls(path, load_private_key(signing_key))
+
+    def record(self, saga_id: str, seq: int, hash: str) -> Checkpoint:
+        """Sign and append the head ``seq``/``hash`` of ``saga_id``'s chain."""
+        return self._append(sign(self.key, saga_id, seq, hash))
+
+    def purged(self, saga_id: str, seq: int, hash: str, bundle: str) -> Checkpoint:
+        """Record that retention exported ``saga_id`` (head ``seq``/``hash``) to ``bundle``."""
+        return self._append(sign(self.key, saga_id, seq, hash, kind=Kind.PURGED, bundle=bundle))
+
+    def _append(self, cp: Checkpoint) -> Checkpoint:
+        data = (cp.line() + "\n").encode("utf-8")
+        file = self.path / log_name(cp.saga_id)
+        try:
+            # one write() on an O_APPEND descriptor: concurrent writers never interleave lines
+            fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise EvidenceUnavailable(f"cannot write checkpoint {file}: {exc}") from None
+        return cp

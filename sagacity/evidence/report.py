@@ -1,0 +1,236 @@
+"""What verifying one saga found: its chain's verdict and whether each anchor agrees with it.
+
+Pure: the comparisons are generators that yield the seqs whose stored hash they need and are sent
+the hash back (``None``: no such row), so the same code checks a live database (asking Postgres)
+and an offline bundle (looking in the rows it streamed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sagacity.evidence.checkpoints import CheckpointLog, Kind
+from sagacity.journal import Verdict
+
+__all__ = [
+    "Agreement",
+    "Anchor",
+    "AnchorCheck",
+    "Probe",
+    "SagaReport",
+    "Source",
+    "checkpoint_probe",
+    "compare",
+    "saga_report",
+    "settle",
+    "settle_async",
+]
+
+# Invalid checkpoint lines listed one by one before the rest are counted.
+_LISTED_PROBLEMS = 5
+
+
+class Source(StrEnum):
+    """Who vouches for (or against) a saga's journal."""
+
+    CHAIN = "chain"  # the rows' own hash chain
+    CHECKPOINT = "checkpoint"  # signed checkpoints outside the database
+    TEMPORAL = "temporal"  # the saga workflow's own record of its head
+    MANIFEST = "manifest"  # an export bundle's manifest
+
+
+class Agreement(StrEnum):
+    AGREES = "agrees"
+    DISAGREES = "disagrees"
+    MISSING = "missing"  # the source has no record of this saga
+    INVALID = "invalid"  # the source's record is damaged or forged
+    UNAVAILABLE = "unavailable"  # the source could not be asked
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A head recorded by a witness other than the journal table: row ``seq`` hashed ``hash``."""
+
+    seq: int
+    hash: str
+    #: how the witness recorded it, for reports ("signed 2026-…", "workflow result")
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorCheck:
+    """One source's finding. ``fatal`` ones make the saga fail verification."""
+
+    source: Source
+    agreement: Agreement
+    detail: str
+    seq: int | None = None
+    fatal: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source.value,
+            "agreement": self.agreement.value,
+            "seq": self.seq,
+            "fatal": self.fatal,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SagaReport:
+    """A saga's chain verdict and every anchor's finding."""
+
+    saga_id: str
+    verdict: Verdict
+    checks: tuple[AnchorCheck, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok and not any(c.fatal for c in self.checks)
+
+    def faults(self) -> list[AnchorCheck]:
+        """What fails, the chain's own fault first."""
+        found = [c for c in self.checks if c.fatal]
+        problem = self.verdict.problem
+        if problem is not None:
+            detail = f"{problem.fault.value}: {problem.detail}"
+            found.insert(
+                0, AnchorCheck(Source.CHAIN, Agreement.DISAGREES, detail, problem.seq, True)
+            )
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        problem = self.verdict.problem
+        return {
+            "saga_id": self.saga_id,
+            "ok": self.ok,
+            "rows": self.verdict.rows,
+            "head_seq": self.verdict.head_seq,
+            "head_hash": self.verdict.head_hash,
+            "problem": None
+            if problem is None
+            else {"seq": problem.seq, "fault": problem.fault.value, "detail": problem.detail},
+            "anchors": [c.to_dict() for c in self.checks],
+        }
+
+
+def saga_report(verdict: Verdict, checks: Sequence[AnchorCheck]) -> SagaReport:
+    """The report, adding a fault when nothing at all is known of the saga."""
+    known = any(c.agreement is Agreement.AGREES or c.fatal for c in checks)
+    if verdict.rows == 0 and not known:
+        missing = AnchorCheck(
+            Source.CHAIN, Agreement.MISSING, "the journal has no rows for this saga", fatal=True
+        )
+        checks = [missing, *checks]
+    return SagaReport(verdict.saga_id, verdict, tuple(checks))
+
+
+#: A comparison in progress: yields a seq, is sent that row's stored hash, returns its findings.
+Probe = Generator[int, "str | None", list[AnchorCheck]]
+
+
+def compare(source: Source, anchors: Sequence[Anchor], verdict: Verdict, witness: str) -> Probe:
+    """Check ``anchors`` (ascending seq) against the journal's stored hashes.
+
+    The latest anchor decides. When it disagrees, a binary search over the earlier ones finds
+    the last that still agrees, which bounds where the journal was changed.
+    """
+    known: dict[int, str | None] = {}
+
+    def stored(seq: int) -> Generator[int, str | None, str | None]:
+        if seq not in known:
+            if verdict.rows and seq == verdict.head_seq:
+                known[seq] = verdict.head_hash
+            elif verdict.ok and seq > verdict.head_seq:
+                known[seq] = None  # every row was read and verified: there is no such row
+            else:
+                known[seq] = yield seq
+        return known[seq]
+
+    latest = anchors[-1]
+    if (yield from stored(latest.seq)) == latest.hash:
+        more = f", {len(anchors)} checkpoints" if len(anchors) > 1 else ""
+        detail = f"agrees at seq {latest.seq} ({latest.note}{more})"
+        return [AnchorCheck(source, Agreement.AGREES, detail, latest.seq)]
+    low, high = 0, len(anchors) - 1  # anchors[high] disagrees
+    while low < high:
+        mid = (low + high) // 2
+        if (yield from stored(anchors[mid].seq)) == anchors[mid].hash:
+            low = mid + 1
+        else:
+            high = mid
+    bad = anchors[high]
+    held = known[bad.seq]
+    if held is None:
+        detail = f"{witness} ({bad.note}) has row {bad.seq} hashed {bad.hash[:12]}…, but the journal has no row {bad.seq}"
+        if verdict.ok:
+            detail += f" (it ends at seq {verdict.head_seq}): rows were removed"
+    else:
+        detail = (
+            f"row {bad.seq} is hashed {held[:12]}… in the journal but {bad.hash[:12]}… by "
+            f"{witness} ({bad.note}): the journal was rewritten"
+        )
+    if high > 0:
+        detail += f"; it still agrees at seq {anchors[high - 1].seq}"
+    return [AnchorCheck(source, Agreement.DISAGREES, detail, bad.seq, fatal=True)]
+
+
+def checkpoint_probe(log: CheckpointLog, verdict: Verdict) -> Probe:
+    """Compare a saga's checkpoint log with its journal; bad lines and a missing log are faults."""
+    checks = [
+        AnchorCheck(Source.CHECKPOINT, Agreement.INVALID, problem, fatal=True)
+        for problem in log.problems[:_LISTED_PROBLEMS]
+    ]
+    if len(log.problems) > _LISTED_PROBLEMS:
+        more = f"{len(log.problems) - _LISTED_PROBLEMS} more invalid checkpoint lines"
+        checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.INVALID, more, fatal=True))
+    latest = log.latest
+    if latest is None:
+        if not checks:
+            detail = (
+                "no signed checkpoint of this saga: its rows were not written by a worker that "
+                "checkpoints (forged, or older than checkpointing)"
+            )
+            checks.append(
+                AnchorCheck(Source.CHECKPOINT, Agreement.MISSING, detail, fatal=verdict.rows > 0)
+            )
+        return checks
+    if latest.kind is Kind.PURGED and verdict.rows == 0:
+        detail = (
+            f"purged by retention at {latest.at}, head seq {latest.seq}, "
+            f"exported in bundle {latest.bundle}"
+        )
+        checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.AGREES, detail, latest.seq))
+        return checks
+    anchors = [Anchor(cp.seq, cp.hash, f"signed {cp.at}") for cp in log.checkpoints if cp.seq]
+    if anchors:
+        checks += yield from compare(Source.CHECKPOINT, anchors, verdict, "the checkpoint")
+    return checks
+
+
+def settle(probe: Probe, lookup: Callable[[int], str | None]) -> list[AnchorCheck]:
+    """Run ``probe`` to the end, answering each seq with ``lookup``."""
+    try:
+        seq = next(probe)
+        while True:
+            seq = probe.send(lookup(seq))
+    except StopIteration as done:
+        result: list[AnchorCheck] = done.value
+        return result
+
+
+async def settle_async(
+    probe: Probe, lookup: Callable[[int], Awaitable[str | None]]
+) -> list[AnchorCheck]:
+    """:func:`settle` with a lookup that waits (a database query)."""
+    try:
+        seq = next(probe)
+        while True:
+            seq = probe.send(await lookup(seq))
+    except StopIteration as done:
+        result: list[AnchorCheck] = done.value
+        return result

@@ -1,0 +1,98 @@
+"""Retention in SQL: which sagas are past the retention period, and purging them.
+
+Purges run as the role ``sagacity_retention`` (``schema/0002_retention_role.sql``), the only
+role besides the tables' owner that may delete journal rows; the login that runs retention must
+be a member of it. A saga is deleted whole, and only if its head is still the exported one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import sql
+
+from sagacity.journal import utc_micros
+from sagacity.store.db import Pool, naive_utc, translate_errors
+
+__all__ = ["RETENTION_ROLE", "ExpiredSaga", "RetentionStore"]
+
+RETENTION_ROLE = "sagacity_retention"
+
+_EXPIRED = """
+WITH s AS (
+    SELECT saga_id, count(*) AS rows, max(seq) AS head_seq, max(timestamp) AS last_at
+    FROM side_effect_journal
+    GROUP BY saga_id
+    HAVING max(timestamp) < %(cutoff)s
+)
+SELECT s.saga_id, s.rows, s.head_seq, j.hash, s.last_at
+FROM s JOIN side_effect_journal j ON j.saga_id = s.saga_id AND j.seq = s.head_seq
+ORDER BY s.last_at, s.saga_id
+"""
+
+# Deletes the sagas whose current head is the given one; a saga that moved on is left alone.
+_PURGE = """
+WITH want AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(seqs)s::bigint[], %(hashes)s::text[])
+        AS w(saga_id, seq, hash)
+), heads AS (
+    SELECT DISTINCT ON (j.saga_id) j.saga_id, j.seq, j.hash
+    FROM side_effect_journal j JOIN want USING (saga_id)
+    ORDER BY j.saga_id, j.seq DESC
+), unchanged AS (
+    SELECT w.saga_id FROM want w
+    JOIN heads h ON h.saga_id = w.saga_id AND h.seq = w.seq AND h.hash = w.hash
+), deleted AS (
+    DELETE FROM side_effect_journal j USING unchanged u
+    WHERE j.saga_id = u.saga_id
+    RETURNING j.saga_id
+)
+SELECT saga_id, count(*) FROM deleted GROUP BY saga_id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredSaga:
+    """A saga whose newest row is older than the cutoff."""
+
+    saga_id: str
+    rows: int
+    head_seq: int
+    head_hash: str
+    last_at: datetime
+
+
+class RetentionStore:
+    """Lists expired sagas and purges them as ``role``."""
+
+    def __init__(self, pool: Pool, *, role: str = RETENTION_ROLE) -> None:
+        self._pool = pool
+        self._role = role
+
+    async def expired(self, cutoff: datetime) -> list[ExpiredSaga]:
+        """Sagas with no row at or after ``cutoff``, least recently active first."""
+        with translate_errors("list sagas past the retention period"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(_EXPIRED, {"cutoff": naive_utc(cutoff)})
+                return [
+                    ExpiredSaga(saga_id, rows, head_seq, head_hash, utc_micros(last_at))
+                    for saga_id, rows, head_seq, head_hash, last_at in await cur.fetchall()
+                ]
+
+    async def purge(self, heads: Sequence[tuple[str, int, str]]) -> dict[str, int]:
+        """Delete each ``(saga_id, head_seq, head_hash)`` saga whose head is still that one.
+
+        Returns the rows deleted per saga; a saga missing from the answer was kept. Appends
+        wait for the short table lock, so none can slip in between the check and the delete.
+        """
+        if not heads:
+            return {}
+        ids, seqs, hashes = (list(column) for column in zip(*heads, strict=True))
+        with translate_errors(f"purge {len(heads)} sagas as {self._role}"):
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(self._role)))
+                await conn.execute("LOCK TABLE side_effect_journal IN SHARE ROW EXCLUSIVE MODE")
+                cur = await conn.execute(_PURGE, {"ids": ids, "seqs": seqs, "hashes": hashes})
+                return {saga_id: count for saga_id, count in await cur.fetchall()}
