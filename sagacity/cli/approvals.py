@@ -6,9 +6,11 @@ applies here as it does over HTTP. ``--as`` names the approver the journal recor
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+import signal
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Annotated
 
 import typer
@@ -215,8 +217,22 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8080,
 ) -> None:
-    """Run the HTTP API until Ctrl-C (bearer tokens from SAGACITY_APPROVAL_TOKENS)."""
+    """Run the HTTP API until Ctrl-C or SIGTERM (bearer tokens from SAGACITY_APPROVAL_TOKENS)."""
     import uvicorn
+
+    class Server(uvicorn.Server):
+        # uvicorn re-raises the stopping signal once it has shut down, which would kill the
+        # process before the pool closes; stop the same way, then return normally instead
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.handle_exit, sig, None)
+            try:
+                yield
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
 
     settings = _settings()
     if not settings.approval_tokens:
@@ -226,7 +242,7 @@ def serve_command(
     async def work() -> None:
         async with _service(settings) as service:
             api = create_app(service, settings.approval_tokens)
-            await uvicorn.Server(uvicorn.Config(api, host=host, port=port)).serve()
+            await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     _run(work())
 

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import httpx
+from temporalio.client import Client
 
 from sagacity.devstack import Endpoints, find_temporal_executable
 from sagacity.journal import input_hash
@@ -12,6 +20,13 @@ from sagacity.temporal.models import SagaState
 from tests.approvals.conftest import GATE_SEQ, START, Cli, StartOrder
 from tests.temporal.conftest import phases
 from workflows.order.shop import Shop
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 async def test_list_shows_the_waiting_call_and_a_temporal_signal_approves_it(
@@ -123,3 +138,44 @@ async def test_allow_list_from_the_environment_refuses_other_approvers(
 async def test_missing_configuration_exits_2_naming_it(cli: Cli) -> None:
     result = await cli("approvals", "list", extra_env={"TEMPORAL_ADDRESS": ""})
     assert result.code == 2 and "TEMPORAL_ADDRESS" in result.stderr
+
+
+async def test_serve_runs_the_http_api_until_sigterm(
+    endpoints: Endpoints, database_url: str, temporal_client: Client
+) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "SAGACITY_DATABASE_URL": database_url,
+        "TEMPORAL_ADDRESS": endpoints.temporal_address,
+        "TEMPORAL_NAMESPACE": endpoints.temporal_namespace,
+        "SAGACITY_APPROVAL_TOKENS": "tok-ops=ops",
+    }
+    server = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("sagacity")),
+        "approvals", "serve", "--port", str(port),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            for _ in range(100):
+                try:
+                    anonymous = await http.get("/approvals")
+                    break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+            assert anonymous.status_code == 401
+            listed = await http.get("/approvals", headers={"Authorization": "Bearer tok-ops"})
+            assert listed.status_code == 200 and isinstance(listed.json(), list)
+    finally:
+        if server.returncode is None:
+            server.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(server.communicate(), timeout=20)
+    assert server.returncode == 0, out.decode()
+
+
+async def test_serve_refuses_to_start_without_tokens(cli: Cli) -> None:
+    result = await cli("approvals", "serve", extra_env={"SAGACITY_APPROVAL_TOKENS": ""})
+    assert result.code == 2 and "SAGACITY_APPROVAL_TOKENS" in result.stderr
