@@ -72,6 +72,8 @@ def failure_message(_ctx: RunContextWrapper[Any], error: Exception) -> str:
     """What the model is told when a call fails (plain text, never JSON)."""
     if isinstance(error, ApprovalRejected):
         return f"Not approved, the tool did not run: {error}"
+    if isinstance(error, ToolFailed):
+        return f"The tool call failed ({error.error_type}): {error.error_message}"
     return f"The tool call failed: {error}"
 
 
