@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import tomllib
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from sagacity.errors import SettingsError
 
@@ -51,6 +60,21 @@ class Settings(BaseSettings):
         default=timedelta(days=7), description="how long an IRREVERSIBLE call waits for a human"
     )
     max_concurrent_activities: int = Field(default=100, ge=1)
+    # the long-lived worker (workers/saga_worker.py) and its observability
+    graceful_shutdown: timedelta = Field(
+        default=timedelta(seconds=20),
+        description="after SIGTERM, how long a worker lets in-flight activities finish",
+    )
+    metrics_address: str | None = Field(
+        default=None,
+        pattern=r"^[^\s:]*:\d{1,5}$",
+        description="host:port where a worker serves /metrics, /healthz, /readyz; unset = none",
+    )
+    log_format: Literal["text", "json"] = "text"
+    otel: bool = Field(default=False, description="trace sagas with OpenTelemetry (OTLP/HTTP)")
+    settings_file: Path | None = Field(
+        default=None, description="a TOML or .env file of settings; the environment wins over it"
+    )
     # the model agent sagas talk to (sagacity/agents/models.py): scripted unless a key is set
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("SAGACITY_OPENAI_API_KEY", "OPENAI_API_KEY")
@@ -102,6 +126,35 @@ class Settings(BaseSettings):
             tool: [n.strip() for n in names.split("|") if n.strip()]
             for tool, names in rules.items()
         } or None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then ``SAGACITY_SETTINGS_FILE`` when one is named."""
+        given = getattr(init_settings, "init_kwargs", {}).get("settings_file")
+        path = given or os.environ.get("SAGACITY_SETTINGS_FILE")
+        if not path:
+            return init_settings, env_settings, dotenv_settings, file_secret_settings
+        return init_settings, env_settings, _file_source(settings_cls, Path(path))
+
+
+def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    """A TOML file (``task_queue = "orders"``) or an ``.env`` file (``SAGACITY_TASK_QUEUE=orders``)."""
+    if not path.is_file():
+        raise SettingsError(f"SAGACITY_SETTINGS_FILE: no such file {str(path)!r}")
+    if path.suffix != ".toml":
+        return DotEnvSettingsSource(settings_cls, env_file=path)
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"SAGACITY_SETTINGS_FILE: {path} is not valid TOML: {exc}") from None
+    return TomlConfigSettingsSource(settings_cls, toml_file=path)
 
 
 def _pairs(text: str) -> dict[str, str]:

@@ -4,6 +4,11 @@ An *app* is a module exposing ``TOOLS`` (declared tools), optionally ``WORKFLOWS
 classes) and ``lifespan(database_url)`` (an async context manager run around the worker). The
 Order example is ``workflows.order.app``. Run it as ``sagacity worker`` or
 ``python -m workers.saga_worker``.
+
+On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
+``SAGACITY_GRACEFUL_SHUTDOWN``, then exits 0; the sagas it was running continue on another worker
+of the task queue. With ``SAGACITY_METRICS_ADDRESS`` set it serves ``/metrics`` (Sagacity's
+counters and the Temporal SDK's runtime metrics), ``/healthz`` and ``/readyz``.
 """
 
 from __future__ import annotations
@@ -20,10 +25,22 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.client import Interceptor as ClientInterceptor
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
+from sagacity.errors import SettingsError
+from sagacity.observability import (
+    ObservabilityInterceptor,
+    ProbeServer,
+    TimedJournalStore,
+    configure_logging,
+    temporal_runtime,
+    tracing,
+)
+from sagacity.observability.metrics import APPROVALS_WAITING
 from sagacity.settings import Settings
-from sagacity.store import ApprovalStore, JournalStore, migrate, open_pool
+from sagacity.store import ApprovalStore, migrate, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import CompensableTool
 
@@ -52,25 +69,46 @@ def load_apps(modules: Sequence[str]) -> App:
     return app
 
 
-async def connect(settings: Settings, plugin: SagacityPlugin) -> Client:
+async def connect(
+    settings: Settings,
+    plugin: SagacityPlugin,
+    *,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[ClientInterceptor] = (),
+) -> Client:
+    """A client of the configured Temporal frontend; :class:`SettingsError` when none is set."""
     if not settings.temporal_address:
-        raise RuntimeError("no Temporal address: set TEMPORAL_ADDRESS (or run `sagacity dev`)")
+        raise SettingsError("no Temporal address: set TEMPORAL_ADDRESS (or run `sagacity dev`)")
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         api_key=settings.temporal_api_key,
         tls=settings.temporal_tls,
         plugins=[plugin],
+        runtime=runtime,
+        interceptors=interceptors,
     )
 
 
+@dataclass
+class _Running:
+    worker: Worker
+    task: asyncio.Task[None]
+    approvals: ApprovalStore
+
+
 @contextlib.asynccontextmanager
-async def running_worker(
-    settings: Settings, apps: Sequence[str] = (DEFAULT_APP,), *, graceful_s: float = 20.0
-) -> AsyncIterator[Worker]:
-    """A started worker (migrations applied, app lifespans entered); shut down on exit."""
+async def _running(
+    settings: Settings,
+    apps: Sequence[str],
+    graceful_s: float,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[ClientInterceptor] = (),
+) -> AsyncIterator[_Running]:
     if not settings.database_url:
-        raise RuntimeError("no journal database: set SAGACITY_DATABASE_URL (or run `sagacity dev`)")
+        raise SettingsError(
+            "no journal database: set SAGACITY_DATABASE_URL (or run `sagacity dev`)"
+        )
     app = load_apps(apps)
     async with AsyncExitStack() as stack:
         await migrate(settings.database_url)
@@ -80,49 +118,111 @@ async def running_worker(
         stack.push_async_callback(pool.close)
         for lifespan in app.lifespans:
             await stack.enter_async_context(lifespan(settings.database_url))
+        approvals = ApprovalStore(pool)
         plugin = SagacityPlugin(
-            journal=JournalStore(pool),
-            approvals=ApprovalStore(pool),
+            journal=TimedJournalStore(pool),
+            approvals=approvals,
             tools=app.tools,
             workflows=app.workflows,
         )
-        client = await connect(settings, plugin)
+        client = await connect(settings, plugin, runtime=runtime, interceptors=interceptors)
         worker = Worker(
             client,
             task_queue=settings.task_queue,
             max_concurrent_activities=settings.max_concurrent_activities,
             graceful_shutdown_timeout=timedelta(seconds=graceful_s),
+            interceptors=[ObservabilityInterceptor()],
         )
         task = asyncio.create_task(worker.run())
         try:
-            yield worker
+            yield _Running(worker, task, approvals)
         finally:
-            await worker.shutdown()
+            if not task.done():
+                await worker.shutdown()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
 
+@contextlib.asynccontextmanager
+async def running_worker(
+    settings: Settings, apps: Sequence[str] = (DEFAULT_APP,), *, graceful_s: float | None = None
+) -> AsyncIterator[Worker]:
+    """A started worker (migrations applied, app lifespans entered); shut down on exit.
+
+    ``graceful_s`` defaults to ``settings.graceful_shutdown``.
+    """
+    grace = settings.graceful_shutdown.total_seconds() if graceful_s is None else graceful_s
+    async with _running(settings, apps, grace) as running:
+        yield running.worker
+
+
+@dataclass
+class _Health:
+    ready: bool = False
+    failed: bool = False
+
+
 async def serve(
-    settings: Settings, apps: Sequence[str] = (DEFAULT_APP,), *, graceful_s: float = 20.0
+    settings: Settings, apps: Sequence[str] = (DEFAULT_APP,), *, graceful_s: float | None = None
 ) -> None:
-    """Run until SIGTERM or SIGINT, then let in-flight activities finish (up to ``graceful_s``)."""
+    """Run until SIGTERM or SIGINT, then let in-flight activities finish (up to the grace period).
+
+    Raises if the worker stops on its own (for example Temporal refused it), so the process
+    exits non-zero and its supervisor restarts it.
+    """
+    grace = settings.graceful_shutdown.total_seconds() if graceful_s is None else graceful_s
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with running_worker(settings, apps, graceful_s=graceful_s):
-        log.info("worker ready on task queue %s", settings.task_queue)
-        print(f"sagacity worker ready: task queue {settings.task_queue}", flush=True)
-        await stop.wait()
-        log.info("shutting down: in-flight activities get %.0fs", graceful_s)
+    health = _Health()
+    runtime, temporal_metrics = temporal_runtime() if settings.metrics_address else (None, None)
+    async with AsyncExitStack() as stack:
+        interceptors = stack.enter_context(tracing(settings, "sagacity-worker"))
+        running: _Running | None = None
+        if settings.metrics_address:
+
+            def waiting_approvals() -> None:
+                if running is not None:
+                    listed = asyncio.run_coroutine_threadsafe(running.approvals.list(), loop)
+                    APPROVALS_WAITING.set(len(listed.result(timeout=5)))
+
+            probes = ProbeServer(
+                settings.metrics_address,
+                alive=lambda: not health.failed,
+                ready=lambda: health.ready,
+                temporal_metrics=temporal_metrics,
+                before_scrape=waiting_approvals,
+            ).start()
+            stack.callback(probes.stop)
+        running = await stack.enter_async_context(
+            _running(settings, apps, grace, runtime, interceptors)
+        )
+        health.ready = True
+        log.info("sagacity worker ready: task queue %s", settings.task_queue)
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({stopping, running.task}, return_when=asyncio.FIRST_COMPLETED)
+        health.ready = False
+        if running.task.done():
+            stopping.cancel()
+            health.failed = True
+            running.task.result()  # the worker's own error, if it has one
+            raise RuntimeError("the worker stopped on its own")
+        log.info("shutting down: in-flight activities get up to %.0fs", grace)
+    log.info("worker stopped")
 
 
-def main() -> None:
+def main(apps: Sequence[str] = (DEFAULT_APP,), **overrides: Any) -> None:
+    """Load settings, set up logging, serve until a signal."""
     from sagacity.settings import load_settings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(serve(load_settings()))
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_format)
+    asyncio.run(serve(settings, apps))
 
 
 if __name__ == "__main__":
+    from sagacity.cli._exit import exit_now
+
     main()
+    exit_now(0)  # past the Temporal SDK's interpreter-teardown crash (see sagacity/cli/_exit.py)

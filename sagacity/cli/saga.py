@@ -1,0 +1,396 @@
+"""``sagacity saga``: start a saga, see where it is, abort it, read its journal.
+
+``start`` prints the saga id on stdout (so ``SAGA=$(sagacity saga start …)`` works) and its
+progress on stderr. ``--wait`` returns when the saga has ended *or* stopped for a human (an
+approval, a SUSPECT call), since nothing but that human can move it on.
+
+Exit status: 0 done or waiting for a human, 1 the saga did not complete (compensated, aborted,
+failed) or the chain does not verify, 2 bad usage or unknown saga.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import uuid
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from sagacity.cli._exit import hard_exit
+from sagacity.errors import SagacityError
+from sagacity.journal import Entry, Verdict, verify_rows
+from sagacity.observability import tracing
+from sagacity.settings import Settings, load_settings
+from sagacity.store import JournalStore
+from sagacity.temporal.models import Abort, SagaResult, SagaSpec, SagaState, SagaStatus
+from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.workflow import WORKFLOW_NAME
+from workers.saga_worker import connect
+from workflows.order.workflows import OrderRequest, order_steps
+
+__all__ = ["app"]
+
+T = TypeVar("T")
+
+ORDER_WORKFLOW = "order.PlaceOrder"
+#: states in which only a human can move the saga on
+WAITING = frozenset({SagaState.AWAITING_APPROVAL, SagaState.SUSPECT})
+_QUERY_TIMEOUT = timedelta(seconds=10)
+
+app = typer.Typer(
+    name="saga",
+    help="Start sagas, follow them, abort them, read their journal.",
+    no_args_is_help=True,
+)
+
+SagaId = Annotated[str, typer.Argument(help="The saga id (its Temporal workflow id).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+Wait = Annotated[
+    bool, typer.Option("--wait", help="Return once the saga has ended or awaits a human.")
+]
+
+
+class _Usage(Exception):
+    """Bad usage: exit 2 with this message."""
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    except SagacityError as exc:
+        raise _Usage(str(exc)) from None
+
+
+def _run(work: Coroutine[Any, Any, int]) -> None:
+    """Run a command's coroutine and exit with its status; errors are one line on stderr."""
+    try:
+        code = asyncio.run(work)
+    except _Usage as exc:
+        typer.echo(f"error: {exc}", err=True)
+        code = 2
+    except (SagacityError, RPCError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        code = 1
+    raise typer.Exit(code)
+
+
+@asynccontextmanager
+async def _client(settings: Settings) -> AsyncIterator[Client]:
+    with tracing(settings, "sagacity-cli") as interceptors:
+        try:
+            yield await connect(settings, SagacityPlugin(), interceptors=interceptors)
+        except SagacityError as exc:
+            raise _Usage(str(exc)) from None
+
+
+def _input(workflow: str, steps: Path | None, order: str | None) -> Any:
+    """The workflow's argument from ``--steps`` or ``--order``."""
+    if (steps is None) == (order is None):
+        raise _Usage("give one of --steps FILE.json or --order PRODUCT:QUANTITY")
+    if steps is not None:
+        if workflow != WORKFLOW_NAME:
+            raise _Usage(f"--steps runs the generic {WORKFLOW_NAME} workflow, not {workflow}")
+        try:
+            raw = json.loads(steps.read_text(encoding="utf-8"))
+            return SagaSpec.model_validate({"steps": raw} if isinstance(raw, list) else raw)
+        except (OSError, ValueError) as exc:  # ValidationError is a ValueError
+            raise _Usage(f"--steps {steps}: {exc}") from None
+    assert order is not None
+    product, _, quantity = order.partition(":")
+    if not product or not quantity.isdigit() or int(quantity) < 1:
+        raise _Usage(f"--order expects PRODUCT:QUANTITY, e.g. p-1:2; got {order!r}")
+    if workflow == WORKFLOW_NAME:
+        return order_steps(product, int(quantity))
+    if workflow == ORDER_WORKFLOW:
+        return OrderRequest(product_id=product, quantity=int(quantity))
+    raise _Usage(f"--order starts {ORDER_WORKFLOW} or {WORKFLOW_NAME}, not {workflow}")
+
+
+async def _settle(handle: WorkflowHandle[Any, SagaResult]) -> SagaResult | SagaStatus:
+    """Wait until the saga ends (its result) or waits for a human (its status)."""
+    while True:
+        status = await _status(handle)
+        if isinstance(status, SagaResult) or status.state in WAITING:
+            return status
+        await asyncio.sleep(0.25)
+
+
+async def _status(handle: WorkflowHandle[Any, SagaResult]) -> SagaResult | SagaStatus:
+    """The result of an ended saga (from history: no worker needed), else its live status."""
+    try:
+        described = await handle.describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise _Usage(f"no saga {handle.id!r} in this Temporal namespace") from None
+        raise
+    if described.status is not WorkflowExecutionStatus.RUNNING:
+        return await handle.result()
+    try:
+        live: SagaStatus = await handle.query(
+            "status", result_type=SagaStatus, rpc_timeout=_QUERY_TIMEOUT
+        )
+    except RPCError as exc:
+        raise SagacityError(
+            f"saga {handle.id} is running but no worker answered ({exc}); is a worker polling "
+            "its task queue?"
+        ) from None
+    return live
+
+
+def _report(saga: SagaResult | SagaStatus, *, as_json: bool, quiet: bool = False) -> int:
+    """Print ``saga`` (stderr in ``quiet`` mode, where stdout has the id); return the exit status."""
+    if as_json:
+        typer.echo(saga.model_dump_json(indent=2))
+    else:
+        for line in _describe(saga):
+            typer.echo(line, err=quiet)
+    ended_badly = isinstance(saga, SagaResult) and saga.status is not SagaState.COMPLETED
+    return 1 if ended_badly else 0
+
+
+def _describe(saga: SagaResult | SagaStatus) -> list[str]:
+    if isinstance(saga, SagaResult):
+        lines = [f"saga {saga.saga_id}: {saga.status.value} (journal head seq {saga.head.seq})"]
+        if saga.error is not None:
+            lines.append(f"  why: {saga.error.type}: {saga.error.message}")
+        if saga.compensated:
+            lines.append("  undone: " + ", ".join(e.tool_name for e in saga.compensated))
+        if saga.live_effects:
+            lines.append("  still live: " + ", ".join(e.tool_name for e in saga.live_effects))
+        if saga.needs_attention:
+            lines.append(f"  needs attention: {saga.needs_attention}")
+        return lines
+    lines = [f"saga {saga.saga_id}: {saga.state.value} (journal head seq {saga.head.seq})"]
+    if saga.running:
+        lines.append(f"  running: {saga.running}")
+    if saga.executed:
+        lines.append(
+            "  done: " + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in saga.executed)
+        )
+    pending = saga.pending_approval
+    if pending is not None:
+        lines.append(
+            f"  awaits approval: {pending.tool_name} at journal seq {pending.journal_seq} "
+            f"(input hash {pending.input_hash})"
+        )
+        lines.append(f"  input: {pending.input_json}")
+    if saga.suspect is not None:
+        lines.append(
+            f"  SUSPECT: {saga.suspect.tool_name} at seq {saga.suspect.call_seq} has no outcome: "
+            f"{saga.suspect.reason}"
+        )
+    lines.extend(f"  refused decision: {refused}" for refused in saga.refused_decisions)
+    if saga.needs_attention:
+        lines.append(f"  needs attention: {saga.needs_attention}")
+    return lines
+
+
+@app.command("start")
+@hard_exit
+def start(
+    workflow: Annotated[
+        str | None,
+        typer.Option(
+            "--workflow",
+            "--app-workflow",
+            help=f"Workflow to run: {ORDER_WORKFLOW} or {WORKFLOW_NAME} "
+            "(default: the one --order or --steps implies).",
+            show_default=False,
+        ),
+    ] = None,
+    steps: Annotated[
+        Path | None,
+        typer.Option(
+            "--steps",
+            help=f'JSON file: {{"steps": [{{"tool": …, "args": {{…}}}}, …], "options": {{…}}}} '
+            f"for {WORKFLOW_NAME}.",
+            show_default=False,
+        ),
+    ] = None,
+    order: Annotated[
+        str | None,
+        typer.Option(
+            "--order", help="The Order example: PRODUCT:QUANTITY, e.g. p-1:2.", show_default=False
+        ),
+    ] = None,
+    saga_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id", help="Saga id (default: order-… or saga-… at random).", show_default=False
+        ),
+    ] = None,
+    task_queue: Annotated[
+        str | None,
+        typer.Option("--task-queue", help="Task queue (SAGACITY_TASK_QUEUE).", show_default=False),
+    ] = None,
+    wait: Wait = False,
+    as_json: AsJson = False,
+) -> None:
+    """Start a saga and print its id; with --wait, follow it until it ends or awaits a human."""
+
+    async def work() -> int:
+        settings = _settings(task_queue=task_queue)
+        name = workflow or (WORKFLOW_NAME if steps is not None else ORDER_WORKFLOW)
+        argument = _input(name, steps, order)
+        sid = saga_id or f"{'order' if order else 'saga'}-{uuid.uuid4().hex[:8]}"
+        async with _client(settings) as client:
+            try:
+                handle = await client.start_workflow(
+                    name, argument, id=sid, task_queue=settings.task_queue, result_type=SagaResult
+                )
+            except WorkflowAlreadyStartedError:
+                raise _Usage(f"a saga with id {sid!r} already exists") from None
+            typer.echo(f"started {name} as {sid} on task queue {settings.task_queue}", err=True)
+            if not wait:
+                typer.echo(sid)
+                return 0
+            settled = await _settle(handle)
+            if not as_json:
+                typer.echo(sid)
+            return _report(settled, as_json=as_json, quiet=True)
+
+    _run(work())
+
+
+@app.command("status")
+@hard_exit
+def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
+    """Where the saga is: state, journal head, what it waits for; or how it ended."""
+
+    async def work() -> int:
+        async with _client(_settings()) as client:
+            handle = client.get_workflow_handle(saga, result_type=SagaResult)
+            found = await (_settle(handle) if wait else _status(handle))
+            return _report(found, as_json=as_json)
+
+    _run(work())
+
+
+@app.command("abort")
+@hard_exit
+def abort(
+    saga: SagaId,
+    reason: Annotated[str, typer.Option("--reason", help="Why; journaled with the abort.")],
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="Who aborts (default: your user name).", show_default=False),
+    ] = None,
+    wait: Wait = False,
+) -> None:
+    """Abort a running saga: it stops and compensates what ran, in reverse."""
+
+    async def work() -> int:
+        async with _client(_settings()) as client:
+            handle = client.get_workflow_handle(saga, result_type=SagaResult)
+            current = await _status(handle)
+            if isinstance(current, SagaResult):
+                typer.echo(f"saga {saga} already ended: {current.status.value}", err=True)
+                return 1
+            await handle.signal("abort", Abort(reason=reason, by=by or getpass.getuser()))
+            typer.echo(f"abort sent to {saga}: it compensates what ran", err=True)
+            return _report(await _settle(handle), as_json=False) if wait else 0
+
+    _run(work())
+
+
+def _row_json(entry: Entry) -> dict[str, Any]:
+    return {
+        "seq": entry.seq,
+        "timestamp": entry.timestamp.isoformat(),
+        "tool_name": entry.tool_name,
+        "phase": entry.phase.value,
+        "input": entry.input,
+        "payload": entry.payload,
+        "hash": entry.hash,
+    }
+
+
+def _verdict_json(verdict: Verdict) -> dict[str, Any]:
+    problem = verdict.problem
+    return {
+        "ok": verdict.ok,
+        "rows": verdict.rows,
+        "head_seq": verdict.head_seq,
+        "head_hash": verdict.head_hash,
+        "problem": None
+        if problem is None
+        else {"seq": problem.seq, "fault": problem.fault.value, "detail": problem.detail},
+    }
+
+
+def _clip(text: str, width: int = 48) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@app.command("journal")
+def journal(
+    saga: SagaId,
+    full: Annotated[
+        bool, typer.Option("--full", help="Whole hashes, inputs and payloads.")
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """The saga's journal rows from Postgres, with their hashes, and whether the chain verifies."""
+
+    async def work() -> int:
+        settings = _settings()
+        if not settings.database_url:
+            raise _Usage("no journal database: set SAGACITY_DATABASE_URL")
+        async with await JournalStore.open(settings.database_url, max_size=1) as store:
+            rows = await store.read(saga)
+        if not rows:
+            raise _Usage(f"saga {saga!r} has no journal rows")
+        verdict = verify_rows(saga, rows)
+        if as_json:
+            document = {
+                "saga_id": saga,
+                "rows": [_row_json(r) for r in rows],
+                "verdict": _verdict_json(verdict),
+            }
+            typer.echo(json.dumps(document, indent=2))
+            return 0 if verdict.ok else 1
+        _print_journal(saga, rows, verdict, full=full)
+        return 0 if verdict.ok else 1
+
+    _run(work())
+
+
+def _print_journal(saga: str, rows: list[Entry], verdict: Verdict, *, full: bool) -> None:
+    table = Table(title=f"journal of {saga}", title_justify="left")
+    for column in ("seq", "time (UTC)", "tool", "phase", "input", "payload", "hash"):
+        table.add_column(column, overflow="fold", no_wrap=column in {"seq", "time (UTC)"})
+    clip = (lambda s: s) if full else _clip
+    for r in rows:
+        table.add_row(
+            str(r.seq),
+            r.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f"),
+            r.tool_name,
+            r.phase.value,
+            clip(r.input),
+            clip(r.payload),
+            r.hash if full else r.hash[:12],
+        )
+    # piped output would be 80 columns wide: room for a readable row instead
+    console = Console(width=max(Console().width, 140))
+    console.print(table)
+    problem = verdict.problem
+    if problem is None:
+        typer.echo(
+            f"chain verified: {verdict.rows} rows, head seq {verdict.head_seq} hash {verdict.head_hash}"
+        )
+    else:
+        typer.echo(
+            f"chain BROKEN at seq {problem.seq}: {problem.fault.value}: {problem.detail} "
+            f"(verified up to seq {verdict.head_seq})"
+        )

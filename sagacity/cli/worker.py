@@ -1,0 +1,40 @@
+"""``sagacity worker``: the long-lived worker process (see ``workers/saga_worker.py``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sagacity.cli._exit import hard_exit
+from sagacity.errors import SettingsError
+
+__all__ = ["worker"]
+
+
+@hard_exit
+def worker(
+    app: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--app",
+            help="Module with TOOLS (and WORKFLOWS, lifespan) to serve; repeat for more.",
+            show_default="workflows.order.app",
+        ),
+    ] = None,
+    task_queue: Annotated[
+        str | None,
+        typer.Option(
+            "--task-queue", help="Task queue to poll (SAGACITY_TASK_QUEUE).", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Serve sagas until SIGTERM or Ctrl-C, then let in-flight calls finish (graceful shutdown)."""
+    from workers.saga_worker import DEFAULT_APP, main
+
+    overrides = {"task_queue": task_queue} if task_queue else {}
+    try:
+        main(app or [DEFAULT_APP], **overrides)
+    except SettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
