@@ -15,7 +15,6 @@ app = typer.Typer(
 app.add_typer(__import__("sagacity.cli.approvals", fromlist=["app"]).app, name="approvals")
 app.add_typer(__import__("sagacity.cli.db", fromlist=["app"]).app, name="db")
 app.command("demo")(__import__("sagacity.cli.demo", fromlist=["demo"]).demo)
-app.command("demo")(__import__("sagacity.cli.demo", fromlist=["demo"]).demo)
 app.command("dev")(__import__("sagacity.cli.dev", fromlist=["dev"]).dev)
 app.add_typer(__import__("sagacity.cli.saga", fromlist=["app"]).app, name="saga")
 app.command("worker")(__import__("sagacity.cli.worker", fromlist=["worker"]).worker)
