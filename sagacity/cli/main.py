@@ -16,5 +16,8 @@ app.add_typer(__import__("sagacity.cli.approvals", fromlist=["app"]).app, name="
 app.add_typer(__import__("sagacity.cli.db", fromlist=["app"]).app, name="db")
 app.command("demo")(__import__("sagacity.cli.demo", fromlist=["demo"]).demo)
 app.command("dev")(__import__("sagacity.cli.dev", fromlist=["dev"]).dev)
+app.command("export")(__import__("sagacity.cli.export", fromlist=["export"]).export)
+app.command("keygen")(__import__("sagacity.cli.export", fromlist=["keygen"]).keygen)
 app.add_typer(__import__("sagacity.cli.saga", fromlist=["app"]).app, name="saga")
+app.command("verify")(__import__("sagacity.cli.verify", fromlist=["verify"]).verify)
 app.command("worker")(__import__("sagacity.cli.worker", fromlist=["worker"]).worker)

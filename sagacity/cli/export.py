@@ -1,0 +1,205 @@
+"""``sagacity export``: write sagas to an evidence bundle (and, with ``--purge``, retention).
+
+``sagacity keygen`` makes the Ed25519 key pair that signs checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import TypeAdapter, ValidationError
+
+from sagacity.cli.db import _database_url
+from sagacity.errors import SagacityError
+from sagacity.evidence.bundle import export_bundle, manifest_digest
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.keys import generate_key, key_id, public_pem, verifying_key
+from sagacity.evidence.retention import run_retention
+from sagacity.settings import Settings, load_settings
+from sagacity.store.db import open_pool
+from sagacity.store.journal import JournalStore
+from sagacity.store.retention import RetentionStore
+
+__all__ = ["export", "keygen"]
+
+# Sagas listed per query when exporting a time window.
+_PAGE = 1000
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except SagacityError as exc:
+        raise _fail(str(exc), 2) from None
+
+
+def _period(text: str | None, default: timedelta) -> timedelta:
+    if text is None:
+        return default
+    try:
+        return TypeAdapter(timedelta).validate_python(text)
+    except ValidationError:
+        raise _fail(
+            f"--older-than {text!r}: give an ISO 8601 duration (P183D) or seconds", 2
+        ) from None
+
+
+async def _window(
+    journal: JournalStore, since: datetime | None, until: datetime | None
+) -> list[str]:
+    ids: list[str] = []
+    while True:
+        page = await journal.list_sagas(limit=_PAGE, offset=len(ids), since=since, until=until)
+        ids += [s.saga_id for s in page]
+        if len(page) < _PAGE:
+            return ids
+
+
+async def _export(
+    url: str,
+    out: Path,
+    sagas: list[str],
+    since: datetime | None,
+    until: datetime | None,
+    checkpoints: CheckpointDir | None,
+) -> dict[str, Any]:
+    async with await JournalStore.open(url, max_size=2) as journal:
+        chosen = sagas or await _window(journal, since, until)
+        note = {"since": since and since.isoformat(), "until": until and until.isoformat()}
+        return await export_bundle(journal, out, chosen, checkpoints=checkpoints, note=note)
+
+
+async def _retain(
+    url: str, out: Path, older_than: timedelta, writer: CheckpointWriter | None
+) -> dict[str, Any]:
+    pool = await open_pool(url, max_size=2)
+    try:
+        run = await run_retention(
+            JournalStore(pool), RetentionStore(pool), out, older_than=older_than, checkpoints=writer
+        )
+    finally:
+        await pool.close()
+    return {
+        "cutoff": run.cutoff.isoformat(),
+        "bundle": None if run.bundle is None else str(run.bundle),
+        "manifest_sha256": run.manifest_sha256,
+        "purged": run.purged,
+        "kept": run.kept,
+    }
+
+
+def export(
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="New (or empty) folder for the bundle.", show_default=False),
+    ],
+    sagas: Annotated[
+        list[str] | None, typer.Argument(help="Saga ids to export.", show_default=False)
+    ] = None,
+    since: Annotated[
+        datetime | None, typer.Option("--since", help="Sagas with a row at or after (UTC).")
+    ] = None,
+    until: Annotated[
+        datetime | None, typer.Option("--until", help="Sagas with a row before (UTC).")
+    ] = None,
+    purge: Annotated[
+        bool,
+        typer.Option(
+            "--purge",
+            help="Retention: export sagas idle for --older-than, verify the bundle, then delete "
+            "them (connect as a member of sagacity_retention).",
+        ),
+    ] = False,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="With --purge: idle period, ISO 8601 or seconds (default: SAGACITY_RETENTION_PERIOD).",
+        ),
+    ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option("--database-url", help="Journal database (default: SAGACITY_DATABASE_URL)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Export sagas, with their signed checkpoints, as a bundle `sagacity verify --bundle` checks offline."""
+    settings = _settings()
+    if purge and (sagas or since or until):
+        raise _fail(
+            "--purge picks sagas by --older-than; it takes no saga ids or --since/--until", 2
+        )
+    if not purge and not (sagas or since or until):
+        raise _fail("name sagas, or give --since/--until, or --purge for retention", 2)
+    if older_than is not None and not purge:
+        raise _fail("--older-than goes with --purge", 2)
+    url = _database_url(database_url)
+    try:
+        if purge:
+            writer = CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key)
+            period = _period(older_than, settings.retention_period)
+            result = asyncio.run(_retain(url, out, period, writer))
+        else:
+            key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
+            folder = settings.checkpoint_dir
+            checkpoints = None if folder is None or key is None else CheckpointDir(folder, key)
+            manifest = asyncio.run(_export(url, out, list(sagas or []), since, until, checkpoints))
+            rows = sum(s["rows"] for s in manifest["sagas"])
+            result = {
+                "bundle": str(out),
+                "manifest_sha256": manifest_digest(out),
+                "sagas": len(manifest["sagas"]),
+                "rows": rows,
+                "key_id": manifest["key_id"],
+            }
+    except SagacityError as exc:
+        raise _fail(str(exc), 1) from None
+    if as_json:
+        typer.echo(json.dumps(result, ensure_ascii=False))
+    elif purge:
+        _print_retention(result)
+    else:
+        typer.echo(
+            f"exported {result['sagas']} sagas ({result['rows']} rows) to {out}\n"
+            f"manifest sha256 {result['manifest_sha256']}"
+        )
+
+
+def _print_retention(result: dict[str, Any]) -> None:
+    if result["bundle"] is None:
+        typer.echo(f"nothing idle since before {result['cutoff']}: nothing exported or purged")
+        return
+    purged = result["purged"]
+    typer.echo(
+        f"exported to {result['bundle']} (manifest sha256 {result['manifest_sha256']}); "
+        f"purged {len(purged)} sagas, {sum(purged.values())} rows"
+    )
+    for saga_id, why in result["kept"].items():
+        typer.echo(f"kept {saga_id}: {why}")
+
+
+def keygen(
+    path: Annotated[Path, typer.Argument(help="Where to write the private key (PEM, mode 0600).")],
+) -> None:
+    """Create the Ed25519 key that signs checkpoints, and its public half (PATH.pub)."""
+    try:
+        key = generate_key(path)
+    except SagacityError as exc:
+        raise _fail(str(exc), 1) from None
+    public = path.with_name(path.name + ".pub")
+    public.write_bytes(public_pem(key.public_key()))
+    typer.echo(
+        f"signing key: {path} (set SAGACITY_SIGNING_KEY on workers; keep it from the DB's owners)\n"
+        f"public key:  {public} (give it to verifiers: SAGACITY_CHECKPOINT_PUBLIC_KEY)\n"
+        f"fingerprint: {key_id(key.public_key())}"
+    )

@@ -1,0 +1,255 @@
+"""``sagacity verify``: check sagas' hash chains against every anchor, live or from a bundle.
+
+Exit status: 0 every saga verified, 1 something is broken (the report says what, where, and which
+anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import aclosing, asynccontextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from temporalio.client import Client
+
+from sagacity.cli._exit import hard_exit
+from sagacity.cli.db import _database_url
+from sagacity.errors import SagacityError
+from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.bundle import BundleVerifier
+from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.keys import key_id, load_public_key, verifying_key
+from sagacity.evidence.report import AnchorCheck, SagaReport
+from sagacity.settings import Settings, load_settings
+from sagacity.store.journal import JournalStore
+from sagacity.temporal.plugin import SagacityPlugin
+from workers.saga_worker import connect
+
+__all__ = ["verify"]
+
+#: Seconds between progress lines on stderr; runs shorter than this print none.
+PROGRESS_EVERY = 2.0
+
+
+class Output:
+    """Prints reports as they come (text or JSON lines) and keeps the tally."""
+
+    def __init__(self, *, as_json: bool, verbose: bool) -> None:
+        self.as_json = as_json
+        self.verbose = verbose
+        self.sagas = self.rows = self.failed = 0
+        self.problems: list[str] = []
+        self._started = self._last = time.monotonic()
+        self._tty = sys.stderr.isatty()
+
+    def report(self, report: SagaReport) -> None:
+        self.sagas += 1
+        self.rows += report.verdict.rows
+        self.failed += not report.ok
+        if self.as_json:
+            typer.echo(json.dumps(report.to_dict(), ensure_ascii=False))
+        elif not report.ok:
+            typer.echo(f"FAILED  {report.saga_id}  ({report.verdict.rows} rows)")
+            for check in report.faults() + [c for c in report.checks if not c.fatal]:
+                typer.echo(_check_line(check))
+        elif self.verbose:
+            seen = "; ".join(f"{c.source} {c.detail}" for c in report.checks) or "chain only"
+            typer.echo(f"ok      {report.saga_id}  {report.verdict.rows} rows  [{seen}]")
+        self._progress()
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+        if not self.as_json:
+            typer.echo(f"FAILED  {text}")
+
+    def _progress(self) -> None:
+        now = time.monotonic()
+        if now - self._last < PROGRESS_EVERY:
+            return
+        self._last = now
+        rate = self.rows / max(now - self._started, 1e-9)
+        line = f"… {self.rows:,} rows in {self.sagas:,} sagas, {rate:,.0f} rows/s"
+        typer.echo(f"\r{line}" if self._tty else line, err=True, nl=not self._tty)
+
+    def finish(self) -> int:
+        if self._tty and time.monotonic() - self._started >= PROGRESS_EVERY:
+            typer.echo("", err=True)
+        ok = not self.failed and not self.problems
+        summary = {
+            "ok": ok,
+            "sagas": self.sagas,
+            "rows": self.rows,
+            "failed": self.failed,
+            "problems": self.problems,
+        }
+        if self.as_json:
+            typer.echo(json.dumps({"summary": summary}, ensure_ascii=False))
+        else:
+            verdict = "all verified" if ok else f"{self.failed} failed"
+            extra = f", {len(self.problems)} bundle problems" if self.problems else ""
+            typer.echo(f"{self.sagas:,} sagas, {self.rows:,} rows: {verdict}{extra}")
+        return 0 if ok else 1
+
+
+def _check_line(check: AnchorCheck) -> str:
+    at = f"seq {check.seq}" if check.seq is not None else ""
+    return f"  {check.source.value:<10} {at:<10} {check.agreement.value}: {check.detail}"
+
+
+def _usage(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _key(public_key: Path | None, settings: Settings) -> Ed25519PublicKey | None:
+    try:
+        if public_key is not None:
+            return load_public_key(public_key)
+        return verifying_key(settings.checkpoint_public_key, settings.signing_key)
+    except SagacityError as exc:
+        raise _usage(str(exc)) from None
+
+
+def _bundle(path: Path, key: Ed25519PublicKey | None, out: Output) -> int:
+    verifier = BundleVerifier(path, public_key=key)
+    problems = list(verifier.files())
+    if not out.as_json:
+        fingerprint = verifier.key_id or "none (no checkpoints)"
+        typer.echo(f"bundle {path}: checkpoint key {fingerprint}")
+        if key is None and verifier.key_id:
+            typer.echo("  (compare it with the fingerprint the journal's owner published)")
+    for text in problems:
+        out.problem(text)
+    if verifier.manifest:
+        for report in verifier.sagas():
+            out.report(report)
+        for text in verifier.problems[len(problems) :]:
+            out.problem(text)
+    return out.finish()
+
+
+@asynccontextmanager
+async def _temporal(settings: Settings, wanted: bool) -> AsyncIterator[Client | None]:
+    if not wanted:
+        yield None
+        return
+    try:
+        client = await connect(settings, SagacityPlugin())
+    except RuntimeError as exc:  # no address configured
+        raise _usage(str(exc)) from None
+    yield client
+
+
+async def _live(
+    url: str,
+    settings: Settings,
+    saga_ids: list[str] | None,
+    checkpoints: CheckpointDir | None,
+    temporal: bool,
+    out: Output,
+) -> int:
+    # two connections: one streams rows while the other fetches rows anchors point at
+    async with (
+        await JournalStore.open(url, min_size=1, max_size=2) as journal,
+        _temporal(settings, temporal) as client,
+    ):
+        reports = verify_journal(
+            journal, saga_ids=saga_ids, checkpoints=checkpoints, temporal=client
+        )
+        async with aclosing(reports) as stream:
+            async for report in stream:
+                out.report(report)
+    return out.finish()
+
+
+def _saga_ids(sagas: Iterable[str] | None, all_: bool) -> list[str] | None:
+    chosen = list(sagas or [])
+    if all_ and chosen:
+        raise _usage("give saga ids or --all, not both")
+    if not all_ and not chosen:
+        raise _usage("name the sagas to verify, or pass --all or --bundle PATH")
+    return None if all_ else chosen
+
+
+@hard_exit
+def verify(
+    sagas: Annotated[
+        list[str] | None, typer.Argument(help="Saga ids to verify.", show_default=False)
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Verify every saga in the journal.")] = False,
+    bundle: Annotated[
+        Path | None,
+        typer.Option("--bundle", help="Verify an exported bundle offline instead of the database."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per saga, then a summary.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also list sagas that verify.")
+    ] = False,
+    database_url: Annotated[
+        str | None,
+        typer.Option("--database-url", help="Journal database (default: SAGACITY_DATABASE_URL)."),
+    ] = None,
+    checkpoint_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint-dir", help="Signed checkpoints (default: SAGACITY_CHECKPOINT_DIR)."
+        ),
+    ] = None,
+    public_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--public-key",
+            help="Key checkpoints must be signed with (default: SAGACITY_CHECKPOINT_PUBLIC_KEY, "
+            "else the signing key's; for a bundle, its own key).",
+        ),
+    ] = None,
+    temporal: Annotated[
+        bool,
+        typer.Option("--temporal", help="Also ask each saga's Temporal workflow for its head."),
+    ] = False,
+) -> None:
+    """Recompute hash chains and compare them with checkpoints and Temporal."""
+    try:
+        settings = load_settings()
+    except SagacityError as exc:
+        raise _usage(str(exc)) from None
+    out = Output(as_json=as_json, verbose=verbose or bool(sagas))
+    if bundle is not None:
+        if sagas or all_ or temporal:
+            raise _usage(
+                "--bundle verifies the whole bundle; it takes no saga ids, --all or --temporal"
+            )
+        raise typer.Exit(_bundle(bundle, _key(public_key, settings), out))
+    saga_ids = _saga_ids(sagas, all_)
+    url = _database_url(database_url)
+    checkpoints = None
+    folder = checkpoint_dir or settings.checkpoint_dir
+    if folder is None:
+        typer.echo(
+            "warning: no checkpoint directory (SAGACITY_CHECKPOINT_DIR): rows removed from the "
+            "end of a saga, or a chain rewritten with fresh hashes, cannot be detected",
+            err=True,
+        )
+    else:
+        key = _key(public_key, settings)
+        if key is None:
+            raise _usage(
+                "checkpoints need a key: set SAGACITY_CHECKPOINT_PUBLIC_KEY or pass --public-key"
+            )
+        checkpoints = CheckpointDir(folder, key)
+        if not as_json:
+            typer.echo(f"checkpoints {folder}: key {key_id(key)}", err=True)
+    try:
+        status = asyncio.run(_live(url, settings, saga_ids, checkpoints, temporal, out))
+    except SagacityError as exc:
+        raise _usage(str(exc)) from None
+    raise typer.Exit(status)
