@@ -167,7 +167,9 @@ def compare(source: Source, anchors: Sequence[Anchor], verdict: Verdict, witness
     held = known[bad.seq]
     if held is None:
         detail = f"{witness} ({bad.note}) has row {bad.seq} hashed {bad.hash[:12]}…, but the journal has no row {bad.seq}"
-        if verdict.ok:
+        if verdict.ok and verdict.rows == 0:
+            detail += " (it has no rows of this saga): the saga was deleted"
+        elif verdict.ok:
             detail += f" (it ends at seq {verdict.head_seq}): rows were removed"
     else:
         detail = (

@@ -1,0 +1,78 @@
+"""Evidence fixtures: the journal, an attacker's raw connection, a signing key and a checkpoint folder.
+
+``anchored_saga`` writes a saga the way a checkpointing worker does: each append is followed by
+a signed checkpoint of the new head.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.keys import generate_key, load_private_key
+from sagacity.journal import Draft, Entry, Phase
+from sagacity.store import JournalStore, Pool, open_pool
+
+
+@pytest.fixture(scope="session")
+async def pool(database_url: str) -> AsyncIterator[Pool]:
+    pool = await open_pool(database_url, max_size=6)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture(scope="session")
+def journal(pool: Pool) -> JournalStore:
+    return JournalStore(pool)
+
+
+@pytest.fixture
+async def owner(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A raw connection as the tables' owner: what an attacker with database access holds."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture(scope="session")
+def signing_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "signing.pem"
+    generate_key(path)
+    return path
+
+
+@pytest.fixture
+def writer(tmp_path: Path, signing_key: Path) -> CheckpointWriter:
+    return CheckpointWriter(tmp_path / "checkpoints", load_private_key(signing_key))
+
+
+@pytest.fixture
+def checkpoints(writer: CheckpointWriter) -> CheckpointDir:
+    return CheckpointDir(writer.path, writer.key.public_key())
+
+
+@pytest.fixture
+def saga_id() -> str:
+    return f"ev-{uuid.uuid4().hex[:12]}"
+
+
+async def anchored_saga(
+    journal: JournalStore, writer: CheckpointWriter | None, saga_id: str, calls: int = 3
+) -> list[Entry]:
+    """``calls`` tool calls (INTENT + EXECUTED each), checkpointed after every append."""
+    rows = []
+    for n in range(calls):
+        args = f'{{"amount": {n + 1}, "to": "Zoë"}}'
+        for draft in (
+            Draft(saga_id, "pay", Phase.INTENT, args),
+            Draft(saga_id, "pay", Phase.EXECUTED, args, f'{{"id": "tx{n}"}}'),
+        ):
+            row = await journal.append(draft)
+            if writer is not None:
+                writer.record(saga_id, row.seq, row.hash)
+            rows.append(row)
+    return rows
