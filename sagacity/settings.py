@@ -127,6 +127,17 @@ class Settings(BaseSettings):
             for tool, names in rules.items()
         } or None
 
+    @field_validator("approval_deadline", "graceful_shutdown", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        """A bare number of seconds, as the environment spells it (``"30"``), is a duration."""
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value  # ISO 8601 (``PT30S``), or an error naming the setting
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -1,0 +1,141 @@
+"""Fixtures for operations tests: the saga fixtures, the ``sagacity`` CLI, worker processes.
+
+Everything runs against the session's real Temporal server and Postgres. A worker process is the
+installed ``sagacity worker`` command, exactly as ``deploy/`` runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagacity.devstack import Endpoints
+from tests.approvals import conftest as cli_fixtures
+from tests.temporal import conftest as saga_fixtures
+
+# fixtures shared by name: the journal, the shop, an in-process worker, the CLI runner
+pool = saga_fixtures.pool
+journal = saga_fixtures.journal
+approvals = saga_fixtures.approvals
+shop_session = saga_fixtures.shop_session
+shop = saga_fixtures.shop
+worker = saga_fixtures.worker
+cli = cli_fixtures.cli
+CliResult = cli_fixtures.CliResult
+Cli = cli_fixtures.Cli
+
+REPO = Path(__file__).resolve().parents[2]
+SAGACITY = str(REPO / ".venv" / "bin" / "sagacity")
+#: the worker command the container image runs (deploy/Dockerfile) and these tests start
+WORKER_COMMAND = "sagacity worker --app workflows.order.app"
+
+
+def stack_env(endpoints: Endpoints, database_url: str, task_queue: str) -> dict[str, str]:
+    """The environment that points a ``sagacity`` process at the test servers."""
+    return {
+        **os.environ,
+        "SAGACITY_DATABASE_URL": database_url,
+        "TEMPORAL_ADDRESS": endpoints.temporal_address,
+        "TEMPORAL_NAMESPACE": endpoints.temporal_namespace,
+        "SAGACITY_TASK_QUEUE": task_queue,
+    }
+
+
+class WorkerProcess:
+    """``sagacity worker --app workflows.order.app`` as a child process, logging to a file."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_address: str | None = None
+
+    async def start(self, timeout: float = 60.0) -> WorkerProcess:
+        command = [SAGACITY, *shlex.split(WORKER_COMMAND)[1:]]
+        with self.log.open("ab") as out:
+            offset = out.tell()
+            self.proc = subprocess.Popen(
+                command, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.text(offset)
+            if "worker ready" in text:
+                found = re.search(r"metrics and probes on http://(\S+) ", text)
+                self.metrics_address = found.group(1) if found else None
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{text[-3000:]}")
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"worker never became ready:\n{self.text(offset)[-3000:]}")
+
+    def text(self, offset: int = 0) -> str:
+        with self.log.open("rb") as out:
+            out.seek(offset)
+            return out.read().decode(errors="replace")
+
+    def get(self, path: str) -> tuple[int, str]:
+        """GET ``path`` on the worker's metrics/probe endpoint: (status, body)."""
+        assert self.metrics_address, "the worker serves no metrics (SAGACITY_METRICS_ADDRESS)"
+        try:
+            with urllib.request.urlopen(f"http://{self.metrics_address}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def terminate(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+
+    async def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker still running after {timeout}s")
+            await asyncio.sleep(0.05)
+        return self.proc.returncode
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+StartWorker = Callable[..., Coroutine[Any, Any, WorkerProcess]]
+
+
+@pytest.fixture
+async def start_worker(
+    endpoints: Endpoints, database_url: str, task_queue: str, tmp_path: Path
+) -> AsyncIterator[StartWorker]:
+    """Start ``sagacity worker`` processes on the test's task queue; all stopped at the end."""
+    started: list[WorkerProcess] = []
+
+    async def start(**env: str) -> WorkerProcess:
+        full = {**stack_env(endpoints, database_url, task_queue), **env}
+        process = WorkerProcess(full, tmp_path / f"worker-{len(started)}.log")
+        started.append(process)
+        return await process.start()
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop()
