@@ -41,6 +41,7 @@ from agents import (
 from agents.items import TResponseOutputItem, TResponseStreamEvent
 from agents.testing import assistant_message, function_call
 from openai import AsyncOpenAI
+from temporalio.exceptions import ApplicationError
 
 from sagacity.settings import Settings
 
@@ -217,7 +218,15 @@ class ScriptedModel(Model):
         tracing: ModelTracing,
         **kwargs: Any,
     ) -> ModelResponse:
-        output = self.script.reply(read_conversation(input))
+        try:
+            output = self.script.reply(read_conversation(input))
+        except (LookupError, KeyError, TypeError, ValueError) as exc:
+            # a script that does not fit the conversation will not fit it on a retry either
+            raise ApplicationError(
+                f"the script cannot answer: {type(exc).__name__}: {exc}",
+                type="ScriptMismatch",
+                non_retryable=True,
+            ) from exc
         return ModelResponse(output=output, usage=Usage(), response_id=None)
 
     def stream_response(

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, AgentsException, Runner, RunResult, TResponseInputItem
@@ -118,10 +118,12 @@ async def _run_agent(
     """``Runner.run``, with the SDK's errors turned into ones the saga compensates for."""
     try:
         return await Runner.run(agent, input, max_turns=max_turns)
-    except (AgentsException, AgentsWorkflowError) as exc:
+    except (AgentsException, AgentsWorkflowError, ActivityError) as exc:
+        # ActivityError: a model call that used up its retries
         if _aborted(exc):
             raise SagaAborted(str(exc)) from exc
-        raise AgentRunFailed(f"the agent run failed: {type(exc).__name__}: {exc}") from exc
+        cause = exc.cause if isinstance(exc, ActivityError) and exc.cause else exc
+        raise AgentRunFailed(f"the agent run failed: {type(exc).__name__}: {cause}") from exc
 
 
 def _aborted(exc: BaseException) -> bool:

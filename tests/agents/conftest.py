@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 import pytest
+from agents import ModelProvider
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -28,12 +29,12 @@ from sagacity.agents import (
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.tools import CompensableTool
 from tests.temporal import sample_tools
-from tests.temporal.conftest import approvals, journal, pool, shop, shop_session, worker
+from tests.temporal.conftest import approvals, journal, pool, shop, shop_session
 from workflows.agent_order.script import SCRIPTS
 from workflows.order import app as order_app
 
 # the saga fixtures live with the saga tests; agent tests use the same ones
-__all__ = ["approvals", "journal", "pool", "shop", "shop_session", "worker"]
+__all__ = ["approvals", "journal", "pool", "shop", "shop_session"]
 
 WorkerFactory = Callable[..., contextlib.AbstractAsyncContextManager[Worker]]
 
@@ -45,17 +46,24 @@ def agent_worker(
     journal: JournalStore,
     approvals: ApprovalStore,
 ) -> WorkerFactory:
-    """Start a worker for agent sagas: ``async with agent_worker(scripts) as worker: ...``."""
+    """Start a worker for agent sagas: ``async with agent_worker(scripts) as worker: ...``.
+
+    The model is the scripted one over ``scripts`` (the Order example's by default), or
+    ``provider``; other keywords go to the :class:`Worker`.
+    """
 
     @contextlib.asynccontextmanager
     async def start(
-        scripts: Mapping[str, Script] = SCRIPTS, **worker_options: Any
+        scripts: Mapping[str, Script] = SCRIPTS,
+        *,
+        provider: ModelProvider | None = None,
+        **worker_options: Any,
     ) -> AsyncIterator[Worker]:
         plugins = agent_plugins(
             journal=journal,
             approvals=approvals,
             tools=cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS]),
-            model_provider=ScriptedModelProvider(scripts),
+            model_provider=provider or ScriptedModelProvider(scripts),
             model_attempts=2,
         )
         worker = Worker(
