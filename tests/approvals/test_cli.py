@@ -55,19 +55,30 @@ async def test_list_shows_the_waiting_call_and_a_temporal_signal_approves_it(
     line = next(row for row in table.stdout.splitlines() if waiting.saga_id in row)
     assert "send_confirmation" in line and order_id in line and item["input_hash"][:12] in line
 
-    signal = await asyncio.create_subprocess_exec(
-        str(find_temporal_executable()),
-        "workflow", "signal",
-        "--address", endpoints.temporal_address,
-        "--namespace", endpoints.temporal_namespace,
-        "--workflow-id", waiting.saga_id,
-        "--name", "approve",
-        "--input", json.dumps({"journal_seq": waiting.seq, "approver": "alice"}),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await signal.communicate()
-    assert signal.returncode == 0, out.decode()
+    async def temporal(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            str(find_temporal_executable()),
+            "workflow", *args,
+            "--address", endpoints.temporal_address,
+            "--namespace", endpoints.temporal_namespace,
+            "--workflow-id", waiting.saga_id,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode()
+
+    # the decide update answers at once; a refused one changes nothing
+    wrong = {"journal_seq": 99, "approver": "alice", "approve": True}
+    code, out = await temporal(
+        "update", "execute", "--name", "decide", "--input", json.dumps(wrong)
+    )
+    assert code != 0 and "no request awaits a decision at seq 99" in out
+
+    approve = {"journal_seq": waiting.seq, "approver": "alice"}
+    code, out = await temporal("signal", "--name", "approve", "--input", json.dumps(approve))
+    assert code == 0, out
 
     result = await waiting.handle.result()
     assert result.status is SagaState.COMPLETED
