@@ -124,10 +124,13 @@ class ApproverNotAllowed(ApprovalRefused):
 
 
 class ApprovalConflict(ApprovalRefused):
-    """The saga is not waiting for this decision; ``kind`` says why (see ``KINDS``)."""
+    """The saga is not waiting for this decision.
+
+    ``kind`` says why: ``unknown_seq``, ``already_decided``, ``not_waiting`` or
+    ``input_hash_mismatch``.
+    """
 
     code = "approval_conflict"
-    KINDS = ("unknown_seq", "already_decided", "not_waiting", "input_hash_mismatch")
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)

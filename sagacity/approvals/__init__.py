@@ -3,6 +3,6 @@
 The gate itself lives in the saga engine (:mod:`sagacity.temporal.saga`); this package sits on it.
 """
 
-from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest, may_decide
+from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
 
-__all__ = ["ApprovalService", "DecisionResult", "PendingRequest", "may_decide"]
+__all__ = ["ApprovalService", "DecisionResult", "PendingRequest"]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from temporalio.client import (
     Client,
     RPCTimeoutOrCancelledError,
+    WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
@@ -37,7 +38,7 @@ from sagacity.journal import Phase, input_hash
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.temporal.models import Decision, SagaState, SagaStatus
 
-__all__ = ["ApprovalService", "DecisionResult", "PendingRequest", "may_decide"]
+__all__ = ["ApprovalService", "DecisionResult", "PendingRequest"]
 
 
 class PendingRequest(BaseModel):
@@ -50,13 +51,13 @@ class PendingRequest(BaseModel):
     input_hash: str = Field(description="SHA-256 (hex) of `input` as stored with the request")
     requested_at: datetime
     workflow_status: str = Field(
-        description="running, completed, failed, terminated, … ; not_found, or unreachable "
-        "when no worker answered"
+        description="running, completed, failed, terminated, …; not_found; or no_answer when "
+        "the saga did not answer its status query (no worker polling its task queue)"
     )
     saga_state: SagaState | None = Field(description="the saga's state while it is running")
     waiting: bool = Field(description="the saga is waiting for a decision on this very request")
     deadline: datetime | None = Field(
-        description="when the saga rejects the call as `timeout` (while waiting)"
+        description="about when the saga rejects the call as `timeout` (while waiting)"
     )
     intact: bool = Field(
         description="the stored input hashes to `input_hash`, which is the hash the saga waits "
@@ -117,7 +118,7 @@ class ApprovalService:
         *,
         approvers: Mapping[str, Sequence[str]] | None = None,
         concurrency: int = 32,
-        rpc_timeout: timedelta = timedelta(seconds=10),
+        rpc_timeout: timedelta = timedelta(seconds=5),
     ) -> None:
         self._client = client
         self._store = approvals
@@ -174,7 +175,7 @@ class ApprovalService:
         if live.workflow_status == "not_found":
             raise ApprovalNotFound(f"no saga {saga_id!r}")
         if live.status is None:
-            if live.workflow_status == "unreachable":
+            if live.workflow_status == "no_answer":
                 raise SagaUnavailable(f"saga {saga_id!r} did not answer: {live.detail}")
             raise ApprovalConflict(
                 "not_waiting", f"saga {saga_id!r} has ended ({live.workflow_status})"
@@ -243,9 +244,11 @@ class ApprovalService:
         except RPCError as err:
             if err.status is RPCStatusCode.NOT_FOUND:
                 return _Live("not_found")
-            return _Live("unreachable", detail=err.message)
+            return _Live("no_answer", detail=err.message)
+        except WorkflowQueryFailedError as err:
+            return _Live("no_answer", detail=err.message)
         except RPCTimeoutOrCancelledError as err:
-            return _Live("unreachable", detail=str(err) or "no answer in time")
+            return _Live("no_answer", detail=str(err) or "no answer in time")
         return _Live("running", status)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
 from sagacity.approvals import ApprovalService
-from sagacity.errors import ApprovalConflict, ApproverNotAllowed
+from sagacity.errors import ApprovalConflict, ApproverNotAllowed, SagaUnavailable
 from sagacity.journal import input_hash
 from sagacity.store import ApprovalStore, JournalStore, Pool
 from sagacity.temporal.models import Approve, Decision, SagaOptions, SagaState, SagaStatus
@@ -128,12 +129,11 @@ async def test_refused_decide_updates_fail_at_once_and_change_nothing(
         assert reason in str(getattr(caught.value.cause, "message", "")), caught.value.cause
         assert loop.time() - started < 5
 
-    async def unchanged() -> SagaStatus:
+    async def unchanged() -> None:
         status = await handle.query("status", result_type=SagaStatus)
         assert status.head == waiting.status.head and status.rows == waiting.status.rows
         assert status.pending_approval == pending and status.state is SagaState.AWAITING_APPROVAL
         assert len(await journal.read(waiting.saga_id)) == GATE_SEQ
-        return status
 
     await refused(Decision(journal_seq=99, approver="alice", approve=True), "no request awaits")
     await refused(
@@ -179,10 +179,23 @@ async def test_the_service_names_each_refusal(
 
 
 async def test_a_restarted_worker_takes_a_decision_sent_while_none_ran(
-    start_order: StartOrder, worker: Worker, journal: JournalStore, shop: Shop
+    start_order: StartOrder,
+    worker: Worker,
+    temporal_client: Client,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    shop: Shop,
 ) -> None:
     waiting = await start_order()
     await worker.shutdown()
+
+    # with no worker the saga cannot answer: the service says so instead of hanging
+    impatient = ApprovalService(temporal_client, approvals, rpc_timeout=timedelta(seconds=1))
+    shown = await impatient.get(waiting.saga_id, waiting.seq)
+    assert (shown.workflow_status, shown.waiting) == ("no_answer", False)
+    with pytest.raises(SagaUnavailable):
+        await impatient.approve(waiting.saga_id, waiting.seq, approver="alice")
+
     # signals are durable: the decision waits in the saga's history for the next worker
     await waiting.handle.signal("approve", Approve(journal_seq=waiting.seq, approver="alice"))
     async with Worker(**worker.config()):
