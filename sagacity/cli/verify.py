@@ -60,8 +60,10 @@ class Output:
             for check in report.faults() + [c for c in report.checks if not c.fatal]:
                 typer.echo(_check_line(check))
         elif self.verbose:
-            seen = "; ".join(f"{c.source} {c.detail}" for c in report.checks) or "chain only"
-            typer.echo(f"ok      {report.saga_id}  {report.verdict.rows} rows  [{seen}]")
+            seen = "; ".join(f"{c.source} {c.agreement} {c.detail}" for c in report.checks)
+            typer.echo(
+                f"ok      {report.saga_id}  {report.verdict.rows} rows  [{seen or 'chain only'}]"
+            )
         self._progress()
 
     def problem(self, text: str) -> None:

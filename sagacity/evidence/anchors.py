@@ -81,7 +81,7 @@ async def _report(
         if isinstance(found, AnchorCheck):
             checks.append(found)
         elif found.seq == 0:
-            detail = f"agrees: the workflow has journaled nothing yet ({found.note})"
+            detail = f"the workflow has journaled nothing yet ({found.note})"
             checks.append(AnchorCheck(Source.TEMPORAL, Agreement.AGREES, detail, 0))
         else:
             probe = compare(Source.TEMPORAL, [found], verdict, "the Temporal workflow")

@@ -248,7 +248,7 @@ class BundleVerifier:
             if actual != want:
                 self.problems.append(
                     f"{name}: SHA-256 is {actual[:16]}… but the manifest says {str(want)[:16]}…: "
-                    "the file was changed after export"
+                    "the file or the manifest was changed after export"
                 )
 
     def _check_key(self, listed_id: object) -> None:
@@ -344,7 +344,7 @@ def _manifest_check(listed: dict[str, Any] | None, rows: int, last: Entry | None
     head_hash = None if last is None else last.hash
     want = (listed.get("rows"), listed.get("head_seq"), listed.get("head_hash"))
     if want == (rows, head_seq, head_hash):
-        return AnchorCheck(Source.MANIFEST, Agreement.AGREES, f"agrees at seq {head_seq}", head_seq)
+        return AnchorCheck(Source.MANIFEST, Agreement.AGREES, f"at seq {head_seq}", head_seq)
     detail = (
         f"the manifest lists {want[0]} rows ending at seq {want[1]} hashed {str(want[2])[:12]}…, "
         f"the bundle holds {rows} ending at seq {head_seq} hashed {str(head_hash)[:12]}…"

@@ -154,7 +154,7 @@ def compare(source: Source, anchors: Sequence[Anchor], verdict: Verdict, witness
     latest = anchors[-1]
     if (yield from stored(latest.seq)) == latest.hash:
         more = f", {len(anchors)} checkpoints" if len(anchors) > 1 else ""
-        detail = f"agrees at seq {latest.seq} ({latest.note}{more})"
+        detail = f"at seq {latest.seq} ({latest.note}{more})"
         return [AnchorCheck(source, Agreement.AGREES, detail, latest.seq)]
     low, high = 0, len(anchors) - 1  # anchors[high] disagrees
     while low < high:

@@ -76,7 +76,9 @@ async def run_retention(
     run.bundle, run.manifest_sha256 = out, manifest_digest(out)
     failed = {s.saga_id: s for s in report.sagas if not s.ok}
     for saga_id, saga in failed.items():
-        run.kept[saga_id] = "; ".join(f"{c.source} {c.detail}" for c in saga.faults())
+        run.kept[saga_id] = "; ".join(
+            f"{c.source} {c.agreement}: {c.detail}" for c in saga.faults()
+        )
     due = [
         (s["saga_id"], s["head_seq"], s["head_hash"])
         for s in manifest["sagas"]

@@ -18,6 +18,9 @@ from sagacity.evidence.keys import generate_key, load_private_key
 from sagacity.journal import Draft, Entry, Phase
 from sagacity.store import JournalStore, Pool, open_pool
 
+# the saga fixtures (an in-process worker with the Order tools), for the Temporal anchor tests
+from tests.temporal.conftest import approvals, shop, shop_session, worker  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 async def pool(database_url: str) -> AsyncIterator[Pool]:
