@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -27,7 +27,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from sagacity.cli._exit import hard_exit
+from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.errors import SagacityError
 from sagacity.journal import Entry, Verdict, verify_rows
 from sagacity.observability import tracing
@@ -41,7 +41,6 @@ from workflows.order.workflows import OrderRequest, order_steps
 
 __all__ = ["app"]
 
-T = TypeVar("T")
 
 ORDER_WORKFLOW = "order.PlaceOrder"
 #: states in which only a human can move the saga on
@@ -72,8 +71,13 @@ def _settings(**overrides: Any) -> Settings:
         raise _Usage(str(exc)) from None
 
 
-def _run(work: Coroutine[Any, Any, int]) -> None:
-    """Run a command's coroutine and exit with its status; errors are one line on stderr."""
+def _run(work: Coroutine[Any, Any, int]) -> NoReturn:
+    """Run a command's coroutine and exit with its status; errors are one line on stderr.
+
+    Leaves through :func:`exit_now` itself: ``typer.Exit`` is not click's ``Exit`` (typer has
+    its own class now), so ``hard_exit`` would not see it and the process would risk the SDK's
+    teardown crash.
+    """
     try:
         code = asyncio.run(work)
     except _Usage as exc:
@@ -82,7 +86,7 @@ def _run(work: Coroutine[Any, Any, int]) -> None:
     except (SagacityError, RPCError) as exc:
         typer.echo(f"error: {exc}", err=True)
         code = 1
-    raise typer.Exit(code)
+    exit_now(code)
 
 
 @asynccontextmanager

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sagacity.cli._exit import hard_exit
+from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.errors import SettingsError
 
 __all__ = ["worker"]
@@ -37,4 +37,4 @@ def worker(
         main(app or [DEFAULT_APP], **overrides)
     except SettingsError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        exit_now(2)  # not typer.Exit: hard_exit does not catch typer's own Exit class

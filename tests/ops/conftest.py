@@ -13,6 +13,7 @@ import shlex
 import signal
 import subprocess
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -20,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from sagacity.cli.main import app as main_app
 from sagacity.devstack import Endpoints
 from tests.approvals import conftest as cli_fixtures
 from tests.temporal import conftest as saga_fixtures
@@ -116,6 +119,37 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+@pytest.fixture
+def sagacity(endpoints: Endpoints, database_url: str) -> Cli:
+    """The ``sagacity`` command run in this process, against the test servers.
+
+    The same typer app with the same arguments, without a new interpreter's 3 s of imports per
+    call; the installed executable itself is run by the worker, tracing and documentation tests.
+    ``SAGACITY_SOFT_EXIT`` makes its exit a ``SystemExit`` the runner catches.
+    """
+    env = {
+        "SAGACITY_DATABASE_URL": database_url,
+        "TEMPORAL_ADDRESS": endpoints.temporal_address,
+        "TEMPORAL_NAMESPACE": endpoints.temporal_namespace,
+        "SAGACITY_SOFT_EXIT": "1",
+    }
+    runner = CliRunner()
+    # the runner swaps the process's stdio and environment: one invocation at a time
+    one_at_a_time = asyncio.Lock()
+
+    async def run(*args: str, extra_env: dict[str, str] | None = None) -> CliResult:
+        async with one_at_a_time:
+            result = await asyncio.to_thread(
+                runner.invoke, main_app, list(args), env={**env, **(extra_env or {})}
+            )
+        stderr = result.stderr
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            stderr += "".join(traceback.format_exception(result.exception))
+        return CliResult(result.exit_code, result.stdout, stderr)
+
+    return run
 
 
 StartWorker = Callable[..., Coroutine[Any, Any, WorkerProcess]]
