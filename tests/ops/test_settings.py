@@ -1,0 +1,78 @@
+"""Worker settings from the environment and from ``SAGACITY_SETTINGS_FILE``; wrong ones stop the start."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from sagacity.errors import SettingsError
+from sagacity.settings import load_settings
+from tests.ops.conftest import Cli
+
+NAMES = ("SAGACITY_TASK_QUEUE", "SAGACITY_LOG_FORMAT", "SAGACITY_GRACEFUL_SHUTDOWN")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*NAMES, "SAGACITY_SETTINGS_FILE", "SAGACITY_METRICS_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_toml_file_is_read_under_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "sagacity.toml"
+    file.write_text('task_queue = "orders"\nlog_format = "json"\ngraceful_shutdown = 45\n')
+    monkeypatch.setenv("SAGACITY_SETTINGS_FILE", str(file))
+    settings = load_settings()
+    assert (settings.task_queue, settings.log_format) == ("orders", "json")
+    assert settings.graceful_shutdown == timedelta(seconds=45)
+
+    monkeypatch.setenv("SAGACITY_TASK_QUEUE", "from-the-environment")
+    assert load_settings().task_queue == "from-the-environment"
+
+
+def test_an_env_file_works_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    file = tmp_path / "worker.env"
+    file.write_text("SAGACITY_METRICS_ADDRESS=0.0.0.0:9464\nSAGACITY_GRACEFUL_SHUTDOWN=PT1M\n")
+    monkeypatch.setenv("SAGACITY_SETTINGS_FILE", str(file))
+    settings = load_settings()
+    assert settings.metrics_address == "0.0.0.0:9464"
+    assert settings.graceful_shutdown == timedelta(minutes=1)
+
+
+def test_a_wrong_setting_names_itself_and_what_was_expected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "sagacity.toml"
+    file.write_text('log_format = "xml"\n')
+    monkeypatch.setenv("SAGACITY_SETTINGS_FILE", str(file))
+    monkeypatch.setenv("SAGACITY_GRACEFUL_SHUTDOWN", "soon")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "SAGACITY_LOG_FORMAT: Input should be 'text' or 'json' (got 'xml')" in message
+    assert "SAGACITY_GRACEFUL_SHUTDOWN" in message and "'soon'" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [(None, "no such file"), ("task_queue = ", "is not valid TOML")],
+)
+def test_a_settings_file_that_cannot_be_read_stops_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | None, said: str
+) -> None:
+    file = tmp_path / "sagacity.toml"
+    if content is not None:
+        file.write_text(content)
+    monkeypatch.setenv("SAGACITY_SETTINGS_FILE", str(file))
+    with pytest.raises(SettingsError, match=f"SAGACITY_SETTINGS_FILE: .*{said}"):
+        load_settings()
+
+
+async def test_the_worker_refuses_to_start_on_a_wrong_setting(sagacity: Cli) -> None:
+    refused = await sagacity("worker", extra_env={"SAGACITY_METRICS_ADDRESS": "9464"})
+    assert refused.code == 2
+    assert "SAGACITY_METRICS_ADDRESS" in refused.stderr and "'9464'" in refused.stderr
