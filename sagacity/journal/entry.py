@@ -81,7 +81,9 @@ def check_draft(draft: Draft) -> None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise InvalidEntry(f"{name} is not valid Unicode text (a lone surrogate?): {exc}") from None
+            raise InvalidEntry(
+                f"{name} is not valid Unicode text (a lone surrogate?): {exc}"
+            ) from None
     if draft.input:
         try:
             json.loads(draft.input)
