@@ -1,0 +1,133 @@
+"""deploy/ is valid without Docker or a cluster: schemas from PyPI wheels, commands that exist.
+
+The compose file is checked against the compose-spec JSON schema that ``check-jsonschema`` ships
+(``vendor.compose-spec``), the Kubernetes manifests by ``kubernetes-validate`` against the
+OpenAPI schemas in its wheel (strict: unknown fields fail); both run offline. Each check is also
+shown to reject a broken copy, so a validator that passes everything would fail here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sagacity.settings import load_settings
+from tests.ops.conftest import REPO, WORKER_COMMAND, Cli
+
+DEPLOY = REPO / "deploy"
+BIN = REPO / ".venv" / "bin"
+MANIFESTS = sorted((DEPLOY / "k8s").glob("*.yaml"))
+
+
+def check_compose(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BIN / "check-jsonschema", "--builtin-schema", "vendor.compose-spec", path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def check_kubernetes(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BIN / "kubernetes-validate", "--strict", *paths],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    return loaded
+
+
+def k8s(kind: str, name: str) -> dict[str, Any]:
+    for path in MANIFESTS:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc["kind"] == kind and doc["metadata"]["name"] == name:
+                found: dict[str, Any] = doc
+                return found
+    raise LookupError(f"no {kind} {name} in deploy/k8s")
+
+
+def test_compose_file_follows_the_compose_spec(tmp_path: Path) -> None:
+    checked = check_compose(DEPLOY / "compose.yaml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    broken = tmp_path / "compose.yaml"
+    broken.write_text((DEPLOY / "compose.yaml").read_text().replace("services:", "servics:", 1))
+    assert check_compose(broken).returncode != 0
+
+
+def test_kubernetes_manifests_validate(tmp_path: Path) -> None:
+    checked = check_kubernetes(*MANIFESTS)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    kinds = {
+        (doc["kind"], doc["metadata"]["name"])
+        for path in MANIFESTS
+        for doc in yaml.safe_load_all(path.read_text())
+    }
+    assert {
+        ("Deployment", "sagacity-worker"),
+        ("Deployment", "sagacity-approvals"),
+        ("Service", "sagacity-approvals"),
+        ("Job", "sagacity-migrate"),
+        ("ConfigMap", "sagacity-config"),
+        ("Secret", "sagacity-secrets"),
+    } <= kinds
+
+    broken = tmp_path / "worker.yaml"
+    broken.write_text((DEPLOY / "k8s" / "worker.yaml").read_text().replace("replicas:", "replica:"))
+    assert check_kubernetes(broken).returncode != 0
+
+
+def test_every_deployed_worker_runs_the_tested_command() -> None:
+    tested = shlex.split(WORKER_COMMAND)
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    (cmd,) = re.findall(r"^CMD (\[.*\])$", dockerfile, flags=re.MULTILINE)
+    assert "ENTRYPOINT" not in dockerfile
+    assert json.loads(cmd) == tested
+
+    worker = compose()["services"]["worker"]
+    assert "command" not in worker and "entrypoint" not in worker  # the image's CMD
+    assert worker["build"]["dockerfile"] == "deploy/Dockerfile"
+
+    (container,) = k8s("Deployment", "sagacity-worker")["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == tested
+
+
+async def test_the_other_deployed_commands_exist(sagacity: Cli) -> None:
+    services = compose()["services"]
+    (job,) = k8s("Job", "sagacity-migrate")["spec"]["template"]["spec"]["containers"]
+    (api,) = k8s("Deployment", "sagacity-approvals")["spec"]["template"]["spec"]["containers"]
+    assert job["command"] == services["migrate"]["command"]
+    assert api["command"] == services["approvals"]["command"]
+    shell, flag, script = services["migrate"]["command"]
+    assert (shell, flag) == ("sh", "-c")
+    migrations = [shlex.split(part) for part in script.split("&&")]
+    assert migrations == [["sagacity", "db", "migrate"], ["sagacity", "db", "grants"]]
+    for program, *args in [*migrations, api["command"]]:
+        assert program == "sagacity"
+        shown = await sagacity(*args, "--help")
+        assert shown.code == 0, (args, shown.stderr)
+
+
+def test_workers_get_their_grace_period_before_they_are_killed() -> None:
+    config = k8s("ConfigMap", "sagacity-config")["data"]
+    grace = load_settings(graceful_shutdown=config["SAGACITY_GRACEFUL_SHUTDOWN"]).graceful_shutdown
+    pod = k8s("Deployment", "sagacity-worker")["spec"]["template"]["spec"]
+    assert timedelta(seconds=pod["terminationGracePeriodSeconds"]) > grace
+
+    worker = compose()["services"]["worker"]
+    compose_grace = load_settings(
+        graceful_shutdown=worker["environment"]["SAGACITY_GRACEFUL_SHUTDOWN"]
+    ).graceful_shutdown
+    assert timedelta(seconds=int(worker["stop_grace_period"].rstrip("s"))) > compose_grace
