@@ -101,8 +101,8 @@ class Settings(BaseSettings):
     retention_period: timedelta = Field(
         default=timedelta(days=183), description="sagas idle this long may be exported and purged"
     )
-    approval_tokens: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict,
+    approval_tokens: Annotated[dict[str, str] | None, NoDecode] = Field(
+        default=None,
         repr=False,
         description="bearer tokens of the approvals HTTP API: `token=principal,token2=principal2`",
     )
@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     @field_validator("approval_tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: object) -> object:
-        return _pairs(value) if isinstance(value, str) else value
+        return (_pairs(value) or None) if isinstance(value, str) else value
 
     @field_validator("approvers", mode="before")
     @classmethod

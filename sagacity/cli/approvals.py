@@ -235,13 +235,14 @@ def serve_command(
                     loop.remove_signal_handler(sig)
 
     settings = _settings()
-    if not settings.approval_tokens:
+    tokens = settings.approval_tokens
+    if not tokens:
         typer.echo("error: set SAGACITY_APPROVAL_TOKENS (token=principal,...)", err=True)
         raise typer.Exit(2)
 
     async def work() -> None:
         async with _service(settings) as service:
-            api = create_app(service, settings.approval_tokens)
+            api = create_app(service, tokens)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     _run(work())

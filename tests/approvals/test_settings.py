@@ -21,7 +21,7 @@ def test_unset_means_no_tokens_and_no_allow_list(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("SAGACITY_APPROVAL_TOKENS", raising=False)
     monkeypatch.setenv("SAGACITY_APPROVERS", "")
     settings = load_settings()
-    assert settings.approval_tokens == {} and settings.approvers is None
+    assert settings.approval_tokens is None and settings.approvers is None
 
 
 @pytest.mark.parametrize(
