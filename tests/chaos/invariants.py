@@ -1,0 +1,161 @@
+"""What must hold after chaos, checked against the journal and the shop's own tables.
+
+Each check returns the violations it found, as sentences naming the saga; none means it held.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import psycopg
+
+from sagacity.journal import APPROVAL_GATE, Entry, Phase
+from sagacity.store import JournalStore
+from sagacity.temporal.models import TERMINAL_STATES, SagaState
+from tests.chaos.harness import Outcome
+
+COMPENSABLE = ("reserve_inventory", "create_order")
+IRREVERSIBLE = "send_confirmation"
+
+
+@dataclass(frozen=True)
+class ShopRows:
+    """What the shop's tables hold for one saga."""
+
+    reservations: list[tuple[str, int, str]]  # product, quantity, status
+    orders: list[str]  # status
+    outbox: int
+
+
+async def shop_rows(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> dict[str, ShopRows]:
+    rows: dict[str, ShopRows] = {}
+
+    def of(saga_id: str) -> ShopRows:
+        return rows.setdefault(saga_id, ShopRows([], [], 0))
+
+    for saga_id, product, quantity, status in await (
+        await conn.execute("SELECT saga_id, product_id, quantity, status FROM reservations")
+    ).fetchall():
+        of(str(saga_id)).reservations.append((str(product), int(str(quantity)), str(status)))
+    for saga_id, status in await (
+        await conn.execute("SELECT saga_id, status FROM orders")
+    ).fetchall():
+        of(str(saga_id)).orders.append(str(status))
+    for saga_id, count in await (
+        await conn.execute("SELECT saga_id, count(*) FROM outbox GROUP BY saga_id")
+    ).fetchall():
+        found = of(str(saga_id))
+        rows[str(saga_id)] = ShopRows(found.reservations, found.orders, int(str(count)))
+    return rows
+
+
+def journal_violations(saga_id: str, rows: list[Entry], state: SagaState) -> list[str]:
+    """Duplicates, calls without an outcome, effects neither compensated nor flagged."""
+    found = []
+    counts = Counter((r.tool_name, r.phase) for r in rows)
+    for (tool, phase), n in counts.items():
+        if n > 1:
+            found.append(f"{saga_id}: {n} {phase.value} rows for {tool}")
+    for tool in (*COMPENSABLE, IRREVERSIBLE):
+        intents = counts[(tool, Phase.INTENT)]
+        outcomes = counts[(tool, Phase.EXECUTED)] + counts[(tool, Phase.FAILED)]
+        if intents != outcomes:
+            found.append(f"{saga_id}: {tool} has {intents} INTENT but {outcomes} outcome rows")
+    decisions = counts[(APPROVAL_GATE, Phase.APPROVED)] + counts[(APPROVAL_GATE, Phase.REJECTED)]
+    if decisions > counts[(IRREVERSIBLE, Phase.AWAITING_APPROVAL)]:
+        found.append(f"{saga_id}: {decisions} decisions for fewer approval requests")
+    if counts[(IRREVERSIBLE, Phase.INTENT)] > counts[(APPROVAL_GATE, Phase.APPROVED)]:
+        found.append(f"{saga_id}: {IRREVERSIBLE} ran without an approval")
+    for tool in COMPENSABLE:
+        executed = counts[(tool, Phase.EXECUTED)]
+        undone = counts[(tool, Phase.COMPENSATED)] + counts[(tool, Phase.COMPENSATION_FAILED)]
+        if state is SagaState.COMPLETED and undone:
+            found.append(f"{saga_id}: completed, yet {tool} was compensated")
+        if state is not SagaState.COMPLETED and executed != undone:
+            found.append(
+                f"{saga_id}: ended {state.value} with {executed} EXECUTED {tool} "
+                f"but {undone} COMPENSATED/COMPENSATION_FAILED"
+            )
+    if state is SagaState.COMPLETED and counts[(IRREVERSIBLE, Phase.EXECUTED)] != 1:
+        found.append(f"{saga_id}: completed without an EXECUTED {IRREVERSIBLE}")
+    return found
+
+
+def shop_violations(saga_id: str, rows: list[Entry], state: SagaState, shop: ShopRows) -> list[str]:
+    """The shop's tables say what the journal says: every effect journaled, undone when undone."""
+    found = []
+    executed = Counter(r.tool_name for r in rows if r.phase is Phase.EXECUTED)
+    compensated = Counter(r.tool_name for r in rows if r.phase is Phase.COMPENSATED)
+    if len(shop.reservations) != executed["reserve_inventory"]:
+        found.append(
+            f"{saga_id}: {len(shop.reservations)} reservations, "
+            f"{executed['reserve_inventory']} EXECUTED reserve_inventory"
+        )
+    if len(shop.orders) != executed["create_order"]:
+        found.append(
+            f"{saga_id}: {len(shop.orders)} orders, {executed['create_order']} EXECUTED create_order"
+        )
+    if shop.outbox != executed[IRREVERSIBLE]:
+        found.append(
+            f"{saga_id}: {shop.outbox} confirmations sent, {executed[IRREVERSIBLE]} EXECUTED "
+            f"{IRREVERSIBLE} (an approved irreversible call must run at most once)"
+        )
+    held = [r for r in shop.reservations if r[2] == "held"]
+    placed = [s for s in shop.orders if s == "placed"]
+    if compensated["reserve_inventory"] and held:
+        found.append(f"{saga_id}: reservation compensated in the journal, still held in the shop")
+    if compensated["create_order"] and placed:
+        found.append(f"{saga_id}: order compensated in the journal, still placed in the shop")
+    if state is SagaState.COMPLETED and (len(held) != 1 or len(placed) != 1):
+        found.append(
+            f"{saga_id}: completed with {len(held)} held reservations, {len(placed)} orders"
+        )
+    return found
+
+
+async def check(
+    database_url: str, outcomes: list[Outcome], stock_before: dict[str, int]
+) -> list[str]:
+    """Every invariant over every saga the driver ran; returns the violations."""
+    found: list[str] = []
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        shop = await shop_rows(conn)
+        stock_after: dict[str, int] = dict(
+            await (await conn.execute("SELECT product_id, available FROM inventory")).fetchall()
+        )
+        stale = await (
+            await conn.execute("SELECT saga_id, journal_seq FROM sagacity_approval_request")
+        ).fetchall()
+    sold: Counter[str] = Counter()
+    async with await JournalStore.open(database_url) as journal:
+        for outcome in outcomes:
+            sid = outcome.plan.saga_id
+            result = outcome.result
+            if result is None:
+                found.append(
+                    f"{sid}: no result ({outcome.error}); last status {outcome.last_status}"
+                )
+                continue
+            if result.status not in TERMINAL_STATES:
+                found.append(f"{sid}: ended in {result.status.value}")
+            if result.status is SagaState.COMPENSATION_FAILED and not result.needs_attention:
+                found.append(f"{sid}: compensation failed, but no reason is given")
+            verdict = await journal.verify(sid)
+            if not verdict.ok:
+                found.append(f"{sid}: chain does not verify: {verdict}")
+            rows = await journal.read(sid)
+            if result.head.seq != len(rows):
+                found.append(f"{sid}: result head {result.head.seq}, journal has {len(rows)} rows")
+            found += journal_violations(sid, rows, result.status)
+            found += shop_violations(sid, rows, result.status, shop.get(sid, ShopRows([], [], 0)))
+            if result.status is SagaState.COMPLETED:
+                sold[outcome.plan.product_id] += outcome.plan.quantity
+    for product, before in stock_before.items():
+        if before - int(str(stock_after[product])) != sold[product]:
+            found.append(
+                f"inventory of {product}: {before} -> {stock_after[product]}, "
+                f"but completed sagas reserved {sold[product]}"
+            )
+    found += [f"{sid}: approval request at seq {seq} left behind" for sid, seq in stale]
+    return found
