@@ -1,15 +1,37 @@
 """Evidence: signed checkpoints of chain heads, export bundles, offline verification, redaction.
 
-What is imported here needs no database or Temporal (an offline verifier imports it). The parts
-that do live in :mod:`sagacity.evidence.anchors` (verify the live journal against its anchors)
-and :mod:`sagacity.evidence.retention` (export, then purge).
+Names here load their module on first use (PEP 562), so importing one submodule, say
+:mod:`sagacity.evidence.redaction` from code that runs near workflows, pulls in nothing else.
+Nothing listed needs a database or Temporal; the parts that do are
+:mod:`sagacity.evidence.anchors` (verify the live journal against its anchors) and
+:mod:`sagacity.evidence.retention` (export, then purge).
 """
 
-from sagacity.evidence.bundle import BundleReport, BundleVerifier, export_bundle, verify_bundle
-from sagacity.evidence.checkpoints import Checkpoint, CheckpointDir, CheckpointLog, CheckpointWriter
-from sagacity.evidence.keys import generate_key, key_id, load_private_key, load_public_key
-from sagacity.evidence.redaction import DEFAULT_RULES, Action, Redacted, Redactor, Rule
-from sagacity.evidence.report import Agreement, AnchorCheck, SagaReport, Source
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sagacity.evidence.bundle import BundleReport, BundleVerifier, export_bundle, verify_bundle
+    from sagacity.evidence.checkpoints import (
+        Checkpoint,
+        CheckpointDir,
+        CheckpointLog,
+        CheckpointWriter,
+    )
+    from sagacity.evidence.keys import generate_key, key_id, load_private_key, load_public_key
+    from sagacity.evidence.redaction import DEFAULT_RULES, Action, Redacted, Redactor, Rule
+    from sagacity.evidence.report import Agreement, AnchorCheck, SagaReport, Source
+
+_HOME = {
+    "bundle": ("BundleReport", "BundleVerifier", "export_bundle", "verify_bundle"),
+    "checkpoints": ("Checkpoint", "CheckpointDir", "CheckpointLog", "CheckpointWriter"),
+    "keys": ("generate_key", "key_id", "load_private_key", "load_public_key"),
+    "redaction": ("DEFAULT_RULES", "Action", "Redacted", "Redactor", "Rule"),
+    "report": ("Agreement", "AnchorCheck", "SagaReport", "Source"),
+}
+_MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 
 __all__ = [
     "DEFAULT_RULES",
@@ -34,3 +56,10 @@ __all__ = [
     "load_public_key",
     "verify_bundle",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{module}"), name)

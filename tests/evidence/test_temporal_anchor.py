@@ -6,21 +6,28 @@ query while running), out of reach of whoever can write the journal table.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from contextlib import aclosing
+from datetime import timedelta
 
 import psycopg
+import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.report import Agreement, SagaReport, Source
-from sagacity.store import JournalStore
+from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Abort, SagaResult, SagaSpec, SagaState
+from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_tamper_suite import rewrite
 from tests.temporal.conftest import awaiting_approval, wait_for
+from workflows.order import app as order_app
+from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest, order_steps
 
 # reserve stock, create the order: two REVERSIBLE calls, no approval, four rows
@@ -114,3 +121,42 @@ async def test_a_saga_temporal_never_ran_is_reported_but_not_a_fault(
         Agreement.MISSING,
         False,
     )
+
+
+@pytest.mark.skipif(
+    "checkpoints" not in inspect.signature(SagacityPlugin).parameters,
+    reason="the saga activities do not checkpoint yet (SagacityPlugin has no checkpoints=)",
+)
+async def test_a_checkpointing_worker_anchors_every_append(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    writer: CheckpointWriter,
+    checkpoints: CheckpointDir,
+    owner: psycopg.AsyncConnection,
+    shop: Shop,
+) -> None:
+    plugin = SagacityPlugin(
+        journal=journal, approvals=approvals, tools=order_app.TOOLS, checkpoints=writer
+    )
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        plugins=[plugin],
+        graceful_shutdown_timeout=timedelta(seconds=1),
+    ) as checkpointing:
+        done = await completed_saga(temporal_client, checkpointing)
+    log = checkpoints.load(done.saga_id)
+    assert [cp.seq for cp in log.checkpoints] == [1, 2, 3, 4]  # one per append
+    await owner.execute(
+        "DELETE FROM side_effect_journal WHERE saga_id = %s AND seq > 2", (done.saga_id,)
+    )
+
+    async with aclosing(
+        verify_journal(journal, saga_ids=[done.saga_id], checkpoints=checkpoints)
+    ) as found:
+        (report,) = [r async for r in found]
+
+    (fault,) = report.faults()
+    assert (fault.source, fault.seq) == (Source.CHECKPOINT, 3)  # the first row removed
