@@ -51,10 +51,19 @@ HEARTBEAT_TIMEOUT_S = 2.0
 
 
 class WorkerProcess:
-    """``python -m workers.saga_worker`` in a process of its own, for killing and restarting."""
+    """``python -m workers.saga_worker`` in a process of its own, for killing and restarting.
+
+    It reaches Temporal where ``client`` does, or at ``temporal_address`` (a proxy, say).
+    """
 
     def __init__(
-        self, client: Client, *, task_queue: str, database_url: str, log_path: Path
+        self,
+        client: Client,
+        *,
+        task_queue: str,
+        database_url: str,
+        log_path: Path,
+        temporal_address: str | None = None,
     ) -> None:
         self.client = client
         self.task_queue = task_queue
@@ -66,7 +75,7 @@ class WorkerProcess:
         self._env = {
             **env,
             "SAGACITY_DATABASE_URL": database_url,
-            "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+            "TEMPORAL_ADDRESS": temporal_address or client.service_client.config.target_host,
             "TEMPORAL_NAMESPACE": client.namespace,
             "SAGACITY_TASK_QUEUE": task_queue,
             "SAGACITY_DATA_DIR": str(log_path.parent),

@@ -6,9 +6,10 @@ Each check returns the violations it found, as sentences naming the saga; none m
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from sagacity.journal import APPROVAL_GATE, Entry, Phase
 from sagacity.store import JournalStore
@@ -19,34 +20,36 @@ COMPENSABLE = ("reserve_inventory", "create_order")
 IRREVERSIBLE = "send_confirmation"
 
 
-@dataclass(frozen=True)
+@dataclass
 class ShopRows:
     """What the shop's tables hold for one saga."""
 
-    reservations: list[tuple[str, int, str]]  # product, quantity, status
-    orders: list[str]  # status
-    outbox: int
+    #: (product, quantity, status) per reservation
+    reservations: list[tuple[str, int, str]] = field(default_factory=list)
+    #: status per order
+    orders: list[str] = field(default_factory=list)
+    #: confirmations sent
+    outbox: int = 0
 
 
-async def shop_rows(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> dict[str, ShopRows]:
+async def shop_rows(conn: psycopg.AsyncConnection[TupleRow]) -> dict[str, ShopRows]:
     rows: dict[str, ShopRows] = {}
 
     def of(saga_id: str) -> ShopRows:
-        return rows.setdefault(saga_id, ShopRows([], [], 0))
+        return rows.setdefault(saga_id, ShopRows())
 
     for saga_id, product, quantity, status in await (
         await conn.execute("SELECT saga_id, product_id, quantity, status FROM reservations")
     ).fetchall():
-        of(str(saga_id)).reservations.append((str(product), int(str(quantity)), str(status)))
+        of(saga_id).reservations.append((product, quantity, status))
     for saga_id, status in await (
         await conn.execute("SELECT saga_id, status FROM orders")
     ).fetchall():
-        of(str(saga_id)).orders.append(str(status))
+        of(saga_id).orders.append(status)
     for saga_id, count in await (
         await conn.execute("SELECT saga_id, count(*) FROM outbox GROUP BY saga_id")
     ).fetchall():
-        found = of(str(saga_id))
-        rows[str(saga_id)] = ShopRows(found.reservations, found.orders, int(str(count)))
+        of(saga_id).outbox = count
     return rows
 
 
@@ -148,11 +151,11 @@ async def check(
             if result.head.seq != len(rows):
                 found.append(f"{sid}: result head {result.head.seq}, journal has {len(rows)} rows")
             found += journal_violations(sid, rows, result.status)
-            found += shop_violations(sid, rows, result.status, shop.get(sid, ShopRows([], [], 0)))
+            found += shop_violations(sid, rows, result.status, shop.get(sid, ShopRows()))
             if result.status is SagaState.COMPLETED:
                 sold[outcome.plan.product_id] += outcome.plan.quantity
     for product, before in stock_before.items():
-        if before - int(str(stock_after[product])) != sold[product]:
+        if before - stock_after[product] != sold[product]:
             found.append(
                 f"inventory of {product}: {before} -> {stock_after[product]}, "
                 f"but completed sagas reserved {sold[product]}"
