@@ -56,7 +56,7 @@ class Output:
         if self.as_json:
             typer.echo(json.dumps(report.to_dict(), ensure_ascii=False))
         elif not report.ok:
-            typer.echo(f"FAILED  {report.saga_id}  ({report.verdict.rows} rows)")
+            typer.echo(f"FAILED  {report.saga_id}")
             for check in report.faults() + [c for c in report.checks if not c.fatal]:
                 typer.echo(_check_line(check))
         elif self.verbose:

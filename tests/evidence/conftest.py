@@ -12,13 +12,16 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import generate_key, load_private_key
 from sagacity.journal import Draft, Entry, Phase
 from sagacity.store import JournalStore, Pool, open_pool
 
-# the saga fixtures (an in-process worker with the Order tools), for the Temporal anchor tests
+# the `sagacity` command run in-process (tests/ops), and the saga fixtures (an in-process
+# worker with the Order tools) for the Temporal anchor tests
+from tests.ops.conftest import sagacity  # noqa: F401
 from tests.temporal.conftest import approvals, shop, shop_session, worker  # noqa: F401
 
 
@@ -39,6 +42,18 @@ async def owner(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
     """A raw connection as the tables' owner: what an attacker with database access holds."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture(scope="session")
+async def retention_url(database_url: str) -> str:
+    """A login that is a member of sagacity_retention, as an operator's retention job is."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(
+            "DO $$ BEGIN CREATE ROLE sagacity_retention_job LOGIN;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        await conn.execute("GRANT sagacity_retention TO sagacity_retention_job")
+    return make_conninfo(database_url, user="sagacity_retention_job")
 
 
 @pytest.fixture(scope="session")

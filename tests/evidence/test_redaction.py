@@ -120,7 +120,8 @@ async def test_a_saga_journals_no_secret(
     approvals: ApprovalStore,
     owner: psycopg.AsyncConnection,
 ) -> None:
-    plugin = SagacityPlugin(
+    # the ignore goes once SagacityPlugin takes redactor= (see the skip condition)
+    plugin = SagacityPlugin(  # type: ignore[call-arg, unused-ignore]
         journal=journal, approvals=approvals, tools=[charge_with_key], redactor=Redactor()
     )
     saga = f"ev-redact-{uuid.uuid4().hex[:8]}"

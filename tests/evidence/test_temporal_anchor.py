@@ -10,6 +10,7 @@ import inspect
 import uuid
 from contextlib import aclosing
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -137,8 +138,10 @@ async def test_a_checkpointing_worker_anchors_every_append(
     owner: psycopg.AsyncConnection,
     shop: Shop,
 ) -> None:
-    plugin = SagacityPlugin(
-        journal=journal, approvals=approvals, tools=order_app.TOOLS, checkpoints=writer
+    tools: list[Any] = order_app.TOOLS  # typed list[object] in workflows/order/tools.py
+    # the ignore goes once SagacityPlugin takes checkpoints= (see the skip condition)
+    plugin = SagacityPlugin(  # type: ignore[call-arg, unused-ignore]
+        journal=journal, approvals=approvals, tools=tools, checkpoints=writer
     )
     async with Worker(
         temporal_client,
