@@ -125,8 +125,9 @@ def _parse(name: str, raw: str) -> dict[str, Any]:
 
 
 def _call_seq(saga: Saga, name: str) -> int | None:
-    # the saga serializes calls and nothing runs between a call's return and here, so the
-    # newest row of this tool that opens a call is this call's
+    # called as soon as this call's saga.call returns: rows only change when an activity
+    # completes, in a later workflow activation, so the newest row of this tool that opens a
+    # call is this call's, even with sibling calls of a parallel turn waiting their turn
     for row in reversed(saga.rows):
         if row.tool_name == name and row.phase in _OPENING:
             return row.seq
