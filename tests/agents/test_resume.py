@@ -1,4 +1,8 @@
-"""A worker that goes away mid-agent-run: a new one takes over without repeating anything."""
+"""A worker that goes away mid-agent-run: a new one takes over without repeating anything.
+
+And the agent saga's history replays against today's code: the Agents SDK loop, the model calls
+and the saga's decisions are deterministic.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,17 @@ from collections import Counter
 import pytest
 from agents import Model, ModelProvider
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
-from sagacity.agents import AgentSagaRequest, ScriptedModelProvider
+from sagacity.agents import (
+    AgentSagaRequest,
+    AgentSagaWorkflow,
+    ScriptedModelProvider,
+    openai_agents_plugins,
+)
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaState
+from sagacity.temporal.plugin import SagacityPlugin
 from tests.agents.conftest import WorkerFactory, start_agent
 from tests.temporal.conftest import awaiting_approval, wait_for
 from tests.temporal.test_order_saga import approve_when_waiting
@@ -66,3 +77,24 @@ async def test_new_worker_resumes_the_agent_without_repeating_calls(
     snap = await shop.snapshot()
     assert snap.held_reservations == 1 and snap.placed_orders == 1 and snap.outbox == 1
     assert (await journal.verify(handle.id)).ok
+
+
+async def test_agent_saga_history_replays(
+    temporal_client: Client, agent_worker: WorkerFactory, shop: Shop
+) -> None:
+    await shop.arm_fault("send_confirmation", "relay down")
+    async with agent_worker() as worker:
+        handle = await start_agent(
+            temporal_client, worker.task_queue, AgentSagaRequest(prompt=PROMPT)
+        )
+        await approve_when_waiting(temporal_client, handle.id)
+        assert (await handle.result()).saga.status is SagaState.COMPENSATED
+    history = await handle.fetch_history()
+
+    # what a replayer needs: the workflow, the converters, the Agents SDK's runner (no model:
+    # the model calls' results come from the history)
+    replayer = Replayer(
+        workflows=[AgentSagaWorkflow],
+        plugins=[SagacityPlugin(), *openai_agents_plugins(ScriptedModelProvider(SCRIPTS))],
+    )
+    await replayer.replay_workflow(history)
