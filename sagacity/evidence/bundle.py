@@ -318,7 +318,7 @@ class BundleVerifier:
         checkpoints: CheckpointDir | None,
     ) -> SagaReport:
         log = checkpoints.load(saga_id) if checkpoints is not None else CheckpointLog(saga_id)
-        wanted = {cp.seq for cp in log.checkpoints}
+        wanted = log.seqs
         stored: dict[int, str] = {}
         verifier = ChainVerifier(saga_id)
         count, last = 0, None

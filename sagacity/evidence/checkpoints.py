@@ -17,8 +17,8 @@ import binascii
 import hashlib
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -70,18 +70,21 @@ class Checkpoint:
     bundle: str | None = None
     signature: str = ""
 
+    def body(self) -> dict[str, object]:
+        """Every field but the signature."""
+        return {name: getattr(self, name) for name in _SIGNED}
+
     def message(self) -> bytes:
-        """The signed bytes: the domain tag, then canonical JSON of all fields but the signature."""
-        body = {k: v for k, v in asdict(self).items() if k != "signature"}
-        return DOMAIN + to_json(body).encode("utf-8")
+        """The signed bytes: the domain tag, then canonical JSON of :meth:`body`."""
+        return DOMAIN + to_json(self.body()).encode("utf-8")
 
     def line(self) -> str:
         """The log line (no newline) for this checkpoint."""
-        return to_json(asdict(self))
+        return to_json({**self.body(), "signature": self.signature})
 
-    def verify(self, key: Ed25519PublicKey) -> str | None:
-        """None when ``key`` signed this checkpoint; otherwise why it did not."""
-        expected = key_id(key)
+    def verify(self, key: Ed25519PublicKey, trusted_id: str | None = None) -> str | None:
+        """None when ``key`` (fingerprint ``trusted_id``) signed this; otherwise why it did not."""
+        expected = trusted_id or key_id(key)
         if self.key_id != expected:
             return f"signed by key {self.key_id}, not by the trusted key {expected}"
         try:
@@ -89,6 +92,9 @@ class Checkpoint:
         except (InvalidSignature, binascii.Error, ValueError):
             return "the signature does not verify"
         return None
+
+
+_SIGNED = ("saga_id", "seq", "hash", "at", "kind", "key_id", "bundle")
 
 
 def sign(
@@ -100,19 +106,23 @@ def sign(
     kind: Kind = Kind.HEAD,
     bundle: str | None = None,
     at: datetime | None = None,
+    signer_id: str | None = None,
 ) -> Checkpoint:
-    """A checkpoint of ``saga_id`` at ``seq``/``hash``, signed by ``key`` (``at``: now)."""
+    """A checkpoint of ``saga_id`` at ``seq``/``hash``, signed by ``key`` (``at``: now).
+
+    ``signer_id`` is ``key``'s fingerprint, when the caller has it at hand.
+    """
     unsigned = Checkpoint(
         saga_id=saga_id,
         seq=seq,
         hash=hash,
         at=format_timestamp(at or datetime.now(UTC)),
         kind=kind,
-        key_id=key_id(key.public_key()),
+        key_id=signer_id or key_id(key.public_key()),
         bundle=bundle,
     )
     signature = base64.b64encode(key.sign(unsigned.message())).decode("ascii")
-    return Checkpoint(**{**asdict(unsigned), "signature": signature})
+    return replace(unsigned, signature=signature)
 
 
 def parse_line(line: str) -> Checkpoint:
@@ -136,8 +146,9 @@ def parse_line(line: str) -> Checkpoint:
         )
     except KeyError as exc:
         raise ValueError(f"field {exc} is missing") from None
-    if set(raw) != set(asdict(cp)):
-        raise ValueError(f"unexpected fields {sorted(set(raw) - set(asdict(cp)))}")
+    extra = set(raw) - {*_SIGNED, "signature"}
+    if extra:
+        raise ValueError(f"unexpected fields {sorted(extra)}")
     if not isinstance(cp.seq, int) or isinstance(cp.seq, bool) or cp.seq < 0:
         raise ValueError(f"seq {cp.seq!r} is not a count")
     for name in ("saga_id", "hash", "at", "key_id", "signature"):
@@ -154,18 +165,64 @@ def log_name(saga_id: str) -> str:
     return name + SUFFIX
 
 
-@dataclass
 class CheckpointLog:
-    """One saga's checkpoints that verify, by seq, and what is wrong with the others."""
+    """One saga's checkpoints. Signatures are checked when a checkpoint is used.
 
-    saga_id: str
-    checkpoints: list[Checkpoint] = field(default_factory=list)
-    #: lines that are damaged, forged or contradict each other; any one is a fault
-    problems: list[str] = field(default_factory=list)
+    Verifying a saga that is intact needs only its latest signed head (the chain vouches for
+    every row below it), so :meth:`latest` checks one signature; :meth:`verified` checks them all,
+    for locating a change. Lines found damaged, forged or contradictory go to ``problems``.
+    """
+
+    def __init__(
+        self,
+        saga_id: str,
+        lines: list[tuple[str, Checkpoint]] | None = None,
+        check: Callable[[Checkpoint], str | None] | None = None,
+        problems: list[str] | None = None,
+    ) -> None:
+        self.saga_id = saga_id
+        #: (where, checkpoint) by seq, signatures not yet checked
+        self._lines = sorted(lines or [], key=lambda line: line[1].seq)
+        self._check = check
+        self._verdicts: dict[int, bool] = {}
+        self.problems = problems or []
 
     @property
+    def seqs(self) -> set[int]:
+        """Every seq some line claims to checkpoint."""
+        return {cp.seq for _, cp in self._lines}
+
+    def _valid(self, index: int) -> bool:
+        if index not in self._verdicts:
+            where, cp = self._lines[index]
+            refusal = None if self._check is None else self._check(cp)
+            if refusal is not None:
+                self.problems.append(f"{where}: forged checkpoint: {refusal}")
+            self._verdicts[index] = refusal is None
+        return self._verdicts[index]
+
     def latest(self) -> Checkpoint | None:
-        return self.checkpoints[-1] if self.checkpoints else None
+        """The highest-seq checkpoint that verifies; forged lines above it become problems."""
+        for index in reversed(range(len(self._lines))):
+            if self._valid(index):
+                return self._lines[index][1]
+        return None
+
+    def verified(self) -> list[Checkpoint]:
+        """Every checkpoint that verifies, one per seq; two signed heads for a seq is a problem."""
+        by_seq: dict[int, Checkpoint] = {}
+        for index, (where, cp) in enumerate(self._lines):
+            if not self._valid(index):
+                continue
+            held = by_seq.get(cp.seq)
+            if held is not None and held.hash != cp.hash:
+                self.problems.append(
+                    f"{where}: two signed heads for seq {cp.seq} ({held.hash[:12]}… "
+                    f"and {cp.hash[:12]}…): the chain was forked"
+                )
+            elif held is None or cp.kind is Kind.PURGED:
+                by_seq[cp.seq] = cp
+        return list(by_seq.values())
 
 
 class CheckpointDir:
@@ -174,43 +231,34 @@ class CheckpointDir:
     def __init__(self, path: Path, key: Ed25519PublicKey) -> None:
         self.path = path
         self.key = key
+        self.key_id = key_id(key)
 
     def log_path(self, saga_id: str) -> Path:
         return self.path / log_name(saga_id)
 
     def load(self, saga_id: str) -> CheckpointLog:
         """``saga_id``'s checkpoints; an empty log when it has none."""
-        log = CheckpointLog(saga_id)
         file = self.log_path(saga_id)
         try:
             text = file.read_bytes().decode("utf-8")
         except FileNotFoundError:
-            return log
+            return CheckpointLog(saga_id)
         except (OSError, UnicodeDecodeError) as exc:
-            log.problems.append(f"{file.name}: unreadable: {exc}")
-            return log
-        by_seq: dict[int, Checkpoint] = {}
+            return CheckpointLog(saga_id, problems=[f"{file.name}: unreadable: {exc}"])
+        lines: list[tuple[str, Checkpoint]] = []
+        problems = []
         for number, line in enumerate(text.splitlines(), start=1):
             where = f"{file.name} line {number}"
             try:
                 cp = parse_line(line)
             except ValueError as exc:
-                log.problems.append(f"{where}: damaged checkpoint: {exc}")
+                problems.append(f"{where}: damaged checkpoint: {exc}")
                 continue
-            refusal = cp.verify(self.key)
-            if refusal is not None:
-                log.problems.append(f"{where}: forged checkpoint: {refusal}")
-            elif cp.saga_id != saga_id:
-                log.problems.append(f"{where}: a checkpoint of saga {cp.saga_id!r}, not this one")
-            elif cp.seq in by_seq and by_seq[cp.seq].hash != cp.hash:
-                log.problems.append(
-                    f"{where}: two signed heads for seq {cp.seq} ({by_seq[cp.seq].hash[:12]}… "
-                    f"and {cp.hash[:12]}…): the chain was forked"
-                )
-            elif cp.seq not in by_seq or cp.kind is Kind.PURGED:
-                by_seq[cp.seq] = cp
-        log.checkpoints = [by_seq[seq] for seq in sorted(by_seq)]
-        return log
+            if cp.saga_id != saga_id:
+                problems.append(f"{where}: a checkpoint of saga {cp.saga_id!r}, not this one")
+            else:
+                lines.append((where, cp))
+        return CheckpointLog(saga_id, lines, lambda cp: cp.verify(self.key, self.key_id), problems)
 
     def saga_ids(self) -> Iterator[str]:
         """Every saga with a log here (a digest-named log is opened to learn its saga)."""
@@ -250,6 +298,7 @@ class CheckpointWriter:
             raise EvidenceUnavailable(f"cannot create checkpoint directory {path}: {exc}") from None
         self.path = path
         self.key = key
+        self.key_id = key_id(key.public_key())
 
     @classmethod
     def open(cls, path: Path | None, signing_key: Path | None) -> CheckpointWriter | None:
@@ -263,11 +312,14 @@ class CheckpointWriter:
 
     def record(self, saga_id: str, seq: int, hash: str) -> Checkpoint:
         """Sign and append the head ``seq``/``hash`` of ``saga_id``'s chain."""
-        return self._append(sign(self.key, saga_id, seq, hash))
+        return self._append(sign(self.key, saga_id, seq, hash, signer_id=self.key_id))
 
     def purged(self, saga_id: str, seq: int, hash: str, bundle: str) -> Checkpoint:
         """Record that retention exported ``saga_id`` (head ``seq``/``hash``) to ``bundle``."""
-        return self._append(sign(self.key, saga_id, seq, hash, kind=Kind.PURGED, bundle=bundle))
+        signed = sign(
+            self.key, saga_id, seq, hash, kind=Kind.PURGED, bundle=bundle, signer_id=self.key_id
+        )
+        return self._append(signed)
 
     def _append(self, cp: Checkpoint) -> Checkpoint:
         data = (cp.line() + "\n").encode("utf-8")

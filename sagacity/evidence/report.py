@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sagacity.evidence.checkpoints import CheckpointLog, Kind
+from sagacity.evidence.checkpoints import Checkpoint, CheckpointLog, Kind
 from sagacity.journal import Verdict
 
 __all__ = [
@@ -182,17 +182,15 @@ def compare(source: Source, anchors: Sequence[Anchor], verdict: Verdict, witness
 
 
 def checkpoint_probe(log: CheckpointLog, verdict: Verdict) -> Probe:
-    """Compare a saga's checkpoint log with its journal; bad lines and a missing log are faults."""
-    checks = [
-        AnchorCheck(Source.CHECKPOINT, Agreement.INVALID, problem, fatal=True)
-        for problem in log.problems[:_LISTED_PROBLEMS]
-    ]
-    if len(log.problems) > _LISTED_PROBLEMS:
-        more = f"{len(log.problems) - _LISTED_PROBLEMS} more invalid checkpoint lines"
-        checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.INVALID, more, fatal=True))
-    latest = log.latest
+    """Compare a saga's checkpoint log with its journal; bad lines and a missing log are faults.
+
+    The latest signed head decides; only when it disagrees are the other checkpoints verified,
+    to locate the change.
+    """
+    latest = log.latest()
+    checks: list[AnchorCheck] = []
     if latest is None:
-        if not checks:
+        if not log.problems:
             detail = (
                 "no signed checkpoint of this saga: its rows were not written by a worker that "
                 "checkpoints (forged, or older than checkpointing)"
@@ -200,18 +198,30 @@ def checkpoint_probe(log: CheckpointLog, verdict: Verdict) -> Probe:
             checks.append(
                 AnchorCheck(Source.CHECKPOINT, Agreement.MISSING, detail, fatal=verdict.rows > 0)
             )
-        return checks
-    if latest.kind is Kind.PURGED and verdict.rows == 0:
+    elif latest.kind is Kind.PURGED and verdict.rows == 0:
         detail = (
             f"purged by retention at {latest.at}, head seq {latest.seq}, "
             f"exported in bundle {latest.bundle}"
         )
         checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.AGREES, detail, latest.seq))
-        return checks
-    anchors = [Anchor(cp.seq, cp.hash, f"signed {cp.at}") for cp in log.checkpoints if cp.seq]
-    if anchors:
-        checks += yield from compare(Source.CHECKPOINT, anchors, verdict, "the checkpoint")
-    return checks
+    elif latest.seq:
+        found = yield from compare(Source.CHECKPOINT, [_anchor(latest)], verdict, "the checkpoint")
+        if found[0].agreement is not Agreement.AGREES:
+            anchors = [_anchor(cp) for cp in log.verified() if cp.seq]
+            found = yield from compare(Source.CHECKPOINT, anchors, verdict, "the checkpoint")
+        checks += found
+    invalid = [
+        AnchorCheck(Source.CHECKPOINT, Agreement.INVALID, problem, fatal=True)
+        for problem in log.problems[:_LISTED_PROBLEMS]
+    ]
+    if len(log.problems) > _LISTED_PROBLEMS:
+        more = f"{len(log.problems) - _LISTED_PROBLEMS} more invalid checkpoint lines"
+        invalid.append(AnchorCheck(Source.CHECKPOINT, Agreement.INVALID, more, fatal=True))
+    return invalid + checks
+
+
+def _anchor(cp: Checkpoint) -> Anchor:
+    return Anchor(cp.seq, cp.hash, f"signed {cp.at}")
 
 
 def settle(probe: Probe, lookup: Callable[[int], str | None]) -> list[AnchorCheck]:

@@ -25,10 +25,11 @@ def test_a_log_reads_back_by_seq_with_its_signatures_checked(
 
     log = checkpoints.load("s-1")
 
+    latest = log.latest()
+    assert latest is not None and (latest.seq, latest.key_id) == (3, key_id(checkpoints.key))
+    assert [(cp.seq, cp.hash) for cp in log.verified()] == [(n, f"{n:x}" * 64) for n in (1, 2, 3)]
     assert log.problems == []
-    assert [(cp.seq, cp.hash) for cp in log.checkpoints] == [(n, f"{n:x}" * 64) for n in (1, 2, 3)]
-    assert log.latest is not None and log.latest.key_id == key_id(checkpoints.key)
-    assert checkpoints.load("never-written").checkpoints == []
+    assert checkpoints.load("never-written").latest() is None
 
 
 def test_an_edited_or_damaged_line_is_a_problem_naming_its_line(
@@ -43,8 +44,8 @@ def test_an_edited_or_damaged_line_is_a_problem_naming_its_line(
 
     log = checkpoints.load("s-2")
 
-    assert [cp.seq for cp in log.checkpoints] == [1]
-    forged, damaged = log.problems
+    assert [cp.seq for cp in log.verified()] == [1]
+    damaged, forged = log.problems  # damaged lines are found on reading, forged ones on use
     assert forged == f"{path.name} line 2: forged checkpoint: the signature does not verify"
     assert damaged.startswith(f"{path.name} line 3: damaged checkpoint: not JSON")
 
@@ -55,7 +56,9 @@ def test_two_signed_heads_for_one_seq_are_a_fork(
     writer.record("s-3", 4, HASH)
     writer.record("s-3", 4, "cd" * 32)
 
-    (problem,) = checkpoints.load("s-3").problems
+    log = checkpoints.load("s-3")
+    log.verified()
+    (problem,) = log.problems
 
     assert "two signed heads for seq 4" in problem and "forked" in problem
 
@@ -70,7 +73,7 @@ def test_any_saga_id_gets_a_safe_file_name_and_is_listed_back(
     assert "/" not in name and len(name.encode()) < 255
     assert (writer.path / name).is_file()
     assert list(checkpoints.saga_ids()) == [saga_id]
-    assert checkpoints.load(saga_id).latest is not None
+    assert checkpoints.load(saga_id).latest() is not None
 
 
 def test_concurrent_writers_never_interleave_lines(
@@ -87,8 +90,8 @@ def test_concurrent_writers_never_interleave_lines(
         thread.join()
 
     log = checkpoints.load("busy")
+    assert [cp.seq for cp in log.verified()] == list(range(1, 801))
     assert log.problems == []
-    assert [cp.seq for cp in log.checkpoints] == list(range(1, 801))
 
 
 def test_checkpoints_need_both_settings_or_neither(tmp_path: Path, signing_key: Path) -> None:
