@@ -187,13 +187,18 @@ async def serve(
                     listed = asyncio.run_coroutine_threadsafe(running.approvals.list(), loop)
                     APPROVALS_WAITING.set(len(listed.result(timeout=5)))
 
-            probes = ProbeServer(
-                settings.metrics_address,
-                alive=lambda: not health.failed,
-                ready=lambda: health.ready,
-                temporal_metrics=temporal_metrics,
-                before_scrape=waiting_approvals,
-            ).start()
+            try:
+                probes = ProbeServer(
+                    settings.metrics_address,
+                    alive=lambda: not health.failed,
+                    ready=lambda: health.ready,
+                    temporal_metrics=temporal_metrics,
+                    before_scrape=waiting_approvals,
+                ).start()
+            except OSError as exc:
+                raise SettingsError(
+                    f"SAGACITY_METRICS_ADDRESS: cannot listen on {settings.metrics_address}: {exc}"
+                ) from None
             stack.callback(probes.stop)
         running = await stack.enter_async_context(
             _running(settings, apps, grace, runtime, interceptors)

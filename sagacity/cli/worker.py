@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from sagacity.cli._exit import exit_now, hard_exit
-from sagacity.errors import SettingsError
+from sagacity.errors import SagacityError, SettingsError
 
 __all__ = ["worker"]
 
@@ -35,6 +35,10 @@ def worker(
     overrides = {"task_queue": task_queue} if task_queue else {}
     try:
         main(app or [DEFAULT_APP], **overrides)
+    # not typer.Exit below: hard_exit does not catch typer's own Exit class
     except SettingsError as exc:
         typer.echo(f"error: {exc}", err=True)
-        exit_now(2)  # not typer.Exit: hard_exit does not catch typer's own Exit class
+        exit_now(2)
+    except SagacityError as exc:  # the journal database is unreachable, say
+        typer.echo(f"error: {exc}", err=True)
+        exit_now(1)

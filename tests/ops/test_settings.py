@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -76,3 +77,13 @@ async def test_the_worker_refuses_to_start_on_a_wrong_setting(sagacity: Cli) -> 
     refused = await sagacity("worker", extra_env={"SAGACITY_METRICS_ADDRESS": "9464"})
     assert refused.code == 2
     assert "SAGACITY_METRICS_ADDRESS" in refused.stderr and "'9464'" in refused.stderr
+
+
+async def test_a_metrics_port_in_use_is_named_at_start(cli: Cli) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        refused = await cli("worker", extra_env={"SAGACITY_METRICS_ADDRESS": address})
+    assert refused.code == 2
+    assert f"SAGACITY_METRICS_ADDRESS: cannot listen on {address}" in refused.stderr
