@@ -25,6 +25,7 @@ the policy. The saga's own signals, update and query (``approve``, ``reject``, `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -32,7 +33,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from agents import Agent, AgentsException, Runner, RunResult, TResponseInputItem
+    from agents import Agent, AgentsException, Runner, RunResult, Tool, TResponseInputItem
     from temporalio.openai_agents import AgentsWorkflowError
 
     from sagacity.agents.tools import AgentStep, saga_function_tools
@@ -112,6 +113,15 @@ def compensation_summary(result: SagaResult) -> str | None:
     return "\n".join(lines)
 
 
+def _agent(request: AgentSagaRequest, tools: Sequence[Tool] = ()) -> Agent[Any]:
+    return Agent(
+        name=request.agent_name,
+        instructions=request.instructions,
+        tools=list(tools),
+        model=request.model,
+    )
+
+
 async def _run_agent(
     agent: Agent[Any], input: str | list[TResponseInputItem], max_turns: int
 ) -> RunResult:
@@ -162,13 +172,7 @@ class AgentSagaWorkflow:
             self._steps.append(step.model_copy(update={"turn": len(self._outputs)}))
 
         async def conversation() -> str:
-            tools = await saga_function_tools(saga, request.tools, on_step=record)
-            agent: Agent[Any] = Agent(
-                name=request.agent_name,
-                instructions=request.instructions,
-                tools=list(tools),
-                model=request.model,
-            )
+            agent = _agent(request, await saga_function_tools(saga, request.tools, on_step=record))
             message = request.prompt
             while True:
                 # kept even if the run fails, so the compensation summary follows the request
@@ -211,12 +215,9 @@ class AgentSagaWorkflow:
         self, request: AgentSagaRequest, history: list[TResponseInputItem], summary: str
     ) -> str | None:
         """Give the agent the compensation summary (tools withdrawn); its answer, if it gives one."""
-        agent: Agent[Any] = Agent(
-            name=request.agent_name, instructions=request.instructions, model=request.model
-        )
         try:
             said = await _run_agent(
-                agent, [*history, {"role": "user", "content": summary}], request.max_turns
+                _agent(request), [*history, {"role": "user", "content": summary}], request.max_turns
             )
         except SagacityError as exc:
             workflow.logger.warning("the agent could not be told of the compensation: %s", exc)
