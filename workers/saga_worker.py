@@ -156,12 +156,6 @@ async def running_worker(
         yield running.worker
 
 
-@dataclass
-class _Health:
-    ready: bool = False
-    failed: bool = False
-
-
 async def serve(
     settings: Settings, apps: Sequence[str] = (DEFAULT_APP,), *, graceful_s: float | None = None
 ) -> None:
@@ -175,12 +169,21 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    health = _Health()
+    ready = False
     runtime, temporal_metrics = temporal_runtime() if settings.metrics_address else (None, None)
     async with AsyncExitStack() as stack:
         interceptors = stack.enter_context(tracing(settings, "sagacity-worker"))
         running: _Running | None = None
         if settings.metrics_address:
+
+            def loop_answers() -> bool:
+                # alive = the event loop still runs callbacks; a tool blocking it (sync I/O
+                # on the loop, say) stalls every saga on this worker: restart it
+                try:
+                    asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(timeout=5)
+                except Exception:
+                    return False
+                return True
 
             def waiting_approvals() -> None:
                 if running is not None:
@@ -190,8 +193,8 @@ async def serve(
             try:
                 probes = ProbeServer(
                     settings.metrics_address,
-                    alive=lambda: not health.failed,
-                    ready=lambda: health.ready,
+                    alive=loop_answers,
+                    ready=lambda: ready,
                     temporal_metrics=temporal_metrics,
                     before_scrape=waiting_approvals,
                 ).start()
@@ -203,14 +206,13 @@ async def serve(
         running = await stack.enter_async_context(
             _running(settings, apps, grace, runtime, interceptors)
         )
-        health.ready = True
+        ready = True
         log.info("sagacity worker ready: task queue %s", settings.task_queue)
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({stopping, running.task}, return_when=asyncio.FIRST_COMPLETED)
-        health.ready = False
+        ready = False
         if running.task.done():
             stopping.cancel()
-            health.failed = True
             running.task.result()  # the worker's own error, if it has one
             raise RuntimeError("the worker stopped on its own")
         log.info("shutting down: in-flight activities get up to %.0fs", grace)

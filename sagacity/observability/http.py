@@ -1,9 +1,10 @@
 """The worker's HTTP endpoint: ``/metrics`` (Sagacity's and Temporal's), ``/healthz``, ``/readyz``.
 
 A small threaded server from the standard library, so a scrape or a probe is answered even while
-the worker's event loop is busy. ``/healthz`` says the process should be left running (200) or
-restarted (503: the worker stopped on its own); ``/readyz`` says it is polling its task queue
-(200) or not yet / no longer (503, during start-up and after SIGTERM).
+the worker's event loop is busy. ``/healthz`` says whether the process should be left running
+(200) or restarted (503); ``/readyz`` whether it polls its task queue (200) or not yet / no
+longer (503, during start-up and after SIGTERM). What each means is the caller's ``alive`` and
+``ready``.
 """
 
 from __future__ import annotations
