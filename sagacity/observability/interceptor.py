@@ -28,7 +28,7 @@ from temporalio.worker import (
 from sagacity.journal import Phase
 from sagacity.observability.logs import log_context
 from sagacity.observability.metrics import COMPENSATIONS, SAGAS_ENDED, SAGAS_STARTED, TOOL_CALLS
-from sagacity.temporal import activities as names
+from sagacity.temporal import names
 from sagacity.temporal.models import CallOutcome, RowRef, SagaResult
 
 __all__ = ["ObservabilityInterceptor"]

@@ -19,6 +19,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import SagacityError, SuspectCall, ToolArgumentsInvalid, UnknownTool
+from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.redaction import Redactor
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.journal import JournalStore
@@ -26,6 +28,7 @@ from sagacity.temporal.models import (
     AppendRequest,
     ApprovalClose,
     ApprovalOpen,
+    ApprovalOpened,
     CallOutcome,
     CallRequest,
     CallStatus,
@@ -33,6 +36,15 @@ from sagacity.temporal.models import (
     ErrorInfo,
     RowRef,
     ToolSpec,
+)
+from sagacity.temporal.names import (
+    APPEND,
+    CALL_TOOL,
+    CLOSE_APPROVAL,
+    COMPENSATE,
+    DESCRIBE_TOOLS,
+    OPEN_APPROVAL,
+    VERIFICATION_REFUSED,
 )
 from sagacity.tools import (
     CallInfo,
@@ -42,16 +54,6 @@ from sagacity.tools import (
     reset_current_call,
     set_current_call,
 )
-
-#: activity names, shared with the workflow side
-DESCRIBE_TOOLS = "sagacity.describe_tools"
-CALL_TOOL = "sagacity.call_tool"
-COMPENSATE = "sagacity.compensate"
-APPEND = "sagacity.append"
-OPEN_APPROVAL = "sagacity.open_approval"
-CLOSE_APPROVAL = "sagacity.close_approval"
-
-VERIFICATION_REFUSED = "verification refused execution"
 
 
 def _ref(entry: Entry) -> RowRef:
@@ -90,11 +92,35 @@ class SagaActivities:
     """The activities one worker serves, bound to its journal, approval store and tools."""
 
     def __init__(
-        self, journal: JournalStore, approvals: ApprovalStore, tools: ToolRegistry
+        self,
+        journal: JournalStore,
+        approvals: ApprovalStore,
+        tools: ToolRegistry,
+        *,
+        redactor: Redactor | None = None,
+        checkpoints: CheckpointWriter | None = None,
     ) -> None:
         self.journal = journal
         self.approvals = approvals
         self.tools = tools
+        self.redactor = redactor or Redactor()
+        self.checkpoints = checkpoints
+
+    def _draft(
+        self, saga_id: str, tool_name: str, phase: Phase, input: str = "", payload: str = ""
+    ) -> Draft:
+        """A row as it will be stored: secrets redacted before anything reaches Postgres."""
+        return self.redactor.draft(Draft(saga_id, tool_name, phase, input, payload)).value
+
+    async def _append_at(self, draft: Draft, *, seq: int, prev_hash: str) -> Entry:
+        entry = await self.journal.append_at(draft, seq=seq, prev_hash=prev_hash)
+        self._checkpoint(entry)
+        return entry
+
+    def _checkpoint(self, entry: Entry) -> None:
+        # the head also lives outside Postgres, signed, so a rewrite or a cut tail shows
+        if self.checkpoints is not None:
+            self.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:
         return [
@@ -124,25 +150,31 @@ class SagaActivities:
 
     @activity.defn(name=APPEND)
     async def append(self, req: AppendRequest) -> list[RowRef]:
-        drafts = [Draft(req.saga_id, r.tool_name, r.phase, r.input, r.payload) for r in req.rows]
+        drafts = [
+            self._draft(req.saga_id, r.tool_name, r.phase, r.input, r.payload) for r in req.rows
+        ]
         entries = await self.journal.append_batch_at(drafts, seq=req.seq, prev_hash=req.prev_hash)
+        self._checkpoint(entries[-1])
         return [_ref(e) for e in entries]
 
     @activity.defn(name=OPEN_APPROVAL)
-    async def open_approval(self, req: ApprovalOpen) -> list[RowRef]:
-        draft = Draft(req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json)
-        entry = await self.journal.append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
-        await self.approvals.put(
-            ApprovalRequest(
-                saga_id=req.saga_id,
-                journal_seq=req.seq,
-                tool_name=req.tool_name,
-                input=req.input_json,
-                input_hash=input_hash(req.input_json),
-                created_at=entry.timestamp,
-            )
+    async def open_approval(self, req: ApprovalOpen) -> ApprovalOpened:
+        draft = self._draft(req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json)
+        entry = await self._append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
+        # the request holds the input as journaled (redacted), so what an approver is shown,
+        # what the hash covers and what the chain covers are one text
+        request = ApprovalRequest(
+            saga_id=req.saga_id,
+            journal_seq=req.seq,
+            tool_name=req.tool_name,
+            input=entry.input,
+            input_hash=input_hash(entry.input),
+            created_at=entry.timestamp,
         )
-        return [_ref(entry)]
+        await self.approvals.put(request)
+        return ApprovalOpened(
+            rows=[_ref(entry)], input=request.input, input_hash=request.input_hash
+        )
 
     @activity.defn(name=CLOSE_APPROVAL)
     async def close_approval(self, req: ApprovalClose) -> bool:
@@ -151,7 +183,7 @@ class SagaActivities:
 
     @activity.defn(name=CALL_TOOL)
     async def call_tool(self, req: CallRequest) -> CallOutcome:
-        intent = Draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
+        intent = self._draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
         info = activity.info()
         if info.attempt > 1:
             earlier = await self._resume(req, intent)
@@ -161,7 +193,7 @@ class SagaActivities:
             refusal = await self._verify_approval(req)
             if refusal is not None:
                 return refusal
-        intent_row = await self.journal.append_at(intent, seq=req.seq, prev_hash=req.prev_hash)
+        intent_row = await self._append_at(intent, seq=req.seq, prev_hash=req.prev_hash)
         if req.approval_seq is not None:
             # consumed only now that the approved call has started; a failure before this
             # point leaves the approval valid for the retry
@@ -195,22 +227,23 @@ class SagaActivities:
     async def _verify_approval(self, req: CallRequest) -> CallOutcome | None:
         assert req.approval_seq is not None
         stored = await self.approvals.get(req.saga_id, req.approval_seq)
+        about_to_run = self.redactor.text(req.tool_name, req.input_json).value
         if stored is None:
             reason = "no approval request is stored for this call"
-        elif stored.input_hash != input_hash(req.input_json) or stored.input != req.input_json:
+        elif stored.input_hash != input_hash(about_to_run) or stored.input != about_to_run:
             reason = "the input about to run does not match the approved request's hash"
         elif stored.tool_name != req.tool_name:
             reason = "the approved request names another tool"
         else:
             return None
-        rejected = Draft(
+        rejected = self._draft(
             req.saga_id,
             req.tool_name,
             Phase.REJECTED,
             req.input_json,
             to_json({"reason": f"{VERIFICATION_REFUSED}: {reason}"}),
         )
-        row = await self.journal.append_at(rejected, seq=req.seq, prev_hash=req.prev_hash)
+        row = await self._append_at(rejected, seq=req.seq, prev_hash=req.prev_hash)
         await self.approvals.delete(req.saga_id, req.approval_seq)
         return CallOutcome(
             status=CallStatus.REFUSED,
@@ -261,13 +294,13 @@ class SagaActivities:
     ) -> CallOutcome:
         status = CallStatus(status)
         phase = Phase.EXECUTED if status is CallStatus.EXECUTED else Phase.FAILED
-        draft = Draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
-        row = await self.journal.append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
+        draft = self._draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
+        row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
         return _outcome_from_row(intent_row, row)
 
     @activity.defn(name=COMPENSATE)
     async def compensate(self, req: CompensateRequest) -> list[RowRef]:
-        done = Draft(req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json)
+        done = self._draft(req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json)
         if activity.info().attempt > 1:
             existing = await self.journal.get(req.saga_id, req.seq)
             if existing is not None and existing.same_content(done):
@@ -288,7 +321,7 @@ class SagaActivities:
                 await tool.compensation(ctx)
             else:
                 await asyncio.to_thread(tool.compensation, ctx)
-        row = await self.journal.append_at(done, seq=req.seq, prev_hash=req.prev_hash)
+        row = await self._append_at(done, seq=req.seq, prev_hash=req.prev_hash)
         return [_ref(row)]
 
 

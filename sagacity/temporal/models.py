@@ -109,6 +109,14 @@ class ApprovalOpen(BaseModel):
     input_json: str
 
 
+class ApprovalOpened(BaseModel):
+    """The AWAITING_APPROVAL row and the request as stored (input redacted, its hash)."""
+
+    rows: list[RowRef]
+    input: str
+    input_hash: str
+
+
 class ApprovalClose(BaseModel):
     saga_id: str
     journal_seq: int

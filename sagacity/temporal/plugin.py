@@ -10,6 +10,8 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.redaction import Redactor
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.activities import SagaActivities
@@ -31,6 +33,8 @@ class SagacityPlugin(SimplePlugin):
     A client-only plugin (no ``journal``) sets the data converter so sagas can be started,
     signalled and queried. With a journal and tools it also registers the saga workflow and
     activities on every worker. Tool declarations are checked here, at worker start.
+    ``redactor`` (default: secrets by name) rewrites inputs and results before they are
+    journaled; ``checkpoints`` signs each new chain head into a directory outside Postgres.
     """
 
     def __init__(
@@ -40,18 +44,22 @@ class SagacityPlugin(SimplePlugin):
         approvals: ApprovalStore | None = None,
         tools: Iterable[CompensableTool[..., Any]] = (),
         workflows: Sequence[type] = (),
+        redactor: Redactor | None = None,
+        checkpoints: CheckpointWriter | None = None,
     ) -> None:
         registry = ToolRegistry(tools)
         if (journal is None) != (approvals is None):
             raise TypeError("a worker plugin needs both journal= and approvals=")
         activities = None
         if journal is not None and approvals is not None:
-            activities = SagaActivities(journal, approvals, registry).all()
+            activities = SagaActivities(
+                journal, approvals, registry, redactor=redactor, checkpoints=checkpoints
+            ).all()
         super().__init__(
             "sagacity.SagacityPlugin",
             data_converter=pydantic_data_converter,
             activities=activities,
             workflows=[SagaWorkflow, *workflows] if journal is not None else None,
-            workflow_runner=_sandbox if journal is not None else None,
+            workflow_runner=_sandbox,
         )
         self.tools = registry

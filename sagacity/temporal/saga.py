@@ -28,14 +28,15 @@ from sagacity.errors import (
     SagacityError,
     ToolFailed,
 )
-from sagacity.journal.canonical import input_hash, to_json
+from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
-from sagacity.temporal import activities as names
+from sagacity.temporal import names
 from sagacity.temporal.models import (
     Abort,
     AppendRequest,
     ApprovalClose,
     ApprovalOpen,
+    ApprovalOpened,
     Approve,
     CallOutcome,
     CallRequest,
@@ -242,7 +243,7 @@ class Saga:
     async def _await_approval(self, spec: ToolSpec, input_json: str) -> int:
         """Journal AWAITING_APPROVAL, wait for a decision or the deadline; return the request seq."""
         seq = self.head.seq + 1
-        rows = await workflow.execute_activity(
+        opened: ApprovalOpened = await workflow.execute_activity(
             names.OPEN_APPROVAL,
             ApprovalOpen(
                 saga_id=self.saga_id,
@@ -251,16 +252,17 @@ class Saga:
                 tool_name=spec.name,
                 input_json=input_json,
             ),
-            result_type=list[RowRef],
+            result_type=ApprovalOpened,
             start_to_close_timeout=_JOURNAL_TIMEOUT,
             retry_policy=_JOURNAL_RETRY,
         )
-        self._track(rows)
+        self._track(opened.rows)
+        # approvers see the request as stored (secrets redacted); its hash is what they confirm
         self._pending = PendingApproval(
             journal_seq=seq,
             tool_name=spec.name,
-            input_json=input_json,
-            input_hash=input_hash(input_json),
+            input_json=opened.input,
+            input_hash=opened.input_hash,
             deadline_s=self.options.approval_deadline_s,
         )
         self._decision = None

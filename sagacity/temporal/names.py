@@ -1,0 +1,10 @@
+"""Names shared by workflow code and the worker: activity types, and what approval refusals say."""
+
+DESCRIBE_TOOLS = "sagacity.describe_tools"
+CALL_TOOL = "sagacity.call_tool"
+COMPENSATE = "sagacity.compensate"
+APPEND = "sagacity.append"
+OPEN_APPROVAL = "sagacity.open_approval"
+CLOSE_APPROVAL = "sagacity.close_approval"
+
+VERIFICATION_REFUSED = "verification refused execution"
