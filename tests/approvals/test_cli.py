@@ -169,11 +169,14 @@ async def test_serve_runs_the_http_api_until_sigterm(
     )  # fmt: skip
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
-            for _ in range(100):
+            deadline = asyncio.get_running_loop().time() + 60  # a loaded machine starts slowly
+            while True:
                 try:
                     anonymous = await http.get("/approvals")
                     break
                 except httpx.TransportError:
+                    assert server.returncode is None, "the server exited before listening"
+                    assert asyncio.get_running_loop().time() < deadline, "never listened"
                     await asyncio.sleep(0.1)
             assert anonymous.status_code == 401
             listed = await http.get("/approvals", headers={"Authorization": "Bearer tok-ops"})
