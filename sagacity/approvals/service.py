@@ -185,7 +185,7 @@ class ApprovalService:
         try:
             outcome = await handle.execute_update("decide", decision, result_type=str)
         except WorkflowUpdateFailedError as err:
-            raise _refused(saga_id, decision, err.cause) from None
+            raise _refused(saga_id, err.cause) from None
         except RPCError as err:
             if err.status is RPCStatusCode.NOT_FOUND:  # it ended since the check
                 raise ApprovalConflict("not_waiting", f"saga {saga_id!r} has ended") from None
@@ -276,7 +276,7 @@ def _view(request: ApprovalRequest, live: _Live) -> PendingRequest:
     )
 
 
-def _refused(saga_id: str, decision: Decision, cause: BaseException) -> ApprovalRefused:
+def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused:
     message = str(getattr(cause, "message", "") or cause)
     for fragment, kind in _VALIDATOR_REASONS:
         if fragment in message:
