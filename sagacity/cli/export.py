@@ -75,7 +75,10 @@ async def _export(
 ) -> dict[str, Any]:
     async with await JournalStore.open(url, max_size=2) as journal:
         chosen = sagas or await _window(journal, since, until)
-        note = {"since": since and since.isoformat(), "until": until and until.isoformat()}
+        note = {
+            name: None if at is None else at.isoformat()
+            for name, at in (("since", since), ("until", until))
+        }
         return await export_bundle(journal, out, chosen, checkpoints=checkpoints, note=note)
 
 

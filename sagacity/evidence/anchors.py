@@ -50,12 +50,14 @@ async def verify_journal(
     The journal's pool needs two connections: one streams rows while the other looks up the
     rows anchors point at.
     """
-    seen: set[str] = set()
+    # every saga's id is kept only when deleted sagas are looked for (all sagas, checkpoints)
+    seen: set[str] | None = set() if saga_ids is None and checkpoints is not None else None
     async with aclosing(journal.verify_all(saga_ids=saga_ids)) as verdicts:
         async for verdict in verdicts:
-            seen.add(verdict.saga_id)
+            if seen is not None:
+                seen.add(verdict.saga_id)
             yield await _report(journal, verdict, checkpoints, temporal)
-    if saga_ids is None and checkpoints is not None:
+    if seen is not None and checkpoints is not None:
         for saga_id in checkpoints.saga_ids():
             if saga_id not in seen:
                 empty = Verdict(saga_id, 0, 0, GENESIS_HASH, None)
