@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
@@ -19,11 +20,16 @@ from sagacity.temporal.workflow import SagaWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
 
 
-def _sandbox(_existing: WorkflowRunner | None) -> WorkflowRunner:
+def _sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
     # sagacity's own modules are deterministic and stateless at import: load them once per
-    # worker rather than once per workflow run
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("sagacity")
+    # worker rather than once per workflow run. A sandbox another plugin configured keeps its
+    # own passthroughs; an unsandboxed runner is left as its owner chose.
+    if existing is None:
+        existing = SandboxedWorkflowRunner()
+    if not isinstance(existing, SandboxedWorkflowRunner):
+        return existing
+    return dataclasses.replace(
+        existing, restrictions=existing.restrictions.with_passthrough_modules("sagacity")
     )
 
 

@@ -10,7 +10,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sagacity import CompensationContext, Reversibility, compensable, current_call
+from sagacity import (
+    CompensableTool,
+    CompensationContext,
+    Reversibility,
+    compensable,
+    current_call,
+)
 from workflows.order.shop import current
 
 
@@ -102,4 +108,4 @@ async def send_confirmation(order_id: str) -> dict[str, Any]:
     return {"message_id": row[0], "order_id": order_id}
 
 
-TOOLS = [reserve_inventory, create_order, send_confirmation]
+TOOLS: list[CompensableTool[..., Any]] = [reserve_inventory, create_order, send_confirmation]
