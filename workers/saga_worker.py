@@ -26,10 +26,12 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.client import Interceptor as ClientInterceptor
+from temporalio.plugin import SimplePlugin
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from sagacity.errors import SettingsError
+from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.observability import (
     ObservabilityInterceptor,
     ProbeServer,
@@ -56,6 +58,8 @@ class App:
     tools: list[CompensableTool[..., Any]] = field(default_factory=list)
     workflows: list[type] = field(default_factory=list)
     lifespans: list[Any] = field(default_factory=list)
+    #: ``plugins(settings)`` callables: more client/worker plugins, added after Sagacity's
+    plugin_factories: list[Any] = field(default_factory=list)
 
 
 def load_apps(modules: Sequence[str]) -> App:
@@ -66,6 +70,8 @@ def load_apps(modules: Sequence[str]) -> App:
         app.workflows.extend(getattr(module, "WORKFLOWS", []))
         if hasattr(module, "lifespan"):
             app.lifespans.append(module.lifespan)
+        if hasattr(module, "plugins"):
+            app.plugin_factories.append(module.plugins)
     return app
 
 
@@ -73,6 +79,7 @@ async def connect(
     settings: Settings,
     plugin: SagacityPlugin,
     *,
+    extra_plugins: Sequence[SimplePlugin] = (),
     runtime: Runtime | None = None,
     interceptors: Sequence[ClientInterceptor] = (),
 ) -> Client:
@@ -84,7 +91,7 @@ async def connect(
         namespace=settings.temporal_namespace,
         api_key=settings.temporal_api_key,
         tls=settings.temporal_tls,
-        plugins=[plugin],
+        plugins=[plugin, *extra_plugins],
         runtime=runtime,
         interceptors=interceptors,
     )
@@ -124,8 +131,12 @@ async def _running(
             approvals=approvals,
             tools=app.tools,
             workflows=app.workflows,
+            checkpoints=CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key),
         )
-        client = await connect(settings, plugin, runtime=runtime, interceptors=interceptors)
+        extra = [p for factory in app.plugin_factories for p in factory(settings)]
+        client = await connect(
+            settings, plugin, extra_plugins=extra, runtime=runtime, interceptors=interceptors
+        )
         worker = Worker(
             client,
             task_queue=settings.task_queue,

@@ -35,6 +35,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn, ParamSpec, TypeVar
 
+import typer
 from click.exceptions import Exit
 
 __all__ = ["exit_at_shutdown", "exit_now", "hard_exit", "soft_exit_requested"]
@@ -87,7 +88,7 @@ def hard_exit(command: Callable[P, R]) -> Callable[P, R]:
             command(*args, **kwargs)
         except SystemExit as exc:
             exit_now(_status(exc.code))
-        except Exit as exc:  # typer.Exit
+        except (Exit, typer.Exit) as exc:  # typer bundles its own click: two Exit classes
             exit_now(exc.exit_code)
         exit_now(0)
 

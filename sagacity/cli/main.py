@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from sagacity.cli import approvals, db, demo, dev, export, saga, verify, worker
+
 app = typer.Typer(
     name="sagacity",
     help="Sagas and a tamper-evident journal for AI-agent tool calls.",
@@ -12,12 +14,12 @@ app = typer.Typer(
 )
 
 # Command groups register here, one line each (keep this list sorted).
-app.add_typer(__import__("sagacity.cli.approvals", fromlist=["app"]).app, name="approvals")
-app.add_typer(__import__("sagacity.cli.db", fromlist=["app"]).app, name="db")
-app.command("demo")(__import__("sagacity.cli.demo", fromlist=["demo"]).demo)
-app.command("dev")(__import__("sagacity.cli.dev", fromlist=["dev"]).dev)
-app.command("export")(__import__("sagacity.cli.export", fromlist=["export"]).export)
-app.command("keygen")(__import__("sagacity.cli.export", fromlist=["keygen"]).keygen)
-app.add_typer(__import__("sagacity.cli.saga", fromlist=["app"]).app, name="saga")
-app.command("verify")(__import__("sagacity.cli.verify", fromlist=["verify"]).verify)
-app.command("worker")(__import__("sagacity.cli.worker", fromlist=["worker"]).worker)
+app.add_typer(approvals.app, name="approvals")
+app.add_typer(db.app, name="db")
+app.command("demo")(demo.demo)
+app.command("dev")(dev.dev)
+app.command("export")(export.export)
+app.command("keygen")(export.keygen)
+app.add_typer(saga.app, name="saga")
+app.command("verify")(verify.verify)
+app.command("worker")(worker.worker)
