@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import uuid
 from datetime import timedelta
 
 import psycopg
-import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -109,10 +107,6 @@ def void_charge(ctx: CompensationContext) -> None:
     pass
 
 
-@pytest.mark.skipif(
-    "redactor" not in inspect.signature(SagacityPlugin).parameters,
-    reason="the saga activities do not redact yet (SagacityPlugin has no redactor=)",
-)
 async def test_a_saga_journals_no_secret(
     temporal_client: Client,
     task_queue: str,
@@ -120,8 +114,7 @@ async def test_a_saga_journals_no_secret(
     approvals: ApprovalStore,
     owner: psycopg.AsyncConnection,
 ) -> None:
-    # the ignore goes once SagacityPlugin takes redactor= (see the skip condition)
-    plugin = SagacityPlugin(  # type: ignore[call-arg, unused-ignore]
+    plugin = SagacityPlugin(
         journal=journal, approvals=approvals, tools=[charge_with_key], redactor=Redactor()
     )
     saga = f"ev-redact-{uuid.uuid4().hex[:8]}"

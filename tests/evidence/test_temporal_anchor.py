@@ -6,14 +6,11 @@ query while running), out of reach of whoever can write the journal table.
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from contextlib import aclosing
 from datetime import timedelta
-from typing import Any
 
 import psycopg
-import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -124,10 +121,6 @@ async def test_a_saga_temporal_never_ran_is_reported_but_not_a_fault(
     )
 
 
-@pytest.mark.skipif(
-    "checkpoints" not in inspect.signature(SagacityPlugin).parameters,
-    reason="the saga activities do not checkpoint yet (SagacityPlugin has no checkpoints=)",
-)
 async def test_a_checkpointing_worker_anchors_every_append(
     temporal_client: Client,
     task_queue: str,
@@ -138,10 +131,8 @@ async def test_a_checkpointing_worker_anchors_every_append(
     owner: psycopg.AsyncConnection,
     shop: Shop,
 ) -> None:
-    tools: list[Any] = order_app.TOOLS  # typed list[object] in workflows/order/tools.py
-    # the ignore goes once SagacityPlugin takes checkpoints= (see the skip condition)
-    plugin = SagacityPlugin(  # type: ignore[call-arg, unused-ignore]
-        journal=journal, approvals=approvals, tools=tools, checkpoints=writer
+    plugin = SagacityPlugin(
+        journal=journal, approvals=approvals, tools=order_app.TOOLS, checkpoints=writer
     )
     async with Worker(
         temporal_client,
