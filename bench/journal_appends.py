@@ -142,7 +142,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--writers", type=int, default=16, help="concurrent writers (16)")
     parser.add_argument("--rows", type=int, default=3200, help="rows per side per round (3200)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (3)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (5)")
     return parser.parse_args(argv)
 
 
