@@ -94,13 +94,6 @@ class _Live:
 
 # The workflow validator refuses with text only (sagacity/temporal/saga.py ``_refusal``); these
 # fragments map its reasons to typed errors, for the races the checks here cannot see coming.
-_VALIDATOR_REASONS = (
-    ("may not approve", None),
-    ("input_hash does not match", "input_hash_mismatch"),
-    ("already decided", "already_decided"),
-    ("no request awaits", "unknown_seq"),
-    ("not waiting", "not_waiting"),
-)
 
 
 class ApprovalService:
@@ -278,9 +271,10 @@ def _view(request: ApprovalRequest, live: _Live) -> PendingRequest:
 
 def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused:
     message = str(getattr(cause, "message", "") or cause)
-    for fragment, kind in _VALIDATOR_REASONS:
-        if fragment in message:
-            if kind is None:
-                return ApproverNotAllowed(message)
-            return ApprovalConflict(kind, f"saga {saga_id!r}: {message}")
+    details = getattr(cause, "details", ()) or ()
+    kind = str(details[0]) if details else None
+    if kind == "not_allowed":
+        return ApproverNotAllowed(message)
+    if kind in {"already_decided", "not_waiting", "unknown_seq", "input_hash_mismatch"}:
+        return ApprovalConflict(kind, f"saga {saga_id!r}: {message}")
     return ApprovalRefused(f"saga {saga_id!r} refused the decision: {message}")

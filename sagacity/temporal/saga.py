@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from sagacity.errors import (
-    ApprovalRefused,
     ApprovalRejected,
     SagaAborted,
     SagacityError,
@@ -61,6 +60,16 @@ from sagacity.temporal.models import (
 from sagacity.tools import Reversibility
 
 T = TypeVar("T")
+
+#: why a decision was refused, as an update caller finds it in the error's first detail
+RefusalKind = Literal[
+    "no_approver",
+    "already_decided",
+    "not_waiting",
+    "unknown_seq",
+    "input_hash_mismatch",
+    "not_allowed",
+]
 
 _JOURNAL_TIMEOUT = timedelta(seconds=30)
 # Journal writes wait out a database outage rather than drop a row.
@@ -314,24 +323,32 @@ class Saga:
         self.failures.append(error)
         raise ApprovalRejected(f"{spec.name} rejected by {decision.approver}: {decision.reason}")
 
-    def _refusal(self, journal_seq: int, approver: str, given_hash: str | None) -> str | None:
-        """Why a decision cannot be taken, or None when it can."""
+    def _refusal(
+        self, journal_seq: int, approver: str, given_hash: str | None
+    ) -> tuple[RefusalKind, str] | None:
+        """Why a decision cannot be taken (a stable kind and a sentence), or None when it can."""
         pending = self._pending
         if not approver.strip():
-            return "a decision must name its approver"
-        if journal_seq in self._decided:
-            return f"the request at seq {journal_seq} is already decided"
+            return "no_approver", "a decision must name its approver"
+        if journal_seq in self._decided or (
+            pending is not None
+            and pending.journal_seq == journal_seq
+            and self._decision is not None
+        ):
+            return "already_decided", f"the request at seq {journal_seq} is already decided"
         if pending is None:
-            return "the saga is not waiting for an approval"
+            return "not_waiting", "the saga is not waiting for an approval"
         if pending.journal_seq != journal_seq:
-            return f"no request awaits a decision at seq {journal_seq} (waiting: {pending.journal_seq})"
-        if self._decision is not None:
-            return f"the request at seq {journal_seq} is already decided"
+            return (
+                "unknown_seq",
+                f"no request awaits a decision at seq {journal_seq} "
+                f"(waiting: {pending.journal_seq})",
+            )
         if given_hash is not None and given_hash != pending.input_hash:
-            return "input_hash does not match the request awaiting approval"
+            return "input_hash_mismatch", "input_hash does not match the request awaiting approval"
         allowed = self._allowed_approvers(pending.tool_name)
         if allowed is not None and approver not in allowed:
-            return f"{approver!r} may not approve {pending.tool_name!r}"
+            return "not_allowed", f"{approver!r} may not approve {pending.tool_name!r}"
         return None
 
     def _allowed_approvers(self, tool: str) -> set[str] | None:
@@ -343,8 +360,9 @@ class Saga:
     def _take(self, decision: Approve | Reject, given_hash: str | None) -> None:
         refusal = self._refusal(decision.journal_seq, decision.approver, given_hash)
         if refusal is not None:
-            self._refused.append(f"{decision.approver}: {refusal}")
-            workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, refusal)
+            # a signal is in history, so this note survives replay; the caller is not told
+            self._refused.append(f"{decision.approver}: {refusal[1]}")
+            workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, refusal[1])
             return
         self._decision = decision
 
@@ -355,11 +373,13 @@ class Saga:
         self._take(decision, None)
 
     def _validate_decision(self, decision: Decision) -> None:
+        # a rejected update leaves no history event and validators must not change state: the
+        # caller is told (kind in the error's details) and the refusal is logged, not kept
         refusal = self._refusal(decision.journal_seq, decision.approver, decision.input_hash)
         if refusal is not None:
-            self._refused.append(f"{decision.approver}: {refusal}")
-            workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, refusal)
-            raise ApprovalRefused(refusal)
+            kind, message = refusal
+            workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, message)
+            raise ApplicationError(message, kind, type="ApprovalRefused", non_retryable=True)
 
     async def _on_decide(self, decision: Decision) -> str:
         if decision.approve:
