@@ -189,5 +189,7 @@ def load_settings(**overrides: object) -> Settings:
         lines = []
         for err in exc.errors():
             name = "SAGACITY_" + "_".join(str(p) for p in err["loc"]).upper()
-            lines.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+            secret = any(word in name for word in ("TOKEN", "KEY", "PASSWORD", "SECRET"))
+            got = "a value, not shown" if secret else repr(err.get("input"))
+            lines.append(f"{name}: {err['msg']} (got {got})")
         raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None

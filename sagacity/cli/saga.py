@@ -33,7 +33,7 @@ from sagacity.journal import Entry, Verdict, verify_rows
 from sagacity.observability import tracing
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Abort, SagaResult, SagaSpec, SagaState, SagaStatus
+from sagacity.temporal.models import Abort, SagaOptions, SagaResult, SagaSpec, SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from workers.saga_worker import connect
@@ -98,8 +98,8 @@ async def _client(settings: Settings) -> AsyncIterator[Client]:
             raise _Usage(str(exc)) from None
 
 
-def _input(workflow: str, steps: Path | None, order: str | None) -> Any:
-    """The workflow's argument from ``--steps`` or ``--order``."""
+def _input(workflow: str, steps: Path | None, order: str | None, options: SagaOptions) -> Any:
+    """The workflow's argument from ``--steps`` or ``--order``; ``options`` unless the file has its own."""
     if (steps is None) == (order is None):
         raise _Usage("give one of --steps FILE.json or --order PRODUCT:QUANTITY")
     if steps is not None:
@@ -107,7 +107,8 @@ def _input(workflow: str, steps: Path | None, order: str | None) -> Any:
             raise _Usage(f"--steps runs the generic {WORKFLOW_NAME} workflow, not {workflow}")
         try:
             raw = json.loads(steps.read_text(encoding="utf-8"))
-            return SagaSpec.model_validate({"steps": raw} if isinstance(raw, list) else raw)
+            spec = raw if isinstance(raw, dict) else {"steps": raw}
+            return SagaSpec.model_validate({"options": options.model_dump(), **spec})
         except (OSError, ValueError) as exc:  # ValidationError is a ValueError
             raise _Usage(f"--steps {steps}: {exc}") from None
     assert order is not None
@@ -115,9 +116,9 @@ def _input(workflow: str, steps: Path | None, order: str | None) -> Any:
     if not product or not quantity.isdigit() or int(quantity) < 1:
         raise _Usage(f"--order expects PRODUCT:QUANTITY, e.g. p-1:2; got {order!r}")
     if workflow == WORKFLOW_NAME:
-        return order_steps(product, int(quantity))
+        return order_steps(product, int(quantity), options)
     if workflow == ORDER_WORKFLOW:
-        return OrderRequest(product_id=product, quantity=int(quantity))
+        return OrderRequest(product_id=product, quantity=int(quantity), options=options)
     raise _Usage(f"--order starts {ORDER_WORKFLOW} or {WORKFLOW_NAME}, not {workflow}")
 
 
@@ -246,7 +247,9 @@ def start(
     async def work() -> int:
         settings = _settings(task_queue=task_queue)
         name = workflow or (WORKFLOW_NAME if steps is not None else ORDER_WORKFLOW)
-        argument = _input(name, steps, order)
+        # the deadline setting is the default for sagas started here; a steps file may override
+        options = SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds())
+        argument = _input(name, steps, order, options)
         sid = saga_id or f"{'order' if order else 'saga'}-{uuid.uuid4().hex[:8]}"
         async with _client(settings) as client:
             try:
