@@ -277,6 +277,8 @@ class SagaActivities:
                 f"which cannot be journaled as JSON: {exc}",
             )
             return outcome
+        # heartbeat details reach Temporal: they carry the result as the journal will hold it
+        payload = self.redactor.text(req.tool_name, payload).value
         activity.heartbeat(to_json({"status": CallStatus.EXECUTED, "payload": payload}))
         return await self._record(req, intent_row, CallStatus.EXECUTED, payload)
 
