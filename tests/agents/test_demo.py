@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sagacity.cli.demo import DemoReport, run_demo
+from sagacity.cli._demo import DemoReport, run_demo
 from sagacity.devstack import Endpoints
 from sagacity.settings import Settings
 from tests.temporal.test_order_saga import START

@@ -1,0 +1,448 @@
+"""``sagacity demo``: an agent places an order, the confirmation email fails, the saga undoes the rest.
+
+With nothing configured it starts the embedded Postgres and an in-memory Temporal dev server
+(``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` point it at yours instead), migrates the journal,
+and runs a worker in this process serving the Order tools and the agent saga workflow. The agent
+is the Agents SDK's real loop; its model is the scripted one unless ``OPENAI_API_KEY`` is set.
+The irreversible ``send_confirmation`` waits for approval; the demo approves it as
+``demo-approver``. Then it shows what the agent did, what was undone, the journal with its hashes,
+the chain's verification, and the shop's stock and orders before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from temporalio.client import WorkflowHandle, WorkflowQueryFailedError
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from sagacity.agents import (
+    WORKFLOW_NAME,
+    AgentSagaRequest,
+    AgentSagaResult,
+    agent_plugins,
+    model_provider_from_settings,
+    uses_scripted_model,
+    with_plugins,
+)
+from sagacity.devstack import DevStack, DevStackError
+from sagacity.errors import SagacityError
+from sagacity.settings import Settings, load_settings
+from sagacity.store import ApprovalStore, JournalStore, migrate, open_pool
+from sagacity.temporal.models import Approve, SagaState, SagaStatus
+from sagacity.temporal.plugin import SagacityPlugin
+from workers.saga_worker import connect
+from workflows.agent_order.app import SCRIPTS, TOOLS, lifespan
+from workflows.agent_order.script import PROMPT
+
+__all__ = ["DemoReport", "main", "run_demo"]
+
+APPROVER = "demo-approver"
+FAULT = ("send_confirmation", "mail relay refused the message")
+#: Sagacity's tables, then the Order example's
+TABLES = [
+    "side_effect_journal",
+    "sagacity_approval_request",
+    "inventory",
+    "reservations",
+    "orders",
+    "outbox",
+]
+
+
+class ApprovalGiven(BaseModel):
+    journal_seq: int
+    tool: str
+    input: str
+    approver: str
+
+
+class JournalRow(BaseModel):
+    seq: int
+    tool: str
+    phase: str
+    input: str
+    payload: str
+    timestamp: str
+    hash: str
+
+
+class Verification(BaseModel):
+    ok: bool
+    rows: int
+    head_seq: int
+    head_hash: str
+    problem: str | None = None
+
+
+class DemoReport(BaseModel):
+    """Everything the demo shows, as data (``--json`` prints it)."""
+
+    saga_id: str
+    prompt: str
+    model: str
+    fault: str | None
+    approvals: list[ApprovalGiven]
+    result: AgentSagaResult
+    journal: list[JournalRow]
+    verification: Verification
+    before: dict[str, Any]
+    after: dict[str, Any]
+    database_url: str
+    temporal_address: str
+    tables: list[str]
+    shop_reset: bool
+
+    @property
+    def restored(self) -> bool:
+        """True when stock, reservations, orders and mail are as they were before."""
+        return self.before == self.after
+
+
+def _hide_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _model_label(settings: Settings) -> str:
+    if uses_scripted_model(settings):
+        return "scripted (no OPENAI_API_KEY set)"
+    return f"{settings.model} at {settings.openai_base_url or 'api.openai.com'}"
+
+
+async def _approve_until_done(
+    handle: WorkflowHandle[Any, AgentSagaResult], say: Callable[[str], None]
+) -> tuple[AgentSagaResult, list[ApprovalGiven]]:
+    """Wait for the saga's result, approving each call that waits for a human on the way."""
+    result = asyncio.ensure_future(handle.result())
+    given: list[ApprovalGiven] = []
+    while not result.done():
+        try:
+            status = await handle.query("status", result_type=SagaStatus)
+        except (WorkflowQueryFailedError, RPCError):
+            status = None  # not started yet
+        pending = status.pending_approval if status else None
+        if pending is not None and pending.journal_seq not in {g.journal_seq for g in given}:
+            say(
+                f"{pending.tool_name} is irreversible and waits for a human "
+                f"(journal seq {pending.journal_seq}); approving as {APPROVER}"
+            )
+            await handle.signal(
+                "approve",
+                Approve(
+                    journal_seq=pending.journal_seq,
+                    approver=APPROVER,
+                    input_hash=pending.input_hash,
+                ),
+            )
+            given.append(
+                ApprovalGiven(
+                    journal_seq=pending.journal_seq,
+                    tool=pending.tool_name,
+                    input=pending.input_json,
+                    approver=APPROVER,
+                )
+            )
+        await asyncio.wait({result}, timeout=0.2)
+    return result.result(), given
+
+
+async def run_demo(
+    settings: Settings,
+    *,
+    fault: bool = True,
+    prompt: str = PROMPT,
+    say: Callable[[str], None] = lambda _: None,
+) -> DemoReport:
+    """Start what is needed, run the agent saga, and gather what happened."""
+    stack = DevStack(settings, temporal_db="memory")
+    async with AsyncExitStack() as exits:
+        starting = [
+            name
+            for name, runs in (
+                ("Postgres", stack.runs_postgres),
+                ("Temporal dev server", stack.runs_temporal),
+            )
+            if runs
+        ]
+        if starting:
+            say(f"starting the embedded {' and '.join(starting)}")
+        endpoints = await stack.start()
+        exits.push_async_callback(stack.stop)
+        settings = settings.model_copy(
+            update={
+                "database_url": endpoints.database_url,
+                "temporal_address": endpoints.temporal_address,
+            }
+        )
+        await migrate(endpoints.database_url)
+        pool = await open_pool(endpoints.database_url)
+        exits.push_async_callback(pool.close)
+        journal, approvals = JournalStore(pool), ApprovalStore(pool)
+        shop = await exits.enter_async_context(lifespan(endpoints.database_url))
+        if stack.runs_postgres:
+            # the embedded database is the demo's own: start from the seed stock every time
+            await shop.setup(reset=True)
+        await shop.clear_faults()
+        if fault:
+            await shop.arm_fault(*FAULT)
+        before = await shop.snapshot()
+
+        plugins = agent_plugins(
+            journal=journal,
+            approvals=approvals,
+            tools=TOOLS,
+            model_provider=model_provider_from_settings(settings, scripts=SCRIPTS),
+        )
+        client = with_plugins(await connect(settings, SagacityPlugin()), plugins)
+        # a queue of its own, so workers of other apps on the default queue never see it
+        task_queue = f"sagacity-demo-{uuid.uuid4().hex[:8]}"
+        saga_id = f"demo-order-{uuid.uuid4().hex[:8]}"
+        worker = Worker(
+            client, task_queue=task_queue, graceful_shutdown_timeout=timedelta(seconds=2)
+        )
+        async with worker:
+            say(f"the agent is asked: {prompt!r} (model: {_model_label(settings)})")
+            if fault:
+                say(f"fault armed: {FAULT[0]} will fail with {FAULT[1]!r}")
+            handle = await client.start_workflow(
+                WORKFLOW_NAME,
+                AgentSagaRequest(prompt=prompt),
+                id=saga_id,
+                task_queue=task_queue,
+                result_type=AgentSagaResult,
+            )
+            result, given = await _approve_until_done(handle, say)
+        say(f"the saga ended: {result.saga.status.value}")
+        after = await shop.snapshot()
+        rows = await journal.read(saga_id)
+        verdict = await journal.verify(saga_id)
+        report = DemoReport(
+            saga_id=saga_id,
+            prompt=prompt,
+            model=_model_label(settings),
+            fault=f"{FAULT[0]}: {FAULT[1]}" if fault else None,
+            approvals=given,
+            result=result,
+            journal=[
+                JournalRow(
+                    seq=e.seq,
+                    tool=e.tool_name,
+                    phase=e.phase.value,
+                    input=e.input,
+                    payload=e.payload,
+                    timestamp=e.timestamp.isoformat(),
+                    hash=e.hash,
+                )
+                for e in rows
+            ],
+            verification=Verification(
+                ok=verdict.ok,
+                rows=verdict.rows,
+                head_seq=verdict.head_seq,
+                head_hash=verdict.head_hash,
+                problem=None if verdict.problem is None else verdict.problem.detail,
+            ),
+            before=dataclasses.asdict(before),
+            after=dataclasses.asdict(after),
+            database_url=_hide_password(endpoints.database_url),
+            temporal_address=endpoints.temporal_address,
+            tables=TABLES,
+            shop_reset=stack.runs_postgres,
+        )
+    return report
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+
+def _short(value: Any, width: int = 60) -> str:
+    """A one-line rendering: ``key=value`` pairs for a dict, JSON for anything else."""
+    if isinstance(value, dict):
+        text = ", ".join(f"{k}={_short(v, width)}" for k, v in value.items())
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+#: columns short enough to keep on one line; the others wrap
+_ONE_LINE = {"#", "seq", "call seq", "tool", "phase", "hash", "before", "after"}
+
+
+def _decoded(payload: str) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return payload
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=column in _ONE_LINE, overflow="fold")
+    return table
+
+
+def _steps_table(report: DemoReport) -> Table:
+    table = _table("What the agent did", "#", "tool", "arguments", "outcome", "seq")
+    styles = {"executed": "green", "failed": "red", "rejected": "red", "invalid": "yellow"}
+    for i, step in enumerate(report.result.steps, 1):
+        table.add_row(
+            str(i),
+            step.tool,
+            _short(step.arguments, 40),
+            Text(f"{step.status}: {_short(step.output, 120)}", style=styles[step.status]),
+            "" if step.seq is None else str(step.seq),
+        )
+    return table
+
+
+def _compensation_table(report: DemoReport) -> Table | Text:
+    saga = report.result.saga
+    if not saga.compensated and not saga.compensation_failed:
+        return Text("Nothing was compensated: every step stands.", style="green")
+    table = _table("Undone, newest first", "tool", "call seq", "what it had done")
+    for effect in saga.compensated:
+        table.add_row(effect.tool_name, str(effect.call_seq), _short(effect.result, 70))
+    for effect in saga.compensation_failed:
+        table.add_row(
+            Text(effect.tool_name, style="red"),
+            str(effect.call_seq),
+            Text("compensation FAILED: still in effect", style="red"),
+        )
+    return table
+
+
+def _journal_table(report: DemoReport) -> Table:
+    table = _table(
+        f"Journal of saga {report.saga_id}",
+        "seq",
+        "tool",
+        "phase",
+        "payload",
+        "hash",
+    )
+    for row in report.journal:
+        style = {"FAILED": "red", "COMPENSATED": "yellow", "APPROVED": "cyan"}.get(row.phase, "")
+        table.add_row(
+            str(row.seq),
+            row.tool,
+            Text(row.phase, style=style),
+            _short(_decoded(row.payload), 70),
+            row.hash[:10] + "…",
+        )
+    return table
+
+
+def _shop_table(report: DemoReport) -> Table:
+    table = _table("The shop, before and after", "", "before", "after")
+    for product, count in report.before["available"].items():
+        table.add_row(f"{product} in stock", str(count), str(report.after["available"][product]))
+    for key, label in (
+        ("held_reservations", "reservations held"),
+        ("placed_orders", "orders placed"),
+        ("outbox", "emails sent"),
+    ):
+        table.add_row(label, str(report.before[key]), str(report.after[key]))
+    return table
+
+
+def render(report: DemoReport, console: Console) -> None:
+    """Print the report for a person."""
+    result = report.result
+    console.print(
+        Panel(
+            f"[bold]{report.prompt}[/bold]\nmodel: {report.model}\n"
+            f"injected fault: {report.fault or 'none (--no-fault)'}",
+            title="Sagacity demo: an agent's tool calls as a saga",
+        )
+    )
+    console.print(_steps_table(report))
+    for approval in report.approvals:
+        console.print(
+            f"[cyan]Approval:[/cyan] {approval.tool} {approval.input} waited at journal seq "
+            f"{approval.journal_seq}; approved by {approval.approver}."
+        )
+    saga = result.saga
+    colour = "green" if saga.status is SagaState.COMPLETED else "yellow"
+    console.print(f"\nSaga [bold {colour}]{saga.status.value}[/bold {colour}]", end="")
+    console.print(f": {saga.error.message}" if saga.error else "")
+    console.print(_compensation_table(report))
+    if result.turns and result.turns[-1] != result.final_output:
+        console.print(Panel(result.turns[-1], title="The agent, before the rollback"))
+    console.print(Panel(result.final_output or "(no answer)", title="The agent's last word"))
+    console.print(_journal_table(report))
+    check = report.verification
+    if check.ok:
+        console.print(
+            f"[green]Hash chain verified[/green]: {check.rows} rows, head seq {check.head_seq}, "
+            f"head hash {check.head_hash}"
+        )
+    else:
+        console.print(f"[red]Hash chain BROKEN[/red] after seq {check.head_seq}: {check.problem}")
+    console.print(_shop_table(report))
+    console.print(
+        "[green]Stock, orders and mail are back where they started.[/green]"
+        if report.restored
+        else "The shop changed: this run's effects stand."
+    )
+    console.print(
+        Panel(
+            Group(
+                f"database: {report.database_url}",
+                f"tables:   {', '.join(report.tables)}",
+                f"Temporal: {report.temporal_address} (workflow id {report.saga_id})",
+                *(
+                    ["the example shop was reset to its seed stock for this run"]
+                    if report.shop_reset
+                    else []
+                ),
+            ),
+            title="Where the state is",
+        )
+    )
+
+
+def main(*, no_fault: bool, as_json: bool, prompt: str | None) -> None:
+    """The demo command's work (see :func:`sagacity.cli.demo.demo`)."""
+    err = Console(stderr=True)
+    try:
+        settings = load_settings()
+        report = asyncio.run(
+            run_demo(
+                settings,
+                fault=not no_fault,
+                prompt=prompt or PROMPT,
+                say=lambda m: err.print(f"· {m}"),
+            )
+        )
+    except (SagacityError, DevStackError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        render(report, Console())
+    if not report.verification.ok:
+        raise typer.Exit(1)
