@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 from agents import Model, ModelProvider
 from temporalio.client import Client
 from temporalio.worker import Replayer
