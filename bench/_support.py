@@ -6,6 +6,7 @@ ratios; absolute figures depend on the machine and are printed only to give the 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import os
@@ -164,6 +165,14 @@ def _processes() -> dict[int, tuple[str, int, float]]:
             (int(fields[11]) + int(fields[12])) / tick,
         )
     return found
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
 
 
 def machine() -> str:

@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import uuid4
 
-from bench._support import BenchStack, CpuMeter, bench_stack, machine, percentile, run, table
+from bench._support import (
+    BenchStack,
+    CpuMeter,
+    bench_stack,
+    machine,
+    percentile,
+    positive,
+    run,
+    table,
+)
 from sagacity.journal import GENESIS_HASH, Draft, Phase
 from sagacity.store import JournalStore, Pool, open_pool
 
@@ -140,9 +149,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.journal_appends", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--writers", type=int, default=16, help="concurrent writers (16)")
-    parser.add_argument("--rows", type=int, default=3200, help="rows per side per round (3200)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds (5)")
+    parser.add_argument("--writers", type=positive, default=16, help="concurrent writers (16)")
+    parser.add_argument(
+        "--rows", type=positive, default=3200, help="rows per side per round (3200)"
+    )
+    parser.add_argument("--rounds", type=positive, default=5, help="rounds (5)")
     return parser.parse_args(argv)
 
 
