@@ -27,6 +27,12 @@ class SeqConflict(SagacityError):
     code = "seq_conflict"
 
 
+class SeqTaken(SeqConflict):
+    """An exclusive append found its very row already written, by someone else."""
+
+    code = "seq_taken"
+
+
 class AppendContention(SagacityError):
     """An append lost the race for the next ``seq`` more times than the retry bound allows."""
 

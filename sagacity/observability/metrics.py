@@ -72,10 +72,17 @@ class TimedJournalStore(JournalStore):
             return await super().append(draft)
 
     async def append_batch_at(
-        self, drafts: Sequence[Draft], *, seq: int, prev_hash: str | None = None
+        self,
+        drafts: Sequence[Draft],
+        *,
+        seq: int,
+        prev_hash: str | None = None,
+        exclusive: bool = False,
     ) -> list[Entry]:
         with JOURNAL_APPEND_SECONDS.time():
-            return await super().append_batch_at(drafts, seq=seq, prev_hash=prev_hash)
+            return await super().append_batch_at(
+                drafts, seq=seq, prev_hash=prev_hash, exclusive=exclusive
+            )
 
 
 def _free_loopback_port() -> int:

@@ -13,7 +13,7 @@ from typing import Any, Self, cast
 
 import psycopg
 
-from sagacity.errors import AppendContention, InvalidEntry, SeqConflict
+from sagacity.errors import AppendContention, InvalidEntry, SeqConflict, SeqTaken
 from sagacity.journal import (
     GENESIS_HASH,
     ChainVerifier,
@@ -157,19 +157,30 @@ class JournalStore:
             f"({self._max_retries + 1}); nothing was written"
         )
 
-    async def append_at(self, draft: Draft, *, seq: int, prev_hash: str | None = None) -> Entry:
+    async def append_at(
+        self, draft: Draft, *, seq: int, prev_hash: str | None = None, exclusive: bool = False
+    ) -> Entry:
         """Append ``draft`` at ``seq`` exactly; idempotent, for callers that choose seqs.
 
         If ``seq`` already holds a row recording the same thing (a retry or replay), that row is
-        returned. A different row there, or a predecessor whose hash is not ``prev_hash``, is a
+        returned, or with ``exclusive`` :class:`SeqTaken` is raised: the caller must know whether
+        it wrote the row itself (two overlapping attempts of one call must not both proceed). A
+        different row there, or a predecessor whose hash is not ``prev_hash``, is a
         :class:`SeqConflict`. With ``prev_hash`` given this is one round trip; without, the
         predecessor is read first.
         """
-        (entry,) = await self.append_batch_at([draft], seq=seq, prev_hash=prev_hash)
+        (entry,) = await self.append_batch_at(
+            [draft], seq=seq, prev_hash=prev_hash, exclusive=exclusive
+        )
         return entry
 
     async def append_batch_at(
-        self, drafts: Sequence[Draft], *, seq: int, prev_hash: str | None = None
+        self,
+        drafts: Sequence[Draft],
+        *,
+        seq: int,
+        prev_hash: str | None = None,
+        exclusive: bool = False,
     ) -> list[Entry]:
         """Append ``drafts`` at ``seq``, ``seq + 1``, …: all of them or, on any conflict, none.
 
@@ -197,7 +208,7 @@ class JournalStore:
                         prev_hash = await _predecessor_hash(conn, saga_id, seq)
                     entries = []
                     for offset, draft in enumerate(drafts):
-                        entry = await _insert_at(conn, draft, seq + offset, prev_hash)
+                        entry = await _insert_at(conn, draft, seq + offset, prev_hash, exclusive)
                         entries.append(entry)
                         prev_hash = entry.hash
                     return entries
@@ -394,7 +405,7 @@ async def _try_insert(
 
 
 async def _insert_at(
-    conn: psycopg.AsyncConnection[Any], draft: Draft, seq: int, prev_hash: str
+    conn: psycopg.AsyncConnection[Any], draft: Draft, seq: int, prev_hash: str, exclusive: bool
 ) -> Entry:
     entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
     inserted, stored_prev = await _try_insert(conn, entry, prev_hash)
@@ -412,6 +423,10 @@ async def _insert_at(
     # The predecessor matched, so the seq was taken: fine if it is this very row again.
     existing = await _get(conn, draft.saga_id, seq)
     if existing is not None and existing.same_content(draft):
+        if exclusive:
+            raise SeqTaken(
+                f"{where} already holds this {draft.phase} row, written by another writer"
+            )
         return existing
     held = (
         "nothing readable"

@@ -18,7 +18,13 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from sagacity.errors import SagacityError, SuspectCall, ToolArgumentsInvalid, UnknownTool
+from sagacity.errors import (
+    SagacityError,
+    SeqTaken,
+    SuspectCall,
+    ToolArgumentsInvalid,
+    UnknownTool,
+)
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
@@ -34,6 +40,8 @@ from sagacity.temporal.models import (
     CallStatus,
     CompensateRequest,
     ErrorInfo,
+    Resolved,
+    ResolveRequest,
     RowRef,
     ToolSpec,
 )
@@ -44,6 +52,7 @@ from sagacity.temporal.names import (
     COMPENSATE,
     DESCRIBE_TOOLS,
     OPEN_APPROVAL,
+    RESOLVE_CALL,
     VERIFICATION_REFUSED,
 )
 from sagacity.tools import (
@@ -112,8 +121,12 @@ class SagaActivities:
         """A row as it will be stored: secrets redacted before anything reaches Postgres."""
         return self.redactor.draft(Draft(saga_id, tool_name, phase, input, payload)).value
 
-    async def _append_at(self, draft: Draft, *, seq: int, prev_hash: str) -> Entry:
-        entry = await self.journal.append_at(draft, seq=seq, prev_hash=prev_hash)
+    async def _append_at(
+        self, draft: Draft, *, seq: int, prev_hash: str, exclusive: bool = False
+    ) -> Entry:
+        entry = await self.journal.append_at(
+            draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive
+        )
         self._checkpoint(entry)
         return entry
 
@@ -130,6 +143,7 @@ class SagaActivities:
             self.append,
             self.open_approval,
             self.close_approval,
+            self.resolve_call,
         ]
 
     @activity.defn(name=DESCRIBE_TOOLS)
@@ -184,21 +198,31 @@ class SagaActivities:
     @activity.defn(name=CALL_TOOL)
     async def call_tool(self, req: CallRequest) -> CallOutcome:
         intent = self._draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
-        info = activity.info()
-        if info.attempt > 1:
-            earlier = await self._resume(req, intent)
-            if earlier is not None:
+        # heartbeat from the start: an attempt waiting on the database is alive, and must not be
+        # timed out into a second attempt that runs beside it
+        async with _heartbeating():
+            if activity.info().attempt > 1:
+                earlier = await self._resume(req, intent)
+                if earlier is not None:
+                    return earlier
+            if req.approval_seq is not None:
+                refusal = await self._verify_approval(req)
+                if refusal is not None:
+                    return refusal
+            try:
+                intent_row = await self._append_at(
+                    intent, seq=req.seq, prev_hash=req.prev_hash, exclusive=True
+                )
+            except SeqTaken:
+                # an overlapping attempt of this call wrote INTENT first: the call is its own
+                earlier = await self._resume(req, intent)
+                assert earlier is not None, "INTENT exists, so resume decides"
                 return earlier
-        if req.approval_seq is not None:
-            refusal = await self._verify_approval(req)
-            if refusal is not None:
-                return refusal
-        intent_row = await self._append_at(intent, seq=req.seq, prev_hash=req.prev_hash)
-        if req.approval_seq is not None:
-            # consumed only now that the approved call has started; a failure before this
-            # point leaves the approval valid for the retry
-            await self.approvals.delete(req.saga_id, req.approval_seq)
-        return await self._run(req, intent_row)
+            if req.approval_seq is not None:
+                # consumed only now that the approved call has started; a failure before this
+                # point leaves the approval valid for the retry
+                await self.approvals.delete(req.saga_id, req.approval_seq)
+            return await self._run(req, intent_row)
 
     async def _resume(self, req: CallRequest, intent: Draft) -> CallOutcome | None:
         """On a retry: finish what an earlier attempt started, never repeat an unsafe call."""
@@ -258,8 +282,7 @@ class SagaActivities:
         except (UnknownTool, ToolArgumentsInvalid) as exc:
             return await self._record(req, intent_row, CallStatus.FAILED, _error_payload(exc))
         try:
-            async with _heartbeating():
-                result = await self._invoke(req, tool, kwargs)
+            result = await self._invoke(req, tool, kwargs)
         except Exception as exc:
             if tool.tool.options.idempotent and activity.info().attempt < _idempotent_attempts():
                 raise  # Temporal retries an idempotent tool; FAILED is written on the last try
@@ -299,6 +322,25 @@ class SagaActivities:
         draft = self._draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
         row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
         return _outcome_from_row(intent_row, row)
+
+    @activity.defn(name=RESOLVE_CALL)
+    async def resolve_call(self, req: ResolveRequest) -> Resolved:
+        """Record a human's word on a SUSPECT call, unless the journal already has the outcome.
+
+        An attempt the worker lost track of may still have finished and written EXECUTED or
+        FAILED; that row is the truth, and the human's statement is not written over it.
+        """
+        intent_row = await self.journal.get(req.saga_id, req.call_seq)
+        if intent_row is None:
+            raise _non_retryable(SuspectCall(f"no INTENT at seq {req.call_seq} to resolve"))
+        existing = await self.journal.get(req.saga_id, req.call_seq + 1)
+        if existing is not None:
+            return Resolved(outcome=_outcome_from_row(intent_row, existing), recorded=False)
+        draft = self._draft(
+            req.saga_id, intent_row.tool_name, req.row.phase, req.row.input, req.row.payload
+        )
+        row = await self._append_at(draft, seq=req.call_seq + 1, prev_hash=intent_row.hash)
+        return Resolved(outcome=_outcome_from_row(intent_row, row), recorded=True)
 
     @activity.defn(name=COMPENSATE)
     async def compensate(self, req: CompensateRequest) -> list[RowRef]:

@@ -75,6 +75,14 @@ class CallRequest(BaseModel):
     approval_seq: int | None = None
 
 
+class ResolveRequest(BaseModel):
+    """A human's word on the SUSPECT call whose INTENT is at ``call_seq``."""
+
+    saga_id: str
+    call_seq: int
+    row: RowDraft
+
+
 class CallStatus(StrEnum):
     EXECUTED = "executed"
     FAILED = "failed"
@@ -87,6 +95,13 @@ class CallOutcome(BaseModel):
     result: Any = None
     error: ErrorInfo | None = None
     rows: list[RowRef]
+
+
+class Resolved(BaseModel):
+    """The SUSPECT call's outcome; ``recorded`` is False when the journal already held one."""
+
+    outcome: CallOutcome
+    recorded: bool
 
 
 class CompensateRequest(BaseModel):

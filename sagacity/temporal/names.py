@@ -6,5 +6,6 @@ COMPENSATE = "sagacity.compensate"
 APPEND = "sagacity.append"
 OPEN_APPROVAL = "sagacity.open_approval"
 CLOSE_APPROVAL = "sagacity.close_approval"
+RESOLVE_CALL = "sagacity.resolve_call"
 
 VERIFICATION_REFUSED = "verification refused execution"

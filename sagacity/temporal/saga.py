@@ -48,6 +48,8 @@ from sagacity.temporal.models import (
     PendingApproval,
     Reject,
     Resolve,
+    Resolved,
+    ResolveRequest,
     RowDraft,
     RowRef,
     SagaOptions,
@@ -242,9 +244,25 @@ class Saga:
                 payload=error.model_dump_json(),
             )
             status = CallStatus.FAILED
-        rows = await self._append([row])
+        resolved: Resolved = await workflow.execute_activity(
+            names.RESOLVE_CALL,
+            ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
+            result_type=Resolved,
+            start_to_close_timeout=_JOURNAL_TIMEOUT,
+            retry_policy=_JOURNAL_RETRY,
+        )
+        self._track(resolved.outcome.rows[1:])
+        if not resolved.recorded:
+            # the lost attempt had finished after all: its own outcome row stands
+            workflow.logger.warning(
+                "saga %s: call seq %d already had an outcome; %s's resolution not written",
+                self.saga_id,
+                seq,
+                resolution.resolver,
+            )
+            return resolved.outcome
         return CallOutcome(
-            status=status, result=resolution.result, error=error, rows=[intent, *rows]
+            status=status, result=resolution.result, error=error, rows=resolved.outcome.rows
         )
 
     # -- approvals -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Two attempts of one approved IRREVERSIBLE call overlap, and both send the email.
+"""Two attempts of one approved IRREVERSIBLE call overlap; the email goes out once.
 
 Found through the Postgres-restart chaos run (in-flight calls went SUSPECT although no tool had
 run), reproduced here deterministically. ``call_tool`` heartbeats only around the tool itself,
@@ -10,6 +10,10 @@ attempt takes the row as its own and both run the tool. The late attempt is canc
 its next heartbeat is refused, which comes after a fast tool has already acted (without the
 partition below this test fails the same way, just not by construction); in the chaos run a
 slower tool was cancelled mid-call instead, leaving the SUSPECT calls.
+
+The fix: ``call_tool`` heartbeats from its start, and writes INTENT exclusively: the attempt
+whose insert finds the row already there does not run the tool (it resumes as a retry would:
+the outcome row, or SUSPECT for a human).
 
 Here: a row lock holds the INTENT insert of ``send_confirmation``; the first worker's link to
 Temporal is cut (a proxy), so nothing cancels it; a second worker gets the retry; the lock goes.
@@ -118,11 +122,6 @@ async def until_waiting(database_url: str, inserts: int, timeout: float = 60.0) 
             await asyncio.sleep(0.2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="call_tool writes INTENT without heartbeating and takes an INTENT another attempt "
-    "wrote as its own, so overlapping attempts both run the tool (see module docstring)",
-)
 async def test_an_approved_irreversible_call_runs_once_when_attempts_overlap(
     chaos_client: Client, chaos_database: str, chaos_dir: Path
 ) -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from sagacity.errors import InvalidEntry, SeqConflict, StoreUnavailable
+from sagacity.errors import InvalidEntry, SeqConflict, SeqTaken, StoreUnavailable
 from sagacity.journal import GENESIS_HASH, Draft, Phase, entry_hash
 from sagacity.store import JournalStore, SagaSummary
 
@@ -84,6 +84,15 @@ async def test_append_at_same_draft_twice_is_one_row(
     assert await store.append_at(intent(saga_id, 2), seq=2, prev_hash=first.hash) == second
     assert await count(owner, saga_id) == 2
     assert (await store.verify(saga_id)).ok
+
+
+async def test_exclusive_append_at_tells_a_second_writer_the_row_is_not_its_own(
+    store: JournalStore, owner: psycopg.AsyncConnection, saga_id: str
+) -> None:
+    await store.append_at(intent(saga_id), seq=1, prev_hash=GENESIS_HASH, exclusive=True)
+    with pytest.raises(SeqTaken, match="written by another writer"):
+        await store.append_at(intent(saga_id), seq=1, prev_hash=GENESIS_HASH, exclusive=True)
+    assert await count(owner, saga_id) == 1
 
 
 async def test_append_at_taken_seq_with_other_content_conflicts(
