@@ -189,3 +189,41 @@ async def test_kill_between_two_compensations_runs_each_once(
     assert (await journal.verify(sid)).ok
     snap = await shop.snapshot()
     assert snap.available["p-1"] == 10 and snap.placed_orders == 0 and snap.held_reservations == 0
+
+
+async def test_suspect_call_resolved_as_happened_becomes_an_effect_to_compensate(
+    temporal_client: Client,
+    worker_process: WorkerProcess,
+    shop: Shop,
+    journal: JournalStore,
+    task_queue: str,
+) -> None:
+    await shop.arm_fault("create_order", "", delay_s=60)
+    await shop.arm_fault("send_confirmation", "relay down")
+    sid, _ = await start_order(temporal_client, task_queue)
+    handle = temporal_client.get_workflow_handle(sid, result_type=SagaResult)
+    await wait_journal(journal, sid, lambda p: ("create_order", "INTENT") in p)
+    worker_process.kill()
+    await worker_process.start()
+    status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
+    assert status.suspect is not None
+    # the human found the order placed by hand in another system and says so
+    order = {"order_id": "ord-by-hand", "product_id": "p-1", "quantity": 2}
+    await handle.signal(
+        "resolve",
+        Resolve(call_seq=status.suspect.call_seq, resolver="dave", happened=True, result=order),
+    )
+    waiting = await wait_for(handle, awaiting_approval, timeout=60)
+    assert waiting.pending_approval is not None
+    # the next step got the order id the human gave
+    assert "ord-by-hand" in waiting.pending_approval.input_json
+    await handle.signal(
+        "approve", Approve(journal_seq=waiting.pending_approval.journal_seq, approver="alice")
+    )
+    result = await handle.result()
+
+    assert result.status is SagaState.COMPENSATED
+    assert [e.tool_name for e in result.compensated] == ["create_order", "reserve_inventory"]
+    rows = await journal.read(sid)
+    assert rows[3].phase.value == "EXECUTED" and '"resolved_by":"dave"' in rows[3].payload
+    assert (await journal.verify(sid)).ok
