@@ -12,7 +12,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from uuid import uuid4
 
@@ -30,6 +30,8 @@ STALL_S = 0.25
 
 @dataclass(frozen=True)
 class Profile:
+    """How hard a chaos run pushes: ``SAGACITY_CHAOS`` picks one of :data:`PROFILES`."""
+
     name: str
     #: Order sagas per test
     sagas: int
@@ -61,10 +63,10 @@ class Report:
     worker_starts: int
     violations: list[str]
     seconds: float
-    states: Counter[str] = field(default_factory=Counter)
 
-    def __post_init__(self) -> None:
-        self.states = Counter(
+    @property
+    def states(self) -> Counter[str]:
+        return Counter(
             o.result.status.value if o.result else f"unfinished ({o.error})" for o in self.outcomes
         )
 
@@ -138,8 +140,8 @@ async def run_chaos(
         return await driver.run(plan, deadline=deadline)
 
     died: list[str] = []
+    runs = [asyncio.create_task(saga(plan)) for plan in plans(profile.sagas, rng)]
     try:
-        runs = [asyncio.create_task(saga(plan)) for plan in plans(profile.sagas, rng)]
         disruptions = await disrupt(worker)
         if not worker.alive():  # a disruption it should have ridden out
             died.append(f"the worker exited on its own during the disruptions: {worker.log_tail()}")
@@ -148,6 +150,8 @@ async def run_chaos(
         if not worker.alive():
             died.append(f"the worker exited on its own while sagas drained: {worker.log_tail()}")
     finally:
+        for run in runs:  # only unfinished when the disruption itself failed
+            run.cancel()
         worker.stop()
     violations = died + await check(database_url, outcomes, stock)
     return Report(
