@@ -84,9 +84,10 @@ async def _heartbeating() -> AsyncIterator[None]:
     interval = max(timeout.total_seconds() / 3, 0.1) if timeout else 10.0
 
     async def beat() -> None:
+        # the first beat waits a third of the timeout: a fast call sends none at all
         while True:
-            activity.heartbeat()
             await asyncio.sleep(interval)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:
@@ -300,9 +301,6 @@ class SagaActivities:
                 f"which cannot be journaled as JSON: {exc}",
             )
             return outcome
-        # heartbeat details reach Temporal: they carry the result as the journal will hold it
-        payload = self.redactor.text(req.tool_name, payload).value
-        activity.heartbeat(to_json({"status": CallStatus.EXECUTED, "payload": payload}))
         return await self._record(req, intent_row, CallStatus.EXECUTED, payload)
 
     async def _invoke(self, req: CallRequest, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
@@ -320,7 +318,14 @@ class SagaActivities:
         status = CallStatus(status)
         phase = Phase.EXECUTED if status is CallStatus.EXECUTED else Phase.FAILED
         draft = self._draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
-        row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
+        try:
+            row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
+        except Exception:
+            # the tool ran but its outcome row could not be written: leave the outcome in the
+            # heartbeat details (redacted, as the journal will hold it) so the retry writes it
+            # instead of calling the tool again or calling the call SUSPECT
+            activity.heartbeat(to_json({"status": status, "payload": draft.payload}))
+            raise
         return _outcome_from_row(intent_row, row)
 
     @activity.defn(name=RESOLVE_CALL)

@@ -73,7 +73,7 @@ RefusalKind = Literal[
     "not_allowed",
 ]
 
-_JOURNAL_TIMEOUT = timedelta(seconds=30)
+_JOURNAL_TIMEOUT = timedelta(seconds=10)
 # Journal writes wait out a database outage rather than drop a row.
 _JOURNAL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
