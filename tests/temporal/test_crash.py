@@ -34,7 +34,14 @@ REPO = Path(__file__).resolve().parents[2]
 class WorkerProcess:
     """``python -m workers.saga_worker`` on the test stack, started and killed at will."""
 
-    def __init__(self, endpoints: Endpoints, database_url: str, task_queue: str, log: Path) -> None:
+    def __init__(
+        self,
+        endpoints: Endpoints,
+        database_url: str,
+        task_queue: str,
+        log: Path,
+        apps: tuple[str, ...] = (),
+    ) -> None:
         self.env = {
             **os.environ,
             "SAGACITY_DATABASE_URL": database_url,
@@ -43,13 +50,20 @@ class WorkerProcess:
             "SAGACITY_TASK_QUEUE": task_queue,
         }
         self.log = log
+        # `sagacity worker --app …` when apps are named, else the module's default (Order)
+        self.command = (
+            [str(Path(sys.executable).parent / "sagacity"), "worker"]
+            + [arg for app in apps for arg in ("--app", app)]
+            if apps
+            else [sys.executable, "-m", "workers.saga_worker"]
+        )
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
         with self.log.open("ab") as out:
             start = out.tell()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workers.saga_worker"],
+                self.command,
                 cwd=REPO,
                 env=self.env,
                 stdout=out,
