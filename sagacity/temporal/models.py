@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from sagacity.journal.canonical import to_json
 from sagacity.journal.chain import GENESIS_HASH
 from sagacity.journal.phases import Phase
 from sagacity.tools import Reversibility
@@ -70,9 +72,13 @@ class CallRequest(BaseModel):
     prev_hash: str
     tool_name: str
     args: dict[str, Any]
-    input_json: str
     #: seq of the AWAITING_APPROVAL row whose request must verify before the tool runs
     approval_seq: int | None = None
+
+    @cached_property
+    def input_json(self) -> str:
+        """The arguments as journaled; derived here rather than sent twice per call."""
+        return to_json(self.args)
 
 
 class ResolveRequest(BaseModel):

@@ -153,7 +153,6 @@ class Saga:
             prev_hash=self.head.hash,
             tool_name=tool,
             args=args,
-            input_json=input_json,
             approval_seq=approval_seq,
         )
         idempotent = spec is not None and spec.idempotent
