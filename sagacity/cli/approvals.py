@@ -20,8 +20,8 @@ from rich.table import Table
 
 from sagacity.approvals import ApprovalService, DecisionResult, PendingRequest
 from sagacity.approvals.http import create_app, openapi_document
+from sagacity.cli._common import run_or_exit
 from sagacity.cli._exit import hard_exit
-from sagacity.cli.db import _run
 from sagacity.errors import SagacityError
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, open_pool
@@ -106,7 +106,7 @@ def list_command(
         async with _service(settings) as service:
             return await service.list(saga_id=saga)
 
-    requests = _run(work())
+    requests = run_or_exit(work())
     if as_json:
         _print_json(requests)
         return
@@ -137,7 +137,7 @@ def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None
         async with _service(settings) as service:
             return await service.get(saga_id, seq)
 
-    request = _run(work())
+    request = run_or_exit(work())
     if as_json:
         _print_json(request)
         return
@@ -189,7 +189,7 @@ def approve_command(
         async with _service(settings) as service:
             return await service.approve(saga_id, seq, approver=approver, input_hash=input_hash)
 
-    _report(_run(work()), as_json)
+    _report(run_or_exit(work()), as_json)
 
 
 @app.command("reject")
@@ -208,7 +208,7 @@ def reject_command(
         async with _service(settings) as service:
             return await service.reject(saga_id, seq, approver=approver, reason=reason)
 
-    _report(_run(work()), as_json)
+    _report(run_or_exit(work()), as_json)
 
 
 @app.command("serve")
@@ -245,7 +245,7 @@ def serve_command(
             api = create_app(service, tokens)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
-    _run(work())
+    run_or_exit(work())
 
 
 @app.command("openapi")

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
+from sagacity.cli._common import run_or_exit
 from sagacity.errors import SagacityError
 from sagacity.settings import load_settings
 from sagacity.store.migrate import apply_grants, migrate
 
 __all__ = ["app"]
 
-T = TypeVar("T")
 
 app = typer.Typer(
     name="db",
@@ -49,15 +47,6 @@ def _database_url(given: str | None) -> str:
     return url
 
 
-def _run(work: Coroutine[Any, Any, T]) -> T:
-    """Run ``work``; a Sagacity error (unreachable database, refused statement) exits 1."""
-    try:
-        return asyncio.run(work)
-    except SagacityError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-
-
 @app.command("migrate")
 def migrate_command(
     database_url: DatabaseUrl = None,
@@ -66,7 +55,7 @@ def migrate_command(
     ] = False,
 ) -> None:
     """Apply the schema migrations the database lacks (safe to run again, or concurrently)."""
-    applied = _run(migrate(_database_url(database_url)))
+    applied = run_or_exit(migrate(_database_url(database_url)))
     if as_json:
         typer.echo(json.dumps({"applied": applied}))
     elif applied:
@@ -88,5 +77,5 @@ def grants_command(
     Run as the tables' owner after `migrate`. The role is created with LOGIN and no password:
     give it one (or another authentication method) yourself.
     """
-    _run(apply_grants(_database_url(database_url), role=role))
+    run_or_exit(apply_grants(_database_url(database_url), role=role))
     typer.echo(f"role {role}: journal append-only (INSERT, SELECT); approval requests read-write")
