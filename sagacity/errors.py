@@ -165,3 +165,9 @@ class RetentionRefused(SagacityError):
     """Retention would purge evidence it must keep (period too short, or the export did not verify)."""
 
     code = "retention_refused"
+
+
+class DevStackError(SagacityError):
+    """A service of the embedded dev stack could not start; the message says where its log is."""
+
+    code = "devstack"

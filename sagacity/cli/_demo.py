@@ -41,8 +41,8 @@ from sagacity.agents import (
     uses_scripted_model,
     with_plugins,
 )
-from sagacity.devstack import DevStack, DevStackError
-from sagacity.errors import SagacityError
+from sagacity.devstack import DevStack
+from sagacity.errors import DevStackError, SagacityError
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore, migrate, open_pool
 from sagacity.temporal.models import Approve, SagaState, SagaStatus

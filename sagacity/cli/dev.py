@@ -16,8 +16,8 @@ from typing import Annotated
 import typer
 
 from sagacity.cli._exit import hard_exit
-from sagacity.devstack import DevStack, DevStackError, Endpoints, tcp_port_free
-from sagacity.errors import SettingsError
+from sagacity.devstack import DevStack, Endpoints, tcp_port_free
+from sagacity.errors import DevStackError, SettingsError
 from sagacity.settings import load_settings
 from sagacity.store.migrate import migrate
 
