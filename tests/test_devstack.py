@@ -24,14 +24,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 import sagacity.devstack as devstack_module
-from sagacity.devstack import (
-    DevStack,
-    Endpoints,
-    drop_database,
-    ensure_database,
-    with_database,
-)
+from sagacity.devstack import DevStack, Endpoints
 from sagacity.settings import Settings, load_settings
+from sagacity.store.databases import drop_database, ensure_database, with_database
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,9 @@ from uuid import uuid4
 import pytest
 from temporalio.client import Client
 
-from sagacity.devstack import DevStack, drop_database, ensure_database
+from sagacity.devstack import DevStack
 from sagacity.settings import Settings
+from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import migrate
 from sagacity.temporal.plugin import SagacityPlugin
 from tests.chaos.scenario import PROFILES, Profile
