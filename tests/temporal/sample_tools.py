@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sagacity import CompensationContext, compensable
+from sagacity import CompensableTool, CompensationContext, compensable
 
 #: what the tools did and undid, in order, for assertions
 EFFECTS: list[str] = []
@@ -70,4 +70,4 @@ def forget_lookup(ctx: CompensationContext) -> None:
     EFFECTS.append(f"forgot {ctx.result}")
 
 
-TOOLS = [set_flag, send_note, make_set, explode, flaky_lookup]
+TOOLS: list[CompensableTool[..., Any]] = [set_flag, send_note, make_set, explode, flaky_lookup]
