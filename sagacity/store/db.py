@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -24,22 +24,79 @@ async def open_pool(
     """Open a pool of autocommit connections; :class:`StoreUnavailable` if the server is unreachable.
 
     One direct connection is tried first: the pool itself only reports a timeout, while a direct
-    attempt says why (refused, bad password, no such database) and fails at once.
+    attempt says why (refused, bad password, no such database) and fails at once. The pool is a
+    :func:`new_pool`: it survives Postgres restarts and outages.
     """
     with translate_errors("connect to the journal database"):
         probe = await psycopg.AsyncConnection.connect(
             conninfo, connect_timeout=max(1, int(timeout))
         )
         await probe.close()
-        pool = AsyncConnectionPool(
+        pool = new_pool(
             conninfo,
+            kwargs={"autocommit": True},
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
             timeout=timeout,
-            open=False,
         )
         await pool.open(wait=True, timeout=timeout)
+    return pool
+
+
+#: How long the pool retries one lost connection (after 1 s, 2 s, 4 s, ...) before it starts over.
+#: psycopg_pool's default, 5 minutes, lets that backoff grow to minutes: after a long outage the
+#: pool would try again only minutes after the server was back, its callers timing out meanwhile.
+RECONNECT_WINDOW_S = 5.0
+
+
+def new_pool(
+    conninfo: str,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    min_size: int = 1,
+    max_size: int = 10,
+    timeout: float = 10.0,
+) -> Pool:
+    """A pool, not yet opened, that outlives Postgres restarts and outages of any length.
+
+    * A connection is checked before it is handed out (``check``): after a restart the pool's
+      idle connections are all dead, and without the check each caller would get one and fail.
+      The first dead one found makes the pool check all its idle ones at once; else it would find
+      them one by one, pausing longer before each (1 s, 2 s, 4 s, ...) until callers time out.
+    * A connection that breaks while in use is closed when it comes back, never pooled again
+      (psycopg_pool does this itself; the outage tests check it).
+    * Lost connections are retried within :data:`RECONNECT_WINDOW_S`, and then again from the
+      start (``reconnect_failed``): by default the pool retries for 5 minutes with a backoff
+      that grows to minutes, then gives up until a new request comes.
+
+    ``timeout`` is how long a request waits for a connection before ``PoolTimeout`` (an
+    ``OperationalError``, so :func:`translate_errors` makes it :class:`StoreUnavailable`).
+    """
+    pool: Pool
+
+    async def check(conn: psycopg.AsyncConnection[TupleRow]) -> None:
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            if not pool.closed:
+                await pool.check()  # drops every dead idle connection and starts replacing it
+            raise
+
+    async def start_over(failed: AsyncConnectionPool[Any]) -> None:
+        if not failed.closed:
+            await failed.check()  # also lets the pool grow again: a new attempt, at once
+
+    pool = AsyncConnectionPool(
+        conninfo,
+        kwargs=kwargs,
+        min_size=min_size,
+        max_size=max_size,
+        timeout=timeout,
+        check=check,
+        reconnect_timeout=RECONNECT_WINDOW_S,
+        reconnect_failed=start_over,
+        open=False,
+    )
     return pool
 
 
