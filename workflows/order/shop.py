@@ -10,6 +10,8 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
+from sagacity.store.db import new_pool
+
 SCHEMA = Path(__file__).with_name("schema.sql")
 SEED = {"p-1": ("Espresso grinder", 10), "p-2": ("Milk jug", 25)}
 
@@ -35,11 +37,13 @@ class Shop:
         self.pool = pool
 
     @classmethod
-    async def open(cls, conninfo: str, *, max_size: int = 8) -> Shop:
-        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-            conninfo, min_size=1, max_size=max_size, open=False
+    async def open(cls, conninfo: str, *, max_size: int = 8, timeout: float = 30.0) -> Shop:
+        """Open the pool; like the journal's, it hands out no dead connection after a restart
+        and keeps reconnecting through an outage (see :func:`sagacity.store.db.new_pool`)."""
+        pool: AsyncConnectionPool[AsyncConnection[Any]] = new_pool(
+            conninfo, min_size=1, max_size=max_size, timeout=timeout
         )
-        await pool.open(wait=True)
+        await pool.open(wait=True, timeout=timeout)
         return cls(pool)
 
     async def close(self) -> None:
