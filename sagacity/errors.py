@@ -15,6 +15,15 @@ class InvalidEntry(SagacityError, ValueError):
     code = "invalid_entry"
 
 
+class InvalidInput(SagacityError, ValueError):
+    """Input from outside (a file, an argument, a request body) was refused before it was used.
+
+    The message says what was wrong and where (a JSON path such as ``steps[0].tool``).
+    """
+
+    code = "invalid_input"
+
+
 class ChainBroken(SagacityError):
     """A saga's hash chain does not verify."""
 
@@ -31,6 +40,25 @@ class SeqTaken(SeqConflict):
     """An exclusive append found its very row already written, by someone else."""
 
     code = "seq_taken"
+
+
+class JournalAhead(SeqConflict):
+    """The journal holds rows past the ones this run knows: another run of the saga wrote them.
+
+    The workflow re-reads the journal and goes on from its real head; nothing is written.
+    """
+
+    code = "journal_ahead"
+
+
+class SagaIdTaken(SagacityError):
+    """The saga id already names a journal written by another workflow run chain.
+
+    One id, one journal: start the saga under a new id (a reset or continue-as-new of the
+    original run continues its journal instead).
+    """
+
+    code = "saga_id_taken"
 
 
 class AppendContention(SagacityError):
@@ -67,6 +95,23 @@ class ResultNotSerializable(SagacityError, TypeError):
     """A tool returned a value that cannot be journaled as JSON."""
 
     code = "result_not_serializable"
+
+
+class NoEffect(SagacityError):
+    """Raise from a tool to say it failed without taking any effect, so nothing is compensated.
+
+    Any other exception leaves the call's effect unknown: it is FAILED and still compensated
+    (or, with no compensation, flagged for a human). ``@compensable(no_effect_on=...)`` names
+    further exception types that mean the same.
+    """
+
+    code = "no_effect"
+
+
+class ToolTimeout(SagacityError, TimeoutError):
+    """A tool did not return within its timeout; whether it took effect is unknown."""
+
+    code = "tool_timeout"
 
 
 class SuspectCall(SagacityError):
@@ -137,6 +182,38 @@ class ApprovalConflict(ApprovalRefused):
     """
 
     code = "approval_conflict"
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class SagaNotFound(SagacityError):
+    """No saga (workflow) with that id in the Temporal namespace."""
+
+    code = "saga_not_found"
+
+
+class ResolutionRefused(SagacityError):
+    """A resolution of a SUSPECT call was refused; nothing was sent, or the saga did not take it."""
+
+    code = "resolution_refused"
+
+
+class SuspectNotFound(ResolutionRefused):
+    """The saga has no SUSPECT call at that seq (it runs, waits for something else, or another seq)."""
+
+    code = "suspect_not_found"
+
+
+class SuspectConflict(ResolutionRefused):
+    """The SUSPECT call cannot be resolved now.
+
+    ``kind`` says why: ``already_resolved`` (its outcome is journaled), ``not_waiting`` (the saga
+    has ended) or ``refused`` (the saga refused the resolution it was sent).
+    """
+
+    code = "suspect_conflict"
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)

@@ -48,6 +48,9 @@ class CompensationContext:
     result: Any
     #: which attempt at compensating this is (1 on the first try)
     attempt: int = 1
+    #: the call FAILED and may or may not have taken effect (``result`` is None): undo whatever
+    #: exists, and do nothing when there is nothing
+    failed: bool = False
 
 
 Compensation = Callable[[CompensationContext], Any | Awaitable[Any]]
@@ -63,6 +66,9 @@ class ToolOptions:
     timeout: timedelta = timedelta(minutes=5)
     #: a worker that stops heartbeating this long is taken as dead
     heartbeat_timeout: timedelta = timedelta(seconds=30)
+    #: exceptions that mean the call failed without any effect (:class:`~sagacity.errors.NoEffect`
+    #: always does); any other failure leaves the effect unknown, so it is compensated
+    no_effect_on: tuple[type[BaseException], ...] = ()
 
 
 class CompensableTool(Generic[P, R]):
@@ -119,6 +125,7 @@ def compensable(
     idempotent: bool = False,
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
+    no_effect_on: tuple[type[BaseException], ...] = (),
 ) -> Callable[[Callable[P, R]], CompensableTool[P, R]]: ...
 def compensable(
     fn: Callable[P, R] | None = None,
@@ -131,18 +138,22 @@ def compensable(
     idempotent: bool = False,
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
+    no_effect_on: tuple[type[BaseException], ...] = (),
 ) -> CompensableTool[P, R] | Callable[[Callable[P, R]], CompensableTool[P, R]]:
     """Declare a tool and its undo.
 
     ``by`` is the compensation: a function taking a :class:`CompensationContext`, or the name of
     such a function in the tool's module. Reversibility defaults to REVERSIBLE. Mistakes are
     reported when a :class:`ToolRegistry` is built (at worker start), naming the tool and the fix.
+    ``no_effect_on`` lists exception types after which the call is known to have done nothing;
+    any other failure is compensated too, since its effect is unknown.
     """
     defaults = ToolOptions()
     options = ToolOptions(
         idempotent=idempotent,
         timeout=timeout or defaults.timeout,
         heartbeat_timeout=heartbeat_timeout or defaults.heartbeat_timeout,
+        no_effect_on=tuple(no_effect_on),
     )
 
     def wrap(f: Callable[P, R]) -> CompensableTool[P, R]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -74,6 +75,20 @@ _APPEND_LOCK_SPACE = 0x5A6A
 # Full-jitter exponential backoff between append attempts, in seconds.
 _BACKOFF_BASE = 0.001
 _BACKOFF_CAP = 0.05
+
+
+# First key space of the advisory locks that make one compensation attempt at a time.
+_UNDO_LOCK_SPACE = 0x5A6B
+
+
+@dataclass(frozen=True, slots=True)
+class SagaOwner:
+    """The workflow run chain a saga's journal belongs to, and whether this claim made it."""
+
+    saga_id: str
+    workflow_id: str
+    first_run_id: str
+    claimed_now: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +239,67 @@ class JournalStore:
         with translate_errors(f"read the head of saga {saga_id!r}"):
             async with self._pool.connection() as conn:
                 return await _head(conn, saga_id)
+
+    async def after(self, saga_id: str, seq: int, *, limit: int) -> list[Entry]:
+        """Up to ``limit`` rows after ``seq``, in seq order."""
+        with translate_errors(f"read saga {saga_id!r} after seq {seq}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s AND seq > %s "
+                    "ORDER BY seq LIMIT %s",
+                    (saga_id, seq, limit),
+                )
+                return [_entry(row) for row in await cur.fetchall()]
+
+    async def claim(self, saga_id: str, *, workflow_id: str, first_run_id: str) -> SagaOwner:
+        """Claim ``saga_id`` for a workflow run chain, or return the chain that holds it."""
+        with translate_errors(f"claim saga {saga_id!r}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "INSERT INTO sagacity_saga_owner (saga_id, workflow_id, first_run_id) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (saga_id) DO NOTHING RETURNING saga_id",
+                    (saga_id, workflow_id, first_run_id),
+                )
+                if await cur.fetchone() is not None:
+                    return SagaOwner(saga_id, workflow_id, first_run_id, claimed_now=True)
+                cur = await conn.execute(
+                    "SELECT workflow_id, first_run_id FROM sagacity_saga_owner WHERE saga_id = %s",
+                    (saga_id,),
+                )
+                row = await cur.fetchone()
+                assert row is not None  # the insert conflicted, so the row exists
+                return SagaOwner(saga_id, row[0], row[1], claimed_now=False)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self, saga_id: str, seq: int) -> AsyncIterator[bool]:
+        """Hold a lock on (saga, seq) while the body runs; yields False if another holder has it.
+
+        A session advisory lock on a pooled connection kept for the body: released when the body
+        ends, or by the server when the holder's connection dies with its process.
+        """
+        where = f"lock saga {saga_id!r} seq {seq}"
+        key = f"{_UNDO_LOCK_SPACE}:{saga_id}:{seq}"
+        with translate_errors(where):
+            conn = await self._pool.getconn()
+        locked = False
+        try:
+            with translate_errors(where):
+                cur = await conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
+                )
+                row = await cur.fetchone()
+            locked = bool(row and row[0])
+            yield locked
+            if locked:
+                with translate_errors(where):
+                    await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+                locked = False
+        finally:
+            if locked:
+                # the body raised while holding the lock: closing the session releases it,
+                # rather than handing a locked session to the pool's next user
+                await conn.close()
+            await self._pool.putconn(conn)
 
     async def read(self, saga_id: str) -> list[Entry]:
         """All of the saga's rows in seq order, in one query (use :meth:`stream` for long sagas)."""

@@ -10,19 +10,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
+import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from contextvars import ContextVar
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import (
+    EvidenceUnavailable,
+    InvalidEntry,
+    JournalAhead,
+    NoEffect,
     SagacityError,
+    SagaIdTaken,
+    SeqConflict,
     SeqTaken,
+    StoreUnavailable,
     SuspectCall,
     ToolArgumentsInvalid,
+    ToolTimeout,
     UnknownTool,
 )
 from sagacity.evidence.checkpoints import CheckpointWriter
@@ -40,9 +53,12 @@ from sagacity.temporal.models import (
     CallStatus,
     CompensateRequest,
     ErrorInfo,
+    JournalRow,
     Resolved,
     ResolveRequest,
     RowRef,
+    SagaOpen,
+    SagaOpened,
     ToolSpec,
 )
 from sagacity.temporal.names import (
@@ -52,6 +68,7 @@ from sagacity.temporal.names import (
     COMPENSATE,
     DESCRIBE_TOOLS,
     OPEN_APPROVAL,
+    OPEN_SAGA,
     RESOLVE_CALL,
     VERIFICATION_REFUSED,
 )
@@ -69,33 +86,84 @@ def _ref(entry: Entry) -> RowRef:
     return RowRef(seq=entry.seq, tool_name=entry.tool_name, phase=entry.phase, hash=entry.hash)
 
 
-def _error_payload(exc: BaseException) -> str:
-    return to_json({"type": type(exc).__name__, "message": str(exc)})
-
-
 def _non_retryable(exc: SagacityError, *details: Any) -> ApplicationError:
     return ApplicationError(str(exc), *details, type=type(exc).__name__, non_retryable=True)
 
 
+_log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: how long journal reads and writes inside an activity wait out a database outage by default
+DEFAULT_OUTAGE_WINDOW = timedelta(minutes=10)
+
+
+class _Heartbeat:
+    """An attempt's heartbeats, always carrying the details an earlier attempt left.
+
+    Temporal keeps only the latest details: a beat without them would erase an outcome a
+    previous attempt could not write, and its retry would take a known result for SUSPECT.
+    """
+
+    def __init__(self) -> None:
+        self.details: tuple[Any, ...] = tuple(activity.info().heartbeat_details)
+
+    def beat(self) -> None:
+        activity.heartbeat(*self.details)
+
+    def keep(self, detail: str) -> None:
+        self.details = (detail,)
+        self.beat()
+
+
+_BEAT: ContextVar[_Heartbeat | None] = ContextVar("sagacity_beat", default=None)
+
+
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
+async def _heartbeating() -> AsyncIterator[_Heartbeat]:
     """Heartbeat while the body runs, so a dead worker is noticed within the heartbeat timeout."""
     timeout = activity.info().heartbeat_timeout
     interval = max(timeout.total_seconds() / 3, 0.1) if timeout else 10.0
+    beats = _Heartbeat()
 
     async def beat() -> None:
         # the first beat waits a third of the timeout: a fast call sends none at all
         while True:
             await asyncio.sleep(interval)
-            activity.heartbeat()
+            beats.beat()
 
     task = asyncio.create_task(beat())
+    token = _BEAT.set(beats)
     try:
-        yield
+        yield beats
     finally:
+        _BEAT.reset(token)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+#: errors no retry can fix: the activity fails at once, typed, and the workflow decides
+_FINAL = (InvalidEntry, SeqConflict, SagaIdTaken, UnknownTool, ToolArgumentsInvalid, SuspectCall)
+
+
+def _typed(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Errors no retry can fix leave an activity at once, named by their type."""
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            if activity.info().is_local:
+                return await fn(*args, **kwargs)
+            # heartbeat from the start: an attempt waiting on the database is alive, and must
+            # not be timed out into a second attempt that runs beside it
+            async with _heartbeating():
+                return await fn(*args, **kwargs)
+        except _FINAL as exc:
+            raise _non_retryable(exc) from exc
+
+    return run
 
 
 class SagaActivities:
@@ -109,12 +177,35 @@ class SagaActivities:
         *,
         redactor: Redactor | None = None,
         checkpoints: CheckpointWriter | None = None,
+        outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
     ) -> None:
         self.journal = journal
         self.approvals = approvals
         self.tools = tools
         self.redactor = redactor or Redactor()
         self.checkpoints = checkpoints
+        self.outage_window = outage_window
+
+    async def _outlast(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run a database operation, waiting out an outage of up to ``outage_window``.
+
+        The attempt stays alive meanwhile (heartbeats carry its details), so an outage costs
+        neither a retry nor a false SUSPECT.
+        """
+        deadline = time.monotonic() + self.outage_window.total_seconds()
+        pause = 0.5
+        while True:
+            try:
+                return await op()
+            except StoreUnavailable as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                _log.warning("journal database unavailable, retrying in %.1fs: %s", pause, exc)
+                beats = _BEAT.get()
+                if beats is not None:
+                    beats.beat()
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
 
     def _draft(
         self, saga_id: str, tool_name: str, phase: Phase, input: str = "", payload: str = ""
@@ -125,20 +216,44 @@ class SagaActivities:
     async def _append_at(
         self, draft: Draft, *, seq: int, prev_hash: str, exclusive: bool = False
     ) -> Entry:
-        entry = await self.journal.append_at(
-            draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive
-        )
+        """Append at ``seq``; a different row there means the journal moved on without us."""
+        try:
+            entry = await self._outlast(
+                lambda: self.journal.append_at(
+                    draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive
+                )
+            )
+        except SeqTaken:
+            raise
+        except SeqConflict as exc:
+            raise JournalAhead(str(exc)) from exc
         self._checkpoint(entry)
         return entry
 
+    async def _at_tail(self, entry: Entry) -> None:
+        """A row found already written is ours only if nothing was written after it."""
+        head = await self._outlast(lambda: self.journal.head(entry.saga_id))
+        if head is not None and head.seq > entry.seq:
+            raise JournalAhead(
+                f"saga {entry.saga_id!r}: seq {entry.seq} was written before this run "
+                f"(the journal goes on to seq {head.seq})"
+            )
+
     def _checkpoint(self, entry: Entry) -> None:
         # the head also lives outside Postgres, signed, so a rewrite or a cut tail shows
-        if self.checkpoints is not None:
+        if self.checkpoints is None:
+            return
+        try:
             self.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
+        except EvidenceUnavailable as exc:
+            # the row is written; failing now would make its retry guess what happened. The
+            # next row's checkpoint covers this head too.
+            _log.error("checkpoint of saga %s seq %d not written: %s", entry.saga_id, entry.seq, exc)
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:
         return [
             self.describe_tools,
+            self.open_saga,
             self.call_tool,
             self.compensate,
             self.append,
@@ -149,6 +264,10 @@ class SagaActivities:
 
     @activity.defn(name=DESCRIBE_TOOLS)
     async def describe_tools(self) -> list[ToolSpec]:
+        """The tool catalog (sagas started before ``open_saga`` existed still ask for it)."""
+        return self._catalog()
+
+    def _catalog(self) -> list[ToolSpec]:
         return [
             ToolSpec(
                 name=t.name,
@@ -163,19 +282,77 @@ class SagaActivities:
             for t in self.tools
         ]
 
+    @activity.defn(name=OPEN_SAGA)
+    @_typed
+    async def open_saga(self, req: SagaOpen) -> SagaOpened:
+        """Claim the saga's journal for this run chain; the catalog and the rows it lacks."""
+        owner = await self._outlast(
+            lambda: self.journal.claim(
+                req.saga_id, workflow_id=req.workflow_id, first_run_id=req.first_run_id
+            )
+        )
+        if owner.first_run_id != req.first_run_id:
+            raise SagaIdTaken(
+                f"saga id {req.saga_id!r} already names the journal of workflow "
+                f"{owner.workflow_id!r} (first run {owner.first_run_id}); one id names one "
+                "journal: start this saga under a new id"
+            )
+        if req.after_seq == 0:
+            first = await self._outlast(lambda: self.journal.get(req.saga_id, 1))
+            if first is not None and owner.claimed_now:
+                # rows with no owner: written before ownership was recorded, by another run
+                raise SagaIdTaken(
+                    f"saga id {req.saga_id!r} already names a journal (first row written "
+                    f"{first.timestamp:%Y-%m-%d %H:%M:%S} UTC); start this saga under a new id"
+                )
+        else:
+            held = await self._outlast(lambda: self.journal.get(req.saga_id, req.after_seq))
+            if held is None or held.hash != req.after_hash:
+                raise SeqConflict(
+                    f"saga {req.saga_id!r}: the journal does not hold this run's head "
+                    f"(seq {req.after_seq}, {req.after_hash[:12]}…)"
+                )
+        rows = await self._outlast(
+            lambda: self.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
+        )
+        return SagaOpened(
+            tools=self._catalog(),
+            rows=[
+                JournalRow(
+                    seq=e.seq,
+                    tool_name=e.tool_name,
+                    phase=e.phase,
+                    hash=e.hash,
+                    input=e.input,
+                    payload=e.payload,
+                )
+                for e in rows[: req.limit]
+            ],
+            more=len(rows) > req.limit,
+        )
+
     @activity.defn(name=APPEND)
+    @_typed
     async def append(self, req: AppendRequest) -> list[RowRef]:
         drafts = [
             self._draft(req.saga_id, r.tool_name, r.phase, r.input, r.payload) for r in req.rows
         ]
-        entries = await self.journal.append_batch_at(drafts, seq=req.seq, prev_hash=req.prev_hash)
+        try:
+            entries = await self._outlast(
+                lambda: self.journal.append_batch_at(drafts, seq=req.seq, prev_hash=req.prev_hash)
+            )
+        except SeqConflict as exc:
+            raise JournalAhead(str(exc)) from exc
+        await self._at_tail(entries[-1])
         self._checkpoint(entries[-1])
         return [_ref(e) for e in entries]
 
     @activity.defn(name=OPEN_APPROVAL)
+    @_typed
     async def open_approval(self, req: ApprovalOpen) -> ApprovalOpened:
         draft = self._draft(req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json)
         entry = await self._append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
+        await self._at_tail(entry)
         # the request holds the input as journaled (redacted), so what an approver is shown,
         # what the hash covers and what the chain covers are one text
         request = ApprovalRequest(
@@ -186,58 +363,75 @@ class SagaActivities:
             input_hash=input_hash(entry.input),
             created_at=entry.timestamp,
         )
-        await self.approvals.put(request)
+        await self._outlast(lambda: self.approvals.put(request))
         return ApprovalOpened(
             rows=[_ref(entry)], input=request.input, input_hash=request.input_hash
         )
 
     @activity.defn(name=CLOSE_APPROVAL)
+    @_typed
     async def close_approval(self, req: ApprovalClose) -> bool:
-        deleted: bool = await self.approvals.delete(req.saga_id, req.journal_seq)
+        deleted: bool = await self._outlast(
+            lambda: self.approvals.delete(req.saga_id, req.journal_seq)
+        )
         return deleted
 
     @activity.defn(name=CALL_TOOL)
+    @_typed
     async def call_tool(self, req: CallRequest) -> CallOutcome:
         intent = self._draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
-        # heartbeat from the start: an attempt waiting on the database is alive, and must not be
-        # timed out into a second attempt that runs beside it
-        async with _heartbeating():
-            if activity.info().attempt > 1:
-                earlier = await self._resume(req, intent)
-                if earlier is not None:
-                    return earlier
-            if req.approval_seq is not None:
-                refusal = await self._verify_approval(req)
-                if refusal is not None:
-                    return refusal
-            try:
-                intent_row = await self._append_at(
-                    intent, seq=req.seq, prev_hash=req.prev_hash, exclusive=True
-                )
-            except SeqTaken:
-                # an overlapping attempt of this call wrote INTENT first: the call is its own
-                earlier = await self._resume(req, intent)
-                assert earlier is not None, "INTENT exists, so resume decides"
+        if activity.info().attempt > 1:
+            earlier = await self._resume(req, intent)
+            if earlier is not None:
                 return earlier
-            if req.approval_seq is not None:
-                # consumed only now that the approved call has started; a failure before this
-                # point leaves the approval valid for the retry
-                await self.approvals.delete(req.saga_id, req.approval_seq)
-            return await self._run(req, intent_row)
+        if req.approval_seq is not None:
+            refusal = await self._verify_approval(req)
+            if refusal is not None:
+                return refusal
+        try:
+            intent_row = await self._append_at(
+                intent, seq=req.seq, prev_hash=req.prev_hash, exclusive=True
+            )
+        except SeqTaken:
+            # an overlapping attempt of this call wrote INTENT first: the call is its own
+            earlier = await self._resume(req, intent)
+            assert earlier is not None, "INTENT exists, so resume decides"
+            return earlier
+        outcome = await self._run(req, intent_row)
+        await self._consume_approval(req)
+        return outcome
+
+    async def _consume_approval(self, req: CallRequest) -> None:
+        # consumed once the call has its outcome, so a failure here can never turn a call that
+        # did not run into a SUSPECT one; the verification ran before INTENT
+        if req.approval_seq is not None:
+            await self._outlast(lambda: self.approvals.delete(req.saga_id, req.approval_seq or 0))
 
     async def _resume(self, req: CallRequest, intent: Draft) -> CallOutcome | None:
         """On a retry: finish what an earlier attempt started, never repeat an unsafe call."""
-        intent_row = await self.journal.get(req.saga_id, req.seq)
-        if intent_row is None or not intent_row.same_content(intent):
+        intent_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq))
+        if intent_row is None:
             return None  # the earlier attempt died before INTENT: nothing happened yet
-        outcome_row = await self.journal.get(req.saga_id, req.seq + 1)
+        if not intent_row.same_content(intent):
+            raise JournalAhead(
+                f"saga {req.saga_id!r} seq {req.seq} holds {intent_row.tool_name} "
+                f"{intent_row.phase}, not this call's INTENT"
+            )
+        outcome_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq + 1))
         if outcome_row is not None:
+            await self._at_tail(outcome_row)
+            await self._consume_approval(req)
             return _outcome_from_row(intent_row, outcome_row)
+        await self._at_tail(intent_row)
         details = activity.info().heartbeat_details
         if details:
             # the tool returned, but its outcome row was not written: write it now
             recorded = json.loads(str(details[0]))
-            return await self._record(req, intent_row, recorded["status"], recorded["payload"])
+            outcome = await self._record(
+                req, intent_row, recorded["status"], recorded["payload"]
+            )
+            await self._consume_approval(req)
+            return outcome
         spec = self.tools.get(req.tool_name) if req.tool_name in self.tools else None
         if spec is not None and spec.tool.options.idempotent:
             return await self._run(req, intent_row)
@@ -251,7 +445,8 @@ class SagaActivities:
 
     async def _verify_approval(self, req: CallRequest) -> CallOutcome | None:
         assert req.approval_seq is not None
-        stored = await self.approvals.get(req.saga_id, req.approval_seq)
+        approval_seq = req.approval_seq
+        stored = await self._outlast(lambda: self.approvals.get(req.saga_id, approval_seq))
         about_to_run = self.redactor.text(req.tool_name, req.input_json).value
         if stored is None:
             reason = "no approval request is stored for this call"
@@ -269,7 +464,7 @@ class SagaActivities:
             to_json({"reason": f"{VERIFICATION_REFUSED}: {reason}"}),
         )
         row = await self._append_at(rejected, seq=req.seq, prev_hash=req.prev_hash)
-        await self.approvals.delete(req.saga_id, req.approval_seq)
+        await self._consume_approval(req)
         return CallOutcome(
             status=CallStatus.REFUSED,
             error=ErrorInfo(type="ApprovalRefused", message=f"{VERIFICATION_REFUSED}: {reason}"),
@@ -281,13 +476,19 @@ class SagaActivities:
             tool = self.tools.get(req.tool_name)
             kwargs = tool.bind(req.args)
         except (UnknownTool, ToolArgumentsInvalid) as exc:
-            return await self._record(req, intent_row, CallStatus.FAILED, _error_payload(exc))
+            # refused before the tool was called: certainly no effect
+            return await self._failed(req, intent_row, exc, effect_unknown=False)
         try:
             result = await self._invoke(req, tool, kwargs)
         except Exception as exc:
-            if tool.tool.options.idempotent and activity.info().attempt < _idempotent_attempts():
+            clean = isinstance(exc, (NoEffect, *tool.tool.options.no_effect_on))
+            if (
+                not clean
+                and tool.tool.options.idempotent
+                and activity.info().attempt < _idempotent_attempts()
+            ):
                 raise  # Temporal retries an idempotent tool; FAILED is written on the last try
-            return await self._record(req, intent_row, CallStatus.FAILED, _error_payload(exc))
+            return await self._failed(req, intent_row, exc, effect_unknown=not clean)
         try:
             payload = to_json(result)
         except (TypeError, ValueError) as exc:
@@ -303,12 +504,27 @@ class SagaActivities:
             return outcome
         return await self._record(req, intent_row, CallStatus.EXECUTED, payload)
 
+    async def _failed(
+        self, req: CallRequest, intent_row: Entry, exc: BaseException, *, effect_unknown: bool
+    ) -> CallOutcome:
+        payload = failure_payload(
+            type(exc).__name__, str(exc) or type(exc).__name__, effect_unknown=effect_unknown
+        )
+        return await self._record(req, intent_row, CallStatus.FAILED, payload)
+
     async def _invoke(self, req: CallRequest, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
         token = set_current_call(CallInfo(req.saga_id, req.seq, activity.info().attempt))
+        timeout = tool.tool.options.timeout.total_seconds()
         try:
+            # the tool's own time limit; the activity's is longer, to wait out a journal outage
             if tool.tool.is_async:
-                return await tool.tool.fn(**kwargs)
-            return await asyncio.to_thread(tool.tool.fn, **kwargs)
+                return await asyncio.wait_for(tool.tool.fn(**kwargs), timeout)
+            return await asyncio.wait_for(asyncio.to_thread(tool.tool.fn, **kwargs), timeout)
+        except TimeoutError:
+            raise ToolTimeout(
+                f"tool {req.tool_name!r} did not return within {timeout:g}s; "
+                "whether it took effect is unknown"
+            ) from None
         finally:
             reset_current_call(token)
 
@@ -318,27 +534,34 @@ class SagaActivities:
         status = CallStatus(status)
         phase = Phase.EXECUTED if status is CallStatus.EXECUTED else Phase.FAILED
         draft = self._draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
+        beats = _BEAT.get()
+        if beats is not None:
+            # should this worker die before the row is written, the retry writes it from here
+            # instead of calling the tool again or calling the call SUSPECT
+            beats.keep(to_json({"status": status, "payload": draft.payload}))
         try:
             row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
-        except Exception:
-            # the tool ran but its outcome row could not be written: leave the outcome in the
-            # heartbeat details (redacted, as the journal will hold it) so the retry writes it
-            # instead of calling the tool again or calling the call SUSPECT
-            activity.heartbeat(to_json({"status": status, "payload": draft.payload}))
-            raise
+        except InvalidEntry as exc:
+            if status is not CallStatus.EXECUTED:
+                raise
+            # the tool ran but the database refuses its result (a NUL byte, say): the effect
+            # is journaled all the same, so it is compensated
+            kept = to_json({"unjournalable_result": str(exc)[:500]})
+            return await self._record(req, intent_row, status, kept)
         return _outcome_from_row(intent_row, row)
 
     @activity.defn(name=RESOLVE_CALL)
+    @_typed
     async def resolve_call(self, req: ResolveRequest) -> Resolved:
-        """Record a human's word on a SUSPECT call, unless the journal already has the outcome.
+        """Record an outcome for a call that has none (a human's word, or effect unknown).
 
         An attempt the worker lost track of may still have finished and written EXECUTED or
-        FAILED; that row is the truth, and the human's statement is not written over it.
+        FAILED; that row is the truth, and the statement is not written over it.
         """
-        intent_row = await self.journal.get(req.saga_id, req.call_seq)
+        intent_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq))
         if intent_row is None:
-            raise _non_retryable(SuspectCall(f"no INTENT at seq {req.call_seq} to resolve"))
-        existing = await self.journal.get(req.saga_id, req.call_seq + 1)
+            raise SuspectCall(f"no INTENT at seq {req.call_seq} to resolve")
+        existing = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
         if existing is not None:
             return Resolved(outcome=_outcome_from_row(intent_row, existing), recorded=False)
         draft = self._draft(
@@ -348,15 +571,48 @@ class SagaActivities:
         return Resolved(outcome=_outcome_from_row(intent_row, row), recorded=True)
 
     @activity.defn(name=COMPENSATE)
+    @_typed
     async def compensate(self, req: CompensateRequest) -> list[RowRef]:
+        """Undo one effect, once: whichever attempt holds the undo lock runs it.
+
+        Every attempt heartbeats from its start and first looks for the COMPENSATED row, so an
+        attempt that overlaps a slow one, or follows one that died after writing, never undoes
+        twice.
+        """
         done = self._draft(req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json)
-        if activity.info().attempt > 1:
-            existing = await self.journal.get(req.saga_id, req.seq)
-            if existing is not None and existing.same_content(done):
-                return [_ref(existing)]
         tool = self.tools.get(req.tool_name)
         if tool.compensation is None:
-            raise _non_retryable(UnknownTool(f"tool {req.tool_name!r} has no compensation"))
+            raise UnknownTool(f"tool {req.tool_name!r} has no compensation")
+        while True:
+            written = await self._compensated(req, done)
+            if written is not None:
+                return written
+            async with self.journal.exclusive(req.saga_id, req.call_seq) as mine:
+                if mine:
+                    # the lock holder that finished before us may have written it
+                    written = await self._compensated(req, done)
+                    if written is not None:
+                        return written
+                    await self._undo(req, tool)
+                    row = await self._append_at(done, seq=req.seq, prev_hash=req.prev_hash)
+                    return [_ref(row)]
+            # another attempt is undoing this effect right now: wait for it to finish or die
+            await asyncio.sleep(1.0)
+
+    async def _compensated(self, req: CompensateRequest, done: Draft) -> list[RowRef] | None:
+        existing = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq))
+        if existing is None:
+            return None
+        if not existing.same_content(done):
+            raise JournalAhead(
+                f"saga {req.saga_id!r} seq {req.seq} holds {existing.tool_name} "
+                f"{existing.phase}, not this compensation"
+            )
+        await self._at_tail(existing)
+        return [_ref(existing)]
+
+    async def _undo(self, req: CompensateRequest, tool: RegisteredTool) -> None:
+        assert tool.compensation is not None
         ctx = CompensationContext(
             saga_id=req.saga_id,
             seq=req.call_seq,
@@ -364,14 +620,19 @@ class SagaActivities:
             input=json.loads(req.input_json) if req.input_json else {},
             result=req.result,
             attempt=activity.info().attempt,
+            failed=req.failed,
         )
-        async with _heartbeating():
-            if inspect.iscoroutinefunction(tool.compensation):
-                await tool.compensation(ctx)
-            else:
-                await asyncio.to_thread(tool.compensation, ctx)
-        row = await self._append_at(done, seq=req.seq, prev_hash=req.prev_hash)
-        return [_ref(row)]
+        if inspect.iscoroutinefunction(tool.compensation):
+            await tool.compensation(ctx)
+        else:
+            await asyncio.to_thread(tool.compensation, ctx)
+
+
+def failure_payload(error_type: str, message: str, *, effect_unknown: bool) -> str:
+    """A FAILED row's payload: the error, and whether the call may have taken effect."""
+    return to_json(
+        {"type": error_type, "message": message, "effect": "unknown" if effect_unknown else "none"}
+    )
 
 
 def _idempotent_attempts() -> int:
@@ -387,4 +648,6 @@ def _outcome_from_row(intent_row: Entry, row: Entry) -> CallOutcome:
         return CallOutcome(status=CallStatus.EXECUTED, result=body, rows=refs)
     body = body if isinstance(body, dict) else {"message": row.payload}
     error = ErrorInfo(type=str(body.get("type", "Error")), message=str(body.get("message", "")))
-    return CallOutcome(status=CallStatus.FAILED, error=error, rows=refs)
+    # rows written before the field existed: the spec's rule, a FAILED call's effect is unknown
+    unknown = body.get("effect", "unknown") != "none"
+    return CallOutcome(status=CallStatus.FAILED, error=error, rows=refs, effect_unknown=unknown)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from sagacity.journal.canonical import to_json
 from sagacity.journal.chain import GENESIS_HASH
@@ -101,6 +101,8 @@ class CallOutcome(BaseModel):
     result: Any = None
     error: ErrorInfo | None = None
     rows: list[RowRef]
+    #: FAILED, and the tool may have taken effect before it failed: compensate it or tell a human
+    effect_unknown: bool = False
 
 
 class Resolved(BaseModel):
@@ -118,6 +120,8 @@ class CompensateRequest(BaseModel):
     call_seq: int
     input_json: str
     result: Any = None
+    #: the call FAILED with its effect unknown (``result`` is None)
+    failed: bool = False
 
 
 class ApprovalOpen(BaseModel):
@@ -144,13 +148,48 @@ class ApprovalClose(BaseModel):
 
 
 class Effect(BaseModel):
-    """A tool call that took effect, named by its INTENT seq."""
+    """A tool call that took effect (or may have), named by its INTENT seq."""
 
     tool_name: str
     call_seq: int
     reversibility: Reversibility
     input: dict[str, Any] = Field(default_factory=dict)
     result: Any = None
+    #: the call FAILED with its effect unknown; compensating it must cope with no effect
+    failed: bool = False
+
+
+class SagaOpen(BaseModel):
+    """Claim ``saga_id``'s journal for this workflow's run chain and read it after ``after_seq``."""
+
+    saga_id: str
+    workflow_id: str
+    #: the first run of the chain (resets, retries and continue-as-new keep it)
+    first_run_id: str
+    after_seq: int = 0
+    #: the hash this run holds for ``after_seq``; the journal must agree
+    after_hash: str = GENESIS_HASH
+    #: rows returned at most; ``more`` says whether the journal goes on
+    limit: int = 500
+
+
+class JournalRow(BaseModel):
+    """A stored row as the workflow re-reads it to catch up with the journal."""
+
+    seq: int
+    tool_name: str
+    phase: Phase
+    hash: str
+    input: str
+    payload: str
+
+
+class SagaOpened(BaseModel):
+    """The worker's tool catalog and the journal rows this run has not seen."""
+
+    tools: list[ToolSpec]
+    rows: list[JournalRow]
+    more: bool = False
 
 
 class SagaState(StrEnum):
@@ -164,6 +203,9 @@ class SagaState(StrEnum):
     ABORTED = "aborted"
 
 
+#: rows the ``status`` query returns, newest last; a long saga's journal is read from Postgres
+STATUS_ROWS = 200
+
 TERMINAL_STATES = frozenset(
     {SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.COMPENSATION_FAILED, SagaState.ABORTED}
 )
@@ -176,9 +218,12 @@ class SagaOptions(BaseModel):
     approval_deadline_s: float = 7 * 24 * 3600
     #: who may approve: tool name (or ``"*"``) to identities; ``None`` lets any named approver decide
     approvers: dict[str, list[str]] | None = None
-    #: attempts at each compensation before COMPENSATION_FAILED is journaled
-    compensation_attempts: int = Field(default=5, ge=1)
-    compensation_backoff_s: float = 1.0
+    #: attempts at each compensation before COMPENSATION_FAILED is journaled; with the backoff
+    #: below (doubling, capped) the default keeps trying for about 8 minutes, longer than a
+    #: database restart, so an outage alone never ends in COMPENSATION_FAILED
+    compensation_attempts: int = Field(default=20, ge=1)
+    compensation_backoff_s: float = Field(default=1.0, gt=0)
+    compensation_max_interval_s: float = Field(default=30.0, gt=0)
     #: attempts at an idempotent tool that keeps raising, before FAILED is journaled
     idempotent_attempts: int = Field(default=3, ge=1)
     #: overrides every tool's heartbeat timeout: how soon a dead worker's call is noticed
@@ -235,6 +280,7 @@ class SagaStatus(BaseModel):
     saga_id: str
     state: SagaState
     head: Head
+    #: the newest rows (at most :data:`STATUS_ROWS`; the journal has them all)
     rows: list[RowRef]
     executed: list[Effect]
     #: the tool whose call is in flight, if any
@@ -245,46 +291,75 @@ class SagaStatus(BaseModel):
     needs_attention: str | None = None
 
 
-class Approve(BaseModel):
+def _plain_text(value: str) -> str:
+    if any(ord(c) < 32 and c not in "\t\n" for c in value) or any(
+        0xD800 <= ord(c) <= 0xDFFF for c in value
+    ):
+        raise ValueError("must be plain text: no NUL, control characters or lone surrogates")
+    return value
+
+
+def _named(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must name someone")
+    return value
+
+
+#: who decided: a non-empty name or principal, as the journal will hold it
+Identity = Annotated[str, Field(max_length=200), AfterValidator(_plain_text), AfterValidator(_named)]
+#: a reason given with a decision
+Reason = Annotated[str, Field(max_length=2000), AfterValidator(_plain_text)]
+#: a sha-256 in hex, as ``input_hash`` is stored
+InputHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _Strict(BaseModel):
+    # a misspelt field (``input_hsh``) must be refused, not silently ignored
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Approve(_Strict):
     """Signal ``approve``: a human allows the call awaiting approval at ``journal_seq``."""
 
-    journal_seq: int
-    approver: str
+    journal_seq: int = Field(ge=1)
+    approver: Identity
     #: optional: the input hash the approver saw; must match when given
-    input_hash: str | None = None
+    input_hash: InputHash | None = None
 
 
-class Reject(BaseModel):
+class Reject(_Strict):
     """Signal ``reject``: a human refuses the call awaiting approval at ``journal_seq``."""
 
-    journal_seq: int
-    approver: str
-    reason: str = "rejected"
+    journal_seq: int = Field(ge=1)
+    approver: Identity
+    reason: Reason = "rejected"
 
 
-class Decision(BaseModel):
+class Decision(_Strict):
     """Update ``decide``: approve or reject, answered at once (refusals raise)."""
 
-    journal_seq: int
-    approver: str
+    journal_seq: int = Field(ge=1)
+    approver: Identity
     approve: bool
-    reason: str = "rejected"
-    input_hash: str | None = None
+    reason: Reason = "rejected"
+    input_hash: InputHash | None = None
 
 
-class Resolve(BaseModel):
+class Resolve(_Strict):
     """Signal ``resolve``: a human says whether a SUSPECT call took effect."""
 
-    call_seq: int
-    resolver: str
+    call_seq: int = Field(ge=1)
+    resolver: Identity
     happened: bool
     #: what the call returned, when it happened and a later step needs it
     result: Any = None
 
 
-class Abort(BaseModel):
-    reason: str = "aborted"
-    by: str | None = None
+class Abort(_Strict):
+    """Signal ``abort``: stop the saga and compensate what ran."""
+
+    reason: Reason = "aborted"
+    by: Identity | None = None
 
 
 DecisionKind = Literal["approve", "reject"]

@@ -1,6 +1,7 @@
 """Names shared by workflow code and the worker: activity types, and what approval refusals say."""
 
 DESCRIBE_TOOLS = "sagacity.describe_tools"
+OPEN_SAGA = "sagacity.open_saga"
 CALL_TOOL = "sagacity.call_tool"
 COMPENSATE = "sagacity.compensate"
 APPEND = "sagacity.append"

@@ -8,15 +8,23 @@ Use it inside any ``@workflow.defn``::
 It registers the saga's signals (``abort``, ``approve``, ``reject``, ``resolve``), its update
 (``decide``) and its queries (``status``) on the running workflow. Everything here is
 deterministic: no I/O, clocks or randomness outside Temporal's APIs.
+
+The journal is the truth. The saga claims its id's journal when it starts (one id, one journal:
+a new run under a used id is refused, while a reset, a retry or continue-as-new of the same run
+chain continues it), and whenever an activity finds rows it has not seen it re-reads the journal
+and goes on from the real head. A Temporal cancel is an abort: compensation runs, shielded from
+the cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -31,6 +39,7 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
 from sagacity.temporal import names
 from sagacity.temporal.models import (
+    STATUS_ROWS,
     Abort,
     AppendRequest,
     ApprovalClose,
@@ -45,6 +54,7 @@ from sagacity.temporal.models import (
     Effect,
     ErrorInfo,
     Head,
+    JournalRow,
     PendingApproval,
     Reject,
     Resolve,
@@ -52,6 +62,8 @@ from sagacity.temporal.models import (
     ResolveRequest,
     RowDraft,
     RowRef,
+    SagaOpen,
+    SagaOpened,
     SagaOptions,
     SagaResult,
     SagaState,
@@ -62,6 +74,7 @@ from sagacity.temporal.models import (
 from sagacity.tools import Reversibility
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 #: why a decision was refused, as an update caller finds it in the error's first detail
 RefusalKind = Literal[
@@ -71,13 +84,49 @@ RefusalKind = Literal[
     "unknown_seq",
     "input_hash_mismatch",
     "not_allowed",
+    "invalid",
 ]
 
-_JOURNAL_TIMEOUT = timedelta(seconds=10)
+#: Patch markers (see docs/versioning.md): sagas whose history predates a marker replay the old
+#: behaviour; new sagas take the new one.
+OPEN_PATCH = "sagacity-open-saga"
+
+#: who a Temporal cancel is journaled as
+CANCELLED_BY = "temporal-cancel"
+
+# Activities inside wait out a database outage (``SagaActivities.outage_window``, 10 minutes by
+# default); their own time limit leaves room for it. A dead worker is noticed by heartbeats.
+_OUTAGE_ALLOWANCE = timedelta(minutes=15)
+_JOURNAL_TIMEOUT = _OUTAGE_ALLOWANCE
 # Journal writes wait out a database outage rather than drop a row.
 _JOURNAL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
 )
+# activity error types that mean "the journal holds rows this run has not seen"
+_AHEAD = frozenset({"JournalAhead", "SeqConflict", "SeqTaken"})
+
+
+class _Desync(Exception):
+    """An activity found the journal ahead of this run: re-read it, then try again."""
+
+
+def _error_type(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.type
+    return type(cause).__name__ if cause is not None else type(err).__name__
+
+
+def _error_message(err: ActivityError) -> str:
+    cause = err.cause if err.cause is not None else err
+    return str(getattr(cause, "message", None) or cause)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return text
 
 
 class Saga:
@@ -88,6 +137,7 @@ class Saga:
         self.options = options or SagaOptions()
         self.state = SagaState.RUNNING
         self.head = Head()
+        #: the newest rows (at most STATUS_ROWS)
         self.rows: list[RowRef] = []
         self.executed: list[Effect] = []
         #: tool failures seen, even those the caller caught and carried on from
@@ -96,6 +146,7 @@ class Saga:
         self._lock = asyncio.Lock()
         self._catalog: dict[str, ToolSpec] | None = None
         self._abort: Abort | None = None
+        self._cancelled = False
         self._pending: PendingApproval | None = None
         self._decision: Approve | Reject | None = None
         self._decided: set[int] = set()
@@ -103,6 +154,11 @@ class Saga:
         self._suspect: Suspect | None = None
         self._resolution: Resolve | None = None
         self._running: str | None = None
+        #: effects an earlier run of this saga left live, not yet asked for again by this run
+        self._adoptable: list[Effect] = []
+        # journal rows read back but not yet paired: an INTENT and an approval request
+        self._open_intent: JournalRow | None = None
+        self._open_gate: JournalRow | None = None
         workflow.set_signal_handler("abort", self._on_abort)
         workflow.set_signal_handler("approve", self._on_approve)
         workflow.set_signal_handler("reject", self._on_reject)
@@ -110,18 +166,179 @@ class Saga:
         workflow.set_update_handler("decide", self._on_decide, validator=self._validate_decision)
         workflow.set_query_handler("status", self.status)
 
-    # -- tool calls ----------------------------------------------------------------------------
+    # -- opening the journal -----------------------------------------------------------------
 
     async def tools(self) -> dict[str, ToolSpec]:
-        """The worker's tool catalog, fetched once and kept in history for replay."""
+        """The worker's tool catalog, fetched when the saga opens its journal (kept in history)."""
         if self._catalog is None:
+            await self._open()
+        assert self._catalog is not None
+        return self._catalog
+
+    async def _open(self) -> None:
+        if not workflow.patched(OPEN_PATCH):
             specs = await workflow.execute_local_activity(
                 names.DESCRIBE_TOOLS,
                 result_type=list[ToolSpec],
                 start_to_close_timeout=timedelta(seconds=10),
             )
             self._catalog = {s.name: s for s in specs}
-        return self._catalog
+            return
+        await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        """Claim the journal and read what this run has not seen; settle what it left open."""
+        info = workflow.info()
+        while True:
+            try:
+                opened: SagaOpened = await self._shielded(
+                    workflow.execute_local_activity(
+                        names.OPEN_SAGA,
+                        SagaOpen(
+                            saga_id=self.saga_id,
+                            workflow_id=info.workflow_id,
+                            first_run_id=info.first_execution_run_id,
+                            after_seq=self.head.seq,
+                            after_hash=self.head.hash,
+                        ),
+                        result_type=SagaOpened,
+                        start_to_close_timeout=_JOURNAL_TIMEOUT,
+                        retry_policy=_JOURNAL_RETRY,
+                    )
+                )
+            except ActivityError as err:
+                # the id names another run chain's journal, or this run's head is not in it:
+                # nothing can safely run, so the workflow fails, naming why
+                raise ApplicationError(
+                    _error_message(err), type=_error_type(err), non_retryable=True
+                ) from None
+            self._catalog = {s.name: s for s in opened.tools}
+            self._fold(opened.rows)
+            if not opened.more:
+                break
+        await self._settle_left_open()
+
+    def _fold(self, rows: list[JournalRow]) -> None:
+        """Take rows an earlier run (or a lost attempt) wrote into this run's view."""
+        catalog = self._catalog or {}
+        for row in rows:
+            self._track([RowRef(seq=row.seq, tool_name=row.tool_name, phase=row.phase, hash=row.hash)])
+            if row.phase is Phase.INTENT:
+                self._open_intent = row
+            elif row.phase in (Phase.EXECUTED, Phase.FAILED):
+                intent, self._open_intent = self._open_intent, None
+                if intent is None or intent.tool_name != row.tool_name:
+                    continue
+                body = _loads(row.payload)
+                failed = row.phase is Phase.FAILED
+                if failed and isinstance(body, dict) and body.get("effect") == "none":
+                    continue  # failed without any effect: nothing to undo
+                spec = catalog.get(row.tool_name)
+                effect = Effect(
+                    tool_name=row.tool_name,
+                    call_seq=intent.seq,
+                    reversibility=spec.reversibility if spec else Reversibility.IRREVERSIBLE,
+                    input=_loads(intent.input) or {},
+                    result=None if failed else body,
+                    failed=failed,
+                )
+                self.executed.append(effect)
+                if not failed:
+                    self._adoptable.append(effect)
+            elif row.phase is Phase.COMPENSATED:
+                undone = self._effect_for(row)
+                if undone is not None:
+                    self.executed.remove(undone)
+                    if undone in self._adoptable:
+                        self._adoptable.remove(undone)
+            elif row.phase is Phase.AWAITING_APPROVAL:
+                self._open_gate = row
+            elif row.phase in (Phase.APPROVED, Phase.REJECTED) and row.tool_name == APPROVAL_GATE:
+                self._open_gate = None
+
+    def _effect_for(self, row: JournalRow) -> Effect | None:
+        for effect in reversed(self.executed):
+            if effect.tool_name == row.tool_name and to_json(effect.input) == row.input:
+                return effect
+        return None
+
+    async def _settle_left_open(self) -> None:
+        """A call or an approval request an earlier run left open is settled before going on."""
+        gate, self._open_gate = self._open_gate, None
+        if gate is not None:
+            # nobody decided it and the run that asked is gone; this run asks again if it must
+            await self._append(
+                [
+                    RowDraft(
+                        tool_name=APPROVAL_GATE,
+                        phase=Phase.REJECTED,
+                        input=gate.input,
+                        payload=to_json(
+                            {"by": "sagacity", "reason": "superseded: the run that asked ended"}
+                        ),
+                    )
+                ]
+            )
+            await self._close_request(gate.seq)
+        intent, self._open_intent = self._open_intent, None
+        if intent is not None:
+            outcome = await self._resolve_suspect(
+                intent.tool_name,
+                intent.seq,
+                intent.hash,
+                intent.input,
+                "an earlier run of this saga left this call without an outcome",
+            )
+            if outcome.status is CallStatus.EXECUTED:
+                spec = (self._catalog or {}).get(intent.tool_name)
+                effect = Effect(
+                    tool_name=intent.tool_name,
+                    call_seq=intent.seq,
+                    reversibility=spec.reversibility if spec else Reversibility.IRREVERSIBLE,
+                    input=_loads(intent.input) or {},
+                    result=outcome.result,
+                )
+                self.executed.append(effect)
+                self._adoptable.append(effect)
+
+    def _adopt(self, tool: str, input_json: str) -> Effect | None:
+        """An effect an earlier run left live for this very call: it is not made twice."""
+        for effect in self._adoptable:
+            if effect.tool_name == tool and to_json(effect.input) == input_json:
+                self._adoptable.remove(effect)
+                return effect
+        return None
+
+    # -- cancellation ------------------------------------------------------------------------
+
+    async def _shielded(self, awaitable: Awaitable[T]) -> T:
+        """Await an activity that a Temporal cancel must not interrupt; the cancel aborts."""
+        task = asyncio.ensure_future(awaitable)
+        while True:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    raise
+                self._cancel_requested()
+
+    async def _wait(self, condition: Callable[[], bool], timeout: timedelta | None = None) -> None:
+        """``wait_condition`` where a Temporal cancel aborts the saga instead of ending it."""
+        while True:
+            try:
+                await workflow.wait_condition(condition, timeout=timeout)
+                return
+            except asyncio.CancelledError:
+                self._cancel_requested()
+                if condition():
+                    return
+
+    def _cancel_requested(self) -> None:
+        self._cancelled = True
+        if self._abort is None:
+            self._abort = Abort(reason="cancelled through Temporal", by=CANCELLED_BY)
+
+    # -- tool calls ----------------------------------------------------------------------------
 
     async def call(self, tool: str, /, **args: Any) -> Any:
         """Run one tool call under the journal; returns its result or raises :class:`ToolFailed`.
@@ -129,14 +346,24 @@ class Saga:
         Calls are serialized so each saga's journal order is the order of execution.
         """
         async with self._lock:
+            catalog = await self.tools()
             self._raise_if_aborted()
-            spec = (await self.tools()).get(tool)
+            spec = catalog.get(tool)
             input_json = to_json(args)
-            approval_seq: int | None = None
-            if spec is not None and spec.reversibility is Reversibility.IRREVERSIBLE:
-                approval_seq = await self._await_approval(spec, input_json)
-            outcome = await self._call(spec, tool, args, input_json, approval_seq)
-            return self._settle(spec, tool, args, outcome)
+            while True:
+                adopted = self._adopt(tool, input_json)
+                if adopted is not None:
+                    return adopted.result
+                try:
+                    approval_seq: int | None = None
+                    if spec is not None and spec.reversibility is Reversibility.IRREVERSIBLE:
+                        approval_seq = await self._await_approval(spec, input_json)
+                    outcome = await self._call(spec, tool, args, input_json, approval_seq)
+                except _Desync:
+                    await self._catch_up()
+                    self._raise_if_aborted()
+                    continue
+                return self._settle(spec, tool, args, outcome)
 
     async def _call(
         self,
@@ -158,28 +385,76 @@ class Saga:
         idempotent = spec is not None and spec.idempotent
         self._running = tool
         try:
-            outcome: CallOutcome = await workflow.execute_activity(
-                names.CALL_TOOL,
-                request,
-                result_type=CallOutcome,
-                start_to_close_timeout=timedelta(seconds=spec.timeout_s if spec else 60),
-                heartbeat_timeout=self._heartbeat_timeout(spec),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=10),
-                    maximum_attempts=self.options.idempotent_attempts if idempotent else 0,
-                ),
+            outcome: CallOutcome = await self._shielded(
+                workflow.execute_activity(
+                    names.CALL_TOOL,
+                    request,
+                    result_type=CallOutcome,
+                    # the tool's own limit is enforced inside; this one leaves room to wait
+                    # out a journal outage
+                    start_to_close_timeout=timedelta(seconds=spec.timeout_s if spec else 60)
+                    + _OUTAGE_ALLOWANCE,
+                    heartbeat_timeout=self._heartbeat_timeout(spec),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(seconds=10),
+                        maximum_attempts=self.options.idempotent_attempts if idempotent else 0,
+                    ),
+                )
             )
         except ActivityError as err:
-            cause = err.cause
-            if not isinstance(cause, ApplicationError) or cause.type != "SuspectCall":
-                raise
-            intent_hash = str(cause.details[0]) if cause.details else ""
-            return await self._resolve_suspect(tool, seq, intent_hash, input_json, cause.message)
+            kind = _error_type(err)
+            if kind == "SuspectCall":
+                cause = err.cause
+                details = cause.details if isinstance(cause, ApplicationError) else ()
+                intent_hash = str(details[0]) if details else ""
+                return await self._resolve_suspect(
+                    tool, seq, intent_hash, input_json, _error_message(err)
+                )
+            if kind in _AHEAD:
+                raise _Desync from err
+            return await self._recover_call(tool, seq, input_json, err)
         finally:
             self._running = None
         self._track(outcome.rows)
         return outcome
+
+    async def _recover_call(
+        self, tool: str, seq: int, input_json: str, err: ActivityError
+    ) -> CallOutcome:
+        """The call's activity ended without an outcome: the journal says what happened.
+
+        No INTENT: the tool never started. An outcome row: it stands. INTENT alone: the tool
+        may have taken effect, so the call is FAILED with its effect unknown (and compensated).
+        """
+        error = ErrorInfo(type=_error_type(err), message=_error_message(err))
+        row = RowDraft(
+            tool_name=tool,
+            phase=Phase.FAILED,
+            input=input_json,
+            payload=to_json(
+                {"type": error.type, "message": error.message, "effect": "unknown"}
+            ),
+        )
+        try:
+            resolved: Resolved = await self._shielded(
+                workflow.execute_activity(
+                    names.RESOLVE_CALL,
+                    ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
+                    result_type=Resolved,
+                    start_to_close_timeout=_JOURNAL_TIMEOUT,
+                    heartbeat_timeout=self._heartbeat_timeout(None),
+                    retry_policy=_JOURNAL_RETRY,
+                )
+            )
+        except ActivityError as resolve_err:
+            if _error_type(resolve_err) in _AHEAD:
+                raise _Desync from resolve_err
+            # no INTENT was written: nothing ran, and there is no row to pair a FAILED with
+            self.failures.append(error)
+            raise ToolFailed(tool, error.type, error.message) from None
+        self._track(resolved.outcome.rows)
+        return resolved.outcome
 
     def _heartbeat_timeout(self, spec: ToolSpec | None) -> timedelta:
         seconds = self.options.heartbeat_timeout_s or (spec.heartbeat_timeout_s if spec else 30.0)
@@ -188,19 +463,31 @@ class Saga:
     def _settle(
         self, spec: ToolSpec | None, tool: str, args: dict[str, Any], outcome: CallOutcome
     ) -> Any:
-        call_seq = outcome.rows[0].seq
         if outcome.status is CallStatus.REFUSED:
             assert outcome.error is not None
             self.failures.append(outcome.error)
             raise ApprovalRejected(outcome.error.message)
+        call_seq = outcome.rows[0].seq
+        reversibility = spec.reversibility if spec else Reversibility.IRREVERSIBLE
         if outcome.status is CallStatus.EXECUTED:
             self.executed.append(
                 Effect(
                     tool_name=tool,
                     call_seq=call_seq,
-                    reversibility=spec.reversibility if spec else Reversibility.IRREVERSIBLE,
+                    reversibility=reversibility,
                     input=args,
                     result=outcome.result,
+                )
+            )
+        elif outcome.effect_unknown:
+            # the call may have done something before it failed: undo whatever it did
+            self.executed.append(
+                Effect(
+                    tool_name=tool,
+                    call_seq=call_seq,
+                    reversibility=reversibility,
+                    input=args,
+                    failed=True,
                 )
             )
         if outcome.error is not None:
@@ -217,9 +504,14 @@ class Saga:
         self._suspect = Suspect(call_seq=seq, tool_name=tool, input_json=input_json, reason=reason)
         self._resolution = None
         workflow.logger.warning("saga %s: call seq %d of %s is SUSPECT", self.saga_id, seq, tool)
-        await workflow.wait_condition(lambda: self._resolution is not None)
-        resolution = self._resolution
-        assert resolution is not None
+        await self._wait(lambda: self._resolution is not None or self._abort is not None)
+        resolution = self._resolution or Resolve(
+            call_seq=seq,
+            resolver=(self._abort.by if self._abort else None) or "sagacity",
+            happened=False,
+            result=None,
+        )
+        unknown = self._resolution is None  # aborted before anyone knew
         self._suspect = None
         self.state = SagaState.RUNNING
         intent = RowRef(seq=seq, tool_name=tool, phase=Phase.INTENT, hash=intent_hash)
@@ -233,22 +525,34 @@ class Saga:
             )
             status, error = CallStatus.EXECUTED, None
         else:
-            error = ErrorInfo(
-                type="SuspectResolved", message=f"{resolution.resolver}: the call did not happen"
+            message = (
+                "aborted before anyone said whether it took effect"
+                if unknown
+                else f"{resolution.resolver}: the call did not happen"
             )
+            error = ErrorInfo(type="SuspectResolved", message=message)
             row = RowDraft(
                 tool_name=tool,
                 phase=Phase.FAILED,
                 input=input_json,
-                payload=error.model_dump_json(),
+                payload=to_json(
+                    {
+                        "type": error.type,
+                        "message": error.message,
+                        "effect": "unknown" if unknown else "none",
+                    }
+                ),
             )
             status = CallStatus.FAILED
-        resolved: Resolved = await workflow.execute_activity(
-            names.RESOLVE_CALL,
-            ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
-            result_type=Resolved,
-            start_to_close_timeout=_JOURNAL_TIMEOUT,
-            retry_policy=_JOURNAL_RETRY,
+        resolved: Resolved = await self._shielded(
+            workflow.execute_activity(
+                names.RESOLVE_CALL,
+                ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
+                result_type=Resolved,
+                start_to_close_timeout=_JOURNAL_TIMEOUT,
+                heartbeat_timeout=self._heartbeat_timeout(None),
+                retry_policy=_JOURNAL_RETRY,
+            )
         )
         self._track(resolved.outcome.rows[1:])
         if not resolved.recorded:
@@ -261,7 +565,11 @@ class Saga:
             )
             return resolved.outcome
         return CallOutcome(
-            status=status, result=resolution.result, error=error, rows=resolved.outcome.rows
+            status=status,
+            result=resolution.result,
+            error=error,
+            rows=resolved.outcome.rows,
+            effect_unknown=unknown,
         )
 
     # -- approvals -------------------------------------------------------------------------------
@@ -269,7 +577,7 @@ class Saga:
     async def _await_approval(self, spec: ToolSpec, input_json: str) -> int:
         """Journal AWAITING_APPROVAL, wait for a decision or the deadline; return the request seq."""
         seq = self.head.seq + 1
-        opened: ApprovalOpened = await workflow.execute_activity(
+        opened: ApprovalOpened = await self._journal_activity(
             names.OPEN_APPROVAL,
             ApprovalOpen(
                 saga_id=self.saga_id,
@@ -278,9 +586,7 @@ class Saga:
                 tool_name=spec.name,
                 input_json=input_json,
             ),
-            result_type=ApprovalOpened,
-            start_to_close_timeout=_JOURNAL_TIMEOUT,
-            retry_policy=_JOURNAL_RETRY,
+            ApprovalOpened,
         )
         self._track(opened.rows)
         # approvers see the request as stored (secrets redacted); its hash is what they confirm
@@ -294,17 +600,20 @@ class Saga:
         self._decision = None
         self.state = SagaState.AWAITING_APPROVAL
         try:
-            await workflow.wait_condition(
+            await self._wait(
                 lambda: self._decision is not None or self._abort is not None,
                 timeout=timedelta(seconds=self.options.approval_deadline_s),
             )
         except TimeoutError:
             self._decision = Reject(journal_seq=seq, approver="sagacity", reason="timeout")
-        decision = self._decision or Reject(
-            journal_seq=seq,
-            approver=(self._abort.by if self._abort else None) or "sagacity",
-            reason=f"aborted: {self._abort.reason if self._abort else ''}",
-        )
+        decision = self._decision
+        if decision is None or self._abort is not None:
+            # an abort (or cancel) wins over a decision taken in the same moment
+            decision = Reject(
+                journal_seq=seq,
+                approver=(self._abort.by if self._abort else None) or "sagacity",
+                reason=f"aborted: {self._abort.reason if self._abort else ''}",
+            )
         self._decided.add(seq)
         self._pending = None
         self.state = SagaState.RUNNING
@@ -319,7 +628,14 @@ class Saga:
                     )
                 ]
             )
-            return seq
+            if self._abort is None:
+                return seq
+            # aborted while the approval was being journaled: the approved call never starts
+            decision = Reject(
+                journal_seq=seq,
+                approver=self._abort.by or "sagacity",
+                reason=f"aborted before the approved call ran: {self._abort.reason}",
+            )
         await self._append(
             [
                 RowDraft(
@@ -330,15 +646,23 @@ class Saga:
                 )
             ]
         )
-        await workflow.execute_activity(
-            names.CLOSE_APPROVAL,
-            ApprovalClose(saga_id=self.saga_id, journal_seq=seq),
-            start_to_close_timeout=_JOURNAL_TIMEOUT,
-            retry_policy=_JOURNAL_RETRY,
-        )
+        await self._close_request(seq)
         error = ErrorInfo(type="ApprovalRejected", message=f"{spec.name}: {decision.reason}")
         self.failures.append(error)
+        if self._abort is not None:
+            self._raise_if_aborted()
         raise ApprovalRejected(f"{spec.name} rejected by {decision.approver}: {decision.reason}")
+
+    async def _close_request(self, journal_seq: int) -> None:
+        await self._shielded(
+            workflow.execute_activity(
+                names.CLOSE_APPROVAL,
+                ApprovalClose(saga_id=self.saga_id, journal_seq=journal_seq),
+                start_to_close_timeout=_JOURNAL_TIMEOUT,
+                heartbeat_timeout=self._heartbeat_timeout(None),
+                retry_policy=_JOURNAL_RETRY,
+            )
+        )
 
     def _refusal(
         self, journal_seq: int, approver: str, given_hash: str | None
@@ -374,31 +698,67 @@ class Saga:
             return None
         return set(policy.get(tool, [])) | set(policy.get("*", []))
 
+    def _refuse(self, who: str, why: str) -> None:
+        # a signal is in history, so this note survives replay; the sender is not told
+        self._refused.append(f"{who}: {why}")
+        workflow.logger.warning("saga %s refused a signal: %s", self.saga_id, why)
+
+    def _parse(self, signal: str, model: type[M], payload: Any) -> M | None:
+        """A signal's payload, validated strictly; a bad one is refused and recorded, never raised.
+
+        A raising handler would fail every workflow task and wedge the saga.
+        """
+        try:
+            return model.model_validate(payload)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(payload)'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            fields = payload if isinstance(payload, dict) else {}
+            who = fields.get("approver") or fields.get("resolver") or fields.get("by")
+            named = who if isinstance(who, str) and who.isprintable() else "?"
+            self._refuse(named[:200], f"malformed {signal!r} signal: {problems}"[:1000])
+            return None
+
     def _take(self, decision: Approve | Reject, given_hash: str | None) -> None:
         refusal = self._refusal(decision.journal_seq, decision.approver, given_hash)
         if refusal is not None:
-            # a signal is in history, so this note survives replay; the caller is not told
-            self._refused.append(f"{decision.approver}: {refusal[1]}")
-            workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, refusal[1])
+            self._refuse(decision.approver, refusal[1])
             return
         self._decision = decision
 
-    def _on_approve(self, decision: Approve) -> None:
-        self._take(decision, decision.input_hash)
+    def _on_approve(self, payload: Any) -> None:
+        decision = self._parse("approve", Approve, payload)
+        if decision is not None:
+            self._take(decision, decision.input_hash)
 
-    def _on_reject(self, decision: Reject) -> None:
-        self._take(decision, None)
+    def _on_reject(self, payload: Any) -> None:
+        decision = self._parse("reject", Reject, payload)
+        if decision is not None:
+            self._take(decision, None)
 
-    def _validate_decision(self, decision: Decision) -> None:
+    def _validate_decision(self, payload: Any) -> None:
         # a rejected update leaves no history event and validators must not change state: the
         # caller is told (kind in the error's details) and the refusal is logged, not kept
+        try:
+            decision = Decision.model_validate(payload)
+        except ValidationError as exc:
+            message = f"malformed decision: {exc.error_count()} problem(s): " + "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(payload)'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ApplicationError(
+                message[:1000], "invalid", type="ApprovalRefused", non_retryable=True
+            ) from None
         refusal = self._refusal(decision.journal_seq, decision.approver, decision.input_hash)
         if refusal is not None:
             kind, message = refusal
             workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, message)
             raise ApplicationError(message, kind, type="ApprovalRefused", non_retryable=True)
 
-    async def _on_decide(self, decision: Decision) -> str:
+    async def _on_decide(self, payload: Any) -> str:
+        decision = Decision.model_validate(payload)  # the validator passed it
         if decision.approve:
             self._decision = Approve(journal_seq=decision.journal_seq, approver=decision.approver)
         else:
@@ -411,15 +771,17 @@ class Saga:
 
     # -- abort, suspect resolution ------------------------------------------------------------
 
-    def _on_abort(self, abort: Abort) -> None:
-        if self._abort is None:
+    def _on_abort(self, payload: Any = None) -> None:
+        abort = self._parse("abort", Abort, {} if payload is None else payload)
+        if abort is not None and self._abort is None:
             self._abort = abort
 
-    def _on_resolve(self, resolution: Resolve) -> None:
+    def _on_resolve(self, payload: Any) -> None:
+        resolution = self._parse("resolve", Resolve, payload)
+        if resolution is None:
+            return
         if self._suspect is None or self._suspect.call_seq != resolution.call_seq:
-            self._refused.append(
-                f"{resolution.resolver}: no SUSPECT call at seq {resolution.call_seq}"
-            )
+            self._refuse(resolution.resolver, f"no SUSPECT call at seq {resolution.call_seq}")
             return
         self._resolution = resolution
 
@@ -431,6 +793,11 @@ class Saga:
     def aborted(self) -> bool:
         return self._abort is not None
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether a Temporal cancel request reached the saga (it aborts, then compensates)."""
+        return self._cancelled
+
     # -- journal bookkeeping -----------------------------------------------------------------
 
     def _track(self, rows: list[RowRef]) -> None:
@@ -438,18 +805,42 @@ class Saga:
             if row.seq == self.head.seq + 1:
                 self.rows.append(row)
                 self.head = Head(seq=row.seq, hash=row.hash)
+        if len(self.rows) > STATUS_ROWS:
+            del self.rows[: len(self.rows) - STATUS_ROWS]
+
+    async def _journal_activity(self, name: str, request: BaseModel, result_type: type[T]) -> T:
+        """A journal write; when the journal is ahead of this run, it is re-read first."""
+        try:
+            result: T = await self._shielded(
+                workflow.execute_activity(
+                    name,
+                    request,
+                    result_type=result_type,
+                    start_to_close_timeout=_JOURNAL_TIMEOUT,
+                    heartbeat_timeout=self._heartbeat_timeout(None),
+                    retry_policy=_JOURNAL_RETRY,
+                )
+            )
+        except ActivityError as err:
+            if _error_type(err) in _AHEAD:
+                raise _Desync from err
+            raise
+        return result
 
     async def _append(self, rows: list[RowDraft]) -> list[RowRef]:
-        seq = self.head.seq + 1
-        written: list[RowRef] = await workflow.execute_activity(
-            names.APPEND,
-            AppendRequest(saga_id=self.saga_id, seq=seq, prev_hash=self.head.hash, rows=rows),
-            result_type=list[RowRef],
-            start_to_close_timeout=_JOURNAL_TIMEOUT,
-            retry_policy=_JOURNAL_RETRY,
-        )
-        self._track(written)
-        return written
+        while True:
+            request = AppendRequest(
+                saga_id=self.saga_id, seq=self.head.seq + 1, prev_hash=self.head.hash, rows=rows
+            )
+            try:
+                written: list[RowRef] = await self._journal_activity(
+                    names.APPEND, request, list[RowRef]
+                )
+            except _Desync:
+                await self._catch_up()
+                continue
+            self._track(written)
+            return written
 
     # -- compensation ------------------------------------------------------------------------
 
@@ -461,7 +852,8 @@ class Saga:
             compensated: list[Effect] = []
             failed: list[Effect] = []
             live: list[Effect] = []
-            for effect in reversed(self.executed):
+            while self.executed:
+                effect = self.executed.pop()
                 spec = catalog.get(effect.tool_name)
                 if spec is None or not spec.has_compensation:
                     live.append(effect)
@@ -471,62 +863,80 @@ class Saga:
                 else:
                     failed.append(effect)
                     live.append(effect)
-            self.executed = []
+            self._adoptable = []
             return compensated, failed, live
 
     async def _compensate_one(self, spec: ToolSpec, effect: Effect) -> bool:
-        request = CompensateRequest(
-            saga_id=self.saga_id,
-            seq=self.head.seq + 1,
-            prev_hash=self.head.hash,
-            tool_name=effect.tool_name,
-            call_seq=effect.call_seq,
-            input_json=to_json(effect.input),
-            result=effect.result,
-        )
-        try:
-            rows = await workflow.execute_activity(
-                names.COMPENSATE,
-                request,
-                result_type=list[RowRef],
-                start_to_close_timeout=timedelta(seconds=spec.timeout_s),
-                heartbeat_timeout=self._heartbeat_timeout(spec),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=self.options.compensation_backoff_s),
-                    backoff_coefficient=2.0,
-                    maximum_attempts=self.options.compensation_attempts,
-                ),
+        input_json = to_json(effect.input)
+        while True:
+            request = CompensateRequest(
+                saga_id=self.saga_id,
+                seq=self.head.seq + 1,
+                prev_hash=self.head.hash,
+                tool_name=effect.tool_name,
+                call_seq=effect.call_seq,
+                input_json=input_json,
+                result=effect.result,
+                failed=effect.failed,
             )
-        except ActivityError as err:
-            cause = err.cause if err.cause is not None else err
-            message = str(getattr(cause, "message", cause))
-            error_type = str(getattr(cause, "type", None) or type(cause).__name__)
-            await self._append(
-                [
-                    RowDraft(
-                        tool_name=effect.tool_name,
-                        phase=Phase.COMPENSATION_FAILED,
-                        input=request.input_json,
-                        payload=to_json(
-                            {
-                                "type": error_type,
-                                "message": message,
-                                "attempts": self.options.compensation_attempts,
-                            }
+            try:
+                rows = await self._shielded(
+                    workflow.execute_activity(
+                        names.COMPENSATE,
+                        request,
+                        result_type=list[RowRef],
+                        start_to_close_timeout=timedelta(seconds=spec.timeout_s)
+                        + _OUTAGE_ALLOWANCE,
+                        heartbeat_timeout=self._heartbeat_timeout(spec),
+                        retry_policy=RetryPolicy(
+                            initial_interval=timedelta(seconds=self.options.compensation_backoff_s),
+                            backoff_coefficient=2.0,
+                            maximum_interval=timedelta(
+                                seconds=self.options.compensation_max_interval_s
+                            ),
+                            maximum_attempts=self.options.compensation_attempts,
                         ),
                     )
-                ]
-            )
-            workflow.logger.error(
-                "saga %s: compensation of %s (call seq %d) failed: %s",
-                self.saga_id,
-                effect.tool_name,
-                effect.call_seq,
-                message,
-            )
-            return False
-        self._track(rows)
-        return True
+                )
+            except ActivityError as err:
+                if _error_type(err) in _AHEAD:
+                    # another run wrote past this one; if it undid this effect, it is done
+                    self.executed.append(effect)
+                    await self._catch_up()
+                    if effect not in self.executed:
+                        return True
+                    self.executed.remove(effect)
+                    continue
+                await self._compensation_failed(effect, input_json, err)
+                return False
+            self._track(rows)
+            return True
+
+    async def _compensation_failed(self, effect: Effect, input_json: str, err: ActivityError) -> None:
+        message = _error_message(err)
+        await self._append(
+            [
+                RowDraft(
+                    tool_name=effect.tool_name,
+                    phase=Phase.COMPENSATION_FAILED,
+                    input=input_json,
+                    payload=to_json(
+                        {
+                            "type": _error_type(err),
+                            "message": message,
+                            "attempts": self.options.compensation_attempts,
+                        }
+                    ),
+                )
+            ]
+        )
+        workflow.logger.error(
+            "saga %s: compensation of %s (call seq %d) failed: %s",
+            self.saga_id,
+            effect.tool_name,
+            effect.call_seq,
+            message,
+        )
 
     # -- running a whole saga ----------------------------------------------------------------
 
@@ -536,21 +946,26 @@ class Saga:
         *,
         compensate_swallowed_failures: bool = True,
     ) -> SagaResult:
-        """Run ``body``; on a failure, an abort or a rejection, compensate in reverse.
+        """Run ``body``; on a failure, an abort, a cancel or a rejection, compensate in reverse.
 
         With ``compensate_swallowed_failures`` (the default), a tool failure that ``body``
-        caught and carried on from still ends the saga compensated.
+        caught and carried on from still ends the saga compensated. A Temporal cancel ends the
+        saga ABORTED, its effects compensated, and the workflow completes with that result.
         """
         error: ErrorInfo | None = None
         value: Any = None
         try:
+            await self.tools()  # claim the journal before anything else
             value = await body()
         except (SagacityError, ActivityError) as exc:
             # an activity that exhausted its retries is a failure too: compensate what ran
             error = ErrorInfo(type=type(exc).__name__, message=str(exc))
+        except asyncio.CancelledError:
+            self._cancel_requested()
         if error is None and self.aborted:
             error = ErrorInfo(
-                type="SagaAborted", message=f"aborted: {self._abort.reason if self._abort else ''}"
+                type="SagaCancelled" if self._cancelled else "SagaAborted",
+                message=f"aborted: {self._abort.reason if self._abort else ''}",
             )
         if error is None and self.failures and compensate_swallowed_failures:
             first = self.failures[0]
@@ -559,6 +974,7 @@ class Saga:
             )
         if error is None:
             self.state = SagaState.COMPLETED
+            self._flag_unknown_effects()
             return self.result(value)
         compensated, failed, live = await self.compensate()
         if failed:
@@ -567,11 +983,24 @@ class Saga:
                 f"{len(failed)} compensation(s) failed; their effects are still live: "
                 + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in failed)
             )
-        elif self.aborted:
-            self.state = SagaState.ABORTED
         else:
-            self.state = SagaState.COMPENSATED
+            self.state = SagaState.ABORTED if self.aborted else SagaState.COMPENSATED
+            unknown = [e for e in live if e.failed]
+            if unknown:
+                self.needs_attention = (
+                    f"{len(unknown)} failed call(s) may have taken effect and cannot be "
+                    "compensated; check them: "
+                    + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in unknown)
+                )
         return self.result(value, error=error, compensated=compensated, failed=failed, live=live)
+
+    def _flag_unknown_effects(self) -> None:
+        unknown = [e for e in self.executed if e.failed]
+        if unknown:
+            self.needs_attention = (
+                f"the saga completed, but {len(unknown)} failed call(s) may have taken effect: "
+                + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in unknown)
+            )
 
     def result(
         self,

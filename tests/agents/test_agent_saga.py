@@ -50,13 +50,15 @@ async def test_failure_the_sdk_swallows_still_compensates(
     # ...but the saga saw the failure and undid what had taken effect
     assert result.saga.status is SagaState.COMPENSATED
     assert result.saga.error is not None and "the disk is full" in result.saga.error.message
-    assert [e.tool_name for e in result.saga.compensated] == ["set_flag"]
-    assert sample_tools.EFFECTS == ["set a", "unset a"]
+    # explode failed with its effect unknown, so it is compensated too, newest first
+    assert [e.tool_name for e in result.saga.compensated] == ["explode", "set_flag"]
+    assert sample_tools.EFFECTS == ["set a", "unexplode failed=True result=None", "unset a"]
     assert await phases(journal, handle.id) == [
         ("set_flag", "INTENT"),
         ("set_flag", "EXECUTED"),
         ("explode", "INTENT"),
         ("explode", "FAILED"),
+        ("explode", "COMPENSATED"),
         ("set_flag", "COMPENSATED"),
     ]
     assert [(s.tool, s.status, s.seq) for s in result.steps] == [
@@ -85,6 +87,9 @@ async def test_let_agent_recover_completes_and_still_journals_the_failure(
     assert result.compensation_summary is None and result.final_output == result.turns[-1]
     assert sample_tools.EFFECTS == ["set a"]  # nothing undone
     assert ("explode", "FAILED") in await phases(journal, handle.id)
+    # the failed call may have done something: completing does not hide it
+    assert result.saga.needs_attention is not None
+    assert "explode (seq 3)" in result.saga.needs_attention
 
 
 async def test_agent_waits_for_approval_then_reports_the_tools_result(
@@ -159,7 +164,8 @@ PARALLEL = Script(
     turns=[
         [
             [Call("set_flag", {"name": "a"}), Call("send_note", {"text": "b"})],
-            Call("explode", {"reason": "no"}),
+            # fails without effect, so only the two parallel calls are undone
+            Call("decline", {"reason": "no"}),
             Say("done"),
         ]
     ]
@@ -218,7 +224,7 @@ async def test_run_that_exceeds_max_turns_is_compensated(
 CHAT = Script(
     turns=[
         [Call("set_flag", {"name": "a"}), Say("flag a is set")],
-        [Call("send_note", {"text": "hi"}), Call("explode", {"reason": "nope"}), Say("sorry")],
+        [Call("send_note", {"text": "hi"}), Call("decline", {"reason": "nope"}), Say("sorry")],
         [Say("noted")],
     ]
 )

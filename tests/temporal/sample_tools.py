@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sagacity import CompensableTool, CompensationContext, compensable
+from sagacity.errors import NoEffect
 
 #: what the tools did and undid, in order, for assertions
 EFFECTS: list[str] = []
@@ -45,12 +46,28 @@ def forget_set(ctx: CompensationContext) -> None:
 
 @compensable(by="unexplode")
 def explode(reason: str) -> None:
-    """Always fails."""
+    """Always fails, and cannot say whether it did anything first."""
     raise RuntimeError(reason)
 
 
 def unexplode(ctx: CompensationContext) -> None:
-    EFFECTS.append("unexplode (never: a failed call is not compensated)")
+    EFFECTS.append(f"unexplode failed={ctx.failed} result={ctx.result}")
+
+
+class Declined(RuntimeError):
+    """A refusal that, by the tool's declaration, leaves nothing behind."""
+
+
+@compensable(by="undecline", no_effect_on=(Declined,))
+def decline(reason: str, how: str = "declared") -> None:
+    """Always fails without effect: by a declared exception type, or by raising NoEffect."""
+    if how == "declared":
+        raise Declined(reason)
+    raise NoEffect(reason)
+
+
+def undecline(ctx: CompensationContext) -> None:
+    EFFECTS.append("undecline (never: it failed without effect)")
 
 
 #: calls of ``flaky_lookup`` so far, to fail the first ones
@@ -70,4 +87,11 @@ def forget_lookup(ctx: CompensationContext) -> None:
     EFFECTS.append(f"forgot {ctx.result}")
 
 
-TOOLS: list[CompensableTool[..., Any]] = [set_flag, send_note, make_set, explode, flaky_lookup]
+TOOLS: list[CompensableTool[..., Any]] = [
+    set_flag,
+    send_note,
+    make_set,
+    explode,
+    decline,
+    flaky_lookup,
+]

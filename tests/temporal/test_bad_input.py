@@ -41,12 +41,47 @@ async def test_sync_and_async_tools_run_and_compensate_in_reverse(
     )
     assert result.status is SagaState.COMPENSATED
     assert result.error is not None and "RuntimeError: boom" in result.error.message
-    assert sample_tools.EFFECTS == ["set a", "note hi", "unnote hi", "unset a"]
-    assert (await phases(journal, sid))[-3:] == [
+    # a plain exception leaves the call's effect unknown: it is compensated first, told so
+    assert sample_tools.EFFECTS == [
+        "set a",
+        "note hi",
+        "unexplode failed=True result=None",
+        "unnote hi",
+        "unset a",
+    ]
+    assert (await phases(journal, sid))[-4:] == [
         ("explode", "FAILED"),
+        ("explode", "COMPENSATED"),
         ("send_note", "COMPENSATED"),
         ("set_flag", "COMPENSATED"),
     ]
+    failed = (await journal.read(sid))[5]
+    assert '"effect":"unknown"' in failed.payload
+
+
+async def test_a_failure_declared_clean_is_not_compensated(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    for how in ("declared", "raised"):
+        sample_tools.EFFECTS.clear()
+        sid, result = await run(
+            temporal_client,
+            worker,
+            [
+                Step(tool="set_flag", args={"name": "b"}),
+                Step(tool="decline", args={"reason": "card declined", "how": how}),
+            ],
+        )
+        assert result.status is SagaState.COMPENSATED
+        assert sample_tools.EFFECTS == ["set b", "unset b"], how
+        rows = await journal.read(sid)
+        assert [(r.tool_name, r.phase.value) for r in rows[2:]] == [
+            ("decline", "INTENT"),
+            ("decline", "FAILED"),
+            ("set_flag", "COMPENSATED"),
+        ]
+        assert '"effect":"none"' in rows[3].payload
+        assert result.needs_attention is None
 
 
 async def test_unknown_tool_is_journaled_as_failed_and_compensates(
@@ -130,8 +165,10 @@ async def test_idempotent_tool_that_keeps_failing_ends_failed_after_its_bound(
     )
     assert result.status is SagaState.COMPENSATED
     assert len(sample_tools.FLAKY_CALLS) == 3  # SagaOptions.idempotent_attempts
+    # whether the lookup's last attempt did anything is unknown: it is compensated too
     assert (await phases(journal, sid))[2:] == [
         ("flaky_lookup", "INTENT"),
         ("flaky_lookup", "FAILED"),
+        ("flaky_lookup", "COMPENSATED"),
         ("set_flag", "COMPENSATED"),
     ]

@@ -17,3 +17,7 @@ GRANT INSERT, SELECT ON side_effect_journal TO {role};
 
 -- Approval requests are working state: rows are replaced on re-request and deleted once decided.
 GRANT SELECT, INSERT, UPDATE, DELETE ON sagacity_approval_request TO {role};
+
+-- Saga ownership is claimed once and never changed.
+REVOKE UPDATE, DELETE, TRUNCATE ON sagacity_saga_owner FROM {role};
+GRANT INSERT, SELECT ON sagacity_saga_owner TO {role};
