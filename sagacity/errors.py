@@ -156,6 +156,12 @@ class SagaAborted(SagacityError):
     code = "saga_aborted"
 
 
+class SagaCancelled(SagaAborted):
+    """The saga's workflow was cancelled through Temporal; like an abort, it compensates."""
+
+    code = "saga_cancelled"
+
+
 class ApprovalRejected(SagacityError):
     """An IRREVERSIBLE call was rejected (by a human, a deadline or failed verification)."""
 

@@ -5,7 +5,7 @@ The only package that speaks SQL; database errors leave it as :mod:`sagacity.err
 
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore, input_hash
 from sagacity.store.db import Pool, open_pool
-from sagacity.store.journal import JournalStore, SagaOwner, SagaSummary
+from sagacity.store.journal import JournalStore, SagaSummary
 from sagacity.store.migrate import apply_grants, migrate
 
 __all__ = [
@@ -13,7 +13,6 @@ __all__ = [
     "ApprovalStore",
     "JournalStore",
     "Pool",
-    "SagaOwner",
     "SagaSummary",
     "apply_grants",
     "input_hash",

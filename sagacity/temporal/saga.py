@@ -32,6 +32,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from sagacity.errors import (
     ApprovalRejected,
     SagaAborted,
+    SagaCancelled,
     SagacityError,
     ToolFailed,
 )
@@ -787,7 +788,8 @@ class Saga:
 
     def _raise_if_aborted(self) -> None:
         if self._abort is not None:
-            raise SagaAborted(f"aborted by {self._abort.by or 'unknown'}: {self._abort.reason}")
+            kind = SagaCancelled if self._cancelled else SagaAborted
+            raise kind(f"aborted by {self._abort.by or 'unknown'}: {self._abort.reason}")
 
     @property
     def aborted(self) -> bool:

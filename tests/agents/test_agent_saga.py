@@ -110,6 +110,11 @@ async def test_agent_waits_for_approval_then_reports_the_tools_result(
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update("turn", "and a milk jug", result_type=str)
         assert "multi_turn is off" in str(refused.value.cause)
+        # a malformed decision is refused and recorded; the saga stays queryable and decidable
+        await handle.signal("approve", {"journal_seq": 5, "approved_by": "x"})
+        status = await wait_for(handle, lambda s: bool(s.refused_decisions))
+        assert status.state is SagaState.AWAITING_APPROVAL
+        assert "approved_by" in status.refused_decisions[0]
         await approve_when_waiting(temporal_client, handle.id)
         result = await handle.result()
 

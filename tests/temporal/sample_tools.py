@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import Any
 
 from sagacity import CompensableTool, CompensationContext, compensable
@@ -87,7 +89,33 @@ def forget_lookup(ctx: CompensationContext) -> None:
     EFFECTS.append(f"forgot {ctx.result}")
 
 
+@compensable(by="unstall", idempotent=True, timeout=timedelta(seconds=1))
+async def stall(key: str, seconds: float) -> str:
+    """Idempotent, with a 1 s limit: takes ``seconds``, so a long call times out every attempt."""
+    EFFECTS.append(f"stall {key}")
+    await asyncio.sleep(seconds)
+    return key
+
+
+async def unstall(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"unstall {ctx.input['key']} failed={ctx.failed}")
+
+
+@compensable(by="unslow")
+async def slow_note(text: str, seconds: float) -> dict[str, Any]:
+    """Not idempotent: writes a note after ``seconds``, long enough to cancel or abort mid-call."""
+    await asyncio.sleep(seconds)
+    EFFECTS.append(f"slow {text}")
+    return {"text": text}
+
+
+async def unslow(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"unslow {ctx.input['text']}")
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
+    stall,
+    slow_note,
     set_flag,
     send_note,
     make_set,

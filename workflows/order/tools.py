@@ -3,11 +3,16 @@
 ``reserve_inventory`` and ``create_order`` are REVERSIBLE; ``send_confirmation`` is
 IRREVERSIBLE (an email cannot be unsent), so a human approves each one before it goes out.
 Compensations are idempotent: undoing twice changes nothing the second time.
+
+Each effect's id is derived from the call (saga id and INTENT seq), so a compensation can find
+what a call did even when the call failed and left no result (``ctx.failed``). Injected faults
+and a lack of stock happen before anything is written, so the tools declare them
+``no_effect_on``: such a failure needs no undo.
 """
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 from typing import Any
 
 from sagacity import (
@@ -17,19 +22,31 @@ from sagacity import (
     compensable,
     current_call,
 )
-from workflows.order.shop import current
+from workflows.order.shop import InjectedFault, current
 
 
 class OutOfStock(RuntimeError):
     """Fewer units are available than were asked for."""
 
 
-@compensable(by="release_inventory")
+def effect_id(prefix: str, saga_id: str, seq: int) -> str:
+    """The id of the row a call creates: the same for the call and for its compensation."""
+    return f"{prefix}-{hashlib.sha256(f'{saga_id}:{seq}'.encode()).hexdigest()[:12]}"
+
+
+def _undo_id(prefix: str, field: str, ctx: CompensationContext) -> str:
+    if isinstance(ctx.result, dict) and field in ctx.result:
+        return str(ctx.result[field])
+    return effect_id(prefix, ctx.saga_id, ctx.seq)
+
+
+@compensable(by="release_inventory", no_effect_on=(InjectedFault, OutOfStock))
 async def reserve_inventory(product_id: str, quantity: int) -> dict[str, Any]:
     """Reserve inventory for a product."""
     shop = current()
     await shop.check_fault("reserve_inventory")
-    reservation_id = f"res-{uuid.uuid4().hex[:12]}"
+    call = current_call()
+    reservation_id = effect_id("res", call.saga_id, call.seq)
     async with shop.pool.connection() as conn, conn.transaction():
         cur = await conn.execute(
             "UPDATE inventory SET available = available - %s "
@@ -41,7 +58,7 @@ async def reserve_inventory(product_id: str, quantity: int) -> dict[str, Any]:
         await conn.execute(
             "INSERT INTO reservations (id, product_id, quantity, status, saga_id) "
             "VALUES (%s, %s, %s, 'held', %s)",
-            (reservation_id, product_id, quantity, current_call().saga_id),
+            (reservation_id, product_id, quantity, call.saga_id),
         )
     return {"reservation_id": reservation_id, "product_id": product_id, "quantity": quantity}
 
@@ -54,7 +71,7 @@ async def release_inventory(ctx: CompensationContext) -> None:
         cur = await conn.execute(
             "UPDATE reservations SET status = 'released' WHERE id = %s AND status = 'held' "
             "RETURNING product_id, quantity",
-            (ctx.result["reservation_id"],),
+            (_undo_id("res", "reservation_id", ctx),),
         )
         row = await cur.fetchone()
         if row is not None:
@@ -64,19 +81,20 @@ async def release_inventory(ctx: CompensationContext) -> None:
             )
 
 
-@compensable(by="cancel_order")
+@compensable(by="cancel_order", no_effect_on=(InjectedFault,))
 async def create_order(
     product_id: str, quantity: int, reservation_id: str | None = None
 ) -> dict[str, Any]:
     """Create the customer order."""
     shop = current()
     await shop.check_fault("create_order")
-    order_id = f"ord-{uuid.uuid4().hex[:12]}"
+    call = current_call()
+    order_id = effect_id("ord", call.saga_id, call.seq)
     async with shop.pool.connection() as conn:
         await conn.execute(
             "INSERT INTO orders (id, product_id, quantity, reservation_id, status, saga_id) "
             "VALUES (%s, %s, %s, %s, 'placed', %s)",
-            (order_id, product_id, quantity, reservation_id, current_call().saga_id),
+            (order_id, product_id, quantity, reservation_id, call.saga_id),
         )
     return {"order_id": order_id, "product_id": product_id, "quantity": quantity}
 
@@ -88,11 +106,11 @@ async def cancel_order(ctx: CompensationContext) -> None:
     async with shop.pool.connection() as conn:
         await conn.execute(
             "UPDATE orders SET status = 'cancelled' WHERE id = %s AND status = 'placed'",
-            (ctx.result["order_id"],),
+            (_undo_id("ord", "order_id", ctx),),
         )
 
 
-@compensable(reversibility=Reversibility.IRREVERSIBLE)
+@compensable(reversibility=Reversibility.IRREVERSIBLE, no_effect_on=(InjectedFault,))
 async def send_confirmation(order_id: str) -> dict[str, Any]:
     """Email the customer an order confirmation."""
     shop = current()

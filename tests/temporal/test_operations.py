@@ -1,0 +1,379 @@
+"""Sagas under ordinary Temporal operations: id reuse, reset, cancel, abort races, bad signals.
+
+Each test asserts what a user would check afterwards: the journal, the example's tables and the
+saga's final state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.models import (
+    Abort,
+    Approve,
+    SagaResult,
+    SagaSpec,
+    SagaState,
+    SagaStatus,
+    Step,
+)
+from sagacity.temporal.workflow import WORKFLOW_NAME
+from tests.temporal import sample_tools
+from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from workflows.order.shop import Shop
+from workflows.order.workflows import OrderRequest
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def start_steps(
+    client: Client, worker: Worker, steps: list[Step], sid: str | None = None
+) -> WorkflowHandle[Any, SagaResult]:
+    return await client.start_workflow(
+        WORKFLOW_NAME,
+        SagaSpec(steps=steps),
+        id=sid or new_id("ops"),
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+
+
+async def start_order(client: Client, worker: Worker) -> WorkflowHandle[Any, SagaResult]:
+    return await client.start_workflow(
+        "order.PlaceOrder",
+        OrderRequest(),
+        id=new_id("order"),
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+
+
+async def reset_after_first_call(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
+    """Reset the saga to the workflow task after its first tool call completed; the new run id."""
+    completed_call = None
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed_call = event.event_id
+        if (
+            completed_call is not None
+            and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ):
+            reset_to = event.event_id
+            break
+    else:
+        raise AssertionError("no completed call to reset after")
+    response = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id),
+            reason="test: reset after the first call",
+            workflow_task_finish_event_id=reset_to,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    return response.run_id
+
+
+# -- one id, one journal ----------------------------------------------------------------------
+
+
+async def test_a_reused_id_is_refused_and_runs_nothing(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    first = await start_steps(temporal_client, worker, [Step(tool="set_flag", args={"name": "x"})])
+    assert (await first.result()).status is SagaState.COMPLETED
+
+    for args in ({"name": "x"}, {"name": "y"}):
+        again = await start_steps(
+            temporal_client, worker, [Step(tool="set_flag", args=args)], sid=first.id
+        )
+        with pytest.raises(WorkflowFailureError) as refused:
+            await asyncio.wait_for(again.result(), 30)
+        cause = refused.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "SagaIdTaken"
+        assert "start this saga under a new id" in cause.message
+
+    assert sample_tools.EFFECTS == ["set x"]  # the tool never ran again
+    assert await phases(journal, first.id) == [("set_flag", "INTENT"), ("set_flag", "EXECUTED")]
+    assert (await journal.verify(first.id)).ok
+
+
+async def test_a_reset_completed_order_repeats_no_effect(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_order(temporal_client, worker)
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    await handle.signal(
+        "approve", Approve(journal_seq=status.pending_approval.journal_seq, approver="alice")
+    )
+    done = await handle.result()
+    assert done.status is SagaState.COMPLETED
+    before = await journal.read(handle.id)
+
+    run_id = await reset_after_first_call(temporal_client, handle)
+    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    result = await asyncio.wait_for(again.result(), 60)
+
+    # the new run took create_order and send_confirmation from the journal: nothing twice
+    assert result.status is SagaState.COMPLETED
+    assert result.value == done.value
+    assert await journal.read(handle.id) == before
+    snap = await shop.snapshot()
+    assert (snap.available["p-1"], snap.placed_orders, snap.outbox) == (8, 1, 1)
+
+
+async def test_a_reset_compensated_saga_continues_the_chain(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="send_note", args={"text": "b"}),
+            Step(tool="decline", args={"reason": "no"}),
+        ],
+    )
+    assert (await handle.result()).status is SagaState.COMPENSATED
+    assert sample_tools.EFFECTS == ["set a", "note b", "unnote b", "unset a"]
+    first_rows = len(await journal.read(handle.id))
+    sample_tools.EFFECTS.clear()
+
+    run_id = await reset_after_first_call(temporal_client, handle)
+    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    result = await asyncio.wait_for(again.result(), 60)
+
+    # the journal said set_flag and send_note were undone: send_note is a new call (after the
+    # journal's head), set_flag is not undone twice
+    assert result.status is SagaState.COMPENSATED
+    assert sample_tools.EFFECTS == ["note b", "unnote b"]
+    rows = await journal.read(handle.id)
+    assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+    assert [(r.tool_name, r.phase.value) for r in rows[first_rows:]] == [
+        ("send_note", "INTENT"),
+        ("send_note", "EXECUTED"),
+        ("decline", "INTENT"),
+        ("decline", "FAILED"),
+        ("send_note", "COMPENSATED"),
+    ]
+    assert (await journal.verify(handle.id)).ok
+
+
+# -- cancel is an abort -------------------------------------------------------------------------
+
+
+async def test_cancel_while_waiting_for_approval_compensates_and_closes_the_request(
+    temporal_client: Client,
+    worker: Worker,
+    shop: Shop,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+) -> None:
+    handle = await start_order(temporal_client, worker)
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    seq = status.pending_approval.journal_seq
+    assert await approvals.get(handle.id, seq) is not None
+
+    await handle.cancel()
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.ABORTED
+    assert result.error is not None and result.error.type == "SagaCancelled"
+    assert [e.tool_name for e in result.compensated] == ["create_order", "reserve_inventory"]
+    assert (await phases(journal, handle.id))[4:] == [
+        ("send_confirmation", "AWAITING_APPROVAL"),
+        ("approval-gate", "REJECTED"),
+        ("create_order", "COMPENSATED"),
+        ("reserve_inventory", "COMPENSATED"),
+    ]
+    assert '"by":"temporal-cancel"' in (await journal.read(handle.id))[5].payload
+    assert await approvals.get(handle.id, seq) is None
+    snap = await shop.snapshot()
+    assert (snap.available["p-1"], snap.held_reservations, snap.placed_orders) == (10, 0, 0)
+    final = await handle.query("status", result_type=SagaStatus)
+    assert final.state is SagaState.ABORTED
+
+
+async def test_cancel_mid_call_lets_the_call_finish_then_undoes_it(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="slow_note", args={"text": "b", "seconds": 2}),
+            Step(tool="set_flag", args={"name": "never"}),
+        ],
+    )
+    await wait_for(handle, lambda s: s.running == "slow_note")
+    await handle.cancel()
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.ABORTED
+    assert sample_tools.EFFECTS == ["set a", "slow b", "unslow b", "unset a"]
+    assert await phases(journal, handle.id) == [
+        ("set_flag", "INTENT"),
+        ("set_flag", "EXECUTED"),
+        ("slow_note", "INTENT"),
+        ("slow_note", "EXECUTED"),
+        ("slow_note", "COMPENSATED"),
+        ("set_flag", "COMPENSATED"),
+    ]
+
+
+async def test_abort_right_after_approve_never_runs_the_irreversible_call(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_order(temporal_client, worker)
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    seq = status.pending_approval.journal_seq
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    await handle.signal("abort", Abort(reason="changed my mind", by="bob"))
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.ABORTED
+    journaled = await phases(journal, handle.id)
+    assert ("send_confirmation", "INTENT") not in journaled
+    assert journaled[-3:] == [
+        ("approval-gate", "REJECTED"),
+        ("create_order", "COMPENSATED"),
+        ("reserve_inventory", "COMPENSATED"),
+    ]
+    snap = await shop.snapshot()
+    assert (snap.outbox, snap.available["p-1"], snap.placed_orders) == (0, 10, 0)
+
+
+# -- bad signals and updates ----------------------------------------------------------------------
+
+
+async def test_malformed_signals_are_refused_and_the_saga_stays_decidable(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_order(temporal_client, worker)
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    seq = status.pending_approval.journal_seq
+    bad: list[tuple[str, Any]] = [
+        ("approve", {"journal_seq": seq, "approved_by": "x"}),
+        ("approve", {"journal_seq": seq, "approver": "mallory\x00"}),
+        ("approve", {"journal_seq": seq, "approver": "eve", "input_hsh": "0" * 64}),
+        ("reject", {"journal_seq": str(seq), "approver": "eve"}),
+        ("abort", {"reason": 5}),
+        ("resolve", ["not", "an", "object"]),
+    ]
+    for name, payload in bad:
+        await handle.signal(name, payload)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(
+            "decide",
+            {"journal_seq": seq, "approver": "eve", "approve": True, "input_hsh": "0" * 64},
+            result_type=str,
+        )
+    assert "input_hsh" in str(refused.value.cause)
+
+    status = await wait_for(handle, lambda s: len(s.refused_decisions) == len(bad))
+    assert status.state is SagaState.AWAITING_APPROVAL
+    assert all("malformed" in r for r in status.refused_decisions)
+    assert "approved_by" in status.refused_decisions[0]
+    assert "input_hsh" in status.refused_decisions[2]
+
+    # still decidable: the right decision goes through
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPLETED
+    assert (await journal.read(handle.id))[5].payload == "approver=alice"
+
+
+async def test_bad_signals_do_not_stop_the_deadline(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await temporal_client.start_workflow(
+        "order.PlaceOrder",
+        OrderRequest.model_validate({"options": {"approval_deadline_s": 2}}),
+        id=new_id("order"),
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+    await wait_for(handle, awaiting_approval)
+    await handle.signal("approve", {"journal_seq": 5, "approved_by": "x"})
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPENSATED
+    assert '"reason":"timeout"' in (await journal.read(handle.id))[5].payload
+
+
+# -- failures after INTENT ------------------------------------------------------------------------
+
+
+async def test_an_idempotent_call_that_keeps_timing_out_is_failed_and_undone_once(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "t"}),
+            Step(tool="stall", args={"key": "k", "seconds": 3}),
+        ],
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.COMPENSATED
+    assert sample_tools.EFFECTS == [
+        "set t",
+        "stall k",
+        "stall k",
+        "stall k",
+        "unstall k failed=True",
+        "unset t",
+    ]
+    rows = await journal.read(handle.id)
+    assert [(r.tool_name, r.phase.value) for r in rows[2:]] == [
+        ("stall", "INTENT"),
+        ("stall", "FAILED"),
+        ("stall", "COMPENSATED"),
+        ("set_flag", "COMPENSATED"),
+    ]
+    assert '"type":"ToolTimeout"' in rows[3].payload and '"effect":"unknown"' in rows[3].payload
+    assert (await journal.verify(handle.id)).ok
+
+
+async def test_a_tool_name_the_journal_refuses_fails_at_once(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [Step(tool="set_flag", args={"name": "n"}), Step(tool="bad\x00name", args={})],
+    )
+    result = await asyncio.wait_for(handle.result(), 30)
+
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and "InvalidEntry" in result.error.message
+    assert sample_tools.EFFECTS == ["set n", "unset n"]
+    assert await phases(journal, handle.id) == [
+        ("set_flag", "INTENT"),
+        ("set_flag", "EXECUTED"),
+        ("set_flag", "COMPENSATED"),
+    ]
