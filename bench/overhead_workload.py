@@ -45,7 +45,9 @@ def tool_name(step: int) -> str:
 
 
 TOOLS: list[CompensableTool[..., Any]] = [
-    compensable(by=undo, name=tool_name(step))(work) for step in range(1, STEPS + 1)
+    # a step that says no has done nothing: no undo is owed for it
+    compensable(by=undo, name=tool_name(step), no_effect_on=(ApplicationError,))(work)
+    for step in range(1, STEPS + 1)
 ]
 
 

@@ -228,6 +228,9 @@ class SagaOptions(BaseModel):
     idempotent_attempts: int = Field(default=3, ge=1)
     #: overrides every tool's heartbeat timeout: how soon a dead worker's call is noticed
     heartbeat_timeout_s: float | None = Field(default=None, gt=0)
+    #: continue as new once history has this many events (besides whenever Temporal suggests
+    #: it), so a saga of any length never reaches Temporal's history limit
+    continue_as_new_events: int = Field(default=10_000, ge=50)
 
 
 class Step(BaseModel):
@@ -242,9 +245,39 @@ class Step(BaseModel):
         return self.id or self.tool
 
 
+class SagaCarry(BaseModel):
+    """A saga's state handed from one run to the next by continue-as-new: seq goes on."""
+
+    saga_id: str
+    head: Head
+    rows: list[RowRef] = Field(default_factory=list)
+    executed: list[Effect] = Field(default_factory=list)
+    adoptable: list[Effect] = Field(default_factory=list)
+    failures: list[ErrorInfo] = Field(default_factory=list)
+    needs_attention: str | None = None
+    refused: list[str] = Field(default_factory=list)
+    decided: list[int] = Field(default_factory=list)
+    abort: Abort | None = None
+    #: set when the saga was compensating: why, and what is undone, failed or left so far
+    error: ErrorInfo | None = None
+    compensated: list[Effect] = Field(default_factory=list)
+    compensation_failed: list[Effect] = Field(default_factory=list)
+    live: list[Effect] = Field(default_factory=list)
+
+
+class SagaProgress(BaseModel):
+    """Where a declarative saga continued as new: the next step and earlier steps' results."""
+
+    next_step: int
+    results: dict[str, Any] = Field(default_factory=dict)
+    carry: SagaCarry
+
+
 class SagaSpec(BaseModel):
     steps: list[Step]
     options: SagaOptions = Field(default_factory=SagaOptions)
+    #: set by the saga itself when it continues as new; None when a client starts it
+    progress: SagaProgress | None = None
 
 
 class SagaResult(BaseModel):
@@ -363,3 +396,8 @@ class Abort(_Strict):
 
 
 DecisionKind = Literal["approve", "reject"]
+
+
+SagaCarry.model_rebuild()
+SagaProgress.model_rebuild()
+SagaSpec.model_rebuild()

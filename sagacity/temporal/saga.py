@@ -63,6 +63,7 @@ from sagacity.temporal.models import (
     ResolveRequest,
     RowDraft,
     RowRef,
+    SagaCarry,
     SagaOpen,
     SagaOpened,
     SagaOptions,
@@ -133,8 +134,14 @@ def _loads(text: str) -> Any:
 class Saga:
     """One saga's journal head, executed effects and human decisions, inside a workflow."""
 
-    def __init__(self, options: SagaOptions | None = None, *, saga_id: str | None = None) -> None:
-        self.saga_id = saga_id or workflow.info().workflow_id
+    def __init__(
+        self,
+        options: SagaOptions | None = None,
+        *,
+        saga_id: str | None = None,
+        carry: SagaCarry | None = None,
+    ) -> None:
+        self.saga_id = carry.saga_id if carry else saga_id or workflow.info().workflow_id
         self.options = options or SagaOptions()
         self.state = SagaState.RUNNING
         self.head = Head()
@@ -157,15 +164,70 @@ class Saga:
         self._running: str | None = None
         #: effects an earlier run of this saga left live, not yet asked for again by this run
         self._adoptable: list[Effect] = []
+        # set once the saga compensates: why, and how far it got (carried by continue-as-new)
+        self._error: ErrorInfo | None = None
+        self._compensated: list[Effect] = []
+        self._compensation_failed: list[Effect] = []
+        self._live: list[Effect] = []
         # journal rows read back but not yet paired: an INTENT and an approval request
         self._open_intent: JournalRow | None = None
         self._open_gate: JournalRow | None = None
+        if carry is not None:
+            self._take_carry(carry)
         workflow.set_signal_handler("abort", self._on_abort)
         workflow.set_signal_handler("approve", self._on_approve)
         workflow.set_signal_handler("reject", self._on_reject)
         workflow.set_signal_handler("resolve", self._on_resolve)
         workflow.set_update_handler("decide", self._on_decide, validator=self._validate_decision)
         workflow.set_query_handler("status", self.status)
+
+    # -- continue-as-new ---------------------------------------------------------------------
+
+    def _take_carry(self, carry: SagaCarry) -> None:
+        self.head = carry.head
+        self.rows = list(carry.rows)
+        self.executed = list(carry.executed)
+        self._adoptable = list(carry.adoptable)
+        self.failures = list(carry.failures)
+        self.needs_attention = carry.needs_attention
+        self._refused = list(carry.refused)
+        self._decided = set(carry.decided)
+        self._abort = carry.abort
+        self._error = carry.error
+        self._compensated = list(carry.compensated)
+        self._compensation_failed = list(carry.compensation_failed)
+        self._live = list(carry.live)
+
+    def carry(self) -> SagaCarry:
+        """The state the next run needs (head, effects, failures, decisions) to go on as this one.
+
+        Take it between calls, never while one runs: ``workflow.continue_as_new`` with it and
+        ``Saga(carry=...)`` in the new run continue the same journal.
+        """
+        return SagaCarry(
+            saga_id=self.saga_id,
+            head=self.head,
+            rows=self.rows,
+            executed=self.executed,
+            adoptable=self._adoptable,
+            failures=self.failures,
+            needs_attention=self.needs_attention,
+            refused=self._refused,
+            decided=sorted(self._decided),
+            abort=self._abort,
+            error=self._error,
+            compensated=self._compensated,
+            compensation_failed=self._compensation_failed,
+            live=self._live,
+        )
+
+    def continue_as_new_suggested(self) -> bool:
+        """Whether history is long enough that the workflow should continue as new now."""
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self.options.continue_as_new_events
+        )
 
     # -- opening the journal -----------------------------------------------------------------
 
@@ -846,27 +908,34 @@ class Saga:
 
     # -- compensation ------------------------------------------------------------------------
 
-    async def compensate(self) -> tuple[list[Effect], list[Effect], list[Effect]]:
-        """Undo executed effects in reverse order; returns (compensated, failed, still live)."""
+    async def compensate(
+        self, *, continue_as_new: Callable[[SagaCarry], None] | None = None
+    ) -> tuple[list[Effect], list[Effect], list[Effect]]:
+        """Undo executed effects in reverse order; returns (compensated, failed, still live).
+
+        With ``continue_as_new`` (which must raise ``workflow.continue_as_new``), a long
+        compensation hands its state to a new run whenever history grows long.
+        """
         async with self._lock:
             self.state = SagaState.COMPENSATING
             catalog = await self.tools()
-            compensated: list[Effect] = []
-            failed: list[Effect] = []
-            live: list[Effect] = []
+            undone_here = 0
             while self.executed:
+                if continue_as_new and undone_here and self.continue_as_new_suggested():
+                    continue_as_new(self.carry())
                 effect = self.executed.pop()
+                undone_here += 1
                 spec = catalog.get(effect.tool_name)
                 if spec is None or not spec.has_compensation:
-                    live.append(effect)
+                    self._live.append(effect)
                     continue
                 if await self._compensate_one(spec, effect):
-                    compensated.append(effect)
+                    self._compensated.append(effect)
                 else:
-                    failed.append(effect)
-                    live.append(effect)
+                    self._compensation_failed.append(effect)
+                    self._live.append(effect)
             self._adoptable = []
-            return compensated, failed, live
+            return self._compensated, self._compensation_failed, self._live
 
     async def _compensate_one(self, spec: ToolSpec, effect: Effect) -> bool:
         input_json = to_json(effect.input)
@@ -909,12 +978,14 @@ class Saga:
                         return True
                     self.executed.remove(effect)
                     continue
-                await self._compensation_failed(effect, input_json, err)
+                await self._journal_compensation_failed(effect, input_json, err)
                 return False
             self._track(rows)
             return True
 
-    async def _compensation_failed(self, effect: Effect, input_json: str, err: ActivityError) -> None:
+    async def _journal_compensation_failed(
+        self, effect: Effect, input_json: str, err: ActivityError
+    ) -> None:
         message = _error_message(err)
         await self._append(
             [
@@ -947,18 +1018,23 @@ class Saga:
         body: Callable[[], Awaitable[T]],
         *,
         compensate_swallowed_failures: bool = True,
+        continue_as_new: Callable[[SagaCarry], None] | None = None,
     ) -> SagaResult:
         """Run ``body``; on a failure, an abort, a cancel or a rejection, compensate in reverse.
 
         With ``compensate_swallowed_failures`` (the default), a tool failure that ``body``
         caught and carried on from still ends the saga compensated. A Temporal cancel ends the
         saga ABORTED, its effects compensated, and the workflow completes with that result.
+        ``continue_as_new`` (a function that raises ``workflow.continue_as_new`` with the
+        carry) lets a long compensation go on in new runs; a saga that continued as new in
+        the middle of compensating resumes there, without running ``body``.
         """
-        error: ErrorInfo | None = None
+        error: ErrorInfo | None = self._error
         value: Any = None
         try:
             await self.tools()  # claim the journal before anything else
-            value = await body()
+            if error is None:
+                value = await body()
         except (SagacityError, ActivityError) as exc:
             # an activity that exhausted its retries is a failure too: compensate what ran
             error = ErrorInfo(type=type(exc).__name__, message=str(exc))
@@ -978,7 +1054,8 @@ class Saga:
             self.state = SagaState.COMPLETED
             self._flag_unknown_effects()
             return self.result(value)
-        compensated, failed, live = await self.compensate()
+        self._error = error
+        compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
         if failed:
             self.state = SagaState.COMPENSATION_FAILED
             self.needs_attention = (

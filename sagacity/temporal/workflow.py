@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
 
 from sagacity.errors import ToolArgumentsInvalid
-from sagacity.temporal.models import SagaResult, SagaSpec
+from sagacity.temporal.models import SagaCarry, SagaProgress, SagaResult, SagaSpec
 from sagacity.temporal.saga import Saga
 
 WORKFLOW_NAME = "sagacity.Saga"
@@ -43,12 +44,25 @@ class SagaWorkflow:
 
     @workflow.run
     async def run(self, spec: SagaSpec) -> SagaResult:
-        saga = Saga(spec.options)
-        results: dict[str, Any] = {}
+        progress = spec.progress
+        saga = Saga(spec.options, carry=progress.carry if progress else None)
+        results: dict[str, Any] = dict(progress.results) if progress else {}
+        first = progress.next_step if progress else 0
+
+        def go_on(next_step: int) -> Callable[[SagaCarry], None]:
+            def continue_as_new(carry: SagaCarry) -> None:
+                # the next run goes on from this step (or this compensation), same journal
+                progress = SagaProgress(next_step=next_step, results=results, carry=carry)
+                workflow.continue_as_new(spec.model_copy(update={"progress": progress}))
+
+            return continue_as_new
 
         async def steps() -> dict[str, Any]:
-            for step in spec.steps:
+            for index in range(first, len(spec.steps)):
+                if index > first and saga.continue_as_new_suggested():
+                    go_on(index)(saga.carry())
+                step = spec.steps[index]
                 results[step.key] = await saga.call(step.tool, **resolve_refs(step.args, results))
             return results
 
-        return await saga.run(steps)
+        return await saga.run(steps, continue_as_new=go_on(len(spec.steps)))

@@ -23,10 +23,12 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from bench.long_saga import run_chain
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import (
     Abort,
     Approve,
+    SagaOptions,
     SagaResult,
     SagaSpec,
     SagaState,
@@ -377,3 +379,44 @@ async def test_a_tool_name_the_journal_refuses_fails_at_once(
         ("set_flag", "EXECUTED"),
         ("set_flag", "COMPENSATED"),
     ]
+
+
+# -- long sagas -------------------------------------------------------------------------------
+
+
+async def test_a_long_saga_continues_as_new_and_compensates_every_run(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    names = [f"f{i}" for i in range(24)]
+    handle = await temporal_client.start_workflow(
+        WORKFLOW_NAME,
+        SagaSpec(
+            steps=[
+                *(Step(tool="set_flag", args={"name": n}, id=n) for n in names),
+                Step(tool="send_note", args={"text": {"$ref": "f0"}}),
+                Step(tool="decline", args={"reason": "stop here"}),
+            ],
+            options=SagaOptions(continue_as_new_events=50),
+        ),
+        id=new_id("long"),
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+    result = await asyncio.wait_for(handle.result(), 120)
+
+    # the calls and the compensation each went on in new runs, none of them long
+    events_per_run = await run_chain(temporal_client, handle.id)
+    assert len(events_per_run) >= 4 and max(events_per_run) < 120
+    # effects of every run were undone, newest first, once each; $ref reached across runs
+    assert result.status is SagaState.COMPENSATED
+    effects = sample_tools.EFFECTS
+    assert effects == [
+        *(f"set {n}" for n in names),
+        "note f0",
+        "unnote f0",
+        *(f"unset {n}" for n in reversed(names)),
+    ]
+    rows = await journal.read(handle.id)
+    assert [r.seq for r in rows] == list(range(1, 26 * 2 + 25 + 1))
+    assert result.head.seq == rows[-1].seq
+    assert (await journal.verify(handle.id)).ok
