@@ -60,6 +60,10 @@ class Settings(BaseSettings):
         default=timedelta(days=7), description="how long an IRREVERSIBLE call waits for a human"
     )
     max_concurrent_activities: int = Field(default=100, ge=1)
+    outage_window: timedelta = Field(
+        default=timedelta(minutes=10),
+        description="how long a worker's journal reads and writes wait out a database outage",
+    )
     # the long-lived worker (workers/saga_worker.py) and its observability
     graceful_shutdown: timedelta = Field(
         default=timedelta(seconds=20),
@@ -127,7 +131,7 @@ class Settings(BaseSettings):
             for tool, names in rules.items()
         } or None
 
-    @field_validator("approval_deadline", "graceful_shutdown", mode="before")
+    @field_validator("approval_deadline", "graceful_shutdown", "outage_window", mode="before")
     @classmethod
     def _seconds(cls, value: object) -> object:
         """A bare number of seconds, as the environment spells it (``"30"``), is a duration."""

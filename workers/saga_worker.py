@@ -132,6 +132,7 @@ async def _running(
             tools=app.tools,
             workflows=app.workflows,
             checkpoints=CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key),
+            outage_window=settings.outage_window,
         )
         extra = [p for factory in app.plugin_factories for p in factory(settings)]
         client = await connect(

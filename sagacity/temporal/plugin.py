@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -15,7 +16,7 @@ from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.activities import SagaActivities
+from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
 from sagacity.temporal.workflow import SagaWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
 
@@ -40,7 +41,8 @@ class SagacityPlugin(SimplePlugin):
     signalled and queried. With a journal and tools it also registers the saga workflow and
     activities on every worker. Tool declarations are checked here, at worker start.
     ``redactor`` (default: secrets by name) rewrites inputs and results before they are
-    journaled; ``checkpoints`` signs each new chain head into a directory outside Postgres.
+    journaled; ``checkpoints`` signs each new chain head into a directory outside Postgres;
+    ``outage_window`` is how long activities wait out a journal database outage.
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class SagacityPlugin(SimplePlugin):
         workflows: Sequence[type] = (),
         redactor: Redactor | None = None,
         checkpoints: CheckpointWriter | None = None,
+        outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
     ) -> None:
         registry = ToolRegistry(tools)
         if (journal is None) != (approvals is None):
@@ -59,7 +62,12 @@ class SagacityPlugin(SimplePlugin):
         activities = None
         if journal is not None and approvals is not None:
             activities = SagaActivities(
-                journal, approvals, registry, redactor=redactor, checkpoints=checkpoints
+                journal,
+                approvals,
+                registry,
+                redactor=redactor,
+                checkpoints=checkpoints,
+                outage_window=outage_window,
             ).all()
         super().__init__(
             "sagacity.SagacityPlugin",
