@@ -334,9 +334,15 @@ class SagaActivities:
     @activity.defn(name=APPEND)
     @_typed
     async def append(self, req: AppendRequest) -> list[RowRef]:
-        drafts = [
-            self._draft(req.saga_id, r.tool_name, r.phase, r.input, r.payload) for r in req.rows
-        ]
+        drafts = []
+        for r in req.rows:
+            text = r.input
+            if r.input_of is not None:
+                source = await self._outlast(
+                    functools.partial(self.journal.get, req.saga_id, r.input_of)
+                )
+                text = source.input if source is not None else ""
+            drafts.append(self._draft(req.saga_id, r.tool_name, r.phase, text, r.payload))
         try:
             entries = await self._outlast(
                 lambda: self.journal.append_batch_at(drafts, seq=req.seq, prev_hash=req.prev_hash)
@@ -579,6 +585,8 @@ class SagaActivities:
         attempt that overlaps a slow one, or follows one that died after writing, never undoes
         twice.
         """
+        if req.by_ref:
+            req = await self._from_journal(req)
         done = self._draft(req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json)
         tool = self.tools.get(req.tool_name)
         if tool.compensation is None:
@@ -598,6 +606,23 @@ class SagaActivities:
                     return [_ref(row)]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
+
+    async def _from_journal(self, req: CompensateRequest) -> CompensateRequest:
+        """An effect carried by reference: its input and result, as the journal holds them."""
+        intent = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq))
+        outcome = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
+        if intent is None or intent.phase is not Phase.INTENT or intent.tool_name != req.tool_name:
+            raise SeqConflict(
+                f"saga {req.saga_id!r} seq {req.call_seq} is not an INTENT of {req.tool_name!r}"
+            )
+        executed = outcome is not None and outcome.phase is Phase.EXECUTED
+        return req.model_copy(
+            update={
+                "input_json": intent.input,
+                "result": json.loads(outcome.payload) if executed and outcome and outcome.payload else None,
+                "by_ref": False,
+            }
+        )
 
     async def _compensated(self, req: CompensateRequest, done: Draft) -> list[RowRef] | None:
         existing = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq))

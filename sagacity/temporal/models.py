@@ -48,6 +48,8 @@ class RowDraft(BaseModel):
     phase: Phase
     input: str = ""
     payload: str = ""
+    #: take ``input`` from the journal row at this seq (an effect carried by reference)
+    input_of: int | None = None
 
 
 class AppendRequest(BaseModel):
@@ -122,6 +124,8 @@ class CompensateRequest(BaseModel):
     result: Any = None
     #: the call FAILED with its effect unknown (``result`` is None)
     failed: bool = False
+    #: input and result are to be read from the journal rows of ``call_seq``
+    by_ref: bool = False
 
 
 class ApprovalOpen(BaseModel):
@@ -157,6 +161,48 @@ class Effect(BaseModel):
     result: Any = None
     #: the call FAILED with its effect unknown; compensating it must cope with no effect
     failed: bool = False
+    #: carried across continue-as-new by reference: input and result are read from the journal
+    by_ref: bool = False
+
+
+class EffectRefs(BaseModel):
+    """Effects by reference, compact enough to carry tens of thousands across continue-as-new.
+
+    ``seqs[i]`` is a call's INTENT seq and ``tools[tool_of[i]]`` its tool; ``failed`` lists the
+    seqs of calls that FAILED with their effect unknown. Inputs and results stay in the journal.
+    """
+
+    tools: list[str] = Field(default_factory=list)
+    seqs: list[int] = Field(default_factory=list)
+    tool_of: list[int] = Field(default_factory=list)
+    failed: list[int] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, effects: list[Effect]) -> EffectRefs:
+        refs = cls()
+        index: dict[str, int] = {}
+        for effect in effects:
+            if effect.tool_name not in index:
+                index[effect.tool_name] = len(refs.tools)
+                refs.tools.append(effect.tool_name)
+            refs.seqs.append(effect.call_seq)
+            refs.tool_of.append(index[effect.tool_name])
+            if effect.failed:
+                refs.failed.append(effect.call_seq)
+        return refs
+
+    def effects(self, reversibility: dict[str, Reversibility]) -> list[Effect]:
+        failed = set(self.failed)
+        return [
+            Effect(
+                tool_name=self.tools[t],
+                call_seq=seq,
+                reversibility=reversibility.get(self.tools[t], Reversibility.IRREVERSIBLE),
+                failed=seq in failed,
+                by_ref=True,
+            )
+            for seq, t in zip(self.seqs, self.tool_of, strict=True)
+        ]
 
 
 class SagaOpen(BaseModel):
@@ -203,8 +249,10 @@ class SagaState(StrEnum):
     ABORTED = "aborted"
 
 
-#: rows the ``status`` query returns, newest last; a long saga's journal is read from Postgres
+#: rows (and effects) the ``status`` query returns, newest last; the journal has them all
 STATUS_ROWS = 200
+#: compensated effects a :class:`SagaResult` lists (payloads have a size limit)
+RESULT_EFFECTS = 1000
 
 TERMINAL_STATES = frozenset(
     {SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.COMPENSATION_FAILED, SagaState.ABORTED}
@@ -251,7 +299,7 @@ class SagaCarry(BaseModel):
     saga_id: str
     head: Head
     rows: list[RowRef] = Field(default_factory=list)
-    executed: list[Effect] = Field(default_factory=list)
+    executed: EffectRefs = Field(default_factory=EffectRefs)
     adoptable: list[Effect] = Field(default_factory=list)
     failures: list[ErrorInfo] = Field(default_factory=list)
     needs_attention: str | None = None
@@ -260,9 +308,9 @@ class SagaCarry(BaseModel):
     abort: Abort | None = None
     #: set when the saga was compensating: why, and what is undone, failed or left so far
     error: ErrorInfo | None = None
-    compensated: list[Effect] = Field(default_factory=list)
-    compensation_failed: list[Effect] = Field(default_factory=list)
-    live: list[Effect] = Field(default_factory=list)
+    compensated: EffectRefs = Field(default_factory=EffectRefs)
+    compensation_failed: EffectRefs = Field(default_factory=EffectRefs)
+    live: EffectRefs = Field(default_factory=EffectRefs)
 
 
 class SagaProgress(BaseModel):
@@ -287,11 +335,13 @@ class SagaResult(BaseModel):
     status: SagaState
     value: Any = None
     error: ErrorInfo | None = None
+    #: the newest :data:`RESULT_EFFECTS` compensated effects (``compensated_count`` has them all)
     compensated: list[Effect] = Field(default_factory=list)
     compensation_failed: list[Effect] = Field(default_factory=list)
     live_effects: list[Effect] = Field(default_factory=list)
     needs_attention: str | None = None
     head: Head
+    compensated_count: int = 0
 
 
 class PendingApproval(BaseModel):
@@ -315,6 +365,7 @@ class SagaStatus(BaseModel):
     head: Head
     #: the newest rows (at most :data:`STATUS_ROWS`; the journal has them all)
     rows: list[RowRef]
+    #: the newest live effects (at most :data:`STATUS_ROWS`; ``executed_count`` counts them all)
     executed: list[Effect]
     #: the tool whose call is in flight, if any
     running: str | None = None
@@ -322,6 +373,7 @@ class SagaStatus(BaseModel):
     suspect: Suspect | None = None
     refused_decisions: list[str] = Field(default_factory=list)
     needs_attention: str | None = None
+    executed_count: int = 0
 
 
 def _plain_text(value: str) -> str:

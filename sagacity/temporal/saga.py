@@ -40,6 +40,7 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
 from sagacity.temporal import names
 from sagacity.temporal.models import (
+    RESULT_EFFECTS,
     STATUS_ROWS,
     Abort,
     AppendRequest,
@@ -53,6 +54,7 @@ from sagacity.temporal.models import (
     CompensateRequest,
     Decision,
     Effect,
+    EffectRefs,
     ErrorInfo,
     Head,
     JournalRow,
@@ -165,6 +167,7 @@ class Saga:
         #: effects an earlier run of this saga left live, not yet asked for again by this run
         self._adoptable: list[Effect] = []
         # set once the saga compensates: why, and how far it got (carried by continue-as-new)
+        self._carried: SagaCarry | None = None
         self._error: ErrorInfo | None = None
         self._compensated: list[Effect] = []
         self._compensation_failed: list[Effect] = []
@@ -186,7 +189,8 @@ class Saga:
     def _take_carry(self, carry: SagaCarry) -> None:
         self.head = carry.head
         self.rows = list(carry.rows)
-        self.executed = list(carry.executed)
+        # effects travel by reference; they become Effects once the catalog is known
+        self._carried = carry
         self._adoptable = list(carry.adoptable)
         self.failures = list(carry.failures)
         self.needs_attention = carry.needs_attention
@@ -194,9 +198,6 @@ class Saga:
         self._decided = set(carry.decided)
         self._abort = carry.abort
         self._error = carry.error
-        self._compensated = list(carry.compensated)
-        self._compensation_failed = list(carry.compensation_failed)
-        self._live = list(carry.live)
 
     def carry(self) -> SagaCarry:
         """The state the next run needs (head, effects, failures, decisions) to go on as this one.
@@ -208,7 +209,7 @@ class Saga:
             saga_id=self.saga_id,
             head=self.head,
             rows=self.rows,
-            executed=self.executed,
+            executed=EffectRefs.of(self.executed),
             adoptable=self._adoptable,
             failures=self.failures,
             needs_attention=self.needs_attention,
@@ -216,10 +217,20 @@ class Saga:
             decided=sorted(self._decided),
             abort=self._abort,
             error=self._error,
-            compensated=self._compensated,
-            compensation_failed=self._compensation_failed,
-            live=self._live,
+            compensated=EffectRefs.of(self._compensated),
+            compensation_failed=EffectRefs.of(self._compensation_failed),
+            live=EffectRefs.of(self._live),
         )
+
+    def _unpack_carry(self) -> None:
+        carry, self._carried = self._carried, None
+        if carry is None:
+            return
+        kinds = {name: spec.reversibility for name, spec in (self._catalog or {}).items()}
+        self.executed = carry.executed.effects(kinds)
+        self._compensated = carry.compensated.effects(kinds)
+        self._compensation_failed = carry.compensation_failed.effects(kinds)
+        self._live = carry.live.effects(kinds)
 
     def continue_as_new_suggested(self) -> bool:
         """Whether history is long enough that the workflow should continue as new now."""
@@ -276,6 +287,7 @@ class Saga:
                     _error_message(err), type=_error_type(err), non_retryable=True
                 ) from None
             self._catalog = {s.name: s for s in opened.tools}
+            self._unpack_carry()
             self._fold(opened.rows)
             if not opened.more:
                 break
@@ -321,7 +333,9 @@ class Saga:
 
     def _effect_for(self, row: JournalRow) -> Effect | None:
         for effect in reversed(self.executed):
-            if effect.tool_name == row.tool_name and to_json(effect.input) == row.input:
+            # an effect carried by reference has no input here; compensations go newest first
+            same = effect.by_ref or to_json(effect.input) == row.input
+            if effect.tool_name == row.tool_name and same:
                 return effect
         return None
 
@@ -949,6 +963,7 @@ class Saga:
                 input_json=input_json,
                 result=effect.result,
                 failed=effect.failed,
+                by_ref=effect.by_ref,
             )
             try:
                 rows = await self._shielded(
@@ -993,6 +1008,7 @@ class Saga:
                     tool_name=effect.tool_name,
                     phase=Phase.COMPENSATION_FAILED,
                     input=input_json,
+                    input_of=effect.call_seq if effect.by_ref else None,
                     payload=to_json(
                         {
                             "type": _error_type(err),
@@ -1090,16 +1106,18 @@ class Saga:
         failed: list[Effect] | None = None,
         live: list[Effect] | None = None,
     ) -> SagaResult:
+        compensated = compensated or []
         return SagaResult(
             saga_id=self.saga_id,
             status=self.state,
             value=value,
             error=error,
-            compensated=compensated or [],
+            compensated=compensated[:RESULT_EFFECTS],
             compensation_failed=failed or [],
             live_effects=live or [],
             needs_attention=self.needs_attention,
             head=self.head,
+            compensated_count=len(compensated),
         )
 
     def status(self) -> SagaStatus:
@@ -1108,7 +1126,8 @@ class Saga:
             state=self.state,
             head=self.head,
             rows=self.rows,
-            executed=self.executed,
+            executed=self.executed[-STATUS_ROWS:],
+            executed_count=len(self.executed),
             running=self._running,
             pending_approval=self._pending,
             suspect=self._suspect,
