@@ -2,6 +2,9 @@
 
 Exit status: 0 every saga verified, 1 something is broken (the report says what, where, and which
 anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database).
+
+Warnings do not change it: a call whose INTENT has no outcome row after it (SUSPECT, or still
+running) is printed as ``WARNING  <saga> seq <n>: …`` and counted in the summary.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class Output:
     def __init__(self, *, as_json: bool, verbose: bool) -> None:
         self.as_json = as_json
         self.verbose = verbose
-        self.sagas = self.rows = self.failed = 0
+        self.sagas = self.rows = self.failed = self.warnings = 0
         self.problems: list[str] = []
         self._started = self._last = time.monotonic()
         self._tty = sys.stderr.isatty()
@@ -64,6 +67,11 @@ class Output:
             typer.echo(
                 f"ok      {report.saga_id}  {report.verdict.rows} rows  [{seen or 'chain only'}]"
             )
+        warnings = report.warnings()
+        self.warnings += len(warnings)
+        if not self.as_json:
+            for warning in warnings:
+                typer.echo(f"WARNING {report.saga_id} seq {warning.seq}: {warning.detail}")
         self._progress()
 
     def problem(self, text: str) -> None:
@@ -90,12 +98,16 @@ class Output:
             "rows": self.rows,
             "failed": self.failed,
             "problems": self.problems,
+            "warnings": self.warnings,
         }
         if self.as_json:
             typer.echo(json.dumps({"summary": summary}, ensure_ascii=False))
         else:
             verdict = "all verified" if ok else f"{self.failed} failed"
             extra = f", {len(self.problems)} bundle problems" if self.problems else ""
+            if self.warnings:
+                plural = "s" if self.warnings > 1 else ""
+                extra += f", {self.warnings} warning{plural} (calls whose outcome is unknown)"
             typer.echo(f"{self.sagas:,} sagas, {self.rows:,} rows: {verdict}{extra}")
         return 0 if ok else 1
 

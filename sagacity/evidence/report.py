@@ -20,6 +20,7 @@ __all__ = [
     "Anchor",
     "AnchorCheck",
     "Probe",
+    "ReportWarning",
     "SagaReport",
     "Source",
     "checkpoint_probe",
@@ -81,6 +82,18 @@ class AnchorCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class ReportWarning:
+    """A finding that does not fail verification. ``kind``: ``dangling_intent``."""
+
+    kind: str
+    seq: int
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seq": self.seq, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
 class SagaReport:
     """A saga's chain verdict and every anchor's finding."""
 
@@ -103,6 +116,18 @@ class SagaReport:
             )
         return found
 
+    def warnings(self) -> list[ReportWarning]:
+        """What does not fail verification but needs a look: calls whose outcome is unknown."""
+        return [
+            ReportWarning(
+                "dangling_intent",
+                d.seq,
+                f"INTENT of {d.tool_name!r} has no EXECUTED or FAILED after it: the call's "
+                "outcome is unknown (SUSPECT until a human resolves it, or still running)",
+            )
+            for d in self.verdict.dangling
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         problem = self.verdict.problem
         return {
@@ -115,6 +140,7 @@ class SagaReport:
             if problem is None
             else {"seq": problem.seq, "fault": problem.fault.value, "detail": problem.detail},
             "anchors": [c.to_dict() for c in self.checks],
+            "warnings": [w.to_dict() for w in self.warnings()],
         }
 
 

@@ -4,12 +4,13 @@ from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, Phase
-from sagacity.journal.verify import ChainVerifier, Fault, Problem, Verdict, verify_rows
+from sagacity.journal.verify import ChainVerifier, Dangling, Fault, Problem, Verdict, verify_rows
 
 __all__ = [
     "APPROVAL_GATE",
     "GENESIS_HASH",
     "ChainVerifier",
+    "Dangling",
     "Draft",
     "Entry",
     "Fault",

@@ -1,4 +1,9 @@
-"""Streaming chain verification: feed rows in seq order, learn the first bad one and why."""
+"""Streaming chain verification: feed rows in seq order, learn the first bad one and why.
+
+Along the way it notes each *dangling* INTENT: a call whose INTENT row is not followed by its
+EXECUTED or FAILED. The chain is not broken by one, but the call's outcome is unknown: it is
+still running, or it is SUSPECT (its worker died mid-call) until a human resolves it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,10 @@ from enum import StrEnum
 
 from sagacity.journal.chain import GENESIS_HASH, entry_hash
 from sagacity.journal.entry import Entry
+from sagacity.journal.phases import Phase
+
+#: the rows that end a call its INTENT started
+_OUTCOMES = frozenset({Phase.EXECUTED, Phase.FAILED})
 
 
 class Fault(StrEnum):
@@ -32,14 +41,27 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
+class Dangling:
+    """An INTENT row with no EXECUTED or FAILED after it: the call's outcome is unknown."""
+
+    seq: int
+    tool_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """What verifying one saga found. ``head_*`` is the last row that verified."""
+    """What verifying one saga found. ``head_*`` is the last row that verified.
+
+    ``dangling`` lists the INTENT rows (among those verified) that no outcome row follows: not
+    a fault of the chain, a warning that those calls' outcomes are unknown.
+    """
 
     saga_id: str
     rows: int
     head_seq: int
     head_hash: str
     problem: Problem | None
+    dangling: tuple[Dangling, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -55,6 +77,8 @@ class ChainVerifier:
         self._head_seq = 0
         self._head_hash = GENESIS_HASH
         self._problem: Problem | None = None
+        self._dangling: list[Dangling] = []
+        self._open: Dangling | None = None  # the previous row, when it was an INTENT
 
     def feed(self, entry: Entry) -> Problem | None:
         """Check the next row; after the first problem, later rows are ignored."""
@@ -67,6 +91,9 @@ class ChainVerifier:
             return self._problem
         self._head_seq = entry.seq
         self._head_hash = entry.hash
+        if self._open is not None and entry.phase not in _OUTCOMES:
+            self._dangling.append(self._open)
+        self._open = Dangling(entry.seq, entry.tool_name) if entry.phase == Phase.INTENT else None
         return None
 
     def _fault(self, entry: Entry) -> tuple[Fault, str] | None:
@@ -90,7 +117,19 @@ class ChainVerifier:
         return None
 
     def verdict(self) -> Verdict:
-        return Verdict(self.saga_id, self._rows, self._head_seq, self._head_hash, self._problem)
+        dangling = list(self._dangling)
+        if self._open is not None and self._problem is None:
+            # the last row is an INTENT (when the chain breaks after one, the broken row may
+            # be its outcome: say nothing of it)
+            dangling.append(self._open)
+        return Verdict(
+            self.saga_id,
+            self._rows,
+            self._head_seq,
+            self._head_hash,
+            self._problem,
+            tuple(dangling),
+        )
 
 
 def verify_rows(saga_id: str, rows: Iterable[Entry]) -> Verdict:

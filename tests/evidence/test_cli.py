@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.journal import Draft, Phase
 from sagacity.store import JournalStore
 from tests.approvals.conftest import CliResult
 from tests.evidence.conftest import anchored_saga
@@ -65,8 +66,42 @@ async def test_verify_json_and_the_warning_without_checkpoints(
     assert result.code == 0
     report, summary = json_lines(result)
     assert report["saga_id"] == saga_id and report["ok"] is True and report["rows"] == 2
-    assert summary == {"summary": {"ok": True, "sagas": 1, "rows": 2, "failed": 0, "problems": []}}
+    assert summary == {
+        "summary": {"ok": True, "sagas": 1, "rows": 2, "failed": 0, "problems": [], "warnings": 0}
+    }
+    assert report["warnings"] == []
     assert "no checkpoint directory" in result.stderr and "cannot be detected" in result.stderr
+
+
+async def test_an_intent_with_no_outcome_is_a_warning_naming_saga_and_seq(
+    sagacity: Cli,
+    journal: JournalStore,
+    writer: CheckpointWriter,
+    signing_key: Path,
+    saga_id: str,
+) -> None:
+    """A call whose outcome is unknown (SUSPECT, or still running) is shown, and verifies."""
+    await anchored_saga(journal, writer, saga_id, calls=2)
+    row = await journal.append(Draft(saga_id, "refund", Phase.INTENT, '{"amount": 5}'))
+    writer.record(saga_id, row.seq, row.hash)
+    env = anchored_env(writer, signing_key)
+
+    text = await sagacity("verify", saga_id, extra_env=env)
+    as_json = await sagacity("verify", saga_id, "--json", extra_env=env)
+
+    assert text.code == 0, text.stdout + text.stderr
+    assert (
+        f"WARNING {saga_id} seq 5: INTENT of 'refund' has no EXECUTED or FAILED after it: the "
+        "call's outcome is unknown (SUSPECT until a human resolves it, or still running)"
+    ) in text.stdout
+    assert text.stdout.endswith(
+        "1 sagas, 5 rows: all verified, 1 warning (calls whose outcome is unknown)\n"
+    )
+    assert as_json.code == 0, as_json.stdout
+    report, summary = json_lines(as_json)
+    assert report["saga_id"] == saga_id and report["ok"] is True
+    assert [(w["kind"], w["seq"]) for w in report["warnings"]] == [("dangling_intent", 5)]
+    assert summary["summary"]["ok"] is True and summary["summary"]["warnings"] == 1
 
 
 async def test_usage_errors_exit_2(sagacity: Cli, tmp_path: Path) -> None:

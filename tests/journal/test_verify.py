@@ -10,6 +10,7 @@ import pytest
 from sagacity.journal import (
     GENESIS_HASH,
     ChainVerifier,
+    Dangling,
     Draft,
     Entry,
     Fault,
@@ -106,3 +107,40 @@ def test_swapped_contents_do_not_hash() -> None:
     verdict = verify_rows("s", swapped)
     assert verdict.problem is not None
     assert (verdict.problem.fault, verdict.problem.seq) == (Fault.HASH_MISMATCH, 2)
+
+
+def sealed(*phases: tuple[str, Phase]) -> list[Entry]:
+    entries: list[Entry] = []
+    prev = GENESIS_HASH
+    for seq, (tool, phase) in enumerate(phases, 1):
+        draft = Draft("s", tool, phase, "{}")
+        entries.append(seal(draft, seq=seq, prev_hash=prev, timestamp=T0 + timedelta(seconds=seq)))
+        prev = entries[-1].hash
+    return entries
+
+
+def test_an_intent_no_outcome_follows_is_dangling_not_a_fault() -> None:
+    rows = sealed(
+        ("reserve", Phase.INTENT),
+        ("reserve", Phase.EXECUTED),
+        ("order", Phase.INTENT),  # the worker died: no outcome, then a compensation ran
+        ("reserve", Phase.COMPENSATED),
+        ("email", Phase.INTENT),
+        ("email", Phase.FAILED),
+        ("refund", Phase.INTENT),  # the last row: still running, or SUSPECT
+    )
+    verdict = verify_rows("s", rows)
+    assert verdict.ok and verdict.rows == 7
+    assert verdict.dangling == (Dangling(3, "order"), Dangling(7, "refund"))
+    assert verify_rows("s", rows[:6]).dangling == (Dangling(3, "order"),)
+    assert verify_rows("s", rows[:2]).dangling == ()
+
+
+def test_an_intent_before_a_broken_row_is_not_called_dangling() -> None:
+    rows = sealed(
+        ("a", Phase.INTENT), ("a", Phase.EXECUTED), ("b", Phase.INTENT), ("b", Phase.EXECUTED)
+    )
+    broken = [*rows[:3], replace(rows[3], payload="edited")]
+    verdict = verify_rows("s", broken)
+    assert not verdict.ok and verdict.problem is not None and verdict.problem.seq == 4
+    assert verdict.dangling == ()
