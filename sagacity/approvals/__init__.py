@@ -1,8 +1,17 @@
-"""Approval surfaces: list pending IRREVERSIBLE calls and decide them, from code, CLI or HTTP.
+"""Human decisions: approve IRREVERSIBLE calls, resolve SUSPECT ones, from code, CLI or HTTP.
 
 The gate itself lives in the saga engine (:mod:`sagacity.temporal.saga`); this package sits on it.
 """
 
 from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.suspects import Resolution, SagaView, SuspectView, resolve_suspect
 
-__all__ = ["ApprovalService", "DecisionResult", "PendingRequest"]
+__all__ = [
+    "ApprovalService",
+    "DecisionResult",
+    "PendingRequest",
+    "Resolution",
+    "SagaView",
+    "SuspectView",
+    "resolve_suspect",
+]

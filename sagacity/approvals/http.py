@@ -1,36 +1,61 @@
-"""The approvals HTTP API: list pending calls, approve or reject them as an authenticated principal.
+"""The approvals HTTP API: pending calls approved or rejected, SUSPECT calls resolved, by a principal.
 
 Every route needs ``Authorization: Bearer <token>``; the token names the principal, and the
-principal is the approver the journal records (a body cannot name one). Errors share one JSON
-shape, :class:`ErrorBody`. ``sagacity approvals serve`` runs this app under uvicorn; the OpenAPI
-document is served at ``/openapi.json`` and kept in ``docs/approvals-openapi.json``.
+principal is the approver (or resolver) the journal records (a body cannot name one). The token
+is checked before anything else, the path and body included; bodies over :data:`MAX_BODY` bytes
+are refused unread. Errors share one JSON shape, :class:`ErrorBody`, whatever went wrong.
+``sagacity approvals serve`` runs this app under uvicorn; the OpenAPI document is served at
+``/openapi.json`` and kept in ``docs/approvals-openapi.json``.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
+import logging
 from collections.abc import Mapping
 from importlib.metadata import version
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Path, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, model_validator
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.suspects import Resolution, SagaView
 from sagacity.errors import (
     ApprovalConflict,
     ApprovalNotFound,
     ApprovalRefused,
     ApproverNotAllowed,
+    InvalidEntry,
+    InvalidInput,
+    ResolutionRefused,
     SagacityError,
+    SagaNotFound,
     SagaUnavailable,
+    StoreUnavailable,
+    SuspectConflict,
+    SuspectNotFound,
 )
+from sagacity.inputs import check_json, check_name
 
-__all__ = ["ErrorBody", "create_app", "openapi_document"]
+__all__ = ["MAX_BODY", "ErrorBody", "create_app", "openapi_document"]
+
+#: request bodies larger than this are refused (413) before they are read in full
+MAX_BODY = 64 * 1024
+#: Temporal's default limit on a workflow id's length
+_ID_MAX = 1000
+_BIGINT_MAX = 2**63 - 1
+#: served without a token: the API's own description
+_PUBLIC = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+
+_log = logging.getLogger(__name__)
 
 _bearer = HTTPBearer(auto_error=False, description="A token from SAGACITY_APPROVAL_TOKENS.")
 
@@ -40,14 +65,29 @@ class ErrorBody(BaseModel):
 
     error: str = Field(
         description="unauthorized, approver_not_allowed, approval_not_found, approval_conflict, "
-        "invalid_request, saga_unavailable, …"
+        "saga_not_found, suspect_not_found, suspect_conflict, invalid_request, "
+        "payload_too_large, not_found, method_not_allowed, saga_unavailable, …"
     )
     detail: str
-    #: for approval_conflict: unknown_seq, already_decided, not_waiting, input_hash_mismatch
+    #: for approval_conflict: unknown_seq, already_decided, not_waiting, input_hash_mismatch;
+    #: for suspect_conflict: already_resolved, not_waiting, refused
     kind: str | None = None
     errors: list[dict[str, Any]] | None = Field(
         default=None, description="for invalid_request: what was wrong, field by field"
     )
+
+
+def _plain(value: str) -> str:
+    """Text a journal row and a Temporal payload can hold: no NUL or other control characters."""
+    if any(ord(c) < 32 and c not in "\t\n" for c in value):
+        raise ValueError("must not contain NUL or other control characters")
+    return value
+
+
+def _saga_id(value: str | None) -> str | None:
+    if value is not None:
+        check_name(value, what="a saga id", max_len=_ID_MAX)
+    return value
 
 
 class ApproveBody(BaseModel):
@@ -57,21 +97,62 @@ class ApproveBody(BaseModel):
 
     input_hash: str | None = Field(
         default=None,
-        description="the input hash the approver saw; the saga refuses the approval (409) if "
-        "it is not the hash of the call it waits to run",
+        pattern=r"^[0-9a-f]{64}$",
+        description="the input hash (SHA-256, lowercase hex) the approver saw; the saga refuses "
+        "the approval (409) if it is not the hash of the call it waits to run",
     )
 
 
 class RejectBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(min_length=1, max_length=2000, description="journaled with REJECTED")
+    reason: Annotated[
+        str,
+        Field(min_length=1, max_length=2000, description="journaled with REJECTED"),
+        AfterValidator(_plain),
+    ]
 
 
-Seq = Annotated[int, Path(ge=1, description="journal seq of the AWAITING_APPROVAL row")]
+class ResolveBody(BaseModel):
+    """What the principal found out about a SUSPECT call. The resolver is the token's principal."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    happened: StrictBool = Field(
+        description="true: the call took effect (EXECUTED is journaled, the saga goes on and "
+        "compensates it if it fails later); false: it did not (FAILED, the saga compensates "
+        "what ran before it)"
+    )
+    result: Any = Field(
+        default=None,
+        description="when it happened: what the call returned, for later steps and its "
+        "compensation (JSON, at most 100 levels deep)",
+    )
+
+    @model_validator(mode="after")
+    def _result_is_data(self) -> ResolveBody:
+        if not self.happened and self.result is not None:
+            raise ValueError("a result is only for a call that happened")
+        check_json(self.result, what="result")
+        return self
+
+
+SagaId = Annotated[
+    str,
+    Path(description="the saga id (its Temporal workflow id)"),
+    AfterValidator(_saga_id),
+]
+Seq = Annotated[
+    int, Path(ge=1, le=_BIGINT_MAX, description="journal seq of the AWAITING_APPROVAL row")
+]
+CallSeq = Annotated[
+    int,
+    Path(ge=1, le=_BIGINT_MAX, description="journal seq of the SUSPECT call's INTENT row"),
+]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "missing or unknown bearer token"},
+    413: {"model": ErrorBody, "description": f"a body over {MAX_BODY:,} bytes"},
     422: {"model": ErrorBody, "description": "malformed path or body"},
 }
 _DECISION_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -82,20 +163,37 @@ _DECISION_ERRORS: dict[int | str, dict[str, Any]] = {
     503: {"model": ErrorBody, "description": "the saga did not answer"},
 }
 
+_SUSPECT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    404: {"model": ErrorBody, "description": "no such saga, or no SUSPECT call at that seq"},
+    409: {"model": ErrorBody, "description": "already resolved, the saga ended, or it refused"},
+    503: {"model": ErrorBody, "description": "the saga did not answer, or not in time"},
+}
+
 _STATUS: list[tuple[type[SagacityError], int]] = [
     (ApproverNotAllowed, 403),
     (ApprovalNotFound, 404),
+    (SagaNotFound, 404),
+    (SuspectNotFound, 404),
     (ApprovalConflict, 409),
+    (SuspectConflict, 409),
+    (InvalidInput, 422),
+    (InvalidEntry, 422),
     (SagaUnavailable, 503),
+    (StoreUnavailable, 503),
     (ApprovalRefused, 409),
+    (ResolutionRefused, 409),
 ]
 
 
-def create_app(service: ApprovalService, tokens: Mapping[str, str]) -> FastAPI:
+def create_app(
+    service: ApprovalService, tokens: Mapping[str, str], *, max_body: int = MAX_BODY
+) -> FastAPI:
     """The API over ``service``; ``tokens`` maps each bearer token to the principal it names."""
     app = _app()
     app.state.service = service
     app.state.tokens = dict(tokens)
+    app.add_middleware(_Gate, max_body=max_body)
     return app
 
 
@@ -107,14 +205,81 @@ def openapi_document() -> dict[str, Any]:
 def _principal_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str | None:
     if credentials is None:
         return None
-    given = credentials.credentials.encode()
-    tokens: dict[str, str] = request.app.state.tokens
-    # compare against every token, in constant time each, so timing does not narrow a guess
+    return _lookup(request.app.state.tokens, credentials.credentials)
+
+
+def _lookup(tokens: Mapping[str, str], given: str) -> str | None:
+    """The principal ``given`` names, comparing with every token in constant time each."""
+    # timing does not narrow a guess; a token that is not UTF-8 text matches none
+    raw = given.encode("utf-8", "surrogateescape")
     found = None
     for token, principal in tokens.items():
-        if hmac.compare_digest(given, token.encode()):
+        if hmac.compare_digest(raw, token.encode()):
             found = principal
     return found
+
+
+def _bearer_principal(scope: Scope) -> str | None:
+    """The principal of the request's ``Authorization: Bearer`` header, read from the raw scope."""
+    header = Request(scope).headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    tokens: dict[str, str] = scope["app"].state.tokens
+    return _lookup(tokens, token.strip())
+
+
+class _Gate:
+    """Before any route: a valid bearer token (401), a body of at most ``max_body`` bytes (413).
+
+    The body is read here, bounded, and handed on whole, so nothing downstream reads more of it;
+    a request without a valid token is answered before its body or path are looked at.
+    """
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in _PUBLIC:
+            await self.app(scope, receive, send)
+            return
+        if _bearer_principal(scope) is None:
+            await _unauthorized()(scope, receive, send)
+            return
+        too_large = _error(
+            413,
+            ErrorBody(
+                error="payload_too_large",
+                detail=f"the request body is over {self.max_body:,} bytes",
+            ),
+        )
+        declared = Request(scope).headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            await too_large(scope, receive, send)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
+                await too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        whole: Message = {"type": "http.request", "body": bytes(body), "more_body": False}
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return whole
+
+        await self.app(scope, replay, send)
 
 
 async def _principal(
@@ -139,9 +304,15 @@ class _Unauthenticated(Exception):
     """No bearer token, or one that names no principal."""
 
 
+class _ErrorResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        # ASCII escapes: a detail quoting bad input (a lone surrogate) still renders
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def _error(status: int, body: ErrorBody) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+    return _ErrorResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 
 def _unauthorized() -> JSONResponse:
@@ -172,15 +343,46 @@ def _app() -> FastAPI:
         )
         return _error(422, ErrorBody(error="invalid_request", detail=summary, errors=errors))
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if (
+            request.url.path not in _PUBLIC
+            and _principal_of(request, await _bearer(request)) is None
+        ):
+            return _unauthorized()
+        if exc.status_code == 400:  # FastAPI could not parse the body
+            why = {
+                RecursionError: "the JSON body is nested too deeply",
+                UnicodeDecodeError: "the body is not UTF-8 text",
+            }.get(type(exc.__cause__), "the body is not valid JSON")
+            return _error(422, ErrorBody(error="invalid_request", detail=why))
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+        detail = exc.detail if isinstance(exc.detail, str) else "refused"
+        return _error(
+            exc.status_code, ErrorBody(error=code.get(exc.status_code, "http_error"), detail=detail)
+        )
+
     @app.exception_handler(SagacityError)
     async def refused(request: Request, exc: SagacityError) -> JSONResponse:
         status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
-        kind = exc.kind if isinstance(exc, ApprovalConflict) else None
+        if status == 422:
+            return _error(422, ErrorBody(error="invalid_request", detail=str(exc)))
+        kind = exc.kind if isinstance(exc, ApprovalConflict | SuspectConflict) else None
         return _error(status, ErrorBody(error=exc.code, detail=str(exc), kind=kind))
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, exc: Exception) -> JSONResponse:
+        # a bug, not bad input: logged with its traceback here, never shown to the caller
+        _log.error("request %s %s failed", request.method, request.url.path, exc_info=exc)
+        return _error(500, ErrorBody(error="internal_error", detail="the request failed"))
 
     @app.get("/approvals", responses=_ERRORS)
     async def list_approvals(
-        service: Service, _: Principal, saga_id: str | None = None
+        service: Service,
+        _: Principal,
+        saga_id: Annotated[
+            str | None, Query(description="only this saga's requests"), AfterValidator(_saga_id)
+        ] = None,
     ) -> list[PendingRequest]:
         """Pending approval requests, oldest first, with each saga's live status."""
         return await service.list(saga_id=saga_id)
@@ -190,7 +392,7 @@ def _app() -> FastAPI:
         responses={**_ERRORS, 404: {"model": ErrorBody, "description": "no such request"}},
     )
     async def get_approval(
-        service: Service, _: Principal, saga_id: str, seq: Seq
+        service: Service, _: Principal, saga_id: SagaId, seq: Seq
     ) -> PendingRequest:
         """One pending request."""
         return await service.get(saga_id, seq)
@@ -199,7 +401,7 @@ def _app() -> FastAPI:
     async def approve(
         service: Service,
         principal: Principal,
-        saga_id: str,
+        saga_id: SagaId,
         seq: Seq,
         body: ApproveBody | None = None,
     ) -> DecisionResult:
@@ -209,9 +411,35 @@ def _app() -> FastAPI:
 
     @app.post("/approvals/{saga_id}/{seq}/reject", responses=_DECISION_ERRORS)
     async def reject(
-        service: Service, principal: Principal, saga_id: str, seq: Seq, body: RejectBody
+        service: Service, principal: Principal, saga_id: SagaId, seq: Seq, body: RejectBody
     ) -> DecisionResult:
         """Reject the call as the token's principal; the saga compensates what ran before it."""
         return await service.reject(saga_id, seq, approver=principal, reason=body.reason)
+
+    @app.get(
+        "/sagas/{saga_id}",
+        responses={
+            **_ERRORS,
+            404: {"model": ErrorBody, "description": "no such saga"},
+            503: {"model": ErrorBody, "description": "the saga did not answer"},
+        },
+    )
+    async def get_saga(service: Service, _: Principal, saga_id: SagaId) -> SagaView:
+        """The saga's live state: what it waits for, its SUSPECT call if it has one."""
+        return await service.saga(saga_id)
+
+    @app.post("/sagas/{saga_id}/suspects/{seq}/resolve", responses=_SUSPECT_ERRORS)
+    async def resolve_suspect(
+        service: Service, principal: Principal, saga_id: SagaId, seq: CallSeq, body: ResolveBody
+    ) -> Resolution:
+        """Say, as the token's principal, whether the SUSPECT call at ``seq`` took effect.
+
+        Answers once the saga has taken the resolution (its outcome row is in ``outcome`` when
+        written in time); 409 ``refused`` if the saga refused it, 503 if it did not take it in
+        time (it will when its worker runs).
+        """
+        return await service.resolve(
+            saga_id, seq, resolver=principal, happened=body.happened, result=body.result
+        )
 
     return app

@@ -12,21 +12,15 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-from temporalio.client import (
-    Client,
-    RPCTimeoutOrCancelledError,
-    WorkflowQueryFailedError,
-    WorkflowQueryRejectedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.common import QueryRejectCondition
+from pydantic import BaseModel, Field, ValidationError
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from sagacity.approvals.live import Live, live_status
+from sagacity.approvals.suspects import Resolution, SagaView, resolve_suspect, saga_view
 from sagacity.errors import (
     ApprovalConflict,
     ApprovalNotFound,
@@ -34,8 +28,10 @@ from sagacity.errors import (
     ApproverNotAllowed,
     SagaUnavailable,
 )
+from sagacity.inputs import invalid
 from sagacity.journal import Phase, input_hash
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
+from sagacity.store.journal import JournalStore
 from sagacity.temporal.models import Decision, SagaState, SagaStatus
 
 __all__ = ["ApprovalService", "DecisionResult", "PendingRequest"]
@@ -83,25 +79,16 @@ def may_decide(rules: Mapping[str, Sequence[str]] | None, approver: str, tool: s
     return approver in rules.get(tool, ()) or approver in rules.get("*", ())
 
 
-@dataclass(frozen=True, slots=True)
-class _Live:
-    """What a saga answered: its Temporal status and, while it runs, its saga status."""
-
-    workflow_status: str
-    status: SagaStatus | None = None
-    detail: str = ""
-
-
-# The workflow validator refuses with text only (sagacity/temporal/saga.py ``_refusal``); these
-# fragments map its reasons to typed errors, for the races the checks here cannot see coming.
-
-
 class ApprovalService:
     """Lists pending approvals and takes decisions on them, as a named approver.
 
     ``approvers`` is the allow-list applied to decisions taken here (CLI, HTTP): tool name or
     ``"*"`` to identities; None lets any named approver decide. A saga started with
     ``SagaOptions.approvers`` also enforces its own list, for every route including raw signals.
+
+    It also shows a saga's SUSPECT call and sends a resolution of it (:meth:`saga`,
+    :meth:`resolve`); with ``journal``, the call's input is read from its INTENT row (redacted)
+    and the outcome the resolution journaled is reported.
     """
 
     def __init__(
@@ -110,21 +97,26 @@ class ApprovalService:
         approvals: ApprovalStore,
         *,
         approvers: Mapping[str, Sequence[str]] | None = None,
+        journal: JournalStore | None = None,
         concurrency: int = 32,
         rpc_timeout: timedelta = timedelta(seconds=5),
     ) -> None:
         self._client = client
         self._store = approvals
+        self._journal = journal
         self.approvers = approvers
         self._concurrency = concurrency
         self._rpc_timeout = rpc_timeout
+        # resolutions of one saga are sent one at a time, so the second of two identical
+        # requests sees the first taken (409) instead of racing it to the saga
+        self._resolving: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def list(self, *, saga_id: str | None = None) -> builtins.list[PendingRequest]:
         """Stored requests, oldest first, each with its saga's live status (one query per saga)."""
         requests = await self._store.list(saga_id=saga_id)
         gate = asyncio.Semaphore(self._concurrency)
 
-        async def ask(sid: str) -> tuple[str, _Live]:
+        async def ask(sid: str) -> tuple[str, Live]:
             async with gate:
                 return sid, await self._live(sid)
 
@@ -147,7 +139,7 @@ class ApprovalService:
 
         Returns once APPROVED is journaled; the call itself runs after that.
         """
-        decision = Decision(
+        decision = _decision(
             journal_seq=journal_seq, approver=approver, approve=True, input_hash=input_hash
         )
         return await self._decide(saga_id, decision)
@@ -156,10 +148,44 @@ class ApprovalService:
         self, saga_id: str, journal_seq: int, *, approver: str, reason: str
     ) -> DecisionResult:
         """Reject the call; returns once REJECTED is journaled (the saga then compensates)."""
-        decision = Decision(
+        decision = _decision(
             journal_seq=journal_seq, approver=approver, approve=False, reason=reason
         )
         return await self._decide(saga_id, decision)
+
+    async def saga(self, saga_id: str) -> SagaView:
+        """What the saga says now, its SUSPECT call included."""
+        return await saga_view(
+            self._client, saga_id, journal=self._journal, rpc_timeout=self._rpc_timeout
+        )
+
+    async def resolve(
+        self, saga_id: str, call_seq: int, *, resolver: str, happened: bool, result: Any = None
+    ) -> Resolution:
+        """Say whether the SUSPECT call at ``call_seq`` took effect; returns once the saga took it.
+
+        See :func:`~sagacity.approvals.suspects.resolve_suspect` for the refusals.
+        """
+        lock, users = self._resolving.get(saga_id, (asyncio.Lock(), 0))
+        self._resolving[saga_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await resolve_suspect(
+                    self._client,
+                    saga_id,
+                    call_seq,
+                    resolver=resolver,
+                    happened=happened,
+                    result=result,
+                    journal=self._journal,
+                    rpc_timeout=self._rpc_timeout,
+                )
+        finally:
+            lock, users = self._resolving[saga_id]
+            if users == 1:
+                del self._resolving[saga_id]
+            else:
+                self._resolving[saga_id] = (lock, users - 1)
 
     async def _decide(self, saga_id: str, decision: Decision) -> DecisionResult:
         if not decision.approver.strip():
@@ -223,29 +249,19 @@ class ApprovalService:
             f"saga {saga_id!r} is not waiting for an approval (state: {status.state.value})",
         )
 
-    async def _live(self, saga_id: str) -> _Live:
-        handle = self._client.get_workflow_handle(saga_id)
-        try:
-            status: SagaStatus = await handle.query(
-                "status",
-                result_type=SagaStatus,
-                reject_condition=QueryRejectCondition.NOT_OPEN,
-                rpc_timeout=self._rpc_timeout,
-            )
-        except WorkflowQueryRejectedError as err:
-            return _Live(err.status.name.lower() if err.status else "closed")
-        except RPCError as err:
-            if err.status is RPCStatusCode.NOT_FOUND:
-                return _Live("not_found")
-            return _Live("no_answer", detail=err.message)
-        except WorkflowQueryFailedError as err:
-            return _Live("no_answer", detail=err.message)
-        except RPCTimeoutOrCancelledError as err:
-            return _Live("no_answer", detail=str(err) or "no answer in time")
-        return _Live("running", status)
+    async def _live(self, saga_id: str) -> Live:
+        return await live_status(self._client, saga_id, self._rpc_timeout)
 
 
-def _view(request: ApprovalRequest, live: _Live) -> PendingRequest:
+def _decision(**fields: Any) -> Decision:
+    """The ``decide`` payload; what the saga would refuse to read is refused here instead."""
+    try:
+        return Decision(**fields)
+    except ValidationError as exc:
+        raise invalid(exc, what="the decision") from None
+
+
+def _view(request: ApprovalRequest, live: Live) -> PendingRequest:
     pending = live.status.pending_approval if live.status else None
     if pending is not None and pending.journal_seq != request.journal_seq:
         pending = None  # the saga waits, but for another request

@@ -24,7 +24,7 @@ from sagacity.cli._common import run_or_exit
 from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
 from sagacity.settings import Settings, load_settings
-from sagacity.store import ApprovalStore, open_pool
+from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
 from workers.saga_worker import connect
 
@@ -39,7 +39,10 @@ app = typer.Typer(
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 SagaArg = Annotated[str, typer.Argument(help="Saga (workflow) id.", show_default=False)]
 SeqArg = Annotated[
-    int, typer.Argument(min=1, help="Journal seq of the AWAITING_APPROVAL row.", show_default=False)
+    int,
+    typer.Argument(
+        min=1, max=2**63 - 1, help="Journal seq of the AWAITING_APPROVAL row.", show_default=False
+    ),
 ]
 Approver = Annotated[
     str, typer.Option("--as", help="Who decides: recorded in the journal.", show_default=False)
@@ -73,7 +76,9 @@ async def _service(settings: Settings) -> AsyncIterator[ApprovalService]:
     pool = await open_pool(settings.database_url, min_size=1, max_size=4)
     try:
         client = await connect(settings, SagacityPlugin())
-        yield ApprovalService(client, ApprovalStore(pool), approvers=settings.approvers)
+        yield ApprovalService(
+            client, ApprovalStore(pool), approvers=settings.approvers, journal=JournalStore(pool)
+        )
     finally:
         await pool.close()
 

@@ -1,4 +1,5 @@
-"""Fixtures for approval tests: the saga fixtures of ``tests/temporal``, the service, the CLI.
+"""Fixtures for approval tests: the saga fixtures of ``tests/temporal``, the service, the CLI,
+and sagas with a SUSPECT call (a worker process killed mid-call).
 
 Everything runs against the session's real Temporal server and Postgres.
 """
@@ -10,7 +11,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,12 @@ from temporalio.worker import Worker
 
 from sagacity.approvals import ApprovalService
 from sagacity.devstack import Endpoints
-from sagacity.store import ApprovalStore
-from sagacity.temporal.models import SagaOptions, SagaResult, SagaStatus
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.models import SagaOptions, SagaResult, SagaState, SagaStatus
 from tests.temporal import conftest as saga_fixtures
-from tests.temporal.conftest import awaiting_approval, wait_for
+from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.test_crash import OPTIONS, WorkerProcess
+from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
 
 # the saga tests' fixtures, shared by name: the journal, the shop, an in-process worker
@@ -81,6 +84,80 @@ def start_order(temporal_client: Client, worker: Worker) -> StartOrder:
 @pytest.fixture
 def service(temporal_client: Client, approvals: ApprovalStore) -> ApprovalService:
     return ApprovalService(temporal_client, approvals)
+
+
+@dataclass
+class Suspect:
+    """An Order saga stopped at a SUSPECT ``create_order`` call (its INTENT is at ``seq``)."""
+
+    saga_id: str
+    handle: WorkflowHandle[Any, SagaResult]
+    status: SagaStatus
+
+    @property
+    def seq(self) -> int:
+        assert self.status.suspect is not None
+        return self.status.suspect.call_seq
+
+
+MakeSuspects = Callable[[int], Coroutine[Any, Any, list[Suspect]]]
+
+
+@pytest.fixture
+async def make_suspects(
+    temporal_client: Client,
+    endpoints: Endpoints,
+    database_url: str,
+    task_queue: str,
+    shop: Shop,
+    journal: JournalStore,
+    tmp_path: Path,
+) -> AsyncIterator[MakeSuspects]:
+    """Make ``count`` SUSPECT sagas the way a crash does (``tests/temporal/test_crash.py``).
+
+    Each Order saga's ``create_order`` stalls before any effect, the worker process running them
+    is killed with SIGKILL, and a new one finds INTENT rows with no outcome of a tool that is not
+    idempotent: SUSPECT, until a human says. The new worker keeps serving the task queue.
+    """
+    process = WorkerProcess(endpoints, database_url, task_queue, tmp_path / "worker.log")
+    await process.start()
+
+    async def make(count: int) -> list[Suspect]:
+        await shop.arm_fault("create_order", "", times=count, delay_s=60)
+        handles = []
+        for _ in range(count):
+            saga_id = f"suspect-{uuid.uuid4().hex[:8]}"
+            handles.append(
+                await temporal_client.start_workflow(
+                    "order.PlaceOrder",
+                    OrderRequest(options=OPTIONS),
+                    id=saga_id,
+                    task_queue=task_queue,
+                    result_type=SagaResult,
+                )
+            )
+        for handle in handles:
+            for _ in range(300):
+                if ("create_order", "INTENT") in await phases(journal, handle.id):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise TimeoutError(f"{handle.id} never started create_order")
+        process.kill()
+        await process.start()
+        return [
+            Suspect(
+                handle.id,
+                handle,
+                await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60),
+            )
+            for handle in handles
+        ]
+
+    try:
+        yield make
+    finally:
+        process.stop()
 
 
 @dataclass

@@ -13,10 +13,11 @@ from pathlib import Path
 import httpx
 from temporalio.client import Client
 
+from sagacity.approvals import ApprovalService
 from sagacity.devstack import Endpoints, find_temporal_executable
 from sagacity.journal import input_hash
 from sagacity.store import ApprovalStore, JournalStore
-from sagacity.temporal.models import SagaState
+from sagacity.temporal.models import SagaState, SagaStatus
 from tests.approvals.conftest import GATE_SEQ, START, Cli, StartOrder
 from tests.temporal.conftest import phases
 from workflows.order.shop import Shop
@@ -142,6 +143,28 @@ async def test_allow_list_from_the_environment_refuses_other_approvers(
     )  # fmt: skip
     assert allowed.code == 0, allowed.stderr
     assert (await waiting.handle.result()).status is SagaState.COMPLETED
+
+
+async def test_bad_decisions_are_one_line_exit_2_and_change_nothing(
+    start_order: StartOrder, cli: Cli, journal: JournalStore, service: ApprovalService
+) -> None:
+    waiting = await start_order()
+    sid, seq = waiting.saga_id, str(waiting.seq)
+    runs = await asyncio.gather(
+        cli("approvals", "reject", sid, seq, "--as", "alice", "--reason", "bad\x01byte"),
+        cli("approvals", "approve", sid, seq, "--as", "alice", "--input-hash", "not-a-hash"),
+        cli("approvals", "approve", sid, seq, "--as", " "),
+    )
+    for run in runs:
+        assert run.code == 2, (run.code, run.stderr)
+        assert run.stderr.startswith("error: the decision: ") and "Traceback" not in run.stderr
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert len(await journal.read(sid)) == GATE_SEQ
+    status = await waiting.handle.query("status", result_type=SagaStatus)
+    assert status.state is SagaState.AWAITING_APPROVAL and status.refused_decisions == []
+    # end it: a saga left waiting without a worker would slow every later listing
+    await service.reject(sid, waiting.seq, approver="alice", reason="test done")
+    assert (await waiting.handle.result()).status is SagaState.COMPENSATED
 
 
 async def test_missing_configuration_exits_2_naming_it(cli: Cli) -> None:

@@ -132,6 +132,63 @@ async def test_refused_requests_change_neither_journal_nor_saga(
     assert len(await journal.read(sid)) == GATE_SEQ + 3  # REJECTED and two compensations
 
 
+async def test_bad_input_anywhere_is_a_4xx_in_the_error_shape_after_authentication(
+    start_order: StartOrder, api: httpx.AsyncClient, journal: JournalStore, approvals: ApprovalStore
+) -> None:
+    """NUL, invalid UTF-8, lone surrogates, deep nesting, huge bodies: never a 500, nothing changes."""
+    waiting = await start_order()
+    sid, seq = waiting.saga_id, waiting.seq
+    path = f"/approvals/{sid}/{seq}"
+    before = await journal.read(sid)
+    as_json = {"Content-Type": "application/json"}
+    deep = b"[" * 10_000 + b"]" * 10_000
+    huge = json.dumps({"reason": "x" * 3_000_000}).encode()
+
+    async def streamed() -> Any:  # no Content-Length: the size is only known while reading
+        for _ in range(50):
+            yield b"x" * 100_000
+
+    cases: list[tuple[str, str, dict[str, Any], int, str]] = [
+        # (method, path, request options, status, error code)
+        ("GET", f"/approvals/{sid}%00/{seq}", {"headers": ALICE}, 422, "invalid_request"),
+        ("GET", "/approvals?saga_id=a%00b", {"headers": ALICE}, 422, "invalid_request"),
+        ("POST", f"/approvals/{sid}%00/{seq}/approve", {"headers": ALICE}, 422, "invalid_request"),
+        ("GET", f"/sagas/{sid}%00", {"headers": ALICE}, 422, "invalid_request"),
+        ("POST", f"/approvals/{sid}/{2**64}/approve", {"headers": ALICE}, 422, "invalid_request"),
+        ("GET", f"/approvals/{'x' * 2000}/{seq}", {"headers": ALICE}, 422, "invalid_request"),
+        # bodies: the token first, then the body
+        ("POST", f"{path}/reject", {"headers": as_json, "content": b'{"reason": "\xff"}'}, 401, "unauthorized"),
+        ("POST", f"{path}/reject", {"headers": {**ALICE, **as_json}, "content": '{"reason": "é"}'.encode("latin-1")}, 422, "invalid_request"),
+        ("POST", f"{path}/reject", {"headers": as_json, "content": deep}, 401, "unauthorized"),
+        ("POST", f"{path}/reject", {"headers": {**ALICE, **as_json}, "content": deep}, 422, "invalid_request"),
+        ("POST", f"{path}/approve", {"headers": {**ALICE, **as_json}, "content": b'{"input_hash": ' + deep + b"}"}, 422, "invalid_request"),
+        ("POST", f"{path}/reject", {"headers": {**ALICE, **as_json}, "content": b'{"reason": "\ud800"}'}, 422, "invalid_request"),
+        ("POST", f"{path}/reject", {"headers": {**ALICE, **as_json}, "content": b'{"reason": "a\u0000b"}'}, 422, "invalid_request"),
+        ("POST", f"{path}/approve", {"headers": {**ALICE, **as_json}, "content": b'{"input_hash": "\ud800"}'}, 422, "invalid_request"),
+        ("POST", f"{path}/approve", {"headers": {**ALICE, **as_json}, "content": b'{"\ud800": 1}'}, 422, "invalid_request"),
+        ("POST", f"{path}/approve", {"headers": {**ALICE, **as_json}, "content": b'{"input_hash": "not a hash"}'}, 422, "invalid_request"),
+        ("POST", f"{path}/reject", {"headers": as_json, "content": huge}, 401, "unauthorized"),
+        ("POST", f"{path}/reject", {"headers": {**ALICE, **as_json}, "content": huge}, 413, "payload_too_large"),
+        ("POST", f"{path}/reject", {"headers": {**ALICE, **as_json}, "content": streamed()}, 413, "payload_too_large"),
+        ("GET", "/no/such/route", {}, 401, "unauthorized"),
+        ("GET", "/no/such/route", {"headers": ALICE}, 404, "not_found"),
+        ("DELETE", path, {"headers": ALICE}, 405, "method_not_allowed"),
+    ]  # fmt: skip
+    for method, url, options, status, error in cases:
+        response = await api.request(method, url, **options)
+        assert response.status_code == status, (method, url[:80], response.text[:300])
+        body = error_of(response)
+        assert body["error"] == error, (method, url[:80], body)
+        assert "Traceback" not in response.text
+
+    assert await journal.read(sid) == before
+    state = await waiting.handle.query("status", result_type=SagaStatus)
+    assert state.state is SagaState.AWAITING_APPROVAL and state.refused_decisions == []
+    assert await approvals.get(sid, seq) is not None
+    ended = await api.post(f"{path}/reject", headers=ALICE, json={"reason": "test done"})
+    assert ended.status_code == 200  # a saga left waiting without a worker slows later listings
+
+
 async def test_openapi_document_is_served_and_committed_current(api: httpx.AsyncClient) -> None:
     served = await api.get("/openapi.json")
     assert served.status_code == 200
@@ -147,4 +204,6 @@ async def test_openapi_document_is_served_and_committed_current(api: httpx.Async
         ("/approvals/{saga_id}/{seq}", "get"),
         ("/approvals/{saga_id}/{seq}/approve", "post"),
         ("/approvals/{saga_id}/{seq}/reject", "post"),
+        ("/sagas/{saga_id}", "get"),
+        ("/sagas/{saga_id}/suspects/{seq}/resolve", "post"),
     }
