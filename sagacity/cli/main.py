@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from sagacity.cli import approvals, db, demo, dev, export, saga, verify, worker
 
+
+class _Root(TyperGroup):
+    """The ``sagacity`` group: arguments that are not UTF-8 text are refused before any command.
+
+    Python hands undecodable argument bytes over as lone surrogates (``\\udcff``), which no
+    Temporal payload or Postgres row can hold; one line and exit 2 instead of a traceback.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        for arg in args:
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:
+                typer.echo(f"error: argument {arg!a} is not UTF-8 text", err=True)
+                raise typer.Exit(2) from None
+        parsed: list[str] = super().parse_args(ctx, args)
+        return parsed
+
+
 app = typer.Typer(
     name="sagacity",
+    cls=_Root,
     help="Sagas and a tamper-evident journal for AI-agent tool calls.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -1,11 +1,13 @@
-"""``sagacity saga``: start a saga, see where it is, abort it, read its journal.
+"""``sagacity saga``: start a saga, see where it is, abort it, resolve a SUSPECT call, read its journal.
 
 ``start`` prints the saga id on stdout (so ``SAGA=$(sagacity saga start …)`` works) and its
 progress on stderr. ``--wait`` returns when the saga has ended *or* stopped for a human (an
-approval, a SUSPECT call), since nothing but that human can move it on.
+approval, a SUSPECT call), since nothing but that human can move it on. ``resolve`` is that
+human's answer for a SUSPECT call: whether it took effect.
 
 Exit status: 0 done or waiting for a human, 1 the saga did not complete (compensated, aborted,
-failed) or the chain does not verify, 2 bad usage or unknown saga.
+failed), refused a resolution, or the chain does not verify, 2 bad usage or input (one line on
+stderr, never a traceback) or unknown saga.
 """
 
 from __future__ import annotations
@@ -21,19 +23,32 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from sagacity.approvals.suspects import Resolution, resolve_suspect
 from sagacity.cli._exit import exit_now, hard_exit
-from sagacity.errors import SagacityError
+from sagacity.errors import InvalidInput, SagacityError, SagaNotFound
+from sagacity.inputs import check_name, invalid, load_json
 from sagacity.journal import Entry, Verdict, verify_rows
 from sagacity.observability import tracing
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Abort, SagaOptions, SagaResult, SagaSpec, SagaState, SagaStatus
+from sagacity.temporal.models import (
+    Abort,
+    SagaOptions,
+    SagaResult,
+    SagaSpec,
+    SagaState,
+    SagaStatus,
+    Step,
+)
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from workers.saga_worker import connect
@@ -46,6 +61,10 @@ ORDER_WORKFLOW = "order.PlaceOrder"
 #: states in which only a human can move the saga on
 WAITING = frozenset({SagaState.AWAITING_APPROVAL, SagaState.SUSPECT})
 _QUERY_TIMEOUT = timedelta(seconds=10)
+#: a steps file larger than this is refused (Temporal refuses workflow inputs over 2 MB)
+MAX_STEPS_FILE = 1024 * 1024
+#: Temporal's default limit on a workflow id's length
+_ID_MAX = 1000
 
 app = typer.Typer(
     name="saga",
@@ -80,7 +99,7 @@ def _run(work: Coroutine[Any, Any, int]) -> NoReturn:
     """
     try:
         code = asyncio.run(work)
-    except _Usage as exc:
+    except (_Usage, InvalidInput, SagaNotFound) as exc:
         typer.echo(f"error: {exc}", err=True)
         code = 2
     except (SagacityError, RPCError) as exc:
@@ -93,9 +112,12 @@ def _run(work: Coroutine[Any, Any, int]) -> NoReturn:
 async def _client(settings: Settings) -> AsyncIterator[Client]:
     with tracing(settings, "sagacity-cli") as interceptors:
         try:
-            yield await connect(settings, SagacityPlugin(), interceptors=interceptors)
+            client = await connect(settings, SagacityPlugin(), interceptors=interceptors)
         except SagacityError as exc:
             raise _Usage(str(exc)) from None
+        except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+            raise _Usage(f"cannot reach Temporal at {settings.temporal_address}: {exc}") from None
+        yield client
 
 
 def _input(workflow: str, steps: Path | None, order: str | None, options: SagaOptions) -> Any:
@@ -105,12 +127,7 @@ def _input(workflow: str, steps: Path | None, order: str | None, options: SagaOp
     if steps is not None:
         if workflow != WORKFLOW_NAME:
             raise _Usage(f"--steps runs the generic {WORKFLOW_NAME} workflow, not {workflow}")
-        try:
-            raw = json.loads(steps.read_text(encoding="utf-8"))
-            spec = raw if isinstance(raw, dict) else {"steps": raw}
-            return SagaSpec.model_validate({"options": options.model_dump(), **spec})
-        except (OSError, ValueError) as exc:  # ValidationError is a ValueError
-            raise _Usage(f"--steps {steps}: {exc}") from None
+        return _steps(steps, options)
     assert order is not None
     product, _, quantity = order.partition(":")
     if not product or not quantity.isdigit() or int(quantity) < 1:
@@ -120,6 +137,74 @@ def _input(workflow: str, steps: Path | None, order: str | None, options: SagaOp
     if workflow == ORDER_WORKFLOW:
         return OrderRequest(product_id=product, quantity=int(quantity), options=options)
     raise _Usage(f"--order starts {ORDER_WORKFLOW} or {WORKFLOW_NAME}, not {workflow}")
+
+
+def _steps(path: Path, options: SagaOptions) -> SagaSpec:
+    """A steps file, checked whole before anything starts: bad input is one line, exit 2."""
+    what = f"--steps {path}"
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_STEPS_FILE + 1)
+    except OSError as exc:
+        raise _Usage(f"{what}: {exc.strerror or exc}") from None
+    if len(data) > MAX_STEPS_FILE:
+        raise _Usage(f"{what}: the file is over {MAX_STEPS_FILE // 1024} KiB")
+    raw = load_json(data, what=what)
+    document = raw if isinstance(raw, dict) else {"steps": raw}
+    _known_fields(document, what=what)
+    try:
+        spec = SagaSpec.model_validate({"options": options.model_dump(), **document})
+    except ValidationError as exc:
+        raise invalid(exc, what=what) from None
+    if not spec.steps:
+        raise InvalidInput(f"{what}: no steps to run")
+    done: list[str] = []
+    for i, step in enumerate(spec.steps):
+        check_name(step.tool, what=f"{what}: steps[{i}].tool")
+        if step.id is not None:
+            check_name(step.id, what=f"{what}: steps[{i}].id")
+        _check_refs(step, done, what=f"{what}: steps[{i}].args")
+        done.append(step.key)
+    return spec
+
+
+def _known_fields(document: dict[str, Any], *, what: str) -> None:
+    """A misspelt field (``arg`` for ``args``) is refused, not silently ignored."""
+    found: list[tuple[str, Any, type[BaseModel]]] = [("", document, SagaSpec)]
+    options = document.get("options")
+    if isinstance(options, dict):
+        found.append(("options", options, SagaOptions))
+    steps = document.get("steps")
+    if isinstance(steps, list):
+        found += [(f"steps[{i}]", s, Step) for i, s in enumerate(steps) if isinstance(s, dict)]
+    for where, fields, model in found:
+        unknown = sorted(set(fields) - set(model.model_fields))
+        if unknown:
+            at = f" in {where}" if where else ""
+            known = ", ".join(model.model_fields)
+            raise InvalidInput(f"{what}: unknown field {unknown[0]!r}{at} (known: {known})")
+
+
+def _check_refs(step: Step, earlier: list[str], *, what: str) -> None:
+    """Each ``{"$ref": "step[.field…]"}`` in the step's arguments names an earlier step."""
+    stack: list[Any] = [step.args]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if set(value) == {"$ref"}:
+                ref = value["$ref"]
+                if not isinstance(ref, str) or not ref:
+                    raise InvalidInput(f"{what}: a $ref must be text: step[.field…]; got {ref!r}")
+                name = ref.split(".")[0]
+                if name not in earlier:
+                    known = ", ".join(earlier) or "none"
+                    raise InvalidInput(
+                        f"{what}: $ref {ref!r} names no earlier step (earlier: {known})"
+                    )
+            else:
+                stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 async def _settle(handle: WorkflowHandle[Any, SagaResult]) -> SagaResult | SagaStatus:
@@ -250,14 +335,24 @@ def start(
         # the deadline setting is the default for sagas started here; a steps file may override
         options = SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds())
         argument = _input(name, steps, order, options)
+        if saga_id is not None:
+            check_name(saga_id, what="--id", max_len=_ID_MAX)
         sid = saga_id or f"{'order' if order else 'saga'}-{uuid.uuid4().hex[:8]}"
         async with _client(settings) as client:
             try:
                 handle = await client.start_workflow(
-                    name, argument, id=sid, task_queue=settings.task_queue, result_type=SagaResult
+                    name,
+                    argument,
+                    id=sid,
+                    task_queue=settings.task_queue,
+                    result_type=SagaResult,
+                    # one id, one journal: a closed saga's id is not reused either
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 )
             except WorkflowAlreadyStartedError:
-                raise _Usage(f"a saga with id {sid!r} already exists") from None
+                raise _Usage(
+                    f"a saga with id {sid!r} already exists (one id names one journal)"
+                ) from None
             typer.echo(f"started {name} as {sid} on task queue {settings.task_queue}", err=True)
             if not wait:
                 typer.echo(sid)
@@ -304,11 +399,132 @@ def abort(
             if isinstance(current, SagaResult):
                 typer.echo(f"saga {saga} already ended: {current.status.value}", err=True)
                 return 1
-            await handle.signal("abort", Abort(reason=reason, by=by or getpass.getuser()))
+            try:
+                payload = Abort(reason=reason, by=by or _user())
+            except ValidationError as exc:
+                raise invalid(exc, what="abort") from None
+            await handle.signal("abort", payload)
             typer.echo(f"abort sent to {saga}: it compensates what ran", err=True)
             return _report(await _settle(handle), as_json=False) if wait else 0
 
     _run(work())
+
+
+def _user() -> str:
+    """Who is at the keyboard, by the system's account name: the default ``--by``."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no user name in this environment (a bare container)
+        raise _Usage("no user name found: pass --by NAME") from None
+
+
+@app.command("resolve")
+@hard_exit
+def resolve(
+    saga: SagaId,
+    seq: Annotated[
+        int,
+        typer.Option(
+            "--seq",
+            min=1,
+            help="Journal seq of the SUSPECT call's INTENT row (`saga status` shows it).",
+            show_default=False,
+        ),
+    ],
+    happened: Annotated[
+        bool,
+        typer.Option(
+            "--happened/--did-not-happen",
+            help="Whether the call took effect (look in the system it acts on).",
+            show_default=False,
+        ),
+    ],
+    result: Annotated[
+        str | None,
+        typer.Option(
+            "--result",
+            help="With --happened: what the call returned, as JSON, for later steps and its "
+            "compensation.",
+            show_default=False,
+        ),
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by", help="Who resolves (default: your user name); journaled.", show_default=False
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", min=0.5, max=600, help="Seconds to wait for the saga to take it."
+        ),
+    ] = 10.0,
+    as_json: AsJson = False,
+) -> None:
+    """Say whether a SUSPECT call took effect: the saga journals it (EXECUTED or FAILED) and goes on.
+
+    Exit 0 once the saga took the resolution; 1 if it refused it, has no SUSPECT call at that
+    seq, or did not take it within --timeout; 2 for bad input or an unknown saga.
+    """
+
+    async def work() -> int:
+        if result is not None and not happened:
+            raise _Usage("--result is only for a call that happened (--happened)")
+        value = None if result is None else load_json(result, what="--result")
+        resolver = check_name(by if by is not None else _user(), what="--by")
+        settings = _settings()
+        async with _client(settings) as client:
+            current = await _status(client.get_workflow_handle(saga, result_type=SagaResult))
+            if isinstance(current, SagaResult):
+                typer.echo(f"saga {saga} already ended: {current.status.value}", err=True)
+                return 1
+            journal = await _journal(settings)
+            try:
+                done = await resolve_suspect(
+                    client,
+                    saga,
+                    seq,
+                    resolver=resolver,
+                    happened=happened,
+                    result=value,
+                    journal=journal,
+                    wait=timedelta(seconds=timeout),
+                )
+            finally:
+                if journal is not None:
+                    await journal.close()
+        if as_json:
+            typer.echo(done.model_dump_json(indent=2))
+        else:
+            typer.echo(_resolved(done))
+        return 0
+
+    _run(work())
+
+
+async def _journal(settings: Settings) -> JournalStore | None:
+    """The journal, to read what a resolution wrote; None (ask the saga instead) if out of reach."""
+    if not settings.database_url:
+        return None
+    try:
+        return await JournalStore.open(settings.database_url, min_size=1, max_size=1)
+    except SagacityError:
+        return None
+
+
+def _resolved(done: Resolution) -> str:
+    said = "happened" if done.happened else "did not happen"
+    line = (
+        f"saga {done.saga_id} took the resolution: {done.tool_name} at seq {done.call_seq} "
+        f"{said} (resolved by {done.resolver})"
+    )
+    if done.outcome is None:
+        return line + "; its outcome row is not journaled yet (see `sagacity saga journal`)"
+    line += f"; journaled {done.outcome} at seq {done.call_seq + 1}"
+    if (done.outcome == "EXECUTED") != done.happened:
+        line += " (written by the attempt the worker lost: the call's own outcome stands)"
+    return line
 
 
 def _row_json(entry: Entry) -> dict[str, Any]:
@@ -333,7 +549,13 @@ def _verdict_json(verdict: Verdict) -> dict[str, Any]:
         "problem": None
         if problem is None
         else {"seq": problem.seq, "fault": problem.fault.value, "detail": problem.detail},
+        # INTENT rows no EXECUTED or FAILED follows: SUSPECT, or still running
+        "dangling_intents": [{"seq": d.seq, "tool_name": d.tool_name} for d in verdict.dangling],
     }
+
+
+#: marks an INTENT row no outcome row follows
+NO_OUTCOME = "[NO OUTCOME]"
 
 
 def _clip(text: str, width: int = 48) -> str:
@@ -378,12 +600,16 @@ def _print_journal(saga: str, rows: list[Entry], verdict: Verdict, *, full: bool
     for column in ("seq", "time (UTC)", "tool", "phase", "input", "payload", "hash"):
         table.add_column(column, overflow="fold", no_wrap=column in {"seq", "time (UTC)"})
     clip = (lambda s: s) if full else _clip
+    dangling = {d.seq for d in verdict.dangling}
     for r in rows:
+        phase = Text(r.phase.value)
+        if r.seq in dangling:
+            phase.append(f" {NO_OUTCOME}", style="bold yellow")
         table.add_row(
             str(r.seq),
             r.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f"),
             r.tool_name,
-            r.phase.value,
+            phase,
             clip(r.input),
             clip(r.payload),
             r.hash if full else r.hash[:12],
@@ -391,6 +617,12 @@ def _print_journal(saga: str, rows: list[Entry], verdict: Verdict, *, full: bool
     # piped output would be 80 columns wide: room for a readable row instead
     console = Console(width=max(Console().width, 140))
     console.print(table)
+    for d in verdict.dangling:
+        typer.echo(
+            f"{NO_OUTCOME} seq {d.seq}: {d.tool_name} has no EXECUTED or FAILED after its INTENT: "
+            "its outcome is unknown (SUSPECT until someone runs `sagacity saga resolve`, or "
+            "still running)"
+        )
     problem = verdict.problem
     if problem is None:
         typer.echo(

@@ -28,7 +28,8 @@ from sagacity.devstack import Endpoints
 from tests.approvals import conftest as cli_fixtures
 from tests.temporal import conftest as saga_fixtures
 
-# fixtures shared by name: the journal, the shop, an in-process worker, the CLI runner
+# fixtures shared by name: the journal, the shop, an in-process worker, the CLI runner, sagas
+# with a SUSPECT call
 pool = saga_fixtures.pool
 journal = saga_fixtures.journal
 approvals = saga_fixtures.approvals
@@ -36,6 +37,7 @@ shop_session = saga_fixtures.shop_session
 shop = saga_fixtures.shop
 worker = saga_fixtures.worker
 cli = cli_fixtures.cli
+make_suspects = cli_fixtures.make_suspects
 CliResult = cli_fixtures.CliResult
 Cli = cli_fixtures.Cli
 

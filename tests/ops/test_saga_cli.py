@@ -13,9 +13,10 @@ from temporalio.worker import Worker
 
 from sagacity.journal import Draft, Phase
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Decision, SagaResult
+from sagacity.temporal.models import Decision, SagaResult, SagaState
+from tests.approvals.conftest import MakeSuspects
 from tests.ops.conftest import Cli
-from tests.temporal.conftest import phases, wait_for
+from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from workflows.order.shop import Shop
 
 
@@ -58,6 +59,7 @@ async def test_start_wait_status_approve_and_journal(
         "head_seq": 8,
         "head_hash": rows[-1].hash,
         "problem": None,
+        "dangling_intents": [],
     }
 
 
@@ -167,3 +169,139 @@ async def test_journal_shows_where_an_edited_chain_breaks(
     assert shown.code == 1
     assert "chain BROKEN at seq 2: hash_mismatch" in shown.stdout
     assert "(verified up to seq 1)" in shown.stdout
+
+
+async def test_bad_steps_files_and_arguments_are_one_line_and_exit_2(
+    sagacity: Cli, tmp_path: Path
+) -> None:
+    """Nothing starts: each is refused with one line naming what and where, no traceback."""
+    deep = "[" * 10_000 + "]" * 10_000
+    step = {"tool": "reserve_inventory", "args": {"product_id": "p-1", "quantity": 1}}
+    files: list[tuple[str | bytes, str]] = [
+        ('{"steps": ' + deep + "}", "nested deeper than 100 levels"),
+        (json.dumps({"steps": [{**step, "args": {"a": json.loads("[" * 500 + "]" * 500)}}]}), "nested deeper than 100 levels"),
+        ('{"steps": [{"tool": "reserve_\\ud800", "args": {}}]}', "at steps[0].tool: '\\ud800' is a lone surrogate"),
+        ('{"steps": [{"tool": "x", "args": {"note": "\\udfff"}}]}', "at steps[0].args.note: '\\udfff' is a lone surrogate"),
+        ('{"steps": [{"tool": "reserve\\u0000inventory", "args": {}}]}', "steps[0].tool contains a NUL character"),
+        ('{"steps": [{"tool": "", "args": {}}]}', "steps[0].tool is empty"),
+        ('{"steps": [{"tool": "x", "id": "a\\u0000", "args": {}}]}', "steps[0].id contains a NUL character"),
+        (b'{"steps": [{"tool": "\xff"}]}', "not UTF-8 text (byte 0xff at offset 21)"),
+        ('{"steps": [{"tool": "x", "args": {"n": NaN}}]}', "NaN is not a JSON value"),
+        ('{"steps": [{"tool": "x"', "not valid JSON"),
+        ('{"steps": []}', "no steps to run"),
+        ('{"steps": [{"tool": "x", "arg": {}}]}', "unknown field 'arg' in steps[0]"),
+        (json.dumps({"steps": [step, {"tool": "create_order", "args": {"r": {"$ref": "nope.id"}}}]}), "$ref 'nope.id' names no earlier step (earlier: reserve_inventory)"),
+        ('{"steps": [{"tool": "x", "args": {"big": "' + "x" * 1_100_000 + '"}}]}', "the file is over 1024 KiB"),
+    ]  # fmt: skip
+    runs = []
+    for n, (content, _) in enumerate(files):
+        path = tmp_path / f"steps-{n}.json"
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        runs.append(sagacity("saga", "start", "--steps", str(path)))
+    for (_, message), run in zip(files, await asyncio.gather(*runs), strict=True):
+        assert run.code == 2, (message, run.code, run.stderr)
+        assert message in run.stderr, (message, run.stderr)
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert "Traceback" not in run.stderr and run.stdout == ""
+
+    others = await asyncio.gather(
+        sagacity("saga", "status", "order-\udcff"),  # argument bytes that are not UTF-8
+        sagacity("saga", "start", "--order", "p-1:1", "--id", ""),
+        sagacity("saga", "resolve", "s", "--seq", "3", "--happened", "--result", deep),
+        sagacity("saga", "resolve", "s", "--seq", "3", "--happened", "--result", '"\\ud800"'),
+        sagacity("saga", "resolve", "s", "--seq", "3", "--did-not-happen", "--result", "{}"),
+        sagacity("saga", "resolve", "s", "--seq", "3", "--happened", "--by", "  "),
+    )
+    said = [
+        "argument 'order-\\udcff' is not UTF-8 text",
+        "--id is empty",
+        "--result: nested deeper than 100 levels",
+        "--result: '\\ud800' is a lone surrogate",
+        "--result is only for a call that happened",
+        "--by is empty",
+    ]
+    for run, message in zip(others, said, strict=True):
+        assert run.code == 2 and message in run.stderr, (message, run.code, run.stderr)
+        assert "Traceback" not in run.stderr
+
+
+async def test_a_suspect_call_is_marked_then_resolved_from_the_cli(
+    sagacity: Cli,
+    make_suspects: MakeSuspects,
+    temporal_client: Client,
+    journal: JournalStore,
+    database_url: str,
+) -> None:
+    (suspect,) = await make_suspects(1)
+    saga, seq = suspect.saga_id, suspect.seq
+
+    status = await sagacity("saga", "status", saga)
+    assert (
+        status.code == 0 and f"SUSPECT: create_order at seq {seq} has no outcome" in status.stdout
+    )
+
+    # the INTENT with no outcome after it, in the journal and in verify: a warning, not a fault
+    shown = await sagacity("saga", "journal", saga)
+    assert shown.code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    (marked,) = [line for line in lines if "[NO OUTCOME]" in line and line.startswith("│")]
+    assert f"│ {seq} " in marked and "create_order" in marked and "INTENT" in marked
+    assert f"[NO OUTCOME] seq {seq}: create_order has no EXECUTED or FAILED" in shown.stdout
+    assert "chain verified: 3 rows" in shown.stdout
+    as_json = (await sagacity("saga", "journal", saga, "--json")).json()
+    assert as_json["verdict"]["ok"] is True
+    assert as_json["verdict"]["dangling_intents"] == [{"seq": seq, "tool_name": "create_order"}]
+
+    verified = await sagacity("verify", saga)
+    assert verified.code == 0, verified.stdout + verified.stderr
+    assert f"WARNING {saga} seq {seq}: INTENT of 'create_order' has no EXECUTED" in verified.stdout
+    assert "1 sagas, 3 rows: all verified, 1 warning" in verified.stdout
+    report, summary = [
+        json.loads(line) for line in (await sagacity("verify", saga, "--json")).stdout.splitlines()
+    ]
+    assert report["ok"] is True
+    assert [(w["kind"], w["seq"]) for w in report["warnings"]] == [("dangling_intent", seq)]
+    assert summary["summary"]["warnings"] == 1 and summary["summary"]["ok"] is True
+
+    wrong = await sagacity("saga", "resolve", saga, "--seq", str(seq + 1), "--happened")
+    assert wrong.code == 1 and f"no SUSPECT call at seq {seq + 1}" in wrong.stderr
+    unknown = await sagacity("saga", "resolve", "no-such-saga", "--seq", "3", "--happened")
+    assert unknown.code == 2 and "no saga 'no-such-saga'" in unknown.stderr
+    assert await phases(journal, saga) == [
+        ("reserve_inventory", "INTENT"),
+        ("reserve_inventory", "EXECUTED"),
+        ("create_order", "INTENT"),
+    ]
+
+    # dave found the order placed by hand in another system: it happened, with this result
+    order = {"order_id": "ord-by-hand", "product_id": "p-1", "quantity": 2}
+    resolved = await sagacity(
+        "saga", "resolve", saga, "--seq", str(seq), "--happened",
+        "--result", json.dumps(order), "--by", "dave",
+    )  # fmt: skip
+    assert resolved.code == 0, resolved.stderr
+    assert (
+        f"saga {saga} took the resolution: create_order at seq {seq} happened (resolved by dave); "
+        f"journaled EXECUTED at seq {seq + 1}"
+    ) in resolved.stdout
+    again = await sagacity("saga", "resolve", saga, "--seq", str(seq), "--did-not-happen")
+    assert again.code == 1 and "already has its outcome" in again.stderr, again.stderr
+
+    rows = await journal.read(saga)
+    assert rows[seq].phase is Phase.EXECUTED
+    assert json.loads(rows[seq].payload) == {"resolved_by": "dave", "result": order}
+    waiting = await wait_for(suspect.handle, awaiting_approval, timeout=60)
+    assert waiting.pending_approval is not None
+    assert "ord-by-hand" in waiting.pending_approval.input_json  # the next step got dave's result
+    await temporal_client.get_workflow_handle(saga).execute_update(
+        "decide",
+        Decision(journal_seq=waiting.pending_approval.journal_seq, approver="alice", approve=True),
+        result_type=str,
+    )
+    assert (await suspect.handle.result()).status is SagaState.COMPLETED
+    clean = await sagacity("saga", "journal", saga)
+    assert clean.code == 0 and "[NO OUTCOME]" not in clean.stdout
+    assert "WARNING" not in (await sagacity("verify", saga)).stdout
