@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
@@ -24,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from bench.long_saga import run_chain
+from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import (
     Abort,
@@ -35,6 +38,7 @@ from sagacity.temporal.models import (
     SagaStatus,
     Step,
 )
+from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
@@ -420,3 +424,34 @@ async def test_a_long_saga_continues_as_new_and_compensates_every_run(
     assert [r.seq for r in rows] == list(range(1, 26 * 2 + 25 + 1))
     assert result.head.seq == rows[-1].seq
     assert (await journal.verify(handle.id)).ok
+
+
+# -- evidence side paths never make a false SUSPECT -----------------------------------------------
+
+
+async def test_a_checkpoint_that_cannot_be_written_does_not_fail_the_call(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    shop: Shop,
+    tmp_path: Path,
+) -> None:
+    # the checkpoint directory turns into a file: every checkpoint write fails
+    writer = CheckpointWriter(tmp_path / "checkpoints", Ed25519PrivateKey.generate())
+    (tmp_path / "checkpoints").rmdir()
+    (tmp_path / "checkpoints").write_text("not a directory")
+    plugin = SagacityPlugin(
+        journal=journal, approvals=approvals, tools=sample_tools.TOOLS, checkpoints=writer
+    )
+    async with Worker(temporal_client, task_queue=task_queue, plugins=[plugin]) as worker:
+        handle = await start_steps(
+            temporal_client,
+            worker,
+            [Step(tool="set_flag", args={"name": "c"}), Step(tool="send_note", args={"text": "d"})],
+        )
+        result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.COMPLETED
+    assert sample_tools.EFFECTS == ["set c", "note d"]
+    assert [p for _, p in await phases(journal, handle.id)] == ["INTENT", "EXECUTED"] * 2
