@@ -371,7 +371,10 @@ class SagaActivities:
         )
         await self._outlast(lambda: self.approvals.put(request))
         return ApprovalOpened(
-            rows=[_ref(entry)], input=request.input, input_hash=request.input_hash
+            rows=[_ref(entry)],
+            input=request.input,
+            input_hash=request.input_hash,
+            raw_input_hash=input_hash(req.input_json),
         )
 
     @activity.defn(name=CLOSE_APPROVAL)
@@ -453,10 +456,22 @@ class SagaActivities:
         assert req.approval_seq is not None
         approval_seq = req.approval_seq
         stored = await self._outlast(lambda: self.approvals.get(req.saga_id, approval_seq))
-        about_to_run = self.redactor.text(req.tool_name, req.input_json).value
+        if req.approved_input_hash is not None:
+            # the request must be intact, and the call about to run the one it was made for;
+            # binding the unredacted input keeps a change of redaction rules from refusing it
+            same_call = input_hash(req.input_json) == req.approved_input_hash
+            intact = (
+                stored is not None
+                and stored.input_hash == input_hash(stored.input)
+                and stored.input_hash == req.approved_request_hash
+            )
+        else:  # requested before the unredacted hash was recorded
+            about_to_run = self.redactor.text(req.tool_name, req.input_json).value
+            same_call = stored is not None and stored.input == about_to_run
+            intact = stored is not None and stored.input_hash == input_hash(about_to_run)
         if stored is None:
             reason = "no approval request is stored for this call"
-        elif stored.input_hash != input_hash(about_to_run) or stored.input != about_to_run:
+        elif not (same_call and intact):
             reason = "the input about to run does not match the approved request's hash"
         elif stored.tool_name != req.tool_name:
             reason = "the approved request names another tool"

@@ -76,6 +76,11 @@ class CallRequest(BaseModel):
     args: dict[str, Any]
     #: seq of the AWAITING_APPROVAL row whose request must verify before the tool runs
     approval_seq: int | None = None
+    #: sha-256 of the unredacted input when the approval was requested: the call about to run
+    #: must be that one, whatever the redaction rules are by then
+    approved_input_hash: str | None = None
+    #: the stored request's ``input_hash`` when it was made: an edited request does not verify
+    approved_request_hash: str | None = None
 
     @cached_property
     def input_json(self) -> str:
@@ -144,6 +149,8 @@ class ApprovalOpened(BaseModel):
     rows: list[RowRef]
     input: str
     input_hash: str
+    #: sha-256 of the unredacted input the request was made for
+    raw_input_hash: str | None = None
 
 
 class ApprovalClose(BaseModel):

@@ -164,6 +164,8 @@ class Saga:
         self._suspect: Suspect | None = None
         self._resolution: Resolve | None = None
         self._running: str | None = None
+        self._approved_input_hash: str | None = None
+        self._approved_request_hash: str | None = None
         #: effects an earlier run of this saga left live, not yet asked for again by this run
         self._adoptable: list[Effect] = []
         # set once the saga compensates: why, and how far it got (carried by continue-as-new)
@@ -458,6 +460,8 @@ class Saga:
             tool_name=tool,
             args=args,
             approval_seq=approval_seq,
+            approved_input_hash=self._approved_input_hash if approval_seq is not None else None,
+            approved_request_hash=self._approved_request_hash if approval_seq is not None else None,
         )
         idempotent = spec is not None and spec.idempotent
         self._running = tool
@@ -666,6 +670,8 @@ class Saga:
             ApprovalOpened,
         )
         self._track(opened.rows)
+        self._approved_input_hash = opened.raw_input_hash
+        self._approved_request_hash = opened.input_hash
         # approvers see the request as stored (secrets redacted); its hash is what they confirm
         self._pending = PendingApproval(
             journal_seq=seq,

@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from sagacity import CompensableTool, CompensationContext, compensable
+from sagacity import CompensableTool, CompensationContext, Reversibility, compensable
 from sagacity.errors import NoEffect
 
 #: what the tools did and undid, in order, for assertions
@@ -113,7 +113,15 @@ async def unslow(ctx: CompensationContext) -> None:
     EFFECTS.append(f"unslow {ctx.input['text']}")
 
 
+@compensable(reversibility=Reversibility.IRREVERSIBLE)
+def wire(amount: int, api_token: str) -> str:
+    """Irreversible, and one argument is a secret the journal redacts."""
+    EFFECTS.append(f"wired {amount}")
+    return f"wire-{amount}"
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
+    wire,
     stall,
     slow_note,
     set_flag,

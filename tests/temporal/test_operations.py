@@ -27,6 +27,7 @@ from temporalio.worker import Worker
 
 from bench.long_saga import run_chain
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import (
     Abort,
@@ -455,3 +456,34 @@ async def test_a_checkpoint_that_cannot_be_written_does_not_fail_the_call(
     assert result.status is SagaState.COMPLETED
     assert sample_tools.EFFECTS == ["set c", "note d"]
     assert [p for _, p in await phases(journal, handle.id)] == ["INTENT", "EXECUTED"] * 2
+
+
+async def test_a_redaction_rule_change_during_an_approval_wait_does_not_refuse_the_call(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    shop: Shop,
+) -> None:
+    def plugin(redactor: Redactor) -> SagacityPlugin:
+        return SagacityPlugin(
+            journal=journal, approvals=approvals, tools=sample_tools.TOOLS, redactor=redactor
+        )
+
+    steps = [Step(tool="wire", args={"amount": 5, "api_token": "tok-123"})]
+    # the request is made under the default rules (api_token redacted) ...
+    async with Worker(temporal_client, task_queue=task_queue, plugins=[plugin(Redactor())]) as w:
+        handle = await start_steps(temporal_client, w, steps)
+        status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    assert "tok-123" not in status.pending_approval.input_json
+    # ... and approved after a deploy that redacts nothing: the same call still runs
+    await handle.signal(
+        "approve", Approve(journal_seq=status.pending_approval.journal_seq, approver="alice")
+    )
+    async with Worker(temporal_client, task_queue=task_queue, plugins=[plugin(Redactor([]))]):
+        result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.COMPLETED
+    assert sample_tools.EFFECTS == ["wired 5"]
+    assert [p for _, p in await phases(journal, handle.id)][-2:] == ["INTENT", "EXECUTED"]
