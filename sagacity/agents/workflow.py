@@ -19,7 +19,8 @@ what is left in the world; the summary is in the result either way.
 Scope: one saga per agent run by default. With ``multi_turn``, one saga spans a conversation:
 the workflow answers further user messages sent with the update ``turn`` (it returns the agent's
 reply), and ends on the signal ``finish``; a failure in any turn is compensated at the end, per
-the policy. The saga's own signals, update and query (``approve``, ``reject``, ``decide``,
+the policy. A long conversation continues as new between turns (when no ``turn`` is waiting),
+carrying the saga, the conversation and the steps; so does a long compensation. The saga's own signals, update and query (``approve``, ``reject``, ``decide``,
 ``abort``, ``resolve``, ``status``) work as for any saga; ``steps`` lists the agent's tool calls.
 """
 
@@ -38,11 +39,12 @@ with workflow.unsafe.imports_passed_through():
 
     from sagacity.agents.tools import AgentStep, saga_function_tools
     from sagacity.errors import AgentRunFailed, SagaAborted, SagacityError
-    from sagacity.temporal.models import SagaOptions, SagaResult, SagaState
+    from sagacity.temporal.models import SagaCarry, SagaOptions, SagaResult, SagaState
     from sagacity.temporal.saga import Saga
 
 __all__ = [
     "WORKFLOW_NAME",
+    "AgentResume",
     "AgentSagaRequest",
     "AgentSagaResult",
     "AgentSagaWorkflow",
@@ -79,6 +81,18 @@ class AgentSagaRequest(BaseModel):
     #: model calls one agent run may make before it is stopped (and the saga compensates)
     max_turns: int = Field(default=10, ge=1)
     agent_name: str = "Sagacity agent"
+    #: set by the workflow itself when it continues as new; None when a client starts it
+    resume: AgentResume | None = None
+
+
+class AgentResume(BaseModel):
+    """A conversation handed to the next run by continue-as-new."""
+
+    history: list[Any]
+    outputs: list[str]
+    steps: list[AgentStep]
+    accepted: int
+    carry: SagaCarry
 
 
 class AgentSagaResult(BaseModel):
@@ -162,35 +176,66 @@ class AgentSagaWorkflow:
         self._finished = False
         self._closed: str | None = None
         self._saga: Saga | None = None
+        if request.resume is not None:
+            # here, not in run: a `turn` sent at the hand-over may be taken before run starts
+            self._outputs = list(request.resume.outputs)
+            self._steps = list(request.resume.steps)
+            self._accepted = request.resume.accepted
 
     @workflow.run
     async def run(self, request: AgentSagaRequest) -> AgentSagaResult:
-        saga = self._saga = Saga(request.options)
-        history: list[TResponseInputItem] = []
+        resume = request.resume
+        saga = self._saga = Saga(request.options, carry=resume.carry if resume else None)
+        history: list[TResponseInputItem] = list(resume.history) if resume else []
 
         def record(step: AgentStep) -> None:
             self._steps.append(step.model_copy(update={"turn": len(self._outputs)}))
 
+        def go_on(carry: SagaCarry) -> None:
+            handed = AgentResume(
+                history=history,
+                outputs=self._outputs,
+                steps=self._steps,
+                accepted=self._accepted,
+                carry=carry,
+            )
+            workflow.continue_as_new(request.model_copy(update={"resume": handed}))
+
         async def conversation() -> str:
             agent = _agent(request, await saga_function_tools(saga, request.tools, on_step=record))
-            message = request.prompt
+            message: str | None = None if resume else request.prompt
             while True:
-                # kept even if the run fails, so the compensation summary follows the request
-                history.append({"role": "user", "content": message})
-                said = await _run_agent(agent, list(history), request.max_turns)
-                history[:] = said.to_input_list()
-                self._outputs.append(str(said.final_output))
-                if not request.multi_turn:
-                    return self._outputs[-1]
-                await workflow.wait_condition(
-                    lambda: bool(self._inbox) or self._finished or saga.aborted
-                )
+                if message is not None:
+                    # kept even if the run fails, so the compensation summary follows it
+                    history.append({"role": "user", "content": message})
+                    said = await _run_agent(agent, list(history), request.max_turns)
+                    history[:] = said.to_input_list()
+                    self._outputs.append(str(said.final_output))
+                    if not request.multi_turn:
+                        return self._outputs[-1]
+                # a long conversation goes on in a new run between turns, once the last
+                # turn's update has returned and no other is waiting
+                long = saga.continue_as_new_suggested()
+
+                def woken(long: bool = long) -> bool:
+                    return (
+                        bool(self._inbox)
+                        or self._finished
+                        or saga.aborted
+                        or (long and workflow.all_handlers_finished())
+                    )
+
+                await workflow.wait_condition(woken)
+                if long and not (self._inbox or self._finished or saga.aborted):
+                    go_on(saga.carry())
                 if not self._inbox:
                     return self._outputs[-1]
                 message = self._inbox.pop(0)
 
         result = await saga.run(
-            conversation, compensate_swallowed_failures=request.policy == "compensate"
+            conversation,
+            compensate_swallowed_failures=request.policy == "compensate",
+            continue_as_new=go_on,
         )
         self._closed = (
             "the saga has ended"
@@ -257,3 +302,6 @@ class AgentSagaWorkflow:
     def steps(self) -> list[AgentStep]:
         """The agent's tool calls so far."""
         return self._steps
+
+
+AgentSagaRequest.model_rebuild()

@@ -186,17 +186,19 @@ class EffectRefs(BaseModel):
 
     @classmethod
     def of(cls, effects: list[Effect]) -> EffectRefs:
-        refs = cls()
+        tools: list[str] = []
         index: dict[str, int] = {}
         for effect in effects:
-            if effect.tool_name not in index:
-                index[effect.tool_name] = len(refs.tools)
-                refs.tools.append(effect.tool_name)
-            refs.seqs.append(effect.call_seq)
-            refs.tool_of.append(index[effect.tool_name])
-            if effect.failed:
-                refs.failed.append(effect.call_seq)
-        return refs
+            index.setdefault(effect.tool_name, len(tools))
+            if len(index) > len(tools):
+                tools.append(effect.tool_name)
+        # every field passed explicitly: the Agents SDK's converter leaves out fields not set
+        return cls(
+            tools=tools,
+            seqs=[e.call_seq for e in effects],
+            tool_of=[index[e.tool_name] for e in effects],
+            failed=[e.call_seq for e in effects if e.failed],
+        )
 
     def effects(self, reversibility: dict[str, Reversibility]) -> list[Effect]:
         failed = set(self.failed)

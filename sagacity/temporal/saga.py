@@ -866,6 +866,14 @@ class Saga:
         if self._suspect is None or self._suspect.call_seq != resolution.call_seq:
             self._refuse(resolution.resolver, f"no SUSPECT call at seq {resolution.call_seq}")
             return
+        if self._resolution is not None:
+            # two resolutions in one activation: the first one taken stands
+            self._refuse(
+                resolution.resolver,
+                f"the SUSPECT call at seq {resolution.call_seq} is already resolved "
+                f"by {self._resolution.resolver}",
+            )
+            return
         self._resolution = resolution
 
     def _raise_if_aborted(self) -> None:

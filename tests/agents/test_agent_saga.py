@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
+from bench.long_saga import run_chain
 from sagacity.agents import AgentSagaRequest, Call, Say, Script
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Abort, SagaState, SagaStatus
+from sagacity.temporal.models import Abort, SagaOptions, SagaState, SagaStatus
 from tests.agents.conftest import WorkerFactory, start_agent
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
@@ -282,3 +283,48 @@ async def test_abort_stops_the_agent_and_compensates(
         ("create_order", "COMPENSATED"),
         ("reserve_inventory", "COMPENSATED"),
     ]
+
+
+#: a long conversation: a flag per turn, then a refusal that ends it compensated
+LONG_CHAT = Script(
+    turns=[
+        *([Call("set_flag", {"name": f"t{i}"}), Say(f"turn {i} done")] for i in range(6)),
+        [Call("decline", {"reason": "enough"}), Say("stopping")],
+    ]
+)
+
+
+async def test_a_long_conversation_continues_as_new_between_turns(
+    temporal_client: Client, agent_worker: WorkerFactory, shop: Shop, journal: JournalStore
+) -> None:
+    async with agent_worker({"long": LONG_CHAT}) as worker:
+        handle = await start_agent(
+            temporal_client,
+            worker.task_queue,
+            AgentSagaRequest(
+                prompt="go",
+                model="long",
+                multi_turn=True,
+                feed_compensation_summary=False,
+                options=SagaOptions(continue_as_new_events=50),
+            ),
+        )
+        for i in range(1, 7):
+            reply = await handle.execute_update("turn", f"next {i}", result_type=str)
+            assert reply == ("stopping" if i == 6 else f"turn {i} done")
+        await handle.signal("finish")
+        result = await handle.result()
+        runs = await run_chain(temporal_client, handle.id)
+
+    assert len(runs) > 1  # the conversation went on in new runs
+    assert result.turns == [*(f"turn {i} done" for i in range(6)), "stopping"]
+    assert [s.turn for s in result.steps] == list(range(7))
+    assert result.saga.status is SagaState.COMPENSATED
+    effects = sample_tools.EFFECTS
+    assert effects == [
+        *(f"set t{i}" for i in range(6)),
+        *(f"unset t{i}" for i in reversed(range(6))),
+    ]
+    rows = await journal.read(handle.id)
+    assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+    assert (await journal.verify(handle.id)).ok
