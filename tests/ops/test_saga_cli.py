@@ -96,6 +96,12 @@ async def test_abort_compensates_what_ran(
     again = await sagacity("saga", "abort", saga, "--reason", "twice")
     assert again.code == 1 and "already ended: aborted" in again.stderr
     assert (await shop.snapshot()).available["p-2"] == 25
+    # one id, one journal: the closed saga's id is not started again
+    rows = await journal.read(saga)
+    reused = await sagacity("saga", "start", "--order", "p-2:1", "--id", saga, extra_env=queue)
+    assert reused.code == 2
+    assert f"a saga with id {saga!r} already exists (one id names one journal)" in reused.stderr
+    assert await journal.read(saga) == rows
 
 
 async def test_steps_file_runs_the_generic_saga(
