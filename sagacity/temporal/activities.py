@@ -297,15 +297,7 @@ class SagaActivities:
                 f"{owner.workflow_id!r} (first run {owner.first_run_id}); one id names one "
                 "journal: start this saga under a new id"
             )
-        if req.after_seq == 0:
-            first = await self._outlast(lambda: self.journal.get(req.saga_id, 1))
-            if first is not None and owner.claimed_now:
-                # rows with no owner: written before ownership was recorded, by another run
-                raise SagaIdTaken(
-                    f"saga id {req.saga_id!r} already names a journal (first row written "
-                    f"{first.timestamp:%Y-%m-%d %H:%M:%S} UTC); start this saga under a new id"
-                )
-        else:
+        if req.after_seq > 0:
             held = await self._outlast(lambda: self.journal.get(req.saga_id, req.after_seq))
             if held is None or held.hash != req.after_hash:
                 raise SeqConflict(
@@ -315,6 +307,12 @@ class SagaActivities:
         rows = await self._outlast(
             lambda: self.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
         )
+        if req.after_seq == 0 and rows and owner.claimed_now:
+            # rows with no owner: written before ownership was recorded, by another run
+            raise SagaIdTaken(
+                f"saga id {req.saga_id!r} already names a journal (first row written "
+                f"{rows[0].timestamp:%Y-%m-%d %H:%M:%S} UTC); start this saga under a new id"
+            )
         return SagaOpened(
             tools=self._catalog(),
             rows=[

@@ -163,6 +163,7 @@ class Saga:
         self._refused: list[str] = []
         self._suspect: Suspect | None = None
         self._resolution: Resolve | None = None
+        self._early_resolution: Resolve | None = None
         self._running: str | None = None
         self._approved_input_hash: str | None = None
         self._approved_request_hash: str | None = None
@@ -497,6 +498,9 @@ class Saga:
             return await self._recover_call(tool, seq, input_json, err)
         finally:
             self._running = None
+        early, self._early_resolution = self._early_resolution, None
+        if early is not None:
+            self._refuse(early.resolver, f"the call at seq {seq} finished by itself; not SUSPECT")
         self._track(outcome.rows)
         return outcome
 
@@ -583,7 +587,8 @@ class Saga:
         """Stop until a human says whether the call with no outcome took effect."""
         self.state = SagaState.SUSPECT
         self._suspect = Suspect(call_seq=seq, tool_name=tool, input_json=input_json, reason=reason)
-        self._resolution = None
+        early, self._early_resolution = self._early_resolution, None
+        self._resolution = early if early is not None and early.call_seq == seq else None
         workflow.logger.warning("saga %s: call seq %d of %s is SUSPECT", self.saga_id, seq, tool)
         await self._wait(lambda: self._resolution is not None or self._abort is not None)
         resolution = self._resolution or Resolve(
@@ -850,7 +855,10 @@ class Saga:
             )
         seq = decision.journal_seq
         await workflow.wait_condition(lambda: self.head.seq > seq)
-        return "approved" if decision.approve else "rejected"
+        # what was journaled: an abort in the same moment turns an approval into REJECTED
+        written = next((r for r in self.rows if r.seq == seq + 1), None)
+        approved = written.phase is Phase.APPROVED if written else decision.approve
+        return "approved" if approved else "rejected"
 
     # -- abort, suspect resolution ------------------------------------------------------------
 
@@ -862,6 +870,11 @@ class Saga:
     def _on_resolve(self, payload: Any) -> None:
         resolution = self._parse("resolve", Resolve, payload)
         if resolution is None:
+            return
+        if self._suspect is None and self._running and resolution.call_seq == self.head.seq + 1:
+            # the call's failure and this signal can reach the workflow in one activation, the
+            # signal first (a worker replaying history): keep it for when the call goes SUSPECT
+            self._early_resolution = resolution
             return
         if self._suspect is None or self._suspect.call_seq != resolution.call_seq:
             self._refuse(resolution.resolver, f"no SUSPECT call at seq {resolution.call_seq}")

@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 from bench.long_saga import run_chain
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
+from sagacity.journal import Draft, Phase, to_json
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import (
     Abort,
@@ -121,6 +122,23 @@ async def test_a_reused_id_is_refused_and_runs_nothing(
     assert sample_tools.EFFECTS == ["set x"]  # the tool never ran again
     assert await phases(journal, first.id) == [("set_flag", "INTENT"), ("set_flag", "EXECUTED")]
     assert (await journal.verify(first.id)).ok
+
+
+async def test_an_id_whose_journal_predates_ownership_is_refused(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid = new_id("legacy")
+    await journal.append_at(Draft(sid, "set_flag", Phase.INTENT, to_json({"name": "old"})), seq=1)
+
+    handle = await start_steps(
+        temporal_client, worker, [Step(tool="set_flag", args={"name": "new"})], sid=sid
+    )
+    with pytest.raises(WorkflowFailureError) as refused:
+        await asyncio.wait_for(handle.result(), 30)
+    assert isinstance(refused.value.cause, ApplicationError)
+    assert refused.value.cause.type == "SagaIdTaken"
+    assert sample_tools.EFFECTS == []
+    assert len(await journal.read(sid)) == 1
 
 
 async def test_a_reset_completed_order_repeats_no_effect(
