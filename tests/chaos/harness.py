@@ -1,7 +1,7 @@
 """Chaos harness: a worker in its own OS process, and a driver that plays the humans.
 
-The worker is ``python -m workers.saga_worker`` (the Order app), killed with SIGKILL and started
-again at will. The driver starts Order sagas and answers them as people would: it approves or
+The worker is ``python -m workers.saga_worker`` (the Order app) or ``python -m tests.chaos.worker``
+(the Order app and :mod:`tests.chaos.app`), killed with SIGKILL and started again at will. The driver starts Order sagas and answers them as people would: it approves or
 rejects each confirmation as planned, and when a saga stops on a SUSPECT call (a worker died
 mid-call), it looks in the shop's tables to see whether the call took effect and says so.
 """
@@ -51,7 +51,7 @@ HEARTBEAT_TIMEOUT_S = 2.0
 
 
 class WorkerProcess:
-    """``python -m workers.saga_worker`` in a process of its own, for killing and restarting.
+    """``python -m <module>`` (a worker) in a process of its own, for killing and restarting.
 
     It reaches Temporal where ``client`` does, or at ``temporal_address`` (a proxy, say).
     """
@@ -64,8 +64,10 @@ class WorkerProcess:
         database_url: str,
         log_path: Path,
         temporal_address: str | None = None,
+        module: str = "workers.saga_worker",
     ) -> None:
         self.client = client
+        self.module = module
         self.task_queue = task_queue
         self.log_path = log_path
         self.kills = 0
@@ -90,7 +92,7 @@ class WorkerProcess:
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts + 1}\n".encode())
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "workers.saga_worker"],
+                [sys.executable, "-m", self.module],
                 cwd=REPO,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
@@ -201,6 +203,7 @@ _EFFECTS = {
     "reserve_inventory": "SELECT id AS reservation_id, product_id, quantity FROM reservations",
     "create_order": "SELECT id AS order_id, product_id, quantity FROM orders",
     "send_confirmation": "SELECT id AS message_id, order_id FROM outbox",
+    "book_courier": "SELECT id AS booking_id, order_id FROM courier_bookings",
 }
 
 

@@ -98,7 +98,9 @@ def plans(n: int, rng: random.Random) -> list[Plan]:
     ]
 
 
-async def prepare_shop(database_url: str, *, failures: int) -> dict[str, int]:
+async def prepare_shop(
+    database_url: str, *, failures: int, stall_s: float = STALL_S
+) -> dict[str, int]:
     """Seeded tables, ample stock, stalls on the first two steps, ``failures`` failing mails."""
     shop = await Shop.open(database_url)
     try:
@@ -106,7 +108,7 @@ async def prepare_shop(database_url: str, *, failures: int) -> dict[str, int]:
         async with shop.pool.connection() as conn:
             await conn.execute("UPDATE inventory SET available = %s", (STOCK,))
         for tool in ("reserve_inventory", "create_order"):
-            await shop.arm_fault(tool, "", times=-1, delay_s=STALL_S)
+            await shop.arm_fault(tool, "", times=-1, delay_s=stall_s)
         await shop.arm_fault("send_confirmation", "chaos: relay refused", times=failures)
         return (await shop.snapshot()).available
     finally:
