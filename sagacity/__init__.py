@@ -3,6 +3,7 @@
 The root holds what tool authors need; workflow code imports :mod:`sagacity.temporal`.
 """
 
+from sagacity.errors import NoEffect
 from sagacity.tools import (
     CallInfo,
     CompensableTool,
@@ -17,6 +18,7 @@ __all__ = [
     "CallInfo",
     "CompensableTool",
     "CompensationContext",
+    "NoEffect",
     "Reversibility",
     "ToolRegistry",
     "compensable",
