@@ -1,0 +1,877 @@
+"""Record the replay corpus: each path a saga can take, run for real, its history saved as JSON.
+
+    python -m tests.temporal.record_histories                 # record the paths with no file yet
+    python -m tests.temporal.record_histories --only NAME     # just this path (repeatable)
+    python -m tests.temporal.record_histories --list          # the paths and their files
+    python -m tests.temporal.record_histories --only order_approved --tag my-patch
+                                                # order_approved@my-patch.json, beside the old one
+
+It runs on the same stack as the tests: the embedded Postgres and an in-memory Temporal dev
+server, or the servers ``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` name (a running
+``sagacity dev``, say). Each run works in a fresh database ``sagacity_record_<random>``, dropped
+at the end. Sagas run on in-process workers set up like ``sagacity worker``; the SUSPECT paths
+kill a worker process with SIGKILL mid-call, as tests/temporal/test_crash.py does.
+
+Each path checks that its saga took the path (a recording that went elsewhere is an error), saves
+``histories/<path>.json`` (a path with several runs: ``<path>-run1.json``, ...) and replays it at
+once; a history today's code cannot replay is not saved (it goes to a temporary file, named in
+the log). A committed history is never re-recorded: it is the proof that sagas started on the
+code it was recorded from still replay. Existing files are kept unless ``--force``; record a
+path again after a change with ``--tag`` (see docs/versioning.md). Record from a clean checkout
+of a commit (``git worktree add``), so that every history comes from code that was committed.
+To add a path, write a function below with ``@recording("name")`` and run the recorder with
+``--only name``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import psycopg
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from sagacity.agents import WORKFLOW_NAME as AGENT_WORKFLOW
+from sagacity.agents import (
+    AgentSagaRequest,
+    AgentSagaResult,
+    Call,
+    Say,
+    Script,
+    ScriptedModelProvider,
+    agent_plugins,
+    with_plugins,
+)
+from sagacity.devstack import DevStack, Endpoints
+from sagacity.observability import ObservabilityInterceptor
+from sagacity.settings import load_settings
+from sagacity.store import ApprovalStore, JournalStore, open_pool
+from sagacity.store.databases import drop_database, ensure_database
+from sagacity.store.migrate import migrate
+from sagacity.temporal.models import (
+    Abort,
+    Approve,
+    Decision,
+    Reject,
+    Resolve,
+    SagaOptions,
+    SagaResult,
+    SagaSpec,
+    SagaState,
+    SagaStatus,
+    Step,
+)
+from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.tools import CompensableTool
+from tests.temporal import sample_tools
+from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.replay import (
+    HISTORIES,
+    KNOWN_NONDETERMINISTIC,
+    ReplayFailed,
+    history_files,
+    patch_markers,
+    replay,
+)
+from tests.temporal.test_crash import WorkerProcess
+from tests.temporal.test_operations import reset_after_first_call
+from workflows.order import app as order_app
+from workflows.order.shop import Shop, use
+from workflows.order.workflows import OrderRequest
+
+log = logging.getLogger("record_histories")
+
+TOOLS = cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS])
+
+#: the scripted model of the agent paths (short: every model call carries the tools' schemas)
+SCRIPTS = {
+    "one": Script(turns=[[Call("set_flag", {"name": "a"}), Say("flag a is set")]]),
+    "chat": Script(
+        turns=[
+            [Call("set_flag", {"name": "a"}), Say("flag a is set")],
+            [Call("send_note", {"text": "hi"}), Say("note sent")],
+        ]
+    ),
+    "fails": Script(
+        turns=[
+            [Call("set_flag", {"name": "a"}), Call("explode", {"reason": "disk full"}), Say("no")],
+            [Say("the flag was taken down again")],
+        ]
+    ),
+}
+
+
+class RecordingError(RuntimeError):
+    """A saga did not take the path it was started for."""
+
+
+def expect(ok: bool, what: str) -> None:
+    if not ok:
+        raise RecordingError(what)
+
+
+@dataclass
+class Rig:
+    """What a path records with: a client, the in-process workers' task queues, the shop."""
+
+    client: Client
+    endpoints: Endpoints
+    database_url: str
+    journal: JournalStore
+    shop: Shop
+    queue: str  # the saga worker: sagacity.Saga and order.PlaceOrder
+    agent_queue: str  # the agent worker: sagacity.AgentSaga
+    scratch: Path
+
+    def new_id(self, name: str) -> str:
+        return f"rec-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+
+    async def steps(
+        self,
+        name: str,
+        steps: list[Step],
+        options: SagaOptions | None = None,
+        *,
+        saga_id: str | None = None,
+        task_queue: str | None = None,
+    ) -> WorkflowHandle[Any, SagaResult]:
+        return await self.client.start_workflow(
+            WORKFLOW_NAME,
+            SagaSpec(steps=steps, options=options or SagaOptions()),
+            id=saga_id or self.new_id(name),
+            task_queue=task_queue or self.queue,
+            result_type=SagaResult,
+        )
+
+    async def order(
+        self, name: str, options: SagaOptions | None = None
+    ) -> WorkflowHandle[Any, SagaResult]:
+        return await self.client.start_workflow(
+            "order.PlaceOrder",
+            OrderRequest(options=options or SagaOptions()),
+            id=self.new_id(name),
+            task_queue=self.queue,
+            result_type=SagaResult,
+        )
+
+    async def agent(self, name: str, request: AgentSagaRequest) -> WorkflowHandle[Any, Any]:
+        return await self.client.start_workflow(
+            AGENT_WORKFLOW,
+            request,
+            id=self.new_id(name),
+            task_queue=self.agent_queue,
+            result_type=AgentSagaResult,
+        )
+
+
+Recorder = Callable[[Rig], Awaitable[dict[str, WorkflowHistory]]]
+
+
+@dataclass(frozen=True)
+class Recording:
+    name: str
+    about: str
+    record: Recorder
+    #: a path today's code cannot replay (an engine bug): kept apart, see test_replay.py
+    nondeterministic: bool = False
+
+    @property
+    def directory(self) -> Path:
+        return KNOWN_NONDETERMINISTIC if self.nondeterministic else HISTORIES
+
+
+PATHS: dict[str, Recording] = {}
+
+
+def recording(name: str, *, nondeterministic: bool = False) -> Callable[[Recorder], Recorder]:
+    """Register a recorder: it runs one saga down one path and returns its histories.
+
+    ``nondeterministic``: the path's history does not replay on today's code, because of an
+    engine bug; it is saved under histories/known_nondeterministic/ without the replay check.
+    """
+
+    def register(fn: Recorder) -> Recorder:
+        about = (fn.__doc__ or "").strip().splitlines()[0]
+        PATHS[name] = Recording(name, about, fn, nondeterministic)
+        return fn
+
+    return register
+
+
+async def one(handle: WorkflowHandle[Any, Any], name: str) -> dict[str, WorkflowHistory]:
+    return {name: await handle.fetch_history()}
+
+
+async def result(handle: WorkflowHandle[Any, SagaResult], state: SagaState) -> SagaResult:
+    done = await asyncio.wait_for(handle.result(), 60)
+    expect(done.status is state, f"{handle.id} ended {done.status}, not {state}: {done.error}")
+    return done
+
+
+async def gate(handle: WorkflowHandle[Any, Any]) -> int:
+    """Wait for the saga to stop at its approval gate; the request's seq."""
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    return status.pending_approval.journal_seq
+
+
+# -- the generic workflow, sagacity.Saga -------------------------------------------------------
+
+
+@recording("saga_completed")
+async def saga_completed(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: two calls, the second given the first's result ($ref); completed."""
+    handle = await rig.steps(
+        "saga_completed",
+        [
+            Step(tool="set_flag", args={"name": "r"}),
+            Step(tool="send_note", args={"text": {"$ref": "set_flag"}}),
+        ],
+    )
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "saga_completed")
+
+
+@recording("saga_compensated")
+async def saga_compensated(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: the second call fails (effect unknown); both undone, newest first."""
+    handle = await rig.steps(
+        "saga_compensated",
+        [Step(tool="set_flag", args={"name": "c"}), Step(tool="explode", args={"reason": "no"})],
+    )
+    done = await result(handle, SagaState.COMPENSATED)
+    expect([e.tool_name for e in done.compensated] == ["explode", "set_flag"], str(done))
+    return await one(handle, "saga_compensated")
+
+
+@recording("saga_compensation_failed")
+async def saga_compensation_failed(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: a call fails and one compensation keeps failing: COMPENSATION_FAILED."""
+    await rig.shop.arm_fault("release_inventory", "warehouse offline", times=-1)
+    handle = await rig.steps(
+        "saga_compensation_failed",
+        [
+            Step(tool="reserve_inventory", args={"product_id": "p-1", "quantity": 1}),
+            Step(tool="explode", args={"reason": "no"}),
+        ],
+        SagaOptions(compensation_attempts=1),
+    )
+    await result(handle, SagaState.COMPENSATION_FAILED)
+    journaled = await phases(rig.journal, handle.id)
+    expect(journaled[-1] == ("reserve_inventory", "COMPENSATION_FAILED"), str(journaled))
+    return await one(handle, "saga_compensation_failed")
+
+
+@recording("saga_tool_name_refused")
+async def saga_tool_name_refused(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: the journal refuses a tool name (NUL), no INTENT; the first call undone."""
+    handle = await rig.steps(
+        "saga_tool_name_refused",
+        [Step(tool="set_flag", args={"name": "n"}), Step(tool="bad\x00name", args={})],
+    )
+    done = await result(handle, SagaState.COMPENSATED)
+    expect(done.error is not None and "InvalidEntry" in done.error.message, str(done.error))
+    return await one(handle, "saga_tool_name_refused")
+
+
+@recording("saga_id_reused")
+async def saga_id_reused(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: a new run under a used saga id is refused (SagaIdTaken), runs nothing."""
+    steps = [Step(tool="set_flag", args={"name": "x"})]
+    first = await rig.steps("saga_id_reused", steps)
+    await result(first, SagaState.COMPLETED)
+    again = await rig.steps("saga_id_reused", steps, saga_id=first.id)
+    try:
+        await asyncio.wait_for(again.result(), 60)
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        expect(isinstance(cause, ApplicationError) and cause.type == "SagaIdTaken", repr(cause))
+    else:
+        raise RecordingError("the reused id was not refused")
+    return await one(again, "saga_id_reused")
+
+
+@recording("saga_reset")
+async def saga_reset(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: a compensated saga reset after its first call; the reset run's history.
+
+    The new run finds the journal ahead of it, re-reads it and goes on from its head.
+    """
+    handle = await rig.steps(
+        "saga_reset",
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="send_note", args={"text": "b"}),
+            Step(tool="decline", args={"reason": "no"}),
+        ],
+    )
+    await result(handle, SagaState.COMPENSATED)
+    run_id = await reset_after_first_call(rig.client, handle)
+    again = rig.client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    await result(again, SagaState.COMPENSATED)
+    return await one(again, "saga_reset")
+
+
+@recording("saga_cancelled_mid_call")
+async def saga_cancelled_mid_call(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: a Temporal cancel while a call runs; the call finishes, then all undone."""
+    handle = await rig.steps(
+        "saga_cancelled_mid_call",
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="slow_note", args={"text": "b", "seconds": 2}),
+            Step(tool="set_flag", args={"name": "never"}),
+        ],
+    )
+    await wait_for(handle, lambda s: s.running == "slow_note")
+    await handle.cancel()
+    done = await result(handle, SagaState.ABORTED)
+    expect([e.tool_name for e in done.compensated] == ["slow_note", "set_flag"], str(done))
+    return await one(handle, "saga_cancelled_mid_call")
+
+
+@recording("saga_continued_as_new")
+async def saga_continued_as_new(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: continues as new between calls and mid-compensation; every run's history."""
+    handle = await rig.steps(
+        "saga_continued_as_new",
+        [
+            *(Step(tool="set_flag", args={"name": f"f{i}"}, id=f"f{i}") for i in range(9)),
+            Step(tool="explode", args={"reason": "stop here"}),
+        ],
+        SagaOptions(continue_as_new_events=50),
+    )
+    await result(handle, SagaState.COMPENSATED)
+    runs: dict[str, WorkflowHistory] = {}
+    run_id: str | None = handle.first_execution_run_id or handle.result_run_id
+    while run_id:
+        this_run = rig.client.get_workflow_handle(handle.id, run_id=run_id)
+        history = await this_run.fetch_history()
+        runs[f"saga_continued_as_new-run{len(runs) + 1}"] = history
+        last = history.events[-1]
+        run_id = None
+        if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    expect(len(runs) >= 3, f"{len(runs)} run(s): no continue-as-new mid-compensation")
+    return runs
+
+
+async def _suspect(
+    rig: Rig, name: str, resolve: Callable[[int], Resolve], *, at_once: bool = False
+) -> tuple[WorkflowHandle[Any, SagaResult], SagaResult]:
+    """Kill the worker process while create_order runs; resolve the SUSPECT call it leaves.
+
+    ``at_once``: resolve as soon as the ``status`` query shows SUSPECT, as ``sagacity saga
+    resolve`` does. The new worker answers the query by applying the call's failure before a
+    workflow task has taken it (the one scheduled on the dead worker's sticky queue waits out
+    its timeout), so the signal and the failure share the next workflow task, and a worker
+    replaying the history gets both in one activation, the signal first. Otherwise wait until a
+    task has taken the failure: the resolution comes in a task of its own.
+    """
+    queue = f"record-suspect-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess(rig.endpoints, rig.database_url, queue, rig.scratch / f"{name}.log")
+    await worker.start()
+    try:
+        await rig.shop.arm_fault("create_order", "", delay_s=60)  # hangs before any effect
+        handle = await rig.steps(
+            name,
+            [
+                Step(tool="reserve_inventory", args={"product_id": "p-1", "quantity": 1}),
+                Step(
+                    tool="create_order",
+                    args={
+                        "product_id": "p-1",
+                        "quantity": 1,
+                        "reservation_id": {"$ref": "reserve_inventory.reservation_id"},
+                    },
+                ),
+            ],
+            SagaOptions(heartbeat_timeout_s=2),
+            task_queue=queue,
+        )
+        for _ in range(300):
+            if ("create_order", "INTENT") in await phases(rig.journal, handle.id):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise RecordingError("create_order never started")
+        worker.kill()
+        await worker.start()
+        status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
+        suspect = status.suspect
+        if suspect is None or suspect.tool_name != "create_order":
+            raise RecordingError(f"SUSPECT, but not create_order: {suspect}")
+        if not at_once:
+            await task_completed_after(handle, EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED)
+        await handle.signal("resolve", resolve(suspect.call_seq))
+        done = await asyncio.wait_for(handle.result(), 60)
+        shared = shares_a_task(
+            await handle.fetch_history(), EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED, "resolve"
+        )
+        expect(shared == at_once, f"the resolution shared a task with the failure: {shared}")
+        return handle, done
+    finally:
+        worker.stop()
+
+
+async def task_completed_after(handle: WorkflowHandle[Any, Any], kind: EventType.ValueType) -> None:
+    """Wait until a workflow task has completed after the last event of ``kind``."""
+    for _ in range(300):
+        kinds = [event.event_type async for event in handle.fetch_history_events()]
+        if kind in kinds:
+            last = len(kinds) - 1 - kinds[::-1].index(kind)
+            if EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in kinds[last:]:
+                return
+        await asyncio.sleep(0.1)
+    raise RecordingError(f"no workflow task completed after {EventType.Name(kind)}")
+
+
+def shares_a_task(history: WorkflowHistory, after: EventType.ValueType, signal: str) -> bool:
+    """Whether signal ``signal`` arrived after an event ``after`` and before a task took it."""
+    pending = False
+    for event in history.events:
+        if event.event_type == after:
+            pending = True
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            pending = False
+        elif (
+            pending
+            and event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and event.workflow_execution_signaled_event_attributes.signal_name == signal
+        ):
+            return True
+    return False
+
+
+@recording("saga_suspect_happened")
+async def saga_suspect_happened(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: the worker dies mid-call, SUSPECT; a human says it happened; completed."""
+    order = {"order_id": "ord-by-hand", "product_id": "p-1", "quantity": 1}
+    handle, done = await _suspect(
+        rig,
+        "saga_suspect_happened",
+        lambda seq: Resolve(call_seq=seq, resolver="dave", happened=True, result=order),
+    )
+    expect(done.status is SagaState.COMPLETED, str(done))
+    return await one(handle, "saga_suspect_happened")
+
+
+@recording("saga_suspect_did_not_happen")
+async def saga_suspect_did_not_happen(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: the worker dies mid-call, SUSPECT; it did not happen; compensated."""
+    handle, done = await _suspect(
+        rig,
+        "saga_suspect_did_not_happen",
+        lambda seq: Resolve(call_seq=seq, resolver="dave", happened=False),
+    )
+    expect(done.status is SagaState.COMPENSATED, str(done))
+    return await one(handle, "saga_suspect_did_not_happen")
+
+
+@recording("saga_suspect_resolved_with_its_failure")
+async def saga_suspect_resolved_with_its_failure(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: SUSPECT, resolved the moment a query shows it, in the failure's task."""
+    handle, done = await _suspect(
+        rig,
+        "saga_suspect_resolved_with_its_failure",
+        lambda seq: Resolve(call_seq=seq, resolver="dave", happened=False),
+        at_once=True,
+    )
+    expect(done.status is SagaState.COMPENSATED, str(done))
+    return await one(handle, "saga_suspect_resolved_with_its_failure")
+
+
+# -- the hand-written Order workflow, order.PlaceOrder -------------------------------------------
+
+
+@recording("order_approved")
+async def order_approved(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: the confirmation approved by signal ``approve``; completed."""
+    handle = await rig.order("order_approved")
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "order_approved")
+
+
+@recording("order_approved_by_update")
+async def order_approved_by_update(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: approved by update ``decide`` (answered once journaled); completed."""
+    handle = await rig.order("order_approved_by_update")
+    decision = Decision(journal_seq=await gate(handle), approver="alice", approve=True)
+    answer = await handle.execute_update("decide", decision, result_type=str)
+    expect(answer == "approved", answer)
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "order_approved_by_update")
+
+
+@recording("order_rejected")
+async def order_rejected(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: the confirmation rejected by signal ``reject``; compensated."""
+    handle = await rig.order("order_rejected")
+    seq = await gate(handle)
+    await handle.signal("reject", Reject(journal_seq=seq, approver="bob", reason="wrong address"))
+    await result(handle, SagaState.COMPENSATED)
+    return await one(handle, "order_rejected")
+
+
+@recording("order_approval_timeout")
+async def order_approval_timeout(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: nobody decides before the deadline (1 s); rejected as timeout."""
+    handle = await rig.order("order_approval_timeout", SagaOptions(approval_deadline_s=1))
+    await result(handle, SagaState.COMPENSATED)
+    rows = await rig.journal.read(handle.id)
+    expect('"reason":"timeout"' in rows[5].payload, rows[5].payload)
+    return await one(handle, "order_approval_timeout")
+
+
+@recording("order_aborted")
+async def order_aborted(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: signal ``abort`` at the approval gate; aborted, all undone."""
+    handle = await rig.order("order_aborted")
+    await gate(handle)
+    await handle.signal("abort", Abort(reason="customer changed their mind", by="carol"))
+    await result(handle, SagaState.ABORTED)
+    return await one(handle, "order_aborted")
+
+
+@recording("order_cancelled")
+async def order_cancelled(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: a Temporal cancel at the approval gate; aborted, all undone."""
+    handle = await rig.order("order_cancelled")
+    await gate(handle)
+    await handle.cancel()
+    done = await result(handle, SagaState.ABORTED)
+    expect(done.error is not None and done.error.type == "SagaCancelled", str(done.error))
+    return await one(handle, "order_cancelled")
+
+
+@recording("order_malformed_signals")
+async def order_malformed_signals(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: malformed signals and a malformed update refused; then approved."""
+    handle = await rig.order("order_malformed_signals")
+    seq = await gate(handle)
+    bad: list[tuple[str, Any]] = [
+        ("approve", {"journal_seq": seq, "approved_by": "x"}),
+        ("approve", {"journal_seq": seq, "approver": "mallory\x00"}),
+        ("reject", {"journal_seq": str(seq), "approver": "eve"}),
+        ("approve", {"journal_seq": seq + 7, "approver": "eve"}),  # well-formed, wrong seq
+        ("abort", {"reason": 5}),
+        ("resolve", ["not", "an", "object"]),
+    ]
+    for name, payload in bad:
+        await handle.signal(name, payload)
+    try:
+        await handle.execute_update(
+            "decide", {"journal_seq": seq, "approver": "eve", "approve": True, "x": 1}
+        )
+    except WorkflowUpdateFailedError:
+        pass
+    else:
+        raise RecordingError("the malformed update was taken")
+    status: SagaStatus = await wait_for(handle, lambda s: len(s.refused_decisions) == len(bad))
+    expect(status.state is SagaState.AWAITING_APPROVAL, str(status.state))
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "order_malformed_signals")
+
+
+@recording("order_approved_with_its_gate", nondeterministic=True)
+async def order_approved_with_its_gate(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: approved the moment a query shows the gate, in the gate's own task.
+
+    The worker dies while open_approval waits on a lock; the new worker runs it again, and
+    answers the ``status`` query by applying its result before a workflow task has taken it,
+    so the approval shares that task. The live worker takes it; a replaying worker applies the
+    signal first, refuses it ("not waiting for an approval") and starts the deadline timer
+    where the history has APPROVED: the saga fails every task once it leaves the cache.
+    """
+    queue = f"record-gate-{uuid.uuid4().hex[:8]}"
+    log_file = rig.scratch / "order_approved_with_its_gate.log"
+    worker = WorkerProcess(rig.endpoints, rig.database_url, queue, log_file)
+    await worker.start()
+    lock = await psycopg.AsyncConnection.connect(rig.database_url)
+    try:
+        # open_approval stores its request in this table: hold it until the worker is dead
+        await lock.execute("LOCK TABLE sagacity_approval_request IN ACCESS EXCLUSIVE MODE")
+        handle = await rig.client.start_workflow(
+            "order.PlaceOrder",
+            OrderRequest(options=SagaOptions(heartbeat_timeout_s=2)),
+            id=rig.new_id("order_approved_with_its_gate"),
+            task_queue=queue,
+            result_type=SagaResult,
+        )
+        for _ in range(300):
+            if ("create_order", "EXECUTED") in await phases(rig.journal, handle.id):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise RecordingError("create_order never ran")
+        await asyncio.sleep(1)  # open_approval has started and waits on the lock
+        worker.kill()
+        await worker.start()
+        await lock.rollback()
+        await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+        await result(handle, SagaState.COMPLETED)
+        history = await handle.fetch_history()
+        shared = shares_a_task(history, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, "approve")
+        expect(shared, "the approval did not share a task with open_approval's result")
+        return {"order_approved_with_its_gate": history}
+    finally:
+        await lock.close()
+        worker.stop()
+
+
+# -- the agent workflow, sagacity.AgentSaga ------------------------------------------------------
+
+
+async def agent_result(handle: WorkflowHandle[Any, Any], state: SagaState) -> AgentSagaResult:
+    done: AgentSagaResult = await asyncio.wait_for(handle.result(), 60)
+    expect(done.saga.status is state, f"{handle.id} ended {done.saga.status}, not {state}")
+    return done
+
+
+@recording("agent_single_turn")
+async def agent_single_turn(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.AgentSaga: one prompt, one tool call, the answer; completed."""
+    handle = await rig.agent(
+        "agent_single_turn", AgentSagaRequest(prompt="set a", model="one", tools=["set_flag"])
+    )
+    done = await agent_result(handle, SagaState.COMPLETED)
+    expect(done.final_output == "flag a is set", str(done.final_output))
+    return await one(handle, "agent_single_turn")
+
+
+@recording("agent_multi_turn")
+async def agent_multi_turn(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.AgentSaga: multi-turn, a second message by update ``turn``, signal ``finish``."""
+    handle = await rig.agent(
+        "agent_multi_turn",
+        AgentSagaRequest(
+            prompt="set a", model="chat", tools=["set_flag", "send_note"], multi_turn=True
+        ),
+    )
+    reply = await handle.execute_update("turn", "note hi", result_type=str)
+    expect(reply == "note sent", reply)
+    await handle.signal("finish")
+    done = await agent_result(handle, SagaState.COMPLETED)
+    expect(done.turns == ["flag a is set", "note sent"], str(done.turns))
+    return await one(handle, "agent_multi_turn")
+
+
+@recording("agent_compensated")
+async def agent_compensated(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.AgentSaga: a tool fails; compensated, and the agent is told (one more model call)."""
+    handle = await rig.agent(
+        "agent_compensated",
+        AgentSagaRequest(prompt="set a", model="fails", tools=["set_flag", "explode"]),
+    )
+    done = await agent_result(handle, SagaState.COMPENSATED)
+    expect(done.final_output == "the flag was taken down again", str(done.final_output))
+    return await one(handle, "agent_compensated")
+
+
+# -- running it ----------------------------------------------------------------------------------
+
+
+def files_of(name: str, tag: str | None) -> list[Path]:
+    suffix = f"@{tag}" if tag else ""
+    where = PATHS[name].directory
+    return sorted([*where.glob(f"{name}{suffix}.json"), *where.glob(f"{name}-run*{suffix}.json")])
+
+
+@asynccontextmanager
+async def rig(scratch: Path) -> AsyncIterator[Rig]:
+    settings = load_settings()
+    if not settings.data_dir.is_absolute():
+        repo = Path(__file__).resolve().parents[2]
+        settings = settings.model_copy(update={"data_dir": repo / settings.data_dir})
+    async with AsyncExitStack() as stack:
+        endpoints = await stack.enter_async_context(DevStack(settings, temporal_db="memory"))
+        name = f"sagacity_record_{uuid.uuid4().hex[:12]}"
+        database_url = await ensure_database(endpoints.database_url, name)
+        stack.push_async_callback(drop_database, endpoints.database_url, name)
+        await migrate(database_url)
+        pool = await open_pool(database_url, max_size=20)
+        stack.push_async_callback(pool.close)
+        shop = await Shop.open(database_url)
+        stack.push_async_callback(shop.close)
+        await shop.setup()
+        use(shop)
+        client = await Client.connect(
+            endpoints.temporal_address,
+            namespace=endpoints.temporal_namespace,
+            api_key=settings.temporal_api_key,
+            tls=settings.temporal_tls or None,
+            data_converter=pydantic_data_converter,
+        )
+        journal, approvals = JournalStore(pool), ApprovalStore(pool)
+        # set up as `sagacity worker` sets up its worker: plugin, app workflows, interceptor
+        queue, agent_queue = (f"record-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("saga", "agent"))
+        saga_worker = Worker(
+            client,
+            task_queue=queue,
+            plugins=[
+                SagacityPlugin(
+                    journal=journal, approvals=approvals, tools=TOOLS, workflows=order_app.WORKFLOWS
+                )
+            ],
+            interceptors=[ObservabilityInterceptor()],
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        )
+        agent_worker = Worker(
+            with_plugins(
+                client,
+                agent_plugins(
+                    journal=journal,
+                    approvals=approvals,
+                    tools=TOOLS,
+                    model_provider=ScriptedModelProvider(SCRIPTS),
+                    workflows=order_app.WORKFLOWS,
+                    model_attempts=2,
+                ),
+            ),
+            task_queue=agent_queue,
+            interceptors=[ObservabilityInterceptor()],
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        )
+        await stack.enter_async_context(saga_worker)
+        await stack.enter_async_context(agent_worker)
+        yield Rig(
+            client=client,
+            endpoints=endpoints,
+            database_url=database_url,
+            journal=journal,
+            shop=shop,
+            queue=queue,
+            agent_queue=agent_queue,
+            scratch=scratch,
+        )
+
+
+async def record_one(r: Rig, name: str, tag: str | None) -> None:
+    """Run one path, check that today's code replays what it recorded, then save it."""
+    await r.shop.setup(reset=True)
+    sample_tools.EFFECTS.clear()
+    sample_tools.FLAKY_CALLS.clear()
+    began = time.monotonic()
+    path = PATHS[name]
+    histories = await path.record(r)
+    targets = {
+        path.directory / (f"{stem}@{tag}.json" if tag else f"{stem}.json"): history
+        for stem, history in histories.items()
+    }
+    for target, history in targets.items():
+        try:
+            await replay(history, target.name)
+        except ReplayFailed:
+            if path.nondeterministic:
+                continue  # as expected, until the engine is fixed
+            fd, kept = tempfile.mkstemp(prefix=f"{target.stem}-", suffix=".json")
+            with open(fd, "w") as out:
+                out.write(history.to_json())
+            log.error("%s: the history that does not replay is in %s", name, kept)
+            raise
+        if path.nondeterministic:
+            log.warning("%s replays now: record it as an ordinary path", target.name)
+    for stale in files_of(name, tag):
+        stale.unlink()
+    for target, history in targets.items():
+        target.parent.mkdir(exist_ok=True)
+        target.write_text(history.to_json())
+        log.info(
+            "%s: %s, %d events, %d bytes (%.1fs)",
+            name,
+            target.name,
+            len(history.events),
+            target.stat().st_size,
+            time.monotonic() - began,
+        )
+
+
+async def record(names: list[str], *, tag: str | None, force: bool) -> int:
+    todo = []
+    for name in names:
+        kept = files_of(name, tag)
+        if kept and not force:
+            listed = ", ".join(p.name for p in kept)
+            log.info("%s: kept %s (--force to record it again)", name, listed)
+        else:
+            todo.append(name)
+    if not todo:
+        return 0
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="record-histories-") as scratch:
+        async with rig(Path(scratch)) as r:
+            for name in todo:
+                try:
+                    await record_one(r, name, tag)
+                except Exception:
+                    failed += 1
+                    log.exception("%s: not recorded", name)
+    return 1 if failed else 0
+
+
+def describe(file: Path) -> str:
+    markers = patch_markers(file)
+    patches = ", ".join(f"{p} (deprecated)" if d else p for p, d in markers.items())
+    return f"{file.stat().st_size // 1024} KiB, patches: {patches or 'none'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.temporal.record_histories")
+    parser.add_argument("--only", action="append", choices=sorted(PATHS), metavar="NAME")
+    parser.add_argument("--tag", help="record as <path>@TAG.json, beside the existing files")
+    parser.add_argument("--force", action="store_true", help="replace existing files")
+    parser.add_argument("--list", action="store_true", help="list the paths and their files")
+    args = parser.parse_args(argv)
+    # what each path recorded; the stack's and the SDK's chatter only when something is wrong
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("temporalio").setLevel(logging.ERROR)
+    log.setLevel(logging.INFO)
+    if args.list:
+        listed: set[Path] = set()
+        for name, spec in PATHS.items():
+            print(f"{name}: {spec.about}")
+            tagged = [*HISTORIES.glob(f"{name}@*.json"), *HISTORIES.glob(f"{name}-run*@*.json")]
+            files = sorted({*files_of(name, None), *tagged})
+            for file in files:
+                print(f"    {file.name}  {describe(file)}")
+            if not files:
+                print("    (not recorded)")
+            listed.update(files)
+        others = [file for file in history_files() if file not in listed]
+        if others:
+            print("not from a path above (recorded by earlier code):")
+            for file in others:
+                print(f"    {file.name}  {describe(file)}")
+        return 0
+    return asyncio.run(record(args.only or list(PATHS), tag=args.tag, force=args.force))
+
+
+if __name__ == "__main__":
+    from sagacity.cli._exit import exit_now
+
+    code = main(sys.argv[1:])
+    exit_now(code)  # past the Temporal SDK's interpreter-teardown crash (sagacity/cli/_exit.py)
