@@ -159,6 +159,9 @@ class Saga:
         self._cancelled = False
         self._pending: PendingApproval | None = None
         self._decision: Approve | Reject | None = None
+        #: the seq of the approval request being opened, and decisions that arrived meanwhile
+        self._opening: int | None = None
+        self._early_decisions: list[tuple[Approve | Reject, str | None]] = []
         self._decided: set[int] = set()
         self._refused: list[str] = []
         self._suspect: Suspect | None = None
@@ -663,17 +666,22 @@ class Saga:
     async def _await_approval(self, spec: ToolSpec, input_json: str) -> int:
         """Journal AWAITING_APPROVAL, wait for a decision or the deadline; return the request seq."""
         seq = self.head.seq + 1
-        opened: ApprovalOpened = await self._journal_activity(
-            names.OPEN_APPROVAL,
-            ApprovalOpen(
-                saga_id=self.saga_id,
-                seq=seq,
-                prev_hash=self.head.hash,
-                tool_name=spec.name,
-                input_json=input_json,
-            ),
-            ApprovalOpened,
-        )
+        self._decision = None
+        self._opening = seq
+        try:
+            opened: ApprovalOpened = await self._journal_activity(
+                names.OPEN_APPROVAL,
+                ApprovalOpen(
+                    saga_id=self.saga_id,
+                    seq=seq,
+                    prev_hash=self.head.hash,
+                    tool_name=spec.name,
+                    input_json=input_json,
+                ),
+                ApprovalOpened,
+            )
+        finally:
+            self._opening = None
         self._track(opened.rows)
         self._approved_input_hash = opened.raw_input_hash
         self._approved_request_hash = opened.input_hash
@@ -685,7 +693,11 @@ class Saga:
             input_hash=opened.input_hash,
             deadline_s=self.options.approval_deadline_s,
         )
-        self._decision = None
+        # decisions that came with the request's opening, in the same activation (signals are
+        # applied first when a worker replays history): judged now that the request is known
+        early, self._early_decisions = self._early_decisions, []
+        for sent, given_hash in early:
+            self._take(sent, given_hash)
         self.state = SagaState.AWAITING_APPROVAL
         try:
             await self._wait(
@@ -810,6 +822,9 @@ class Saga:
             return None
 
     def _take(self, decision: Approve | Reject, given_hash: str | None) -> None:
+        if self._pending is None and self._opening == decision.journal_seq:
+            self._early_decisions.append((decision, given_hash))
+            return
         refusal = self._refusal(decision.journal_seq, decision.approver, given_hash)
         if refusal is not None:
             self._refuse(decision.approver, refusal[1])

@@ -597,7 +597,7 @@ async def order_malformed_signals(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "order_malformed_signals")
 
 
-@recording("order_approved_with_its_gate", nondeterministic=True)
+@recording("order_approved_with_its_gate")
 async def order_approved_with_its_gate(rig: Rig) -> dict[str, WorkflowHistory]:
     """order.PlaceOrder: approved the moment a query shows the gate, in the gate's own task.
 
