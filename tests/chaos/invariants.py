@@ -5,6 +5,7 @@ Each check returns the violations it found, as sentences naming the saga; none m
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -53,10 +54,26 @@ async def shop_rows(conn: psycopg.AsyncConnection[TupleRow]) -> dict[str, ShopRo
     return rows
 
 
+def _unknown_effects(rows: list[Entry]) -> Counter[str]:
+    """FAILED calls whose effect is unknown (a crash or a cut connection mid-call), by tool: the
+    runtime compensates them like EXECUTED ones, the compensation coping with no effect."""
+    unknown: Counter[str] = Counter()
+    for row in rows:
+        if row.phase is Phase.FAILED:
+            try:
+                body = json.loads(row.payload) if row.payload else {}
+            except ValueError:
+                body = {}
+            if not isinstance(body, dict) or body.get("effect", "unknown") != "none":
+                unknown[row.tool_name] += 1
+    return unknown
+
+
 def journal_violations(saga_id: str, rows: list[Entry], state: SagaState) -> list[str]:
     """Duplicates, calls without an outcome, effects neither compensated nor flagged."""
     found = []
     counts = Counter((r.tool_name, r.phase) for r in rows)
+    unknown = _unknown_effects(rows)
     for (tool, phase), n in counts.items():
         if n > 1:
             found.append(f"{saga_id}: {n} {phase.value} rows for {tool}")
@@ -71,14 +88,14 @@ def journal_violations(saga_id: str, rows: list[Entry], state: SagaState) -> lis
     if counts[(IRREVERSIBLE, Phase.INTENT)] > counts[(APPROVAL_GATE, Phase.APPROVED)]:
         found.append(f"{saga_id}: {IRREVERSIBLE} ran without an approval")
     for tool in COMPENSABLE:
-        executed = counts[(tool, Phase.EXECUTED)]
+        took = counts[(tool, Phase.EXECUTED)] + unknown[tool]
         undone = counts[(tool, Phase.COMPENSATED)] + counts[(tool, Phase.COMPENSATION_FAILED)]
         if state is SagaState.COMPLETED and undone:
             found.append(f"{saga_id}: completed, yet {tool} was compensated")
-        if state is not SagaState.COMPLETED and executed != undone:
+        if state is not SagaState.COMPLETED and took != undone:
             found.append(
-                f"{saga_id}: ended {state.value} with {executed} EXECUTED {tool} "
-                f"but {undone} COMPENSATED/COMPENSATION_FAILED"
+                f"{saga_id}: ended {state.value} with {took} EXECUTED (or FAILED, effect "
+                f"unknown) {tool} but {undone} COMPENSATED/COMPENSATION_FAILED"
             )
     if state is SagaState.COMPLETED and counts[(IRREVERSIBLE, Phase.EXECUTED)] != 1:
         found.append(f"{saga_id}: completed without an EXECUTED {IRREVERSIBLE}")
@@ -86,24 +103,29 @@ def journal_violations(saga_id: str, rows: list[Entry], state: SagaState) -> lis
 
 
 def shop_violations(saga_id: str, rows: list[Entry], state: SagaState, shop: ShopRows) -> list[str]:
-    """The shop's tables say what the journal says: every effect journaled, undone when undone."""
+    """The shop's tables say what the journal says: every effect journaled, undone when undone.
+
+    A call FAILED with its effect unknown may or may not have left its row.
+    """
     found = []
     executed = Counter(r.tool_name for r in rows if r.phase is Phase.EXECUTED)
+    unknown = _unknown_effects(rows)
     compensated = Counter(r.tool_name for r in rows if r.phase is Phase.COMPENSATED)
-    if len(shop.reservations) != executed["reserve_inventory"]:
-        found.append(
-            f"{saga_id}: {len(shop.reservations)} reservations, "
-            f"{executed['reserve_inventory']} EXECUTED reserve_inventory"
-        )
-    if len(shop.orders) != executed["create_order"]:
-        found.append(
-            f"{saga_id}: {len(shop.orders)} orders, {executed['create_order']} EXECUTED create_order"
-        )
-    if shop.outbox != executed[IRREVERSIBLE]:
-        found.append(
-            f"{saga_id}: {shop.outbox} confirmations sent, {executed[IRREVERSIBLE]} EXECUTED "
-            f"{IRREVERSIBLE} (an approved irreversible call must run at most once)"
-        )
+    for tool, made, what in (
+        ("reserve_inventory", len(shop.reservations), "reservations"),
+        ("create_order", len(shop.orders), "orders"),
+        (IRREVERSIBLE, shop.outbox, "confirmations sent"),
+    ):
+        if not executed[tool] <= made <= executed[tool] + unknown[tool]:
+            found.append(
+                f"{saga_id}: {made} {what}, {executed[tool]} EXECUTED {tool} "
+                f"({unknown[tool]} FAILED with the effect unknown)"
+                + (
+                    " (an approved irreversible call must run at most once)"
+                    if tool == IRREVERSIBLE
+                    else ""
+                )
+            )
     held = [r for r in shop.reservations if r[2] == "held"]
     placed = [s for s in shop.orders if s == "placed"]
     if compensated["reserve_inventory"] and held:
@@ -117,10 +139,34 @@ def shop_violations(saga_id: str, rows: list[Entry], state: SagaState, shop: Sho
     return found
 
 
+def left_by_suspect_call(rows: list[Entry], seq: int) -> bool:
+    """Whether the approval request at ``seq`` is that of an approved call which went SUSPECT and
+    was resolved by a human: a known bug leaves it pending (test_suspect_after_approval.py).
+
+    AWAITING_APPROVAL at ``seq``, APPROVED after it, the call's INTENT, the human's outcome.
+    """
+    by_seq = {r.seq: r for r in rows}
+    approved, intent, outcome = (by_seq.get(seq + i) for i in (1, 2, 3))
+    return (
+        approved is not None
+        and (approved.tool_name, approved.phase) == (APPROVAL_GATE, Phase.APPROVED)
+        and intent is not None
+        and intent.phase is Phase.INTENT
+        and outcome is not None
+        and ('"resolved_by"' in outcome.payload or '"SuspectResolved"' in outcome.payload)
+    )
+
+
 async def check(
-    database_url: str, outcomes: list[Outcome], stock_before: dict[str, int]
+    database_url: str,
+    outcomes: list[Outcome],
+    stock_before: dict[str, int],
+    known: list[str] | None = None,
 ) -> list[str]:
-    """Every invariant over every saga the driver ran; returns the violations."""
+    """Every invariant over every saga the driver ran; returns the violations.
+
+    Problems of known bugs, each reproduced by a test marked xfail, go to ``known`` instead.
+    """
     found: list[str] = []
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         shop = await shop_rows(conn)
@@ -154,11 +200,16 @@ async def check(
             found += shop_violations(sid, rows, result.status, shop.get(sid, ShopRows()))
             if result.status is SagaState.COMPLETED:
                 sold[outcome.plan.product_id] += outcome.plan.quantity
+        for sid, seq in stale:
+            left = f"{sid}: approval request at seq {seq} left behind"
+            if known is not None and left_by_suspect_call(await journal.read(sid), seq):
+                known.append(f"{left} (its approved call went SUSPECT)")
+            else:
+                found.append(left)
     for product, before in stock_before.items():
         if before - stock_after[product] != sold[product]:
             found.append(
                 f"inventory of {product}: {before} -> {stock_after[product]}, "
                 f"but completed sagas reserved {sold[product]}"
             )
-    found += [f"{sid}: approval request at seq {seq} left behind" for sid, seq in stale]
     return found
