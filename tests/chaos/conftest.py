@@ -1,8 +1,14 @@
-"""Chaos fixtures: a private embedded stack (restartable), a fresh database per test, the profile.
+"""Chaos fixtures: a private embedded stack (restartable), a fresh database per test, the profiles.
 
-``SAGACITY_CHAOS=long`` selects the long profile (more sagas, kills and restarts); by default
-the short one runs with the rest of the suite. ``SAGACITY_CHAOS_SEED`` replays a run's random
-choices (each test prints the seed it used).
+``SAGACITY_CHAOS`` picks how hard the chaos tests push:
+
+* ``short`` (the default, run with the rest of the suite): the kill and restart tests run 12
+  sagas each; the operations test 44, through 3 worker kills and 3 Postgres outages.
+* ``long``: the kill and restart tests run 50 sagas each; the operations test as by default.
+* ``operations-long``: the operations test runs 520 sagas through 24 kills and 10 outages; the
+  others as by default.
+
+``SAGACITY_CHAOS_SEED`` replays a run's random choices (each test prints the seed it used).
 """
 
 from __future__ import annotations
@@ -22,15 +28,32 @@ from sagacity.settings import Settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import migrate
 from sagacity.temporal.plugin import SagacityPlugin
+from tests.chaos.operations_run import OPS_PROFILES, OpsProfile
 from tests.chaos.scenario import PROFILES, Profile
+
+#: SAGACITY_CHAOS -> (the kill and restart tests' profile, the operations test's profile)
+LEVELS = {
+    "short": ("short", "operations"),
+    "long": ("long", "operations"),
+    "operations-long": ("short", "operations-long"),
+}
+
+
+def _level() -> tuple[str, str]:
+    name = os.environ.get("SAGACITY_CHAOS", "short")
+    if name not in LEVELS:
+        raise pytest.UsageError(f"SAGACITY_CHAOS={name!r}: expected one of {sorted(LEVELS)}")
+    return LEVELS[name]
 
 
 @pytest.fixture(scope="session")
 def profile() -> Profile:
-    name = os.environ.get("SAGACITY_CHAOS", "short")
-    if name not in PROFILES:
-        raise pytest.UsageError(f"SAGACITY_CHAOS={name!r}: expected one of {sorted(PROFILES)}")
-    return PROFILES[name]
+    return PROFILES[_level()[0]]
+
+
+@pytest.fixture(scope="session")
+def ops_profile() -> OpsProfile:
+    return OPS_PROFILES[_level()[1]]
 
 
 @pytest.fixture

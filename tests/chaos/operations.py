@@ -1,0 +1,518 @@
+"""What operators and clients do to running sagas, played against a worker process.
+
+Each saga has a :class:`Fate`: how the driver, playing its humans, means it to end. Around that,
+a plan can add what happens to sagas in production: a Temporal cancel or an abort at a random
+moment (or right after an approval), signals and updates with bad payloads, decisions through the
+``decide`` update instead of a signal, and a new saga started under the saga's id, while it runs
+or after it ended. :class:`OpsDriver` runs one plan and records what it did and saw, for
+:mod:`tests.chaos.operations_checks` to judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, Literal
+
+import psycopg
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from sagacity.temporal.models import (
+    Abort,
+    Approve,
+    Decision,
+    Reject,
+    Resolve,
+    SagaOptions,
+    SagaResult,
+    SagaSpec,
+    SagaState,
+    SagaStatus,
+    Step,
+)
+from sagacity.temporal.workflow import WORKFLOW_NAME
+from tests.chaos.harness import APPROVER, RESOLVER, effect_of, retrying
+from workflows.order.workflows import OrderRequest, order_steps
+
+#: who the driver's aborts are journaled as
+ABORTER = "chaos-operator"
+#: the approver named in bad signals and updates (a valid name, so refusals say who sent them)
+MALLORY = "chaos-mallory"
+#: how often the driver looks at each saga it runs
+POLL_S = 0.7
+#: how the SDK refuses an update for which the workflow has registered no handler (yet)
+UNREGISTERED = "expected but not found, and there is no dynamic handler"
+#: a seq no saga of these tests reaches: decisions for it are refused, never taken
+NO_SUCH_SEQ = 9999
+
+
+class Fate(StrEnum):
+    """How a saga is meant to end, and what the driver does to make it so."""
+
+    #: approved: completes
+    COMPLETE = "complete"
+    #: rejected at the gate: compensated
+    REJECT = "reject"
+    #: a steps saga whose idempotent courier call times out on every attempt: compensated
+    COURIER_FAILS = "courier-fails"
+    #: an ``abort`` signal at a random moment, the decision withheld: aborted
+    ABORT = "abort"
+    #: approved, and aborted in the same breath: aborted, the confirmation never sent
+    ABORT_AFTER_APPROVE = "abort-after-approve"
+    #: a Temporal cancel at a random moment, the decision withheld: aborted (SagaCancelled)
+    CANCEL = "cancel"
+    #: a Temporal cancel while the saga waits at its gate: aborted (SagaCancelled)
+    CANCEL_AT_GATE = "cancel-at-gate"
+
+
+EXPECTED: dict[Fate, SagaState] = {
+    Fate.COMPLETE: SagaState.COMPLETED,
+    Fate.REJECT: SagaState.COMPENSATED,
+    Fate.COURIER_FAILS: SagaState.COMPENSATED,
+    Fate.ABORT: SagaState.ABORTED,
+    Fate.ABORT_AFTER_APPROVE: SagaState.ABORTED,
+    Fate.CANCEL: SagaState.ABORTED,
+    Fate.CANCEL_AT_GATE: SagaState.ABORTED,
+}
+#: fates whose decision the driver withholds (the saga waits at its gate for the abort)
+WITHHELD = frozenset({Fate.ABORT, Fate.CANCEL})
+CANCELLED = frozenset({Fate.CANCEL, Fate.CANCEL_AT_GATE})
+
+Workflow = Literal["order", "steps"]
+#: a new saga under this one's id: none, while it runs, or after it ended
+Reuse = Literal["none", "while-running", "after"]
+
+
+@dataclass(frozen=True)
+class OpsPlan:
+    saga_id: str
+    fate: Fate
+    #: ``order``: the hand-written ``order.PlaceOrder``; ``steps``: the generic ``sagacity.Saga``
+    #: with a ``book_courier`` step between the order and the confirmation
+    workflow: Workflow = "order"
+    product_id: str = "p-1"
+    quantity: int = 1
+    #: steps sagas: how many courier attempts hang past the tool's time limit (3: all of them)
+    slow_attempts: int = 0
+    #: seconds after the run begins that the saga is started
+    start_after_s: float = 0.0
+    #: ABORT and CANCEL: seconds after its start that the saga is aborted or cancelled
+    disrupt_after_s: float = 0.0
+    bad_signals: int = 0
+    bad_updates: int = 0
+    decide_by: Literal["signal", "update"] = "signal"
+    reuse: Reuse = "none"
+    #: overrides every tool's heartbeat timeout (how soon a killed worker's calls are retried)
+    heartbeat_timeout_s: float | None = 2.0
+
+    @property
+    def expected(self) -> SagaState:
+        return EXPECTED[self.fate]
+
+
+@dataclass
+class OpsOutcome:
+    """What the driver did to one saga and what it saw."""
+
+    plan: OpsPlan
+    run_id: str | None = None
+    result: SagaResult | None = None
+    #: the ``status`` query on the ended saga: what it refused, among others
+    final: SagaStatus | None = None
+    error: str | None = None
+    decided: set[int] = field(default_factory=set)
+    #: SUSPECT calls the driver resolved: (call seq, tool, happened)
+    resolved: list[tuple[int, str, bool]] = field(default_factory=list)
+    #: the abort or cancel reached the running saga
+    disrupted: bool = False
+    #: bad signals Temporal accepted, by kind: ``malformed`` or ``misdirected`` (well-formed, for
+    #: a request that does not wait); ``unsure``: the send timed out, delivered or not
+    signals: Counter[str] = field(default_factory=Counter)
+    #: bad updates by what came back: ``refused`` (ApprovalRefused), ``accepted``, ``error: …``
+    updates: Counter[str] = field(default_factory=Counter)
+    #: what starting a new saga under this id did, as sentences; problems start with ``!``
+    reuse: list[str] = field(default_factory=list)
+    #: things the driver saw that must not happen, as sentences
+    problems: list[str] = field(default_factory=list)
+    #: SUSPECT calls seen (call seqs), resolved or not
+    suspects_seen: set[int] = field(default_factory=set)
+    #: the seq of the saga's approval request, once seen (bad decisions name it)
+    gate_seq: int | None = None
+    #: the last status the driver saw while the saga ran
+    last: SagaStatus | None = None
+
+
+def bad_signal(rng: random.Random, seq: int) -> tuple[str, Any, str]:
+    """A signal the saga must refuse and record: (name, payload, kind). ``seq`` is the request
+    awaiting a decision (or a plausible one): bad payloads that name it must still change nothing.
+    """
+    choices: list[tuple[str, Any, str]] = [
+        ("approve", {"journal_seq": seq, "approver": MALLORY, "approved_by": "x"}, "malformed"),
+        ("approve", {"journal_seq": str(seq), "approver": MALLORY}, "malformed"),
+        ("approve", {"journal_seq": seq, "approver": "mallory\x00"}, "malformed"),
+        ("approve", {"journal_seq": seq, "approver": MALLORY, "input_hash": "0"}, "malformed"),
+        ("approve", {"journal_seq": seq, "approver": "m" * 5000}, "malformed"),
+        ("approve", {"journal_seq": True, "approver": MALLORY}, "malformed"),
+        ("reject", {"journal_seq": seq, "approver": MALLORY, "reason": 7}, "malformed"),
+        ("reject", {"journal_seq": seq, "approver": MALLORY, "reason": "no\x00"}, "malformed"),
+        ("reject", [seq, MALLORY], "malformed"),
+        ("abort", {"reason": 5}, "malformed"),
+        ("abort", {"reason": "stop", "by": MALLORY, "force": True}, "malformed"),
+        ("abort", "stop now", "malformed"),
+        ("resolve", {"call_seq": 1, "resolver": MALLORY, "happened": "yes"}, "malformed"),
+        ("resolve", None, "malformed"),
+        ("approve", {"journal_seq": NO_SUCH_SEQ, "approver": MALLORY}, "misdirected"),
+        ("reject", {"journal_seq": NO_SUCH_SEQ, "approver": MALLORY}, "misdirected"),
+        (
+            "resolve",
+            {"call_seq": NO_SUCH_SEQ, "resolver": MALLORY, "happened": True},
+            "misdirected",
+        ),
+    ]
+    return rng.choice(choices)
+
+
+def bad_update(rng: random.Random, seq: int) -> Any:
+    """A ``decide`` payload the saga must refuse with ApprovalRefused, changing nothing."""
+    choices: list[Any] = [
+        {"journal_seq": seq, "approver": MALLORY, "approve": True, "input_hsh": "0" * 64},
+        {"journal_seq": seq, "approver": MALLORY, "approve": "yes"},
+        {"journal_seq": seq, "approver": "eve\x00", "approve": True},
+        {"journal_seq": seq, "approver": MALLORY},
+        {"journal_seq": seq, "approver": MALLORY, "approve": True, "input_hash": "f" * 64},
+        {"journal_seq": NO_SUCH_SEQ, "approver": MALLORY, "approve": True},
+        ["approve", seq],
+        "approve",
+    ]
+    return rng.choice(choices)
+
+
+def start_args(plan: OpsPlan) -> tuple[str, Any]:
+    """The workflow type and input that start ``plan``'s saga."""
+    options = SagaOptions(heartbeat_timeout_s=plan.heartbeat_timeout_s)
+    if plan.workflow == "order":
+        return "order.PlaceOrder", OrderRequest(
+            product_id=plan.product_id, quantity=plan.quantity, options=options
+        )
+    spec = order_steps(plan.product_id, plan.quantity, options)
+    courier = Step(
+        tool="book_courier",
+        args={"order_id": {"$ref": "create_order.order_id"}, "slow_attempts": plan.slow_attempts},
+    )
+    spec.steps.insert(2, courier)
+    return WORKFLOW_NAME, spec
+
+
+def reuse_args(plan: OpsPlan, rng: random.Random) -> tuple[str, Any]:
+    """Another saga under ``plan``'s id: the same, or with other input, or another workflow."""
+    kind = rng.choice(["same", "other-input", "steps"])
+    if kind == "same":
+        return start_args(plan)
+    if kind == "other-input":
+        return "order.PlaceOrder", OrderRequest(product_id="p-2", quantity=3)
+    return WORKFLOW_NAME, SagaSpec(
+        steps=[Step(tool="reserve_inventory", args={"product_id": "p-1", "quantity": 1})]
+    )
+
+
+async def footprint(database_url: str, saga_id: str) -> dict[str, Any]:
+    """Everything stored for ``saga_id``: journal, approval requests and the shop's tables."""
+    queries = {
+        "journal": "SELECT seq, phase, hash FROM side_effect_journal WHERE saga_id = %s "
+        "ORDER BY seq",
+        "approval requests": "SELECT journal_seq FROM sagacity_approval_request WHERE saga_id = %s",
+        "reservations": "SELECT id, status FROM reservations WHERE saga_id = %s ORDER BY id",
+        "orders": "SELECT id, status FROM orders WHERE saga_id = %s ORDER BY id",
+        "outbox": "SELECT id FROM outbox WHERE saga_id = %s ORDER BY id",
+        "courier": "SELECT id, status, attempts FROM courier_bookings WHERE saga_id = %s",
+    }
+    found: dict[str, Any] = {}
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        for name, query in queries.items():
+            found[name] = await (await conn.execute(query, (saga_id,))).fetchall()
+    return found
+
+
+class OpsDriver:
+    """Runs :class:`OpsPlan` sagas on one task queue and plays their humans and operators."""
+
+    def __init__(
+        self, client: Client, *, task_queue: str, database_url: str, rng: random.Random
+    ) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.database_url = database_url
+        self.rng = rng
+        #: the sagas started and not yet ended
+        self.running: dict[str, OpsOutcome] = {}
+
+    async def run(self, plan: OpsPlan, *, deadline: float) -> OpsOutcome:
+        """Run ``plan``'s saga to its end (or the monotonic ``deadline``), then try its id again."""
+        out = OpsOutcome(plan)
+        workflow, arg = start_args(plan)
+        handle: WorkflowHandle[Any, SagaResult] = await retrying(
+            lambda: self.client.start_workflow(
+                workflow, arg, id=plan.saga_id, task_queue=self.task_queue, result_type=SagaResult
+            ),
+            until=deadline,
+        )
+        out.run_id = handle.result_run_id
+        self.running[plan.saga_id] = out
+        done = asyncio.Event()
+        helpers = [asyncio.create_task(self._pester(handle, out, done))]
+        if plan.reuse == "while-running":
+            helpers.append(asyncio.create_task(self._reuse_while_running(out)))
+        if plan.fate in WITHHELD:
+            helpers.append(asyncio.create_task(self._disrupt_later(handle, out, done)))
+        result = asyncio.create_task(retrying(handle.result, until=deadline))
+        try:
+            while not result.done():
+                if time.monotonic() > deadline:
+                    out.error = "did not end in time"
+                    break
+                await self._answer(handle, out)
+                await asyncio.wait({result}, timeout=POLL_S * self.rng.uniform(0.7, 1.3))
+            else:
+                out.result = result.result()
+        except Exception as exc:
+            out.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.running.pop(plan.saga_id, None)
+            done.set()
+            result.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await result
+            await asyncio.gather(*helpers, return_exceptions=True)
+        if out.result is not None:
+            with contextlib.suppress(Exception):
+                out.final = await retrying(
+                    lambda: handle.query(
+                        "status", result_type=SagaStatus, rpc_timeout=timedelta(seconds=5)
+                    ),
+                    until=deadline,
+                )
+            if plan.reuse == "after":
+                await self._reuse_after(out, deadline=deadline)
+        return out
+
+    # -- the humans -------------------------------------------------------------------------------
+
+    async def _answer(self, handle: WorkflowHandle[Any, SagaResult], out: OpsOutcome) -> None:
+        """Query the saga once; decide a waiting approval as planned, or resolve a SUSPECT call."""
+        try:
+            status: SagaStatus = await handle.query(
+                "status", result_type=SagaStatus, rpc_timeout=timedelta(seconds=2)
+            )
+        except Exception:
+            return  # no worker (killed), or not started yet: ask later
+        out.last = status
+        pending, suspect, fate = status.pending_approval, status.suspect, out.plan.fate
+        if pending is not None:
+            out.gate_seq = pending.journal_seq
+        with contextlib.suppress(RPCError, psycopg.OperationalError, asyncio.TimeoutError):
+            if pending is not None and pending.journal_seq not in out.decided:
+                seq = pending.journal_seq
+                if fate in WITHHELD:
+                    return  # the abort or cancel comes when it comes
+                if fate in CANCELLED:
+                    await handle.cancel(rpc_timeout=timedelta(seconds=5))
+                    out.disrupted = True
+                elif fate is Fate.ABORT_AFTER_APPROVE:
+                    await handle.signal("approve", Approve(journal_seq=seq, approver=APPROVER))
+                    await handle.signal("abort", Abort(reason="chaos: right after", by=ABORTER))
+                    out.disrupted = True
+                elif out.plan.decide_by == "update":
+                    if not await self._decide_by_update(handle, seq, out):
+                        return
+                else:
+                    await handle.signal(*self._decision(seq, fate))
+                out.decided.add(seq)
+            elif status.state is SagaState.SUSPECT and suspect is not None:
+                out.suspects_seen.add(suspect.call_seq)
+                if any(seq == suspect.call_seq for seq, _, _ in out.resolved):
+                    return
+                try:
+                    happened, returned = await effect_of(
+                        self.database_url, out.plan.saga_id, suspect.tool_name
+                    )
+                except AssertionError as exc:  # the shop holds the effect twice
+                    out.problems.append(str(exc))
+                    return
+                await handle.signal(
+                    "resolve",
+                    Resolve(
+                        call_seq=suspect.call_seq,
+                        resolver=RESOLVER,
+                        happened=happened,
+                        result=returned,
+                    ),
+                )
+                out.resolved.append((suspect.call_seq, suspect.tool_name, happened))
+
+    def _decision(self, seq: int, fate: Fate) -> tuple[str, Approve | Reject]:
+        if self._approves(fate):
+            return "approve", Approve(journal_seq=seq, approver=APPROVER)
+        return "reject", Reject(journal_seq=seq, approver=APPROVER, reason="chaos: no")
+
+    @staticmethod
+    def _approves(fate: Fate) -> bool:
+        return fate is not Fate.REJECT
+
+    async def _decide_by_update(
+        self, handle: WorkflowHandle[Any, SagaResult], seq: int, out: OpsOutcome
+    ) -> bool:
+        """Decide through ``decide``; True once the saga has the decision (now or before)."""
+        decision = Decision(
+            journal_seq=seq,
+            approver=APPROVER,
+            approve=self._approves(out.plan.fate),
+            reason="chaos: no",
+        )
+        try:
+            await asyncio.wait_for(handle.execute_update("decide", decision, result_type=str), 10)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.details[:1] == ("already_decided",):
+                return True  # an earlier try that timed out got there
+            out.problems.append(f"the planned decision was refused: {cause}")
+            return False
+        except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            # no worker, or the decision waits to be journaled (Postgres is away): the next look
+            # tries again, and learns if this one got there
+            return False
+        return True
+
+    # -- the operators ------------------------------------------------------------------------------
+
+    async def _disrupt_later(
+        self, handle: WorkflowHandle[Any, SagaResult], out: OpsOutcome, done: asyncio.Event
+    ) -> None:
+        """ABORT and CANCEL: abort or cancel once the planned moment comes, while the saga runs."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), out.plan.disrupt_after_s)
+            return
+        while not done.is_set():
+            try:
+                if out.plan.fate is Fate.CANCEL:
+                    await handle.cancel(rpc_timeout=timedelta(seconds=5))
+                else:
+                    await handle.signal(
+                        "abort",
+                        Abort(reason="chaos: at a random moment", by=ABORTER),
+                        rpc_timeout=timedelta(seconds=5),
+                    )
+                out.disrupted = True
+                return
+            except RPCError:
+                await asyncio.sleep(1.0)  # ended meanwhile, or Temporal did not answer
+
+    async def _pester(
+        self, handle: WorkflowHandle[Any, SagaResult], out: OpsOutcome, done: asyncio.Event
+    ) -> None:
+        """Send the plan's bad signals and updates at random moments while the saga runs.
+
+        Never cancelled mid-send: a signal cancelled in flight may or may not have arrived.
+        """
+        signals, updates = out.plan.bad_signals, out.plan.bad_updates
+        while (signals or updates) and not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), self.rng.uniform(0.2, 3.0))
+                return
+            # the request's own seq once known: a bad payload that names it must change nothing
+            seq = out.gate_seq or (5 if out.plan.workflow == "order" else 7)
+            if signals and (not updates or self.rng.random() < 0.6):
+                signals -= 1
+                name, payload, kind = bad_signal(self.rng, seq)
+                try:
+                    await handle.signal(name, payload, rpc_timeout=timedelta(seconds=5))
+                    out.signals[kind] += 1
+                except RPCError as exc:
+                    if exc.status == exc.status.DEADLINE_EXCEEDED:
+                        out.signals["unsure"] += 1
+            else:
+                updates -= 1
+                payload = bad_update(self.rng, seq)
+                try:
+                    await asyncio.wait_for(
+                        handle.execute_update("decide", payload, result_type=str), 10
+                    )
+                    out.updates["accepted"] += 1
+                    out.problems.append(f"a bad decide update was accepted: {payload!r:.200}")
+                except WorkflowUpdateFailedError as exc:
+                    cause = exc.cause
+                    if isinstance(cause, ApplicationError) and cause.type == "ApprovalRefused":
+                        out.updates["refused"] += 1
+                    elif UNREGISTERED in str(cause):
+                        # known: an update that reaches the saga in its first workflow task,
+                        # before Saga() registered its handlers, is refused untyped (see
+                        # test_bad_payloads.py)
+                        out.updates["refused untyped (no handler yet)"] += 1
+                    else:
+                        out.updates[f"error: {type(cause).__name__}"] += 1
+                        out.problems.append(
+                            f"a bad decide update failed with {type(cause).__name__}: {cause}"
+                        )
+                except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                    out.updates["unanswered"] += 1
+
+    async def _reuse_while_running(self, out: OpsOutcome) -> None:
+        """Start another saga under the id of this running one: Temporal refuses it."""
+        workflow, arg = reuse_args(out.plan, self.rng)
+        try:
+            await self.client.start_workflow(
+                workflow, arg, id=out.plan.saga_id, task_queue=self.task_queue
+            )
+        except WorkflowAlreadyStartedError:
+            out.reuse.append("refused while running (WorkflowAlreadyStarted)")
+            return
+        except RPCError as exc:
+            out.reuse.append(f"not tried: {exc}")
+            return
+        out.reuse.append("! a second run started under the id of a running saga")
+
+    async def _reuse_after(self, out: OpsOutcome, *, deadline: float) -> None:
+        """Start another saga under the ended saga's id: it must fail SagaIdTaken, running nothing."""
+        sid = out.plan.saga_id
+        workflow, arg = reuse_args(out.plan, self.rng)
+        try:
+            before = await retrying(lambda: footprint(self.database_url, sid), until=deadline)
+            again: WorkflowHandle[Any, SagaResult] = await retrying(
+                lambda: self.client.start_workflow(
+                    workflow, arg, id=sid, task_queue=self.task_queue, result_type=SagaResult
+                ),
+                until=deadline,
+            )
+            try:
+                result = await asyncio.wait_for(
+                    retrying(again.result, until=deadline), max(1.0, deadline - time.monotonic())
+                )
+                out.reuse.append(f"! {workflow} under a used id ran and ended {result.status}")
+            except WorkflowFailureError as exc:
+                cause = exc.cause
+                if isinstance(cause, ApplicationError) and cause.type == "SagaIdTaken":
+                    out.reuse.append(f"{workflow}: refused (SagaIdTaken)")
+                else:
+                    out.reuse.append(f"! {workflow} under a used id failed otherwise: {cause}")
+            after = await retrying(lambda: footprint(self.database_url, sid), until=deadline)
+        except Exception as exc:
+            out.reuse.append(f"! reusing the id went wrong: {type(exc).__name__}: {exc}")
+            return
+        for name in before:
+            if before[name] != after[name]:
+                out.reuse.append(
+                    f"! the refused run changed {name}: {before[name]} -> {after[name]}"
+                )
