@@ -77,22 +77,21 @@ class LongSaga:
         return await saga.run(body, continue_as_new=lambda carry: go_on(request.calls, carry))
 
 
-async def run_chain(client: Client, workflow_id: str) -> list[int]:
-    """History events of each run of the chain, first run first."""
-    sizes: list[int] = []
+async def run_chain(client: Client, workflow_id: str) -> list[tuple[int, int]]:
+    """History events and bytes of each run of the chain, first run first."""
+    sizes: list[tuple[int, int]] = []
     handle = client.get_workflow_handle(workflow_id)
     first = (await handle.describe()).raw_description.workflow_execution_info
     run_id: str | None = first.first_run_id or None
     while run_id:
-        events = 0
-        next_run: str | None = None
         this_run = client.get_workflow_handle(workflow_id, run_id=run_id)
+        info = (await this_run.describe()).raw_description.workflow_execution_info
+        next_run: str | None = None
         async for event in this_run.fetch_history_events():
-            events += 1
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 attrs = event.workflow_execution_continued_as_new_event_attributes
                 next_run = attrs.new_execution_run_id
-        sizes.append(events)
+        sizes.append((info.history_length, info.history_size_bytes))
         run_id = next_run
     return sizes
 
@@ -144,10 +143,12 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> int:
     print(f"machine: {machine()}")
     print(f"Postgres: {stack.postgres_origin}; Temporal: {stack.temporal_origin}")
     print(f"continue as new after {args.events:,} history events\n")
+    events = sorted(e for e, _ in sizes)
+    kib = sorted(b / 1024 for _, b in sizes)
     print(table(
-        ["outcome", "runs", "events/run max", "events/run median", "journal rows",
-         "calls/s forward", "compensations/s", "total s"],
-        [[result.status.value, len(sizes), max(sizes), sorted(sizes)[len(sizes) // 2],
+        ["outcome", "runs", "events/run max", "events/run median", "history KiB/run max",
+         "journal rows", "calls/s forward", "compensations/s", "total s"],
+        [[result.status.value, len(sizes), events[-1], events[len(events) // 2], kib[-1],
           len(rows), args.calls / forward_s, phases["COMPENSATED"] / back_s, total_s]],
     ))  # fmt: skip
     ok = (

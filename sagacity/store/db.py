@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import select
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeAlias
 
 import psycopg
+from psycopg.pq import ConnStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -75,6 +77,8 @@ def new_pool(
     pool: Pool
 
     async def check(conn: psycopg.AsyncConnection[TupleRow]) -> None:
+        if _quiet(conn):
+            return
         try:
             await AsyncConnectionPool.check_connection(conn)
         except psycopg.Error:
@@ -98,6 +102,22 @@ def new_pool(
         open=False,
     )
     return pool
+
+
+def _quiet(conn: psycopg.AsyncConnection[TupleRow]) -> bool:
+    """An idle connection in good state with nothing to read is alive: no round trip needed.
+
+    A server that stops or restarts closes its connections (or sends a termination notice
+    first), which makes the idle socket readable; only then does the pool pay for a query.
+    """
+    pgconn = conn.pgconn
+    if pgconn.status != ConnStatus.OK:
+        return False
+    try:
+        readable, _, _ = select.select([pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.OperationalError):
+        return False
+    return not readable
 
 
 @contextmanager

@@ -112,10 +112,6 @@ class _Heartbeat:
     def beat(self) -> None:
         activity.heartbeat(*self.details)
 
-    def keep(self, detail: str) -> None:
-        self.details = (detail,)
-        self.beat()
-
 
 _BEAT: ContextVar[_Heartbeat | None] = ContextVar("sagacity_beat", default=None)
 
@@ -198,12 +194,12 @@ class SagaActivities:
             try:
                 return await op()
             except StoreUnavailable as exc:
+                beats = _BEAT.get()
+                if beats is not None:
+                    beats.beat()  # whatever this attempt knows reaches the next one
                 if time.monotonic() + pause > deadline:
                     raise
                 _log.warning("journal database unavailable, retrying in %.1fs: %s", pause, exc)
-                beats = _BEAT.get()
-                if beats is not None:
-                    beats.beat()
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
 
@@ -536,9 +532,10 @@ class SagaActivities:
         timeout = tool.tool.options.timeout.total_seconds()
         try:
             # the tool's own time limit; the activity's is longer, to wait out a journal outage
-            if tool.tool.is_async:
-                return await asyncio.wait_for(tool.tool.fn(**kwargs), timeout)
-            return await asyncio.wait_for(asyncio.to_thread(tool.tool.fn, **kwargs), timeout)
+            async with asyncio.timeout(timeout):
+                if tool.tool.is_async:
+                    return await tool.tool.fn(**kwargs)
+                return await asyncio.to_thread(tool.tool.fn, **kwargs)
         except TimeoutError:
             raise ToolTimeout(
                 f"tool {req.tool_name!r} did not return within {timeout:g}s; "
@@ -555,9 +552,10 @@ class SagaActivities:
         draft = self._draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
         beats = _BEAT.get()
         if beats is not None:
-            # should this worker die before the row is written, the retry writes it from here
-            # instead of calling the tool again or calling the call SUSPECT
-            beats.keep(to_json({"status": status, "payload": draft.payload}))
+            # from now on every heartbeat carries the outcome (sent at once if the write has to
+            # wait): a retry writes it from there instead of calling the tool again or calling
+            # the call SUSPECT
+            beats.details = (to_json({"status": status, "payload": draft.payload}),)
         try:
             row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
         except InvalidEntry as exc:

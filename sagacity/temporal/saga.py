@@ -272,7 +272,7 @@ class Saga:
         while True:
             try:
                 opened: SagaOpened = await self._shielded(
-                    workflow.execute_local_activity(
+                    workflow.start_local_activity(
                         names.OPEN_SAGA,
                         SagaOpen(
                             saga_id=self.saga_id,
@@ -395,7 +395,10 @@ class Saga:
     # -- cancellation ------------------------------------------------------------------------
 
     async def _shielded(self, awaitable: Awaitable[T]) -> T:
-        """Await an activity that a Temporal cancel must not interrupt; the cancel aborts."""
+        """Await an activity that a Temporal cancel must not interrupt; the cancel aborts.
+
+        Give it the handle of a started activity (a task already): nothing more is created.
+        """
         task = asyncio.ensure_future(awaitable)
         while True:
             try:
@@ -471,7 +474,7 @@ class Saga:
         self._running = tool
         try:
             outcome: CallOutcome = await self._shielded(
-                workflow.execute_activity(
+                workflow.start_activity(
                     names.CALL_TOOL,
                     request,
                     result_type=CallOutcome,
@@ -526,7 +529,7 @@ class Saga:
         )
         try:
             resolved: Resolved = await self._shielded(
-                workflow.execute_activity(
+                workflow.start_activity(
                     names.RESOLVE_CALL,
                     ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
                     result_type=Resolved,
@@ -634,7 +637,7 @@ class Saga:
             )
             status = CallStatus.FAILED
         resolved: Resolved = await self._shielded(
-            workflow.execute_activity(
+            workflow.start_activity(
                 names.RESOLVE_CALL,
                 ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
                 result_type=Resolved,
@@ -755,7 +758,7 @@ class Saga:
 
     async def _close_request(self, journal_seq: int) -> None:
         await self._shielded(
-            workflow.execute_activity(
+            workflow.start_activity(
                 names.CLOSE_APPROVAL,
                 ApprovalClose(saga_id=self.saga_id, journal_seq=journal_seq),
                 start_to_close_timeout=_JOURNAL_TIMEOUT,
@@ -932,7 +935,7 @@ class Saga:
         """A journal write; when the journal is ahead of this run, it is re-read first."""
         try:
             result: T = await self._shielded(
-                workflow.execute_activity(
+                workflow.start_activity(
                     name,
                     request,
                     result_type=result_type,
@@ -1009,7 +1012,7 @@ class Saga:
             )
             try:
                 rows = await self._shielded(
-                    workflow.execute_activity(
+                    workflow.start_activity(
                         names.COMPENSATE,
                         request,
                         result_type=list[RowRef],
