@@ -108,8 +108,14 @@ class _Heartbeat:
 
     def __init__(self) -> None:
         self.details: tuple[Any, ...] = tuple(activity.info().heartbeat_details)
+        #: an outcome this attempt has but has not written yet: (status, payload)
+        self.outcome: tuple[str, str] | None = None
 
     def beat(self) -> None:
+        if self.outcome is not None:
+            # encoded only when a beat is due: most calls write their row first
+            status, payload = self.outcome
+            self.details = (to_json({"status": status, "payload": payload}),)
         activity.heartbeat(*self.details)
 
 
@@ -555,7 +561,7 @@ class SagaActivities:
             # from now on every heartbeat carries the outcome (sent at once if the write has to
             # wait): a retry writes it from there instead of calling the tool again or calling
             # the call SUSPECT
-            beats.details = (to_json({"status": status, "payload": draft.payload}),)
+            beats.outcome = (status.value, draft.payload)
         try:
             row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
         except InvalidEntry as exc:
