@@ -175,7 +175,9 @@ class AgentSagaWorkflow:
         self._accepted = 1  # turns accepted so far, the prompt included
         self._finished = False
         self._closed: str | None = None
-        self._saga: Saga | None = None
+        # the saga's signals and updates exist from the first workflow task
+        resume = request.resume
+        self._saga = Saga(request.options, carry=resume.carry if resume else None)
         if request.resume is not None:
             # here, not in run: a `turn` sent at the hand-over may be taken before run starts
             self._outputs = list(request.resume.outputs)
@@ -185,7 +187,7 @@ class AgentSagaWorkflow:
     @workflow.run
     async def run(self, request: AgentSagaRequest) -> AgentSagaResult:
         resume = request.resume
-        saga = self._saga = Saga(request.options, carry=resume.carry if resume else None)
+        saga = self._saga
         history: list[TResponseInputItem] = list(resume.history) if resume else []
 
         def record(step: AgentStep) -> None:
@@ -288,7 +290,7 @@ class AgentSagaWorkflow:
     def _validate_turn(self, message: str) -> None:
         if not self._request.multi_turn:
             raise ApplicationError("this agent saga takes one prompt (multi_turn is off)")
-        if self._finished or self._closed is not None or (self._saga and self._saga.aborted):
+        if self._finished or self._closed is not None or self._saga.aborted:
             raise ApplicationError("the conversation is over")
         if not message.strip():
             raise ApplicationError("an empty message is not a turn")

@@ -584,6 +584,10 @@ class SagaActivities:
         intent_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq))
         if intent_row is None:
             raise SuspectCall(f"no INTENT at seq {req.call_seq} to resolve")
+        if req.approval_seq is not None:
+            # the approved call started: its request is spent, whatever the resolution says
+            approval_seq = req.approval_seq
+            await self._outlast(lambda: self.approvals.delete(req.saga_id, approval_seq))
         existing = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
         if existing is not None:
             return Resolved(outcome=_outcome_from_row(intent_row, existing), recorded=False)

@@ -94,6 +94,8 @@ class ResolveRequest(BaseModel):
     saga_id: str
     call_seq: int
     row: RowDraft
+    #: the approval request the call ran under, consumed with the resolution
+    approval_seq: int | None = None
 
 
 class CallStatus(StrEnum):

@@ -126,6 +126,12 @@ def _error_message(err: ActivityError) -> str:
     return str(getattr(cause, "message", None) or cause)
 
 
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(payload)'}: {e['msg']}" for e in exc.errors()
+    )
+
+
 def _loads(text: str) -> Any:
     try:
         return json.loads(text) if text else None
@@ -497,11 +503,11 @@ class Saga:
                 details = cause.details if isinstance(cause, ApplicationError) else ()
                 intent_hash = str(details[0]) if details else ""
                 return await self._resolve_suspect(
-                    tool, seq, intent_hash, input_json, _error_message(err)
+                    tool, seq, intent_hash, input_json, _error_message(err), approval_seq
                 )
             if kind in _AHEAD:
                 raise _Desync from err
-            return await self._recover_call(tool, seq, input_json, err)
+            return await self._recover_call(tool, seq, input_json, err, approval_seq)
         finally:
             self._running = None
         early, self._early_resolution = self._early_resolution, None
@@ -511,7 +517,12 @@ class Saga:
         return outcome
 
     async def _recover_call(
-        self, tool: str, seq: int, input_json: str, err: ActivityError
+        self,
+        tool: str,
+        seq: int,
+        input_json: str,
+        err: ActivityError,
+        approval_seq: int | None = None,
     ) -> CallOutcome:
         """The call's activity ended without an outcome: the journal says what happened.
 
@@ -531,7 +542,9 @@ class Saga:
             resolved: Resolved = await self._shielded(
                 workflow.start_activity(
                     names.RESOLVE_CALL,
-                    ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
+                    ResolveRequest(
+                        saga_id=self.saga_id, call_seq=seq, row=row, approval_seq=approval_seq
+                    ),
                     result_type=Resolved,
                     start_to_close_timeout=_JOURNAL_TIMEOUT,
                     heartbeat_timeout=self._heartbeat_timeout(None),
@@ -588,7 +601,13 @@ class Saga:
         return outcome.result
 
     async def _resolve_suspect(
-        self, tool: str, seq: int, intent_hash: str, input_json: str, reason: str
+        self,
+        tool: str,
+        seq: int,
+        intent_hash: str,
+        input_json: str,
+        reason: str,
+        approval_seq: int | None = None,
     ) -> CallOutcome:
         """Stop until a human says whether the call with no outcome took effect."""
         self.state = SagaState.SUSPECT
@@ -639,7 +658,9 @@ class Saga:
         resolved: Resolved = await self._shielded(
             workflow.start_activity(
                 names.RESOLVE_CALL,
-                ResolveRequest(saga_id=self.saga_id, call_seq=seq, row=row),
+                ResolveRequest(
+                    saga_id=self.saga_id, call_seq=seq, row=row, approval_seq=approval_seq
+                ),
                 result_type=Resolved,
                 start_to_close_timeout=_JOURNAL_TIMEOUT,
                 heartbeat_timeout=self._heartbeat_timeout(None),
@@ -806,22 +827,22 @@ class Saga:
         self._refused.append(f"{who}: {why}")
         workflow.logger.warning("saga %s refused a signal: %s", self.saga_id, why)
 
-    def _parse(self, signal: str, model: type[M], payload: Any) -> M | None:
-        """A signal's payload, validated strictly; a bad one is refused and recorded, never raised.
+    def _parse(self, signal: str, model: type[M], payloads: tuple[Any, ...]) -> M | None:
+        """A signal's one payload, validated strictly; a bad one is refused and recorded.
 
-        A raising handler would fail every workflow task and wedge the saga.
+        Never raised: a raising handler would fail every workflow task and wedge the saga.
         """
+        payload = payloads[0] if len(payloads) == 1 else None
+        fields = payload if isinstance(payload, dict) else {}
+        who = fields.get("approver") or fields.get("resolver") or fields.get("by")
+        named = who[:200] if isinstance(who, str) and who.isprintable() else "?"
+        if len(payloads) != 1:
+            self._refuse(named, f"malformed {signal!r} signal: {len(payloads)} arguments, not 1")
+            return None
         try:
             return model.model_validate(payload)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(payload)'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            fields = payload if isinstance(payload, dict) else {}
-            who = fields.get("approver") or fields.get("resolver") or fields.get("by")
-            named = who if isinstance(who, str) and who.isprintable() else "?"
-            self._refuse(named[:200], f"malformed {signal!r} signal: {problems}"[:1000])
+            self._refuse(named, f"malformed {signal!r} signal: {_problems(exc)}"[:1000])
             return None
 
     def _take(self, decision: Approve | Reject, given_hash: str | None) -> None:
@@ -834,28 +855,34 @@ class Saga:
             return
         self._decision = decision
 
-    def _on_approve(self, payload: Any) -> None:
-        decision = self._parse("approve", Approve, payload)
+    def _on_approve(self, *payloads: Any) -> None:
+        decision = self._parse("approve", Approve, payloads)
         if decision is not None:
             self._take(decision, decision.input_hash)
 
-    def _on_reject(self, payload: Any) -> None:
-        decision = self._parse("reject", Reject, payload)
+    def _on_reject(self, *payloads: Any) -> None:
+        decision = self._parse("reject", Reject, payloads)
         if decision is not None:
             self._take(decision, None)
 
-    def _validate_decision(self, payload: Any) -> None:
+    def _validate_decision(self, *payloads: Any) -> None:
         # a rejected update leaves no history event and validators must not change state: the
         # caller is told (kind in the error's details) and the refusal is logged, not kept
-        try:
-            decision = Decision.model_validate(payload)
-        except ValidationError as exc:
-            message = f"malformed decision: {exc.error_count()} problem(s): " + "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(payload)'}: {e['msg']}"
-                for e in exc.errors()
-            )
+        if len(payloads) != 1:
             raise ApplicationError(
-                message[:1000], "invalid", type="ApprovalRefused", non_retryable=True
+                f"malformed decision: {len(payloads)} arguments, not 1",
+                "invalid",
+                type="ApprovalRefused",
+                non_retryable=True,
+            )
+        try:
+            decision = Decision.model_validate(payloads[0])
+        except ValidationError as exc:
+            raise ApplicationError(
+                f"malformed decision: {_problems(exc)}"[:1000],
+                "invalid",
+                type="ApprovalRefused",
+                non_retryable=True,
             ) from None
         refusal = self._refusal(decision.journal_seq, decision.approver, decision.input_hash)
         if refusal is not None:
@@ -863,8 +890,8 @@ class Saga:
             workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, message)
             raise ApplicationError(message, kind, type="ApprovalRefused", non_retryable=True)
 
-    async def _on_decide(self, payload: Any) -> str:
-        decision = Decision.model_validate(payload)  # the validator passed it
+    async def _on_decide(self, *payloads: Any) -> str:
+        decision = Decision.model_validate(payloads[0])  # the validator passed it
         if decision.approve:
             self._decision = Approve(journal_seq=decision.journal_seq, approver=decision.approver)
         else:
@@ -880,13 +907,14 @@ class Saga:
 
     # -- abort, suspect resolution ------------------------------------------------------------
 
-    def _on_abort(self, payload: Any = None) -> None:
-        abort = self._parse("abort", Abort, {} if payload is None else payload)
+    def _on_abort(self, *payloads: Any) -> None:
+        # no payload at all is a plain abort
+        abort = self._parse("abort", Abort, payloads or ({},))
         if abort is not None and self._abort is None:
             self._abort = abort
 
-    def _on_resolve(self, payload: Any) -> None:
-        resolution = self._parse("resolve", Resolve, payload)
+    def _on_resolve(self, *payloads: Any) -> None:
+        resolution = self._parse("resolve", Resolve, payloads)
         if resolution is None:
             return
         if self._suspect is None and self._running and resolution.call_seq == self.head.seq + 1:

@@ -42,10 +42,16 @@ def _lookup(ref: str, results: dict[str, Any]) -> Any:
 class SagaWorkflow:
     """Runs steps in order; on a failure, abort or rejection, compensates what ran, in reverse."""
 
+    @workflow.init
+    def __init__(self, spec: SagaSpec) -> None:
+        # the saga's signals and updates exist from the first workflow task
+        progress = spec.progress
+        self.saga = Saga(spec.options, carry=progress.carry if progress else None)
+
     @workflow.run
     async def run(self, spec: SagaSpec) -> SagaResult:
         progress = spec.progress
-        saga = Saga(spec.options, carry=progress.carry if progress else None)
+        saga = self.saga
         results: dict[str, Any] = dict(progress.results) if progress else {}
         first = progress.next_step if progress else 0
 

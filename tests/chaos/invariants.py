@@ -139,34 +139,12 @@ def shop_violations(saga_id: str, rows: list[Entry], state: SagaState, shop: Sho
     return found
 
 
-def left_by_suspect_call(rows: list[Entry], seq: int) -> bool:
-    """Whether the approval request at ``seq`` is that of an approved call which went SUSPECT and
-    was resolved by a human: a known bug leaves it pending (test_suspect_after_approval.py).
-
-    AWAITING_APPROVAL at ``seq``, APPROVED after it, the call's INTENT, the human's outcome.
-    """
-    by_seq = {r.seq: r for r in rows}
-    approved, intent, outcome = (by_seq.get(seq + i) for i in (1, 2, 3))
-    return (
-        approved is not None
-        and (approved.tool_name, approved.phase) == (APPROVAL_GATE, Phase.APPROVED)
-        and intent is not None
-        and intent.phase is Phase.INTENT
-        and outcome is not None
-        and ('"resolved_by"' in outcome.payload or '"SuspectResolved"' in outcome.payload)
-    )
-
-
 async def check(
     database_url: str,
     outcomes: list[Outcome],
     stock_before: dict[str, int],
-    known: list[str] | None = None,
 ) -> list[str]:
-    """Every invariant over every saga the driver ran; returns the violations.
-
-    Problems of known bugs, each reproduced by a test marked xfail, go to ``known`` instead.
-    """
+    """Every invariant over every saga the driver ran; returns the violations."""
     found: list[str] = []
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         shop = await shop_rows(conn)
@@ -201,11 +179,7 @@ async def check(
             if result.status is SagaState.COMPLETED:
                 sold[outcome.plan.product_id] += outcome.plan.quantity
         for sid, seq in stale:
-            left = f"{sid}: approval request at seq {seq} left behind"
-            if known is not None and left_by_suspect_call(await journal.read(sid), seq):
-                known.append(f"{left} (its approved call went SUSPECT)")
-            else:
-                found.append(left)
+            found.append(f"{sid}: approval request at seq {seq} left behind")
     for product, before in stock_before.items():
         if before - stock_after[product] != sold[product]:
             found.append(

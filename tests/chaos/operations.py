@@ -55,7 +55,6 @@ MALLORY = "chaos-mallory"
 #: how often the driver looks at each saga it runs
 POLL_S = 0.7
 #: how the SDK refuses an update for which the workflow has registered no handler (yet)
-UNREGISTERED = "expected but not found, and there is no dynamic handler"
 #: a seq no saga of these tests reaches: decisions for it are refused, never taken
 NO_SUCH_SEQ = 9999
 
@@ -456,11 +455,6 @@ class OpsDriver:
                     cause = exc.cause
                     if isinstance(cause, ApplicationError) and cause.type == "ApprovalRefused":
                         out.updates["refused"] += 1
-                    elif UNREGISTERED in str(cause):
-                        # known: an update that reaches the saga in its first workflow task,
-                        # before Saga() registered its handlers, is refused untyped (see
-                        # test_bad_payloads.py)
-                        out.updates["refused untyped (no handler yet)"] += 1
                     else:
                         out.updates[f"error: {type(cause).__name__}"] += 1
                         out.problems.append(

@@ -273,7 +273,6 @@ class OpsReport:
                 f"  ended otherwise than planned, for a journaled reason: {listed(j.deviations)}",
                 f"  flagged for a human: {len(j.flagged)}"
                 + "".join(f"\n    {f}" for f in j.flagged),
-                *(f"  known bug: {k}" for k in j.known),
                 f"  invariant violations: {len(self.violations)}",
             ]
         )

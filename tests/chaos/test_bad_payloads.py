@@ -1,17 +1,10 @@
 """Signals and updates the operations chaos found mishandled, each reproduced on its own.
 
-These fail today: each is marked ``xfail(strict=True)`` with what goes wrong, so the suite stays
-green and the marker must go when the saga runtime (``sagacity/temporal/saga.py``) is fixed.
-
-* A signal with no argument, or two, wedges the saga. ``temporal workflow signal --name approve``
-  without ``--input`` sends none; ``Saga._on_approve(self, payload)`` raises ``TypeError``; a
-  signal handler that raises fails the workflow task, which Temporal retries forever with the same
-  signal: the saga no longer answers queries, decisions, aborts or its approval deadline.
-* A ``decide`` update with no argument or two is refused with the SDK's ``TypeError``, and one that
-  reaches a saga in its first workflow task (sent right after the start, or while no worker ran)
-  with ``RuntimeError: Update handler for 'decide' expected but not found``: ``Saga()``
-  registers its handlers when the workflow's ``run`` starts, after the SDK has applied the
-  update. Both are refused, but untyped: the caller cannot tell them from a crash.
+* A signal with no argument, or two (``temporal workflow signal --name approve`` without
+  ``--input``), once raised in its handler and wedged the saga; it is refused and recorded.
+* A ``decide`` update with no argument or two, or one that reaches a saga in its first workflow
+  task, once got the SDK's untyped ``TypeError`` or "handler not found"; it is refused as
+  ``ApprovalRefused`` (the saga's handlers are registered in the workflow's ``__init__``).
 """
 
 from __future__ import annotations
@@ -48,6 +41,7 @@ ANSWER_S = 20.0
 class Stores:
     journal: JournalStore
     approvals: ApprovalStore
+    shop: Shop
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +52,17 @@ async def stores(database_url: str) -> AsyncIterator[Stores]:
     try:
         await shop.setup()
         use(shop)
-        yield Stores(JournalStore(pool), ApprovalStore(pool))
+        yield Stores(JournalStore(pool), ApprovalStore(pool), shop)
     finally:
         await shop.close()
         await pool.close()
+
+
+@pytest.fixture(autouse=True)
+async def full_stock(stores: Stores) -> None:
+    """Seed stock for each test: sagas ended by terminate keep what they reserved."""
+    await stores.shop.setup(reset=True)
+    use(stores.shop)
 
 
 def order_worker(client: Client, task_queue: str, stores: Stores) -> Worker:
@@ -117,13 +118,6 @@ async def cli_signal(client: Client, workflow_id: str, name: str, *inputs: str) 
     assert done.returncode == 0, done.stderr
 
 
-# the wedged saga's failing signal jobs leave coroutines the SDK never awaits
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.xfail(
-    strict=True,
-    reason="saga.py: a signal with no argument or two raises TypeError in its handler and "
-    "wedges the saga (workflow task retried forever)",
-)
 async def test_a_signal_with_no_argument_or_two_is_refused_and_the_saga_goes_on(
     temporal_client: Client, order_queue: str
 ) -> None:
@@ -155,11 +149,6 @@ async def test_a_signal_with_no_argument_or_two_is_refused_and_the_saga_goes_on(
     assert [len(f.refused_decisions) for f in finals] == [1, 1, 1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="saga.py: decide updates with no argument or two, or in the saga's first workflow "
-    "task, are refused with the SDK's TypeError / 'handler not found', not ApprovalRefused",
-)
 @pytest.mark.parametrize("case", ["no argument", "two arguments", "first workflow task"])
 async def test_a_bad_decide_update_is_refused_typed(
     case: str, temporal_client: Client, stores: Stores

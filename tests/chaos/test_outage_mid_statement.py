@@ -1,19 +1,11 @@
-"""An Order tool's own statement is in flight when Postgres goes away: the order does not complete.
+"""An Order tool's own statement is in flight when Postgres goes away: the order still completes.
 
 Found by ``test_sagas_in_flight_ride_out_a_postgres_outage``: now and then one saga of twenty,
-approved, ended COMPENSATED with ``create_order FAILED (AdminShutdown, effect unknown)``.
-Reproduced here deterministically: a lock holds the tool's INSERT until Postgres is stopped.
-
-What goes wrong is the Order example's tools (``workflows/order/tools.py``), not the saga runtime.
-The journal's writes wait the outage out and the shop's pool hands out no dead connection after
-it; but a statement the tool had already sent dies with the server (``AdminShutdown`` on a fast
-stop, ``OperationalError``/``CrashShutdown`` on an immediate one). The tool lets that error out,
-it is not declared idempotent and the error is not in its ``no_effect_on``, so the runtime
-records FAILED with the effect unknown, as designed: ``create_order`` is then compensated and the
-approved order is cancelled; ``send_confirmation``, irreversible, leaves the saga flagged
-(needs_attention: the confirmation may have gone out). Each tool's id is derived from its call,
-so it could check for its own row and retry once the server is back (or be declared idempotent
-with ``ON CONFLICT DO NOTHING``); the outbox has no such id yet.
+approved, ended COMPENSATED with ``create_order FAILED (AdminShutdown, effect unknown)``: the
+statement the tool had sent died with the server. The Order tools now run their statements
+through ``Shop.transact``, which waits the outage out and tries again, each try first looking
+for the row an earlier one may have committed. Reproduced here deterministically: a lock holds
+the tool's INSERT until Postgres is stopped.
 """
 
 from __future__ import annotations
@@ -43,8 +35,8 @@ pytestmark = pytest.mark.chaos
 OUTAGE_S = 3.0
 
 
-async def until_statement_waits(database_url: str, statement: str, timeout: float = 60.0) -> None:
-    """Wait until a statement starting with ``statement`` waits on a lock."""
+async def until_statement_waits(database_url: str, table: str, timeout: float = 60.0) -> None:
+    """Wait until a statement on ``table`` waits on a lock."""
     deadline = time.monotonic() + timeout
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         while True:
@@ -52,13 +44,13 @@ async def until_statement_waits(database_url: str, statement: str, timeout: floa
                 await conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                     "AND wait_event_type = 'Lock' AND query LIKE %s",
-                    (f"{statement}%",),
+                    (f"% {table} %",),
                 )
             ).fetchone()
             if row is not None and row[0] >= 1:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no {statement!r} ever waited on the lock")
+                raise TimeoutError(f"no statement on {table!r} ever waited on the lock")
             await asyncio.sleep(0.2)
 
 
@@ -82,11 +74,6 @@ async def drive(handle: WorkflowHandle[Any, SagaResult], timeout: float = 120.0)
         result.cancel()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workflows/order/tools.py: a tool statement cut by the outage fails the call with "
-    "its effect unknown; the approved order is compensated or flagged instead of completing",
-)
 @pytest.mark.parametrize(
     ("tool", "table", "mode"),
     [("create_order", "orders", "fast"), ("send_confirmation", "outbox", "immediate")],
@@ -119,7 +106,7 @@ async def test_an_order_whose_statement_dies_with_postgres_still_completes(
             result_type=SagaResult,
         )
         driving = asyncio.create_task(drive(handle))
-        await until_statement_waits(chaos_database, f"INSERT INTO {table}")
+        await until_statement_waits(chaos_database, table)
         # the tool's INSERT is on the server, waiting; the server goes away under it
         await chaos_stack.stop_postgres(mode=mode)
         with contextlib.suppress(psycopg.Error):

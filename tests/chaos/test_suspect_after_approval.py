@@ -56,11 +56,6 @@ async def status_when(
         await asyncio.sleep(0.2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="activities.py/saga.py: an approved call that goes SUSPECT never consumes its "
-    "approval request; it stays pending after the saga ended",
-)
 async def test_a_resolved_suspect_approved_call_leaves_no_pending_request(
     chaos_client: Client, chaos_database: str, chaos_dir: Path
 ) -> None:

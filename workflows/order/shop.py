@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from sagacity.store.db import new_pool
 
 SCHEMA = Path(__file__).with_name("schema.sql")
+#: how long the shop's statements wait out a database outage
+OUTAGE_S = 120.0
+T = TypeVar("T")
 SEED = {"p-1": ("Espresso grinder", 10), "p-2": ("Milk jug", 25)}
 
 
@@ -82,16 +88,38 @@ class Shop:
         async with self.pool.connection() as conn:
             await conn.execute("DELETE FROM order_faults")
 
+    async def transact(self, work: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run ``work`` in one transaction, again if a database outage cut it off.
+
+        Waits out an outage of up to :data:`OUTAGE_S`: a restart must not fail a call that would
+        have worked. ``work`` must be safe to repeat (the tools look for their own row first),
+        since a connection lost at commit leaves unknown whether the commit happened.
+        """
+        deadline = time.monotonic() + OUTAGE_S
+        pause = 0.5
+        while True:
+            try:
+                async with self.pool.connection() as conn, conn.transaction():
+                    return await work(conn)
+            except psycopg.OperationalError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
     async def check_fault(self, tool_name: str) -> None:
         """Stall and/or raise :class:`InjectedFault` if a fault is armed for ``tool_name``."""
-        async with self.pool.connection() as conn:
+
+        async def take(conn: AsyncConnection[Any]) -> Any:
             cur = await conn.execute(
                 "UPDATE order_faults SET remaining = CASE WHEN remaining > 0 THEN remaining - 1 "
                 "ELSE remaining END WHERE tool_name = %s AND remaining <> 0 "
                 "RETURNING message, delay_s",
                 (tool_name,),
             )
-            row = await cur.fetchone()
+            return await cur.fetchone()
+
+        row = await self.transact(take)
         if row is None:
             return
         message, delay_s = row

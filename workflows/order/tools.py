@@ -7,13 +7,17 @@ Compensations are idempotent: undoing twice changes nothing the second time.
 Each effect's id is derived from the call (saga id and INTENT seq), so a compensation can find
 what a call did even when the call failed and left no result (``ctx.failed``). Injected faults
 and a lack of stock happen before anything is written, so the tools declare them
-``no_effect_on``: such a failure needs no undo.
+``no_effect_on``: such a failure needs no undo. Statements run through ``Shop.transact``, which
+waits out a database restart and tries again; each try first looks for the row an earlier one
+may have committed, so a statement cut off by an outage neither fails the call nor repeats it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any
+
+from psycopg import AsyncConnection
 
 from sagacity import (
     CompensableTool,
@@ -47,7 +51,11 @@ async def reserve_inventory(product_id: str, quantity: int) -> dict[str, Any]:
     await shop.check_fault("reserve_inventory")
     call = current_call()
     reservation_id = effect_id("res", call.saga_id, call.seq)
-    async with shop.pool.connection() as conn, conn.transaction():
+
+    async def reserve(conn: AsyncConnection[Any]) -> None:
+        done = await conn.execute("SELECT FROM reservations WHERE id = %s", (reservation_id,))
+        if await done.fetchone() is not None:
+            return  # an earlier try committed before its connection was lost
         cur = await conn.execute(
             "UPDATE inventory SET available = available - %s "
             "WHERE product_id = %s AND available >= %s RETURNING available",
@@ -60,6 +68,8 @@ async def reserve_inventory(product_id: str, quantity: int) -> dict[str, Any]:
             "VALUES (%s, %s, %s, 'held', %s)",
             (reservation_id, product_id, quantity, call.saga_id),
         )
+
+    await shop.transact(reserve)
     return {"reservation_id": reservation_id, "product_id": product_id, "quantity": quantity}
 
 
@@ -67,7 +77,8 @@ async def release_inventory(ctx: CompensationContext) -> None:
     """Give the reserved units back (once, however often it is called)."""
     shop = current()
     await shop.check_fault("release_inventory")
-    async with shop.pool.connection() as conn, conn.transaction():
+
+    async def release(conn: AsyncConnection[Any]) -> None:
         cur = await conn.execute(
             "UPDATE reservations SET status = 'released' WHERE id = %s AND status = 'held' "
             "RETURNING product_id, quantity",
@@ -80,6 +91,8 @@ async def release_inventory(ctx: CompensationContext) -> None:
                 (row[1], row[0]),
             )
 
+    await shop.transact(release)
+
 
 @compensable(by="cancel_order", no_effect_on=(InjectedFault,))
 async def create_order(
@@ -90,12 +103,15 @@ async def create_order(
     await shop.check_fault("create_order")
     call = current_call()
     order_id = effect_id("ord", call.saga_id, call.seq)
-    async with shop.pool.connection() as conn:
+
+    async def place(conn: AsyncConnection[Any]) -> None:
         await conn.execute(
             "INSERT INTO orders (id, product_id, quantity, reservation_id, status, saga_id) "
-            "VALUES (%s, %s, %s, %s, 'placed', %s)",
+            "VALUES (%s, %s, %s, %s, 'placed', %s) ON CONFLICT (id) DO NOTHING",
             (order_id, product_id, quantity, reservation_id, call.saga_id),
         )
+
+    await shop.transact(place)
     return {"order_id": order_id, "product_id": product_id, "quantity": quantity}
 
 
@@ -103,11 +119,14 @@ async def cancel_order(ctx: CompensationContext) -> None:
     """Cancel the order (once, however often it is called)."""
     shop = current()
     await shop.check_fault("cancel_order")
-    async with shop.pool.connection() as conn:
+
+    async def cancel(conn: AsyncConnection[Any]) -> None:
         await conn.execute(
             "UPDATE orders SET status = 'cancelled' WHERE id = %s AND status = 'placed'",
             (_undo_id("ord", "order_id", ctx),),
         )
+
+    await shop.transact(cancel)
 
 
 @compensable(reversibility=Reversibility.IRREVERSIBLE, no_effect_on=(InjectedFault,))
@@ -115,15 +134,26 @@ async def send_confirmation(order_id: str) -> dict[str, Any]:
     """Email the customer an order confirmation."""
     shop = current()
     await shop.check_fault("send_confirmation")
-    async with shop.pool.connection() as conn:
-        cur = await conn.execute(
-            "INSERT INTO outbox (order_id, kind, body, saga_id) "
-            "VALUES (%s, 'confirmation', %s, %s) RETURNING id",
-            (order_id, f"Your order {order_id} is confirmed.", current_call().saga_id),
+    saga_id = current_call().saga_id
+
+    async def send(conn: AsyncConnection[Any]) -> Any:
+        # one confirmation per order: a try whose commit was cut off may have sent it
+        sent = await conn.execute(
+            "SELECT id FROM outbox WHERE order_id = %s AND kind = 'confirmation' AND saga_id = %s",
+            (order_id, saga_id),
         )
-        row = await cur.fetchone()
-    assert row is not None
-    return {"message_id": row[0], "order_id": order_id}
+        row = await sent.fetchone()
+        if row is None:
+            cur = await conn.execute(
+                "INSERT INTO outbox (order_id, kind, body, saga_id) "
+                "VALUES (%s, 'confirmation', %s, %s) RETURNING id",
+                (order_id, f"Your order {order_id} is confirmed.", saga_id),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return row[0]
+
+    return {"message_id": await shop.transact(send), "order_id": order_id}
 
 
 TOOLS: list[CompensableTool[..., Any]] = [reserve_inventory, create_order, send_confirmation]

@@ -22,9 +22,14 @@ class OrderRequest(BaseModel):
 class PlaceOrder:
     """Reserve stock, create the order, send the confirmation (after a human approves it)."""
 
+    @workflow.init
+    def __init__(self, request: OrderRequest) -> None:
+        # the saga's signals and updates exist from the first workflow task
+        self.saga = Saga(request.options)
+
     @workflow.run
     async def run(self, request: OrderRequest) -> SagaResult:
-        saga = Saga(request.options)
+        saga = self.saga
 
         async def place() -> dict[str, Any]:
             reservation = await saga.call(
