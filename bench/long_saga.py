@@ -133,6 +133,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> int:
         verdict = await journal.verify(wid)
         sizes = await run_chain(client, wid)
     finally:
+        await journal.close()
         await pool.close()
 
     phases = Counter(r.phase.value for r in rows)

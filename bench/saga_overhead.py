@@ -385,6 +385,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> None:
                 for kind in (PLAIN, SAGACITY)
             }
     finally:
+        await journal.close()
         await pool.close()
 
     print(f"\n# Sagacity vs plain Temporal: {STEPS} trivial steps per saga")

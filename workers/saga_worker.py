@@ -126,8 +126,10 @@ async def _running(
         for lifespan in app.lifespans:
             await stack.enter_async_context(lifespan(settings.database_url))
         approvals = ApprovalStore(pool)
+        journal = TimedJournalStore(pool)
+        stack.push_async_callback(journal.close)  # after the worker, before the pool
         plugin = SagacityPlugin(
-            journal=TimedJournalStore(pool),
+            journal=journal,
             approvals=approvals,
             tools=app.tools,
             workflows=app.workflows,

@@ -198,6 +198,7 @@ async def run_demo(
         pool = await open_pool(endpoints.database_url)
         exits.push_async_callback(pool.close)
         journal, approvals = JournalStore(pool), ApprovalStore(pool)
+        exits.push_async_callback(journal.close)
         shop = await exits.enter_async_context(lifespan(endpoints.database_url))
         if stack.runs_postgres:
             # the embedded database is the demo's own: start from the seed stock every time

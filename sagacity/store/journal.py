@@ -25,7 +25,7 @@ from sagacity.journal import (
     seal,
     utc_micros,
 )
-from sagacity.store.db import Pool, naive_utc, open_pool, translate_errors
+from sagacity.store.db import Pool, naive_utc, new_pool, open_pool, translate_errors
 
 _COLUMNS = "saga_id, seq, tool_name, phase, input, payload, timestamp, hash"
 
@@ -111,10 +111,16 @@ class JournalStore:
     other pools work too, since every multi-statement write runs in an explicit transaction.
     """
 
-    def __init__(self, pool: Pool, *, max_retries: int = 64) -> None:
+    def __init__(self, pool: Pool, *, max_retries: int = 64, lock_connections: int = 16) -> None:
         self._pool = pool
         self._max_retries = max_retries
         self._owns_pool = False
+        # :meth:`exclusive` holds a connection for as long as its body runs, and the body uses
+        # the journal meanwhile: on the main pool, many at once would take every connection
+        # and wait for one forever. They get a small pool of their own, opened on first use.
+        self._lock_connections = lock_connections
+        self._lock_pool: Pool | None = None
+        self._lock_pool_opening = asyncio.Lock()
 
     @classmethod
     async def open(cls, conninfo: str, *, min_size: int = 1, max_size: int = 10) -> JournalStore:
@@ -124,9 +130,32 @@ class JournalStore:
         return store
 
     async def close(self) -> None:
-        """Close the pool if :meth:`open` made it; a pool passed in belongs to the caller."""
+        """Close the pool if :meth:`open` made it; a pool passed in belongs to the caller.
+
+        The connections :meth:`exclusive` used are closed either way.
+        """
+        if self._lock_pool is not None:
+            await self._lock_pool.close()
+            self._lock_pool = None
         if self._owns_pool:
             await self._pool.close()
+
+    async def _locks(self) -> Pool:
+        async with self._lock_pool_opening:
+            if self._lock_pool is None:
+                conninfo, kwargs = self._pool.conninfo, self._pool.kwargs
+                if not isinstance(conninfo, str) or not isinstance(kwargs, dict | None):
+                    raise TypeError("exclusive() needs a pool made from a connection string")
+                pool = new_pool(
+                    conninfo,
+                    kwargs=kwargs,
+                    min_size=0,
+                    max_size=self._lock_connections,
+                    timeout=self._pool.timeout,
+                )
+                await pool.open()
+                self._lock_pool = pool
+            return self._lock_pool
 
     async def __aenter__(self) -> Self:
         return self
@@ -280,7 +309,8 @@ class JournalStore:
         where = f"lock saga {saga_id!r} seq {seq}"
         key = f"{_UNDO_LOCK_SPACE}:{saga_id}:{seq}"
         with translate_errors(where):
-            conn = await self._pool.getconn()
+            locks = await self._locks()
+            conn = await locks.getconn()
         locked = False
         try:
             with translate_errors(where):
@@ -299,7 +329,7 @@ class JournalStore:
                 # the body raised while holding the lock: closing the session releases it,
                 # rather than handing a locked session to the pool's next user
                 await conn.close()
-            await self._pool.putconn(conn)
+            await locks.putconn(conn)
 
     async def read(self, saga_id: str) -> list[Entry]:
         """All of the saga's rows in seq order, in one query (use :meth:`stream` for long sagas)."""

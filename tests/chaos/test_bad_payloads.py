@@ -52,7 +52,9 @@ async def stores(database_url: str) -> AsyncIterator[Stores]:
     try:
         await shop.setup()
         use(shop)
-        yield Stores(JournalStore(pool), ApprovalStore(pool), shop)
+        journal = JournalStore(pool)
+        yield Stores(journal, ApprovalStore(pool), shop)
+        await journal.close()
     finally:
         await shop.close()
         await pool.close()

@@ -27,8 +27,10 @@ async def pool(database_url: str) -> AsyncIterator[Pool]:
 
 
 @pytest.fixture(scope="session")
-def journal(pool: Pool) -> JournalStore:
-    return JournalStore(pool)
+async def journal(pool: Pool) -> AsyncIterator[JournalStore]:
+    store = JournalStore(pool)
+    yield store
+    await store.close()  # the connections its compensation locks used
 
 
 @pytest.fixture(scope="session")

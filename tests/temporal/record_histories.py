@@ -727,6 +727,7 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
             data_converter=pydantic_data_converter,
         )
         journal, approvals = JournalStore(pool), ApprovalStore(pool)
+        stack.push_async_callback(journal.close)
         # set up as `sagacity worker` sets up its worker: plugin, app workflows, interceptor
         queue, agent_queue = (f"record-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("saga", "agent"))
         saga_worker = Worker(

@@ -15,7 +15,7 @@ from temporalio.testing import ActivityEnvironment
 
 from sagacity import CompensationContext, compensable
 from sagacity.journal import Draft, Phase, to_json
-from sagacity.store import ApprovalStore, JournalStore
+from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.activities import SagaActivities
 from sagacity.temporal.models import CompensateRequest, RowRef
 from sagacity.tools import ToolRegistry
@@ -98,3 +98,39 @@ async def test_an_effect_carried_by_reference_is_undone_from_the_journal(
     assert UNDONE == [{"input": {"room": "12"}, "result": {"booking": "b-12"}}]
     compensated = (await journal.read(saga_id))[-1]
     assert compensated.phase is Phase.COMPENSATED and compensated.input == to_json({"room": "12"})
+
+
+async def test_many_compensations_at_once_do_not_starve_the_journal_pool(
+    database_url: str, approvals: ApprovalStore
+) -> None:
+    """Each undo holds its lock's connection while it uses the journal: with the locks on the
+    journal's own pool, as many undos as connections took them all and waited for one forever
+    (seen in bench.saga_overhead: compensations stuck for the 10-minute outage window)."""
+    UNDONE.clear()
+    pool = await open_pool(database_url, max_size=2)
+    journal = JournalStore(pool)
+    try:
+        acts = SagaActivities(journal, approvals, ToolRegistry([book]))
+        requests = []
+        for _ in range(8):
+            saga_id = f"undo-{uuid.uuid4().hex[:8]}"
+            head = await executed_call(journal, saga_id)
+            requests.append(
+                CompensateRequest(
+                    saga_id=saga_id,
+                    seq=3,
+                    prev_hash=head,
+                    tool_name="book",
+                    call_seq=1,
+                    input_json=to_json({"room": "12"}),
+                    result={"booking": "b-12"},
+                )
+            )
+        await asyncio.wait_for(
+            asyncio.gather(*(ActivityEnvironment().run(acts.compensate, r) for r in requests)),
+            30,
+        )
+    finally:
+        await journal.close()
+        await pool.close()
+    assert len(UNDONE) == 8
