@@ -612,10 +612,14 @@ class SagaActivities:
         tool = self.tools.get(req.tool_name)
         if tool.compensation is None:
             raise UnknownTool(f"tool {req.tool_name!r} has no compensation")
+        first_try = activity.info().attempt == 1
         while True:
-            written = await self._compensated(req, done)
-            if written is not None:
-                return written
+            # only a later attempt can find the row already written before it takes the lock
+            if not first_try:
+                written = await self._compensated(req, done)
+                if written is not None:
+                    return written
+            first_try = False
             async with self.journal.exclusive(req.saga_id, req.call_seq) as mine:
                 if mine:
                     # the lock holder that finished before us may have written it
