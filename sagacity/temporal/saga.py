@@ -539,26 +539,23 @@ class Saga:
             ),
         )
         try:
-            resolved: Resolved = await self._shielded(
-                workflow.start_activity(
-                    names.RESOLVE_CALL,
-                    ResolveRequest(
-                        saga_id=self.saga_id, call_seq=seq, row=row, approval_seq=approval_seq
-                    ),
-                    result_type=Resolved,
-                    start_to_close_timeout=_JOURNAL_TIMEOUT,
-                    heartbeat_timeout=self._heartbeat_timeout(None),
-                    retry_policy=_JOURNAL_RETRY,
-                )
-            )
-        except ActivityError as resolve_err:
-            if _error_type(resolve_err) in _AHEAD:
-                raise _Desync from resolve_err
+            resolved = await self._record_outcome(seq, row, approval_seq)
+        except ActivityError:
             # no INTENT was written: nothing ran, and there is no row to pair a FAILED with
             self.failures.append(error)
             raise ToolFailed(tool, error.type, error.message) from None
         self._track(resolved.outcome.rows)
         return resolved.outcome
+
+    async def _record_outcome(
+        self, seq: int, row: RowDraft, approval_seq: int | None
+    ) -> Resolved:
+        """Write the outcome of the call at ``seq`` unless it has one (which is returned)."""
+        request = ResolveRequest(
+            saga_id=self.saga_id, call_seq=seq, row=row, approval_seq=approval_seq
+        )
+        resolved: Resolved = await self._journal_activity(names.RESOLVE_CALL, request, Resolved)
+        return resolved
 
     def _heartbeat_timeout(self, spec: ToolSpec | None) -> timedelta:
         seconds = self.options.heartbeat_timeout_s or (spec.heartbeat_timeout_s if spec else 30.0)
@@ -655,18 +652,7 @@ class Saga:
                 ),
             )
             status = CallStatus.FAILED
-        resolved: Resolved = await self._shielded(
-            workflow.start_activity(
-                names.RESOLVE_CALL,
-                ResolveRequest(
-                    saga_id=self.saga_id, call_seq=seq, row=row, approval_seq=approval_seq
-                ),
-                result_type=Resolved,
-                start_to_close_timeout=_JOURNAL_TIMEOUT,
-                heartbeat_timeout=self._heartbeat_timeout(None),
-                retry_policy=_JOURNAL_RETRY,
-            )
-        )
+        resolved = await self._record_outcome(seq, row, approval_seq)
         self._track(resolved.outcome.rows[1:])
         if not resolved.recorded:
             # the lost attempt had finished after all: its own outcome row stands
