@@ -60,6 +60,7 @@ from sagacity.temporal.models import (
     SagaOpen,
     SagaOpened,
     ToolSpec,
+    failure_payload,
 )
 from sagacity.temporal.names import (
     APPEND,
@@ -414,7 +415,9 @@ class SagaActivities:
         # consumed once the call has its outcome, so a failure here can never turn a call that
         # did not run into a SUSPECT one; the verification ran before INTENT
         if req.approval_seq is not None:
-            await self._outlast(lambda: self.approvals.delete(req.saga_id, req.approval_seq or 0))
+            await self._outlast(
+                functools.partial(self.approvals.delete, req.saga_id, req.approval_seq)
+            )
 
     async def _resume(self, req: CallRequest, intent: Draft) -> CallOutcome | None:
         """On a retry: finish what an earlier attempt started, never repeat an unsafe call."""
@@ -528,9 +531,8 @@ class SagaActivities:
     async def _failed(
         self, req: CallRequest, intent_row: Entry, exc: BaseException, *, effect_unknown: bool
     ) -> CallOutcome:
-        payload = failure_payload(
-            type(exc).__name__, str(exc) or type(exc).__name__, effect_unknown=effect_unknown
-        )
+        error = ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
+        payload = failure_payload(error, effect_unknown=effect_unknown)
         return await self._record(req, intent_row, CallStatus.FAILED, payload)
 
     async def _invoke(self, req: CallRequest, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
@@ -602,9 +604,9 @@ class SagaActivities:
     async def compensate(self, req: CompensateRequest) -> list[RowRef]:
         """Undo one effect, once: whichever attempt holds the undo lock runs it.
 
-        Every attempt heartbeats from its start and first looks for the COMPENSATED row, so an
-        attempt that overlaps a slow one, or follows one that died after writing, never undoes
-        twice.
+        Every attempt heartbeats from its start, and looks for the COMPENSATED row once it holds
+        the lock (a later attempt also before), so an attempt that overlaps a slow one, or follows
+        one that died after writing, never undoes twice.
         """
         if req.by_ref:
             req = await self._from_journal(req)
@@ -676,13 +678,6 @@ class SagaActivities:
             await tool.compensation(ctx)
         else:
             await asyncio.to_thread(tool.compensation, ctx)
-
-
-def failure_payload(error_type: str, message: str, *, effect_unknown: bool) -> str:
-    """A FAILED row's payload: the error, and whether the call may have taken effect."""
-    return to_json(
-        {"type": error_type, "message": message, "effect": "unknown" if effect_unknown else "none"}
-    )
 
 
 def _idempotent_attempts() -> int:

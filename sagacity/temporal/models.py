@@ -98,6 +98,17 @@ class ResolveRequest(BaseModel):
     approval_seq: int | None = None
 
 
+def failure_payload(error: ErrorInfo, *, effect_unknown: bool) -> str:
+    """A FAILED row's payload: the error, and whether the call may have taken effect."""
+    return to_json(
+        {
+            "type": error.type,
+            "message": error.message,
+            "effect": "unknown" if effect_unknown else "none",
+        }
+    )
+
+
 class CallStatus(StrEnum):
     EXECUTED = "executed"
     FAILED = "failed"

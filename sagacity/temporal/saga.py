@@ -74,6 +74,7 @@ from sagacity.temporal.models import (
     SagaStatus,
     Suspect,
     ToolSpec,
+    failure_payload,
 )
 from sagacity.tools import Reversibility
 
@@ -307,7 +308,6 @@ class Saga:
 
     def _fold(self, rows: list[JournalRow]) -> None:
         """Take rows an earlier run (or a lost attempt) wrote into this run's view."""
-        catalog = self._catalog or {}
         for row in rows:
             self._track([RowRef(seq=row.seq, tool_name=row.tool_name, phase=row.phase, hash=row.hash)])
             if row.phase is Phase.INTENT:
@@ -320,18 +320,14 @@ class Saga:
                 failed = row.phase is Phase.FAILED
                 if failed and isinstance(body, dict) and body.get("effect") == "none":
                     continue  # failed without any effect: nothing to undo
-                spec = catalog.get(row.tool_name)
-                effect = Effect(
-                    tool_name=row.tool_name,
-                    call_seq=intent.seq,
-                    reversibility=spec.reversibility if spec else Reversibility.IRREVERSIBLE,
-                    input=_loads(intent.input) or {},
-                    result=None if failed else body,
+                self._took_effect(
+                    row.tool_name,
+                    intent.seq,
+                    _loads(intent.input) or {},
+                    None if failed else body,
                     failed=failed,
+                    adoptable=not failed,
                 )
-                self.executed.append(effect)
-                if not failed:
-                    self._adoptable.append(effect)
             elif row.phase is Phase.COMPENSATED:
                 undone = self._effect_for(row)
                 if undone is not None:
@@ -379,16 +375,37 @@ class Saga:
                 "an earlier run of this saga left this call without an outcome",
             )
             if outcome.status is CallStatus.EXECUTED:
-                spec = (self._catalog or {}).get(intent.tool_name)
-                effect = Effect(
-                    tool_name=intent.tool_name,
-                    call_seq=intent.seq,
-                    reversibility=spec.reversibility if spec else Reversibility.IRREVERSIBLE,
-                    input=_loads(intent.input) or {},
-                    result=outcome.result,
+                self._took_effect(
+                    intent.tool_name,
+                    intent.seq,
+                    _loads(intent.input) or {},
+                    outcome.result,
+                    adoptable=True,
                 )
-                self.executed.append(effect)
-                self._adoptable.append(effect)
+
+    def _took_effect(
+        self,
+        tool: str,
+        call_seq: int,
+        args: dict[str, Any],
+        result: Any,
+        *,
+        failed: bool = False,
+        adoptable: bool = False,
+    ) -> None:
+        """Remember a call that took effect (or may have), to undo it if the saga fails."""
+        spec = (self._catalog or {}).get(tool)
+        effect = Effect(
+            tool_name=tool,
+            call_seq=call_seq,
+            reversibility=spec.reversibility if spec else Reversibility.IRREVERSIBLE,
+            input=args,
+            result=result,
+            failed=failed,
+        )
+        self.executed.append(effect)
+        if adoptable:
+            self._adoptable.append(effect)
 
     def _adopt(self, tool: str, input_json: str) -> Effect | None:
         """An effect an earlier run left live for this very call: it is not made twice."""
@@ -455,7 +472,7 @@ class Saga:
                     await self._catch_up()
                     self._raise_if_aborted()
                     continue
-                return self._settle(spec, tool, args, outcome)
+                return self._settle(tool, args, outcome)
 
     async def _call(
         self,
@@ -534,9 +551,7 @@ class Saga:
             tool_name=tool,
             phase=Phase.FAILED,
             input=input_json,
-            payload=to_json(
-                {"type": error.type, "message": error.message, "effect": "unknown"}
-            ),
+            payload=failure_payload(error, effect_unknown=True),
         )
         try:
             resolved = await self._record_outcome(seq, row, approval_seq)
@@ -561,36 +576,17 @@ class Saga:
         seconds = self.options.heartbeat_timeout_s or (spec.heartbeat_timeout_s if spec else 30.0)
         return timedelta(seconds=seconds)
 
-    def _settle(
-        self, spec: ToolSpec | None, tool: str, args: dict[str, Any], outcome: CallOutcome
-    ) -> Any:
+    def _settle(self, tool: str, args: dict[str, Any], outcome: CallOutcome) -> Any:
         if outcome.status is CallStatus.REFUSED:
             assert outcome.error is not None
             self.failures.append(outcome.error)
             raise ApprovalRejected(outcome.error.message)
         call_seq = outcome.rows[0].seq
-        reversibility = spec.reversibility if spec else Reversibility.IRREVERSIBLE
         if outcome.status is CallStatus.EXECUTED:
-            self.executed.append(
-                Effect(
-                    tool_name=tool,
-                    call_seq=call_seq,
-                    reversibility=reversibility,
-                    input=args,
-                    result=outcome.result,
-                )
-            )
+            self._took_effect(tool, call_seq, args, outcome.result)
         elif outcome.effect_unknown:
             # the call may have done something before it failed: undo whatever it did
-            self.executed.append(
-                Effect(
-                    tool_name=tool,
-                    call_seq=call_seq,
-                    reversibility=reversibility,
-                    input=args,
-                    failed=True,
-                )
-            )
+            self._took_effect(tool, call_seq, args, None, failed=True)
         if outcome.error is not None:
             self.failures.append(outcome.error)
             raise ToolFailed(tool, outcome.error.type, outcome.error.message)
@@ -643,13 +639,7 @@ class Saga:
                 tool_name=tool,
                 phase=Phase.FAILED,
                 input=input_json,
-                payload=to_json(
-                    {
-                        "type": error.type,
-                        "message": error.message,
-                        "effect": "unknown" if unknown else "none",
-                    }
-                ),
+                payload=failure_payload(error, effect_unknown=unknown),
             )
             status = CallStatus.FAILED
         resolved = await self._record_outcome(seq, row, approval_seq)
