@@ -48,14 +48,9 @@ async def executed_call(journal: JournalStore, saga_id: str) -> str:
     return rows[-1].hash
 
 
-async def test_overlapping_compensation_attempts_undo_once(
-    journal: JournalStore, approvals: ApprovalStore
-) -> None:
-    UNDONE.clear()
-    acts = SagaActivities(journal, approvals, ToolRegistry([book]))
-    saga_id = f"undo-{uuid.uuid4().hex[:8]}"
-    head = await executed_call(journal, saga_id)
-    request = CompensateRequest(
+def undo_of(saga_id: str, head: str) -> CompensateRequest:
+    """The compensation of the call :func:`executed_call` journaled, at seq 3."""
+    return CompensateRequest(
         saga_id=saga_id,
         seq=3,
         prev_hash=head,
@@ -64,6 +59,16 @@ async def test_overlapping_compensation_attempts_undo_once(
         input_json=to_json({"room": "12"}),
         result={"booking": "b-12"},
     )
+
+
+async def test_overlapping_compensation_attempts_undo_once(
+    journal: JournalStore, approvals: ApprovalStore
+) -> None:
+    UNDONE.clear()
+    acts = SagaActivities(journal, approvals, ToolRegistry([book]))
+    saga_id = f"undo-{uuid.uuid4().hex[:8]}"
+    head = await executed_call(journal, saga_id)
+    request = undo_of(saga_id, head)
 
     first, second = await asyncio.gather(
         ActivityEnvironment().run(acts.compensate, request),
@@ -83,14 +88,8 @@ async def test_an_effect_carried_by_reference_is_undone_from_the_journal(
     acts = SagaActivities(journal, approvals, ToolRegistry([book]))
     saga_id = f"undo-{uuid.uuid4().hex[:8]}"
     head = await executed_call(journal, saga_id)
-    request = CompensateRequest(
-        saga_id=saga_id,
-        seq=3,
-        prev_hash=head,
-        tool_name="book",
-        call_seq=1,
-        input_json="",
-        by_ref=True,
+    request = undo_of(saga_id, head).model_copy(
+        update={"input_json": "", "result": None, "by_ref": True}
     )
 
     await ActivityEnvironment().run(acts.compensate, request)
@@ -115,17 +114,7 @@ async def test_many_compensations_at_once_do_not_starve_the_journal_pool(
         for _ in range(8):
             saga_id = f"undo-{uuid.uuid4().hex[:8]}"
             head = await executed_call(journal, saga_id)
-            requests.append(
-                CompensateRequest(
-                    saga_id=saga_id,
-                    seq=3,
-                    prev_hash=head,
-                    tool_name="book",
-                    call_seq=1,
-                    input_json=to_json({"room": "12"}),
-                    result={"booking": "b-12"},
-                )
-            )
+            requests.append(undo_of(saga_id, head))
         await asyncio.wait_for(
             asyncio.gather(*(ActivityEnvironment().run(acts.compensate, r) for r in requests)),
             30,
