@@ -754,15 +754,8 @@ class Saga:
         raise ApprovalRejected(f"{spec.name} rejected by {decision.approver}: {decision.reason}")
 
     async def _close_request(self, journal_seq: int) -> None:
-        await self._shielded(
-            workflow.start_activity(
-                names.CLOSE_APPROVAL,
-                ApprovalClose(saga_id=self.saga_id, journal_seq=journal_seq),
-                start_to_close_timeout=_JOURNAL_TIMEOUT,
-                heartbeat_timeout=self._heartbeat_timeout(None),
-                retry_policy=_JOURNAL_RETRY,
-            )
-        )
+        request = ApprovalClose(saga_id=self.saga_id, journal_seq=journal_seq)
+        await self._journal_activity(names.CLOSE_APPROVAL, request, bool)
 
     def _refusal(
         self, journal_seq: int, approver: str, given_hash: str | None
