@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -24,7 +32,9 @@ from sagacity.errors import SettingsError
 class Settings(BaseSettings):
     """Where Sagacity finds Temporal and Postgres, and how it behaves.
 
-    Unset ``database_url`` / ``temporal_address`` mean "start the embedded dev stack".
+    Unset ``database_url`` / ``temporal_address`` mean "start the embedded dev stack"; with
+    ``database_url`` unset, the dev stack's anchors (:func:`dev_anchors`) are the default
+    checkpoint settings once they exist.
     """
 
     model_config = SettingsConfigDict(
@@ -36,7 +46,20 @@ class Settings(BaseSettings):
 
     database_url: str | None = Field(
         default=None,
-        description="Postgres URL of the journal; unset = embedded Postgres under data_dir",
+        description="Postgres URL of the journal, as the app role; unset = embedded Postgres",
+    )
+    owner_database_url: str | None = Field(
+        default=None,
+        description="Postgres URL of the tables' owner, for migrations and grants; "
+        "unset = database_url",
+    )
+    production: bool = Field(
+        default=False,
+        description="a deployment: a worker refuses a journal its role can rewrite",
+    )
+    allow_writable_journal: bool = Field(
+        default=False,
+        description="let a production worker start although its role can rewrite the journal",
     )
     temporal_address: str | None = Field(
         default=None,
@@ -142,6 +165,17 @@ class Settings(BaseSettings):
                 return value  # ISO 8601 (``PT30S``), or an error naming the setting
         return value
 
+    @model_validator(mode="after")
+    def _dev_anchors(self) -> Settings:
+        """On the dev stack's database, its anchors, once created, are the default anchors."""
+        anchors = dev_anchors(self.data_dir)
+        given = (self.checkpoint_dir, self.signing_key, self.checkpoint_public_key)
+        dev = self.database_url is None and given == (None, None, None)
+        if dev and anchors.signing_key.is_file():
+            self.checkpoint_dir = anchors.checkpoint_dir
+            self.signing_key = anchors.signing_key
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -157,6 +191,27 @@ class Settings(BaseSettings):
         if not path:
             return init_settings, env_settings, dotenv_settings, file_secret_settings
         return init_settings, env_settings, _file_source(settings_cls, Path(path))
+
+
+@dataclass(frozen=True)
+class DevAnchors:
+    """Where the dev stack keeps its anchors: beside its Postgres cluster, never inside it."""
+
+    folder: Path
+    signing_key: Path
+    public_key: Path
+    checkpoint_dir: Path
+
+
+def dev_anchors(data_dir: Path) -> DevAnchors:
+    """The dev stack's anchor paths under ``data_dir`` (``<data_dir>/anchors/``)."""
+    folder = data_dir / "anchors"
+    return DevAnchors(
+        folder=folder,
+        signing_key=folder / "signing-key.pem",
+        public_key=folder / "signing-key.pem.pub",
+        checkpoint_dir=folder / "checkpoints",
+    )
 
 
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:

@@ -5,6 +5,11 @@ classes) and ``lifespan(database_url)`` (an async context manager run around the
 Order example is ``workflows.order.app``. Run it as ``sagacity worker`` or
 ``python -m workers.saga_worker``.
 
+The worker does not migrate: the schema is the tables' owner's (``sagacity db migrate``), and the
+worker should log in as ``sagacity_app``, which may only insert and read journal rows. At start it
+checks that: a role that can rewrite the journal is logged as an error, and refused with
+``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise.
+
 On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
 ``SAGACITY_GRACEFUL_SHUTDOWN``, then exits 0; the sagas it was running continue on another worker
 of the task queue. With ``SAGACITY_METRICS_ADDRESS`` set it serves ``/metrics`` (Sagacity's
@@ -30,6 +35,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
+from sagacity.devstack import running_dev_database
 from sagacity.errors import SettingsError
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.observability import (
@@ -42,7 +48,7 @@ from sagacity.observability import (
 )
 from sagacity.observability.metrics import APPROVALS_WAITING
 from sagacity.settings import Settings
-from sagacity.store import ApprovalStore, migrate, open_pool
+from sagacity.store import ApprovalStore, journal_rights, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import CompensableTool
 
@@ -97,6 +103,29 @@ async def connect(
     )
 
 
+async def check_journal_rights(settings: Settings, database_url: str) -> None:
+    """Say loudly when the worker's role can rewrite the journal; refuse it in production.
+
+    :class:`SettingsError` when ``settings.production`` and not ``allow_writable_journal``.
+    """
+    rights = await journal_rights(database_url)
+    if rights.append_only:
+        log.info("journal append-only for role %s (INSERT and SELECT only)", rights.role)
+        return
+    refuse = settings.production and not settings.allow_writable_journal
+    message = (
+        f"{rights.describe()}: the journal is not append-only by permission, so an edit made "
+        "through this login is caught only by the anchors; connect as sagacity_app "
+        "(`sagacity db grants`)"
+    )
+    if refuse:
+        raise SettingsError(
+            f"refusing to start: {message}, or set SAGACITY_ALLOW_WRITABLE_JOURNAL=true"
+        )
+    allowed = "allowed by SAGACITY_ALLOW_WRITABLE_JOURNAL" if settings.production else "dev mode"
+    log.warning("WRITABLE JOURNAL (%s): %s", allowed, message)
+
+
 @dataclass
 class _Running:
     worker: Worker
@@ -112,19 +141,21 @@ async def _running(
     runtime: Runtime | None = None,
     interceptors: Sequence[ClientInterceptor] = (),
 ) -> AsyncIterator[_Running]:
-    if not settings.database_url:
+    # unset: the running dev stack's database, as every dev-stack command finds it
+    database_url = settings.database_url or running_dev_database(settings.data_dir)
+    if not database_url:
         raise SettingsError(
             "no journal database: set SAGACITY_DATABASE_URL (or run `sagacity dev`)"
         )
     app = load_apps(apps)
+    await check_journal_rights(settings, database_url)
     async with AsyncExitStack() as stack:
-        await migrate(settings.database_url)
         pool = await open_pool(
-            settings.database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
+            database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
         )
         stack.push_async_callback(pool.close)
         for lifespan in app.lifespans:
-            await stack.enter_async_context(lifespan(settings.database_url))
+            await stack.enter_async_context(lifespan(database_url))
         approvals = ApprovalStore(pool)
         journal = TimedJournalStore(pool)
         stack.push_async_callback(journal.close)  # after the worker, before the pool
@@ -161,7 +192,7 @@ async def _running(
 async def running_worker(
     settings: Settings, apps: Sequence[str] = (DEFAULT_APP,), *, graceful_s: float | None = None
 ) -> AsyncIterator[Worker]:
-    """A started worker (migrations applied, app lifespans entered); shut down on exit.
+    """A started worker (journal rights checked, app lifespans entered); shut down on exit.
 
     ``graceful_s`` defaults to ``settings.graceful_shutdown``.
     """

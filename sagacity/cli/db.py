@@ -1,4 +1,9 @@
-"""``sagacity db``: bring the journal schema up to date and set up the application role."""
+"""``sagacity db``: bring the journal schema up to date and set up the application role.
+
+Both are the tables' owner's steps: they connect with ``SAGACITY_OWNER_DATABASE_URL`` (falling
+back to ``SAGACITY_DATABASE_URL``), while workers and every other command use the app role's
+``SAGACITY_DATABASE_URL``.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ from typing import Annotated
 import typer
 
 from sagacity.cli._common import run_or_exit
+from sagacity.devstack import running_dev_database
 from sagacity.errors import SagacityError
-from sagacity.settings import load_settings
-from sagacity.store.migrate import apply_grants, migrate
+from sagacity.settings import Settings, load_settings
+from sagacity.store.migrate import APP_ROLE, apply_grants, migrate
 
 __all__ = ["app"]
 
@@ -21,26 +27,51 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-DatabaseUrl = Annotated[
+OwnerUrl = Annotated[
     str | None,
     typer.Option(
         "--database-url",
-        help="Postgres URL of the journal (default: SAGACITY_DATABASE_URL).",
+        help="Postgres URL of the tables' owner "
+        "(default: SAGACITY_OWNER_DATABASE_URL, else SAGACITY_DATABASE_URL).",
         show_default=False,
     ),
 ]
 
 
-def _database_url(given: str | None) -> str:
-    """The URL to use, or exit 2 saying how to give one."""
+def _settings() -> Settings:
     try:
-        url = given or load_settings().database_url
+        return load_settings()
     except SagacityError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _database_url(given: str | None) -> str:
+    """The journal URL a command uses, or exit 2 saying how to give one.
+
+    ``given``, else ``SAGACITY_DATABASE_URL``, else the running dev stack's embedded Postgres
+    (as ``sagacity_app``), found under the data folder as every dev-stack command finds it.
+    """
+    settings = _settings()
+    url = given or settings.database_url or running_dev_database(settings.data_dir)
     if not url:
         typer.echo(
-            "error: no database to use: set SAGACITY_DATABASE_URL or pass --database-url",
+            "error: no database to use: set SAGACITY_DATABASE_URL, pass --database-url, "
+            f"or start the dev stack (`sagacity dev`; none runs under {settings.data_dir})",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return url
+
+
+def _owner_url(given: str | None) -> str:
+    """The tables' owner's URL, or exit 2 saying how to give one."""
+    settings = _settings()
+    url = given or settings.owner_database_url or settings.database_url
+    if not url:
+        typer.echo(
+            "error: no database to use: set SAGACITY_OWNER_DATABASE_URL (the tables' owner) "
+            "or pass --database-url",
             err=True,
         )
         raise typer.Exit(2)
@@ -49,13 +80,13 @@ def _database_url(given: str | None) -> str:
 
 @app.command("migrate")
 def migrate_command(
-    database_url: DatabaseUrl = None,
+    database_url: OwnerUrl = None,
     as_json: Annotated[
         bool, typer.Option("--json", help='Print {"applied": [...]} instead of text.')
     ] = False,
 ) -> None:
     """Apply the schema migrations the database lacks (safe to run again, or concurrently)."""
-    applied = run_or_exit(migrate(_database_url(database_url)))
+    applied = run_or_exit(migrate(_owner_url(database_url)))
     if as_json:
         typer.echo(json.dumps({"applied": applied}))
     elif applied:
@@ -67,15 +98,16 @@ def migrate_command(
 
 @app.command("grants")
 def grants_command(
-    database_url: DatabaseUrl = None,
+    database_url: OwnerUrl = None,
     role: Annotated[
         str, typer.Option("--role", help="Role the application connects as.")
-    ] = "sagacity_app",
+    ] = APP_ROLE,
 ) -> None:
     """Create the application role if missing; journal INSERT/SELECT only, no UPDATE/DELETE.
 
     Run as the tables' owner after `migrate`. The role is created with LOGIN and no password:
-    give it one (or another authentication method) yourself.
+    give it one (or another authentication method) yourself. It also gets a schema of its own,
+    named after it, for an app's own tables.
     """
-    run_or_exit(apply_grants(_database_url(database_url), role=role))
+    run_or_exit(apply_grants(_owner_url(database_url), role=role))
     typer.echo(f"role {role}: journal append-only (INSERT, SELECT); approval requests read-write")

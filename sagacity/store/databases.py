@@ -7,7 +7,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors, sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 
 def with_database(url: str, name: str) -> str:
@@ -16,6 +16,17 @@ def with_database(url: str, name: str) -> str:
         parts = urlsplit(url)
         return urlunsplit(parts._replace(path="/" + quote(name, safe="")))
     return make_conninfo(url, dbname=name)
+
+
+def with_user(url: str, user: str) -> str:
+    """Return ``url`` logging in as ``user``, without the original login's password."""
+    if url.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(url)
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}@{host}"))
+    params = {k: v for k, v in conninfo_to_dict(url).items() if k != "password"}
+    params["user"] = user
+    return make_conninfo("", **params)
 
 
 async def ensure_database(server_url: str, name: str) -> str:

@@ -1,4 +1,8 @@
-"""Schema migrations (``schema/NNNN_*.sql``, applied once each, in order) and the app role's grants."""
+"""Schema migrations (``schema/NNNN_*.sql``, applied once each, in order) and the app role's grants.
+
+Both are the tables' owner's step (``sagacity db migrate``, ``sagacity db grants``, the dev
+stack's set-up), never a worker's: workers log in as the app role, which may not change the schema.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,13 @@ from importlib.resources import files
 import psycopg
 from psycopg import sql
 
+from sagacity.store.databases import with_user
 from sagacity.store.db import translate_errors
 
 _SCHEMA = files("sagacity.store") / "schema"
 _MIGRATION_NAME = re.compile(r"^(\d{4}_\w+)\.sql$")
+#: The role workers and commands log in as: journal INSERT and SELECT only (``schema/grants.sql``).
+APP_ROLE = "sagacity_app"
 # Key of the advisory lock that serializes migrators (and grants) across processes.
 _LOCK_KEY = 0x5A6AC171
 
@@ -59,7 +66,7 @@ async def migrate(conninfo: str) -> list[str]:
     return applied
 
 
-async def apply_grants(conninfo: str, *, role: str = "sagacity_app") -> None:
+async def apply_grants(conninfo: str, *, role: str = APP_ROLE) -> None:
     """Create ``role`` (LOGIN, no password) if absent and grant it ``schema/grants.sql``.
 
     Run as the tables' owner, after :func:`migrate`. Set a password or another authentication
@@ -74,3 +81,14 @@ async def apply_grants(conninfo: str, *, role: str = "sagacity_app") -> None:
         ):
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
             await conn.execute(script)
+
+
+async def provision(owner_conninfo: str, *, role: str = APP_ROLE) -> str:
+    """The owner's set-up: migrate, grant ``role``; return ``owner_conninfo`` logging in as it.
+
+    The URL carries no password: it suits servers that trust local logins (the embedded
+    Postgres, a test server). Elsewhere give the role a password and its own URL.
+    """
+    await migrate(owner_conninfo)
+    await apply_grants(owner_conninfo, role=role)
+    return with_user(owner_conninfo, role)

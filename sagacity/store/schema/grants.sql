@@ -21,3 +21,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON sagacity_approval_request TO {role};
 -- Saga ownership is claimed once and never changed.
 REVOKE UPDATE, DELETE, TRUNCATE ON sagacity_saga_owner FROM {role};
 GRANT INSERT, SELECT ON sagacity_saga_owner TO {role};
+
+-- A schema of the role's own, named after it, for an app's own tables (the Order example's
+-- shop): "$user" comes first in the default search_path, so the app creates its tables there
+-- and needs no CREATE on public, as PostgreSQL's "secure schema usage pattern" advises. The
+-- migrator owns the schema; the role owns only the tables it creates in it.
+CREATE SCHEMA IF NOT EXISTS {role};
+GRANT USAGE, CREATE ON SCHEMA {role} TO {role};
