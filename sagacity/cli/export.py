@@ -12,13 +12,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import TypeAdapter, ValidationError
 
 from sagacity.cli.db import _database_url
 from sagacity.errors import SagacityError
-from sagacity.evidence.bundle import export_bundle, manifest_digest
+from sagacity.evidence.bundle import NO_CHECKPOINTS, NO_SIGNATURE, export_bundle, manifest_digest
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
-from sagacity.evidence.keys import generate_key, key_id, public_pem, verifying_key
+from sagacity.evidence.keys import (
+    generate_key,
+    key_id,
+    load_private_key,
+    public_pem,
+    verifying_key,
+)
 from sagacity.evidence.retention import run_retention
 from sagacity.settings import Settings, load_settings
 from sagacity.store.db import open_pool
@@ -72,6 +79,7 @@ async def _export(
     since: datetime | None,
     until: datetime | None,
     checkpoints: CheckpointDir | None,
+    signing_key: Ed25519PrivateKey | None,
 ) -> dict[str, Any]:
     async with await JournalStore.open(url, max_size=2) as journal:
         chosen = sagas or await _window(journal, since, until)
@@ -79,7 +87,27 @@ async def _export(
             name: None if at is None else at.isoformat()
             for name, at in (("since", since), ("until", until))
         }
-        return await export_bundle(journal, out, chosen, checkpoints=checkpoints, note=note)
+        return await export_bundle(
+            journal, out, chosen, checkpoints=checkpoints, signing_key=signing_key, note=note
+        )
+
+
+def _unanchored(manifest: dict[str, Any]) -> list[str]:
+    """What the bundle's missing anchors will leave undetectable, for the exporter to hear now."""
+    found = []
+    if "checkpoints" not in manifest["anchors"]:
+        found.append(
+            "no checkpoints (SAGACITY_CHECKPOINT_DIR and a key are not both set): "
+            f"for every saga, {NO_CHECKPOINTS}"
+        )
+    else:
+        bare = [s["saga_id"] for s in manifest["sagas"] if s["rows"] and not s["checkpointed"]]
+        if bare:
+            names = ", ".join(repr(s) for s in bare[:5]) + (" …" if len(bare) > 5 else "")
+            found.append(f"{len(bare)} sagas have no checkpoint log ({names}): {NO_CHECKPOINTS}")
+    if "signature" not in manifest["anchors"]:
+        found.append(f"no signing key (SAGACITY_SIGNING_KEY): {NO_SIGNATURE}")
+    return found
 
 
 async def _retain(
@@ -136,7 +164,12 @@ def export(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Export sagas, with their signed checkpoints, as a bundle `sagacity verify --bundle` checks offline."""
+    """Export sagas, with their signed checkpoints, as a bundle `sagacity verify --bundle` checks offline.
+
+    The manifest is signed when SAGACITY_SIGNING_KEY is set. A bundle without checkpoints or
+    without that signature is unanchored: a warning says what it cannot show, and verifiers
+    refuse it unless given --allow-unanchored.
+    """
     settings = _settings()
     if purge and (sagas or since or until):
         raise _fail(
@@ -156,7 +189,12 @@ def export(
             key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
             folder = settings.checkpoint_dir
             checkpoints = None if folder is None or key is None else CheckpointDir(folder, key)
-            manifest = asyncio.run(_export(url, out, list(sagas or []), since, until, checkpoints))
+            signer = (
+                None if settings.signing_key is None else load_private_key(settings.signing_key)
+            )
+            manifest = asyncio.run(
+                _export(url, out, list(sagas or []), since, until, checkpoints, signer)
+            )
             rows = sum(s["rows"] for s in manifest["sagas"])
             result = {
                 "bundle": str(out),
@@ -164,9 +202,14 @@ def export(
                 "sagas": len(manifest["sagas"]),
                 "rows": rows,
                 "key_id": manifest["key_id"],
+                "anchors": manifest["anchors"],
+                "unanchored": _unanchored(manifest),
             }
     except SagacityError as exc:
         raise _fail(str(exc), 1) from None
+    for warning in result.get("unanchored", []):
+        # verifiers will refuse this bundle without --allow-unanchored: say so at export time
+        typer.echo(f"warning: UNANCHORED bundle: {warning}", err=True)
     if as_json:
         typer.echo(json.dumps(result, ensure_ascii=False))
     elif purge:

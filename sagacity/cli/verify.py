@@ -1,7 +1,9 @@
 """``sagacity verify``: check sagas' hash chains against every anchor, live or from a bundle.
 
 Exit status: 0 every saga verified, 1 something is broken (the report says what, where, and which
-anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database).
+anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database), 3 a
+bundle is UNTRUSTED: consistent, but no trusted key was given to check it with. A bundle without
+anchors fails (1) unless ``--allow-unanchored``.
 
 Warnings do not change it: a call whose INTENT has no outcome row after it (SUSPECT, or still
 running) is printed as ``WARNING  <saga> seq <n>: …`` and counted in the summary.
@@ -26,7 +28,7 @@ from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import _database_url
 from sagacity.errors import SagacityError
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.bundle import BundleVerifier
+from sagacity.evidence.bundle import BundleVerdict, BundleVerifier, judge
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.keys import key_id, load_public_key, verifying_key
 from sagacity.evidence.report import AnchorCheck, SagaReport
@@ -88,9 +90,13 @@ class Output:
         line = f"… {self.rows:,} rows in {self.sagas:,} sagas, {rate:,.0f} rows/s"
         typer.echo(f"\r{line}" if self._tty else line, err=True, nl=not self._tty)
 
-    def finish(self) -> int:
+    def end_progress(self) -> None:
+        """End the progress line on a terminal, so that the summary starts on its own."""
         if self._tty and time.monotonic() - self._started >= PROGRESS_EVERY:
             typer.echo("", err=True)
+
+    def finish(self) -> int:
+        self.end_progress()
         ok = not self.failed and not self.problems
         summary = {
             "ok": ok,
@@ -131,14 +137,23 @@ def _key(public_key: Path | None, settings: Settings) -> Ed25519PublicKey | None
         raise _usage(str(exc)) from None
 
 
-def _bundle(path: Path, key: Ed25519PublicKey | None, out: Output) -> int:
+def _bundle(
+    path: Path, key: Ed25519PublicKey | None, out: Output, *, allow_unanchored: bool
+) -> int:
+    """Verify a bundle, streaming its sagas, and end with the verdict word and what it means."""
     verifier = BundleVerifier(path, public_key=key)
     problems = list(verifier.files())
     if not out.as_json:
-        fingerprint = verifier.key_id or "none (no checkpoints)"
-        typer.echo(f"bundle {path}: checkpoint key {fingerprint}")
-        if key is None and verifier.key_id:
-            typer.echo("  (compare it with the fingerprint the journal's owner published)")
+        claimed = verifier.manifest.get("anchors")
+        anchors = ", ".join(claimed) if claimed else "none"
+        typer.echo(f"bundle {path}: anchors {anchors if claimed is not None else 'not listed'}")
+        if key is not None:
+            typer.echo(f"  trusted key {verifier.key_id}")
+        elif verifier.key_id:
+            typer.echo(
+                f"  no trusted key: checked with the bundle's own key {verifier.key_id}, "
+                "which proves nothing about who made it"
+            )
     for text in problems:
         out.problem(text)
     if verifier.manifest:
@@ -146,7 +161,68 @@ def _bundle(path: Path, key: Ed25519PublicKey | None, out: Output) -> int:
             out.report(report)
         for text in verifier.problems[len(problems) :]:
             out.problem(text)
-    return out.finish()
+    unanchored = verifier.unanchored if verifier.manifest else []
+    verdict = judge(
+        failed=bool(out.failed or out.problems),
+        unanchored=unanchored,
+        trusted=verifier.trusted,
+        allow_unanchored=allow_unanchored,
+    )
+    _bundle_summary(out, verifier, verdict, unanchored)
+    return verdict.exit_code
+
+
+def _bundle_summary(
+    out: Output, verifier: BundleVerifier, verdict: BundleVerdict, unanchored: list[str]
+) -> None:
+    out.end_progress()
+    counts = f"{out.sagas:,} sagas, {out.rows:,} rows"
+    if out.as_json:
+        summary = {
+            "verdict": verdict.value,
+            "exit": verdict.exit_code,
+            "ok": verdict.exit_code == 0,
+            "trusted": verifier.trusted,
+            "key_id": verifier.key_id,
+            "sagas": out.sagas,
+            "rows": out.rows,
+            "failed": out.failed,
+            "problems": out.problems,
+            "unanchored": unanchored,
+            "warnings": out.warnings,
+        }
+        typer.echo(json.dumps({"summary": summary}, ensure_ascii=False))
+        return
+    if verdict is BundleVerdict.FAILED:
+        extra = f", {len(out.problems)} bundle problems" if out.problems else ""
+        typer.echo(f"{counts}: FAILED ({out.failed} sagas failed{extra})")
+        return
+    if verdict is BundleVerdict.UNTRUSTED:
+        own = f"the bundle's own key {verifier.key_id}" if verifier.key_id else "itself"
+        typer.echo(
+            f"{counts}: UNTRUSTED: consistent with {own}, but anyone can make such a bundle; "
+            "verify with the key you trust (--public-key, or SAGACITY_CHECKPOINT_PUBLIC_KEY)"
+        )
+    elif verdict is BundleVerdict.UNANCHORED:
+        typer.echo(
+            f"{counts}: UNANCHORED, refused (--allow-unanchored accepts a bundle that cannot "
+            "show the following):"
+        )
+    elif verdict is BundleVerdict.VERIFIED_UNANCHORED:
+        typer.echo(
+            f"{counts}: VERIFIED, UNANCHORED: every chain and file checks out with the trusted "
+            f"key {verifier.key_id}, but with --allow-unanchored:"
+        )
+    else:
+        typer.echo(
+            f"{counts}: VERIFIED: every file, chain and signed checkpoint, and the manifest's "
+            f"signature, check out with the trusted key {verifier.key_id}"
+        )
+    for text in unanchored if verdict is not BundleVerdict.UNTRUSTED else []:
+        typer.echo(f"  - {text}")
+    if out.warnings:
+        plural = "s" if out.warnings > 1 else ""
+        typer.echo(f"{out.warnings} warning{plural} (calls whose outcome is unknown)")
 
 
 @asynccontextmanager
@@ -222,10 +298,19 @@ def verify(
         Path | None,
         typer.Option(
             "--public-key",
-            help="Key checkpoints must be signed with (default: SAGACITY_CHECKPOINT_PUBLIC_KEY, "
-            "else the signing key's; for a bundle, its own key).",
+            help="The trusted key checkpoints (and a bundle's manifest) must be signed with "
+            "(default: SAGACITY_CHECKPOINT_PUBLIC_KEY, else the signing key's public half). A "
+            "bundle verified without one is UNTRUSTED (exit 3).",
         ),
     ] = None,
+    allow_unanchored: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unanchored",
+            help="With --bundle: accept a bundle without signed checkpoints or manifest "
+            "signature, and list what it cannot show.",
+        ),
+    ] = False,
     temporal: Annotated[
         bool,
         typer.Option("--temporal", help="Also ask each saga's Temporal workflow for its head."),
@@ -242,7 +327,10 @@ def verify(
             raise _usage(
                 "--bundle verifies the whole bundle; it takes no saga ids, --all or --temporal"
             )
-        raise typer.Exit(_bundle(bundle, _key(public_key, settings), out))
+        key = _key(public_key, settings)
+        raise typer.Exit(_bundle(bundle, key, out, allow_unanchored=allow_unanchored))
+    if allow_unanchored:
+        raise _usage("--allow-unanchored goes with --bundle")
     saga_ids = _saga_ids(sagas, all_)
     url = _database_url(database_url)
     checkpoints = None

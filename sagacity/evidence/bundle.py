@@ -2,17 +2,22 @@
 
 Layout (``docs/evidence.md`` gives every field)::
 
-    manifest.json       format, creation time, key fingerprint, each saga's head, each file's SHA-256
+    manifest.json       format, version, creation time, anchors, each saga's head, each file's SHA-256
+    manifest.sig        the manifest's Ed25519 signature, when the exporter held the signing key
     journal.jsonl       every exported row, one JSON object a line, by saga then seq
     checkpoints/*.jsonl the exported sagas' signed checkpoint logs, as written
-    public_key.pem      the key those checkpoints are checked with
+    public_key.pem      the key the signatures were made with
 
-Verification reads nothing but the folder and uses only the journal core, the standard library
-and ``cryptography``; the database store is imported for type checking only.
+A bundle proves something only against a key the auditor trusts, and only as far as its anchors
+reach: the verdict (:class:`BundleVerdict`) says which. Verification reads nothing but the
+folder and uses only the journal core, the standard library and ``cryptography``; the database
+store is imported for type checking only.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import shutil
@@ -20,12 +25,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from itertools import groupby
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointLog, log_name
@@ -46,23 +53,82 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "NO_CHECKPOINTS",
+    "NO_SIGNATURE",
+    "VERSION",
     "BundleReport",
+    "BundleVerdict",
     "BundleVerifier",
     "entry_from_line",
     "entry_line",
     "export_bundle",
+    "judge",
     "manifest_digest",
     "verify_bundle",
 ]
 
 FORMAT = "sagacity-evidence-bundle"
-VERSION = 1
+#: Written by :func:`export_bundle`. Version 2 added ``anchors``, each saga's ``checkpointed``
+#: and ``manifest.sig``; version 1 bundles are still read (as unsigned).
+VERSION = 2
+_READABLE = (1, 2)
 MANIFEST = "manifest.json"
+SIGNATURE = "manifest.sig"
 JOURNAL = "journal.jsonl"
 PUBLIC_KEY = "public_key.pem"
 CHECKPOINTS = "checkpoints"
+#: Prefix of the bytes a manifest signature covers; a checkpoint's prefix differs, so neither
+#: signature can pass for the other.
+SIGNATURE_DOMAIN = b"sagacity-bundle-v2\n"
 _TIMESTAMP = "%Y-%m-%dT%H:%M:%S.%fZ"
 _ROW_FIELDS = ("saga_id", "seq", "tool_name", "phase", "input", "payload", "timestamp", "hash")
+
+#: What cannot be detected in a saga that has no signed checkpoint.
+NO_CHECKPOINTS = (
+    "rows cut from the end of the saga, or its whole chain recomputed with fresh hashes, "
+    "cannot be detected"
+)
+#: What cannot be detected in a bundle whose manifest is not signed.
+NO_SIGNATURE = (
+    "the manifest is not signed: a saga removed whole from the bundle (rows, checkpoints and "
+    "manifest entry), and edits to the manifest's own fields (created_at, note), cannot be detected"
+)
+
+
+class BundleVerdict(StrEnum):
+    """The one-word outcome of verifying a bundle; :attr:`exit_code` is the CLI's status."""
+
+    VERIFIED = "VERIFIED"  # trusted key, every anchor present and agreeing
+    VERIFIED_UNANCHORED = "VERIFIED, UNANCHORED"  # as far as it goes, with --allow-unanchored
+    UNANCHORED = "UNANCHORED"  # anchors missing and not allowed: refused
+    UNTRUSTED = "UNTRUSTED"  # consistent with its own key, but no trusted key was given
+    FAILED = "FAILED"  # something was changed, or cannot be read
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT[self]
+
+
+_EXIT = {
+    BundleVerdict.VERIFIED: 0,
+    BundleVerdict.VERIFIED_UNANCHORED: 0,
+    BundleVerdict.UNANCHORED: 1,
+    BundleVerdict.FAILED: 1,
+    BundleVerdict.UNTRUSTED: 3,
+}
+
+
+def judge(
+    *, failed: bool, unanchored: list[str], trusted: bool, allow_unanchored: bool
+) -> BundleVerdict:
+    """FAILED, then UNANCHORED (unless allowed), then UNTRUSTED, then VERIFIED (maybe unanchored)."""
+    if failed:
+        return BundleVerdict.FAILED
+    if unanchored and not allow_unanchored:
+        return BundleVerdict.UNANCHORED
+    if not trusted:
+        return BundleVerdict.UNTRUSTED
+    return BundleVerdict.VERIFIED_UNANCHORED if unanchored else BundleVerdict.VERIFIED
 
 
 def entry_line(entry: Entry) -> str:
@@ -93,6 +159,9 @@ def entry_from_line(line: str) -> Entry:
     if not all(isinstance(t, str) for t in texts):
         raise ValueError("every field but seq must be a string")
     stamp = datetime.strptime(raw["timestamp"], _TIMESTAMP).replace(tzinfo=UTC)
+    if format_timestamp(stamp) != raw["timestamp"]:
+        # strptime accepts "5" for "05": only the one hashed form is a timestamp here
+        raise ValueError(f"timestamp {raw['timestamp']!r} is not in the hashed form")
     # the phase is kept as stored text: a tampered phase must reach the hash check, not fail here
     phase: Any = raw["phase"]
     return Entry(
@@ -120,19 +189,37 @@ def manifest_digest(bundle: Path) -> str:
     return _sha256(bundle / MANIFEST)
 
 
+def _signature_file(key: Ed25519PrivateKey, manifest: bytes) -> str:
+    signature = key.sign(SIGNATURE_DOMAIN + manifest)
+    body = {"key_id": key_id(key.public_key()), "signature": base64.b64encode(signature).decode()}
+    return to_json(body) + "\n"
+
+
 async def export_bundle(
     journal: JournalStore,
     out: Path,
     saga_ids: Iterable[str],
     *,
     checkpoints: CheckpointDir | None = None,
+    signing_key: Ed25519PrivateKey | None = None,
     note: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the rows of ``saga_ids`` (and their checkpoints) as a bundle in ``out``; return the manifest.
 
-    Rows are exported as stored, broken chains included: evidence of tampering is evidence too.
-    ``out`` must not exist yet, or be an empty directory.
+    The manifest lists the anchors the bundle carries (``checkpoints``, ``signature``; none:
+    unanchored) and, per saga, whether it has a checkpoint log. ``signing_key`` signs the
+    manifest; it must be the key the checkpoints are signed with. Rows are exported as stored,
+    broken chains included: evidence of tampering is evidence too. ``out`` must not exist yet,
+    or be an empty directory.
     """
+    key = checkpoints.key if checkpoints is not None else None
+    if signing_key is not None:
+        if key is not None and key_id(key) != key_id(signing_key.public_key()):
+            raise EvidenceUnavailable(
+                f"the signing key {key_id(signing_key.public_key())} is not the key the "
+                f"checkpoints are checked with ({key_id(key)}): one bundle, one key"
+            )
+        key = signing_key.public_key()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise EvidenceUnavailable(f"{out} exists and is not an empty directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -150,17 +237,22 @@ async def export_bundle(
                     "rows": rows,
                     "head_seq": 0 if last is None else last.seq,
                     "head_hash": None if last is None else last.hash,
+                    "checkpointed": False,
                 }
             )
-    signed_by = None
+    anchors = []
     if checkpoints is not None:
+        anchors.append("checkpoints")
         (out / CHECKPOINTS).mkdir()
         for saga in sagas:
             source = checkpoints.log_path(str(saga["saga_id"]))
             if source.is_file():
                 shutil.copyfile(source, out / CHECKPOINTS / source.name)
-        (out / PUBLIC_KEY).write_bytes(public_pem(checkpoints.key))
-        signed_by = key_id(checkpoints.key)
+                saga["checkpointed"] = True
+    if signing_key is not None:
+        anchors.append("signature")
+    if key is not None:
+        (out / PUBLIC_KEY).write_bytes(public_pem(key))
     files = {
         path.relative_to(out).as_posix(): {"sha256": _sha256(path), "bytes": path.stat().st_size}
         for path in sorted(out.rglob("*"))
@@ -171,35 +263,58 @@ async def export_bundle(
         "version": VERSION,
         "created_at": format_timestamp(datetime.now(UTC)),
         "hash_rules": "sagacity-journal-v1",
-        "key_id": signed_by,
+        "key_id": None if key is None else key_id(key),
+        "anchors": anchors,
         "note": note or {},
         "sagas": sagas,
         "files": files,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     (out / MANIFEST).write_text(text, encoding="utf-8")
+    if signing_key is not None:
+        (out / SIGNATURE).write_text(
+            _signature_file(signing_key, text.encode("utf-8")), encoding="utf-8"
+        )
     return manifest
 
 
 @dataclass
 class BundleReport:
-    """Everything verifying a bundle found."""
+    """Everything verifying a bundle found; :meth:`verdict` sums it up."""
 
     path: Path
+    #: fingerprint of the key signatures were checked with (the trusted one, if given)
     key_id: str | None
+    #: whether that key was given by the verifier rather than taken from the bundle
+    trusted: bool
     problems: list[str] = field(default_factory=list)
     sagas: list[SagaReport] = field(default_factory=list)
+    #: what the bundle's anchors leave undetectable, one sentence each; empty when anchored
+    unanchored: list[str] = field(default_factory=list)
+
+    def verdict(self, *, allow_unanchored: bool = False) -> BundleVerdict:
+        """The bundle's verdict; see :func:`judge`."""
+        failed = bool(self.problems) or not all(s.ok for s in self.sagas)
+        return judge(
+            failed=failed,
+            unanchored=self.unanchored,
+            trusted=self.trusted,
+            allow_unanchored=allow_unanchored,
+        )
 
     @property
     def ok(self) -> bool:
-        return not self.problems and all(s.ok for s in self.sagas)
+        """True only for :attr:`BundleVerdict.VERIFIED`: trusted key, fully anchored."""
+        return self.verdict() is BundleVerdict.VERIFIED
 
 
 class BundleVerifier:
-    """Checks a bundle in two passes: :meth:`files` (manifest and digests), then :meth:`sagas`.
+    """Checks a bundle in two passes: :meth:`files` (manifest, digests, keys, signature), then
+    :meth:`sagas` (rows against chains, checkpoints and the manifest).
 
-    ``public_key`` pins the key checkpoints must be signed with; without it the bundle's own
-    ``public_key.pem`` is used, and its fingerprint is reported for comparing out of band.
+    ``public_key`` is the key the verifier trusts; every signature must be made with it. Without
+    it the bundle's own ``public_key.pem`` is used, which proves only that the bundle is
+    consistent with itself (:attr:`BundleVerdict.UNTRUSTED`).
     """
 
     def __init__(self, path: Path, *, public_key: Ed25519PublicKey | None = None) -> None:
@@ -207,35 +322,43 @@ class BundleVerifier:
         self.problems: list[str] = []
         self.manifest: dict[str, Any] = {}
         self.key: Ed25519PublicKey | None = public_key
-        self.key_id: str | None = None
-        self._pinned = public_key
+        self.key_id: str | None = None if public_key is None else key_id(public_key)
+        self.trusted = public_key is not None
+        #: sagas with rows but no signed checkpoint in the bundle
+        self.unanchored_sagas: list[str] = []
+        self._signed = False
 
     def files(self) -> list[str]:
-        """Problems with the manifest, the files it lists, and the key; empty when none."""
+        """Problems with the manifest, the files it lists, the keys and the signature."""
         self.problems = []
         try:
-            manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+            raw = (self.path / MANIFEST).read_bytes()
+            manifest = json.loads(raw.decode("utf-8"))
         except (OSError, ValueError) as exc:
             self.problems.append(f"{MANIFEST}: unreadable: {exc}")
             return self.problems
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             self.problems.append(f"{MANIFEST}: not a {FORMAT} manifest")
             return self.problems
-        if manifest.get("version") != VERSION:
+        if manifest.get("version") not in _READABLE:
             self.problems.append(
-                f"{MANIFEST}: version {manifest.get('version')!r} is not {VERSION}"
+                f"{MANIFEST}: version {manifest.get('version')!r} is not one this verifier "
+                f"reads ({', '.join(map(str, _READABLE))})"
             )
             return self.problems
         self.manifest = manifest
-        self._check_digests(manifest.get("files") or {})
+        listed = manifest.get("files")
+        self._check_digests(listed if isinstance(listed, dict) else {})
         self._check_key(manifest.get("key_id"))
+        self._check_signature(raw)
+        self._check_claims(manifest)
         return self.problems
 
     def _check_digests(self, listed: dict[str, Any]) -> None:
         present = {
             p.relative_to(self.path).as_posix()
             for p in self.path.rglob("*")
-            if p.is_file() and p.name != MANIFEST
+            if p.is_file() and p.name not in (MANIFEST, SIGNATURE)
         }
         for name in sorted(present - set(listed)):
             self.problems.append(f"{name}: not listed in the manifest (added after export)")
@@ -243,35 +366,112 @@ class BundleVerifier:
             if name not in present:
                 self.problems.append(f"{name}: listed in the manifest but missing")
                 continue
-            actual = _sha256(self.path / name)
-            want = expected.get("sha256") if isinstance(expected, dict) else None
-            if actual != want:
+            path = self.path / name
+            want = expected if isinstance(expected, dict) else {}
+            actual = _sha256(path)
+            if actual != want.get("sha256"):
                 self.problems.append(
-                    f"{name}: SHA-256 is {actual[:16]}… but the manifest says {str(want)[:16]}…: "
-                    "the file or the manifest was changed after export"
+                    f"{name}: SHA-256 is {actual[:16]}… but the manifest says "
+                    f"{str(want.get('sha256'))[:16]}…: the file or the manifest was changed "
+                    "after export"
+                )
+            elif path.stat().st_size != want.get("bytes"):
+                self.problems.append(
+                    f"{name}: {path.stat().st_size} bytes but the manifest says "
+                    f"{want.get('bytes')!r}: the manifest was changed after export"
                 )
 
     def _check_key(self, listed_id: object) -> None:
+        bundled = None
         key_file = self.path / PUBLIC_KEY
         if key_file.is_file():
             try:
                 bundled = load_public_key(key_file)
             except EvidenceUnavailable as exc:
                 self.problems.append(f"{PUBLIC_KEY}: {exc}")
-                return
-            if listed_id != key_id(bundled):
-                self.problems.append(
-                    f"{PUBLIC_KEY}: fingerprint {key_id(bundled)} is not the manifest's {listed_id}"
-                )
-            if self._pinned is not None and key_id(self._pinned) != key_id(bundled):
+            else:
+                if listed_id != key_id(bundled):
+                    self.problems.append(
+                        f"{PUBLIC_KEY}: fingerprint {key_id(bundled)} is not the manifest's "
+                        f"{listed_id}"
+                    )
+        if self.trusted:
+            if bundled is not None and key_id(bundled) != self.key_id:
                 self.problems.append(
                     f"{PUBLIC_KEY}: the bundle's key {key_id(bundled)} is not the key you "
-                    f"trust ({key_id(self._pinned)})"
+                    f"trust ({self.key_id})"
                 )
-            self.key = self._pinned or bundled
-        elif (self.path / CHECKPOINTS).is_dir() and self._pinned is None:
-            self.problems.append(f"{PUBLIC_KEY}: missing, so checkpoints cannot be checked")
-        self.key_id = None if self.key is None else key_id(self.key)
+            elif listed_id is not None and listed_id != self.key_id:
+                self.problems.append(
+                    f"{MANIFEST}: the bundle names key {listed_id}, not the key you trust "
+                    f"({self.key_id})"
+                )
+            return
+        self.key = bundled
+        self.key_id = None if bundled is None else key_id(bundled)
+        signed = (self.path / CHECKPOINTS).is_dir() or (self.path / SIGNATURE).exists()
+        if bundled is None and signed and not key_file.is_file():
+            self.problems.append(
+                f"{PUBLIC_KEY}: missing, and no trusted key was given: the bundle's "
+                "signatures cannot be checked"
+            )
+
+    def _check_signature(self, manifest: bytes) -> None:
+        file = self.path / SIGNATURE
+        if not file.exists():
+            return
+        try:
+            raw = json.loads(file.read_bytes().decode("utf-8"))
+            if not isinstance(raw, dict) or set(raw) != {"key_id", "signature"}:
+                raise ValueError("not an object with exactly key_id and signature")
+            signer, signature = raw["key_id"], base64.b64decode(raw["signature"], validate=True)
+        except (OSError, ValueError, TypeError, binascii.Error) as exc:
+            self.problems.append(f"{SIGNATURE}: damaged: {exc}")
+            return
+        if self.key is None:
+            return  # _check_key said why
+        whose = "the key you trust" if self.trusted else "the bundle's key"
+        if signer != self.key_id:
+            self.problems.append(
+                f"{SIGNATURE}: signed by key {signer}, not by {whose} {self.key_id}"
+            )
+            return
+        try:
+            self.key.verify(signature, SIGNATURE_DOMAIN + manifest)
+        except InvalidSignature:
+            self.problems.append(
+                f"{SIGNATURE}: the signature does not verify with {whose} {self.key_id}: "
+                f"{MANIFEST} or {SIGNATURE} was changed after export"
+            )
+            return
+        self._signed = True
+
+    def _check_claims(self, manifest: dict[str, Any]) -> None:
+        """Anchors the manifest says it carries must be there: stripping one is tampering."""
+        claimed = manifest.get("anchors") or []
+        if "checkpoints" in claimed and not (self.path / CHECKPOINTS).is_dir():
+            self.problems.append(
+                f"{CHECKPOINTS}: the manifest says the bundle has signed checkpoints, but there "
+                "are none: they were removed after export"
+            )
+        if "signature" in claimed and not (self.path / SIGNATURE).exists():
+            self.problems.append(
+                f"{SIGNATURE}: the manifest says it was signed, but there is no signature: "
+                "removed after export"
+            )
+
+    @property
+    def unanchored(self) -> list[str]:
+        """What this bundle's anchors leave undetectable (complete once :meth:`sagas` ran)."""
+        found = [] if self._signed else [NO_SIGNATURE]
+        if self.unanchored_sagas:
+            names = ", ".join(repr(s) for s in self.unanchored_sagas[:5])
+            more = len(self.unanchored_sagas) - 5
+            if more > 0:
+                names += f" and {more} more"
+            plural = "s" if len(self.unanchored_sagas) > 1 else ""
+            found.append(f"no signed checkpoint for saga{plural} {names}: {NO_CHECKPOINTS}")
+        return found
 
     def sagas(self) -> Iterator[SagaReport]:
         """One report per saga, streaming ``journal.jsonl``; file-level finds go to ``problems``."""
@@ -303,12 +503,18 @@ class BundleVerifier:
             if self.manifest.get("sagas"):
                 self.problems.append(f"{JOURNAL}: unreadable: {exc}")
             return
+        after = "the first row"
         with lines:
             for number, raw in enumerate(lines, start=1):
                 try:
-                    yield entry_from_line(raw.decode("utf-8"))
+                    entry = entry_from_line(raw.decode("utf-8"))
                 except (UnicodeDecodeError, ValueError) as exc:
-                    self.problems.append(f"{JOURNAL} line {number}: not a journal row: {exc}")
+                    self.problems.append(
+                        f"{JOURNAL} line {number} ({after}): not a journal row: {exc}"
+                    )
+                    continue
+                after = f"after saga {entry.saga_id!r} seq {entry.seq}"
+                yield entry
 
     def _saga(
         self,
@@ -330,7 +536,13 @@ class BundleVerifier:
                 stored.setdefault(entry.seq, entry.hash)
         verdict = verifier.verdict()
         checks = [_manifest_check(listed, count, last)]
-        if checkpoints is not None:
+        if not wanted and not log.problems:
+            if count:
+                # not a fault of this saga: the bundle's verdict weighs what anchors lack
+                self.unanchored_sagas.append(saga_id)
+                detail = f"no signed checkpoint of this saga in the bundle: {NO_CHECKPOINTS}"
+                checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.MISSING, detail))
+        else:
             checks += settle(checkpoint_probe(log, verdict), stored.get)
         return saga_report(verdict, checks)
 
@@ -353,8 +565,19 @@ def _manifest_check(listed: dict[str, Any] | None, rows: int, last: Entry | None
 
 
 def verify_bundle(path: Path, *, public_key: Ed25519PublicKey | None = None) -> BundleReport:
-    """Verify a whole bundle and collect the findings (the CLI streams instead)."""
+    """Verify a whole bundle and collect the findings (the CLI streams instead).
+
+    ``public_key`` is the key the verifier trusts; without it the verdict is at best
+    :attr:`BundleVerdict.UNTRUSTED`.
+    """
     verifier = BundleVerifier(path, public_key=public_key)
     verifier.files()
     sagas = list(verifier.sagas()) if verifier.manifest else []
-    return BundleReport(path, verifier.key_id, verifier.problems, sagas)
+    return BundleReport(
+        path,
+        verifier.key_id,
+        verifier.trusted,
+        verifier.problems,
+        sagas,
+        verifier.unanchored if verifier.manifest else [],
+    )

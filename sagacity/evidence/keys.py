@@ -10,6 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -71,7 +72,7 @@ def _load(path: Path, *, private: bool) -> Ed25519PrivateKey | Ed25519PublicKey:
             key = serialization.load_pem_private_key(data, password=None)
         else:
             key = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
         raise EvidenceUnavailable(f"{path} is not a readable PEM key: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey | Ed25519PublicKey):
         raise EvidenceUnavailable(f"{path} holds a {type(key).__name__}, not an Ed25519 key")

@@ -16,6 +16,7 @@ from pathlib import Path
 from sagacity.errors import RetentionRefused
 from sagacity.evidence.bundle import export_bundle, manifest_digest, verify_bundle
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.report import Agreement, Source
 from sagacity.journal import format_timestamp
 from sagacity.store.journal import JournalStore
 from sagacity.store.retention import RetentionStore
@@ -65,7 +66,12 @@ async def run_retention(
     )
     note = {"retention": {"older_than_days": older_than.days, "cutoff": format_timestamp(cutoff)}}
     manifest = await export_bundle(
-        journal, out, [e.saga_id for e in expired], checkpoints=reader, note=note
+        journal,
+        out,
+        [e.saga_id for e in expired],
+        checkpoints=reader,
+        signing_key=None if checkpoints is None else checkpoints.key,
+        note=note,
     )
     report = verify_bundle(out, public_key=None if reader is None else reader.key)
     if report.problems:
@@ -79,6 +85,15 @@ async def run_retention(
         run.kept[saga_id] = "; ".join(
             f"{c.source} {c.agreement}: {c.detail}" for c in saga.faults()
         )
+    if reader is not None:
+        # with checkpoints on, a saga without any was not written by a checkpointing worker
+        for saga in report.sagas:
+            missing = (Source.CHECKPOINT, Agreement.MISSING)
+            if saga.ok and any((c.source, c.agreement) == missing for c in saga.checks):
+                failed[saga.saga_id] = saga
+                run.kept[saga.saga_id] = (
+                    "no signed checkpoint of this saga: forged, or older than checkpointing"
+                )
     due = [
         (s["saga_id"], s["head_seq"], s["head_hash"])
         for s in manifest["sagas"]
