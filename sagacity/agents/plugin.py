@@ -31,6 +31,7 @@ from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.plugin import SimplePlugin
 
 from sagacity.agents.workflow import AgentSagaWorkflow
+from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.plugin import SagacityPlugin
@@ -74,10 +75,14 @@ def agent_plugins(
     tools: Iterable[CompensableTool[..., Any]],
     model_provider: ModelProvider,
     workflows: Sequence[type] = (),
+    checkpoints: CheckpointWriter | None = None,
     model_timeout: timedelta = timedelta(seconds=120),
     model_attempts: int = 5,
 ) -> list[SimplePlugin]:
-    """All plugins of a client whose workers run agent sagas (and the plain saga workflow)."""
+    """All plugins of a client whose workers run agent sagas (and the plain saga workflow).
+
+    ``checkpoints`` signs each new chain head, as a plain worker's do.
+    """
     others = [w for w in workflows if w is not AgentSagaWorkflow]
     return [
         SagacityPlugin(
@@ -85,6 +90,7 @@ def agent_plugins(
             approvals=approvals,
             tools=tools,
             workflows=[AgentSagaWorkflow, *others],
+            checkpoints=checkpoints,
         ),
         *openai_agents_plugins(
             model_provider, model_timeout=model_timeout, model_attempts=model_attempts

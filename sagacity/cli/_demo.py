@@ -1,12 +1,16 @@
 """``sagacity demo``: an agent places an order, the confirmation email fails, the saga undoes the rest.
 
 With nothing configured it starts the embedded Postgres and an in-memory Temporal dev server
-(``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` point it at yours instead), migrates the journal,
-and runs a worker in this process serving the Order tools and the agent saga workflow. The agent
+(``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` point it at yours instead), sets the journal up
+as its owner (``DevStack.prepare``: migrations, the append-only ``sagacity_app`` login, the
+anchors under ``<data_dir>/anchors``), and runs a worker in this process, logged in as
+``sagacity_app`` and signing a checkpoint of each new head, serving the Order tools and the agent
+saga workflow. The agent
 is the Agents SDK's real loop; its model is the scripted one unless ``OPENAI_API_KEY`` is set.
 The irreversible ``send_confirmation`` waits for approval; the demo approves it as
 ``demo-approver``. Then it shows what the agent did, what was undone, the journal with its hashes,
-the chain's verification, and the shop's stock and orders before and after.
+the chain's verification against the signed checkpoints, and the shop's stock and orders before
+and after.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -43,8 +47,11 @@ from sagacity.agents import (
 )
 from sagacity.devstack import DevStack
 from sagacity.errors import DevStackError, SagacityError
+from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.keys import load_private_key
 from sagacity.settings import Settings, load_settings
-from sagacity.store import ApprovalStore, JournalStore, migrate, open_pool
+from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.models import Approve, SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
 from workers.saga_worker import connect
@@ -89,6 +96,11 @@ class Verification(BaseModel):
     head_seq: int
     head_hash: str
     problem: str | None = None
+    #: what the signed checkpoints said of the journal ("checkpoint agrees at seq 10 …")
+    anchors: list[str] = []
+    #: fingerprint of the key that signed them, and where they are
+    key_id: str | None = None
+    checkpoint_dir: str | None = None
 
 
 class DemoReport(BaseModel):
@@ -188,18 +200,18 @@ async def run_demo(
             say(f"starting the embedded {' and '.join(starting)}")
         endpoints = await stack.start()
         exits.push_async_callback(stack.stop)
+        setup = await stack.prepare()
+        if setup.key_created:
+            say(f"created the signing key {setup.signing_key}: fingerprint {setup.key_id}")
         settings = settings.model_copy(
-            update={
-                "database_url": endpoints.database_url,
-                "temporal_address": endpoints.temporal_address,
-            }
+            update={**setup.settings(), "temporal_address": endpoints.temporal_address}
         )
-        await migrate(endpoints.database_url)
-        pool = await open_pool(endpoints.database_url)
+        pool = await open_pool(setup.database_url)
         exits.push_async_callback(pool.close)
         journal, approvals = JournalStore(pool), ApprovalStore(pool)
         exits.push_async_callback(journal.close)
-        shop = await exits.enter_async_context(lifespan(endpoints.database_url))
+        signer = CheckpointWriter(setup.checkpoint_dir, load_private_key(setup.signing_key))
+        shop = await exits.enter_async_context(lifespan(setup.database_url))
         if stack.runs_postgres:
             # the embedded database is the demo's own: start from the seed stock every time
             await shop.setup(reset=True)
@@ -213,6 +225,7 @@ async def run_demo(
             approvals=approvals,
             tools=TOOLS,
             model_provider=model_provider_from_settings(settings, scripts=SCRIPTS),
+            checkpoints=signer,
         )
         client = with_plugins(await connect(settings, SagacityPlugin()), plugins)
         # a queue of its own, so workers of other apps on the default queue never see it
@@ -236,7 +249,12 @@ async def run_demo(
         say(f"the saga ended: {result.saga.status.value}")
         after = await shop.snapshot()
         rows = await journal.read(saga_id)
-        verdict = await journal.verify(saga_id)
+        anchored = CheckpointDir(signer.path, signer.key.public_key())
+        async with aclosing(
+            verify_journal(journal, saga_ids=[saga_id], checkpoints=anchored)
+        ) as found:
+            (checked,) = [r async for r in found]
+        verdict = checked.verdict
         report = DemoReport(
             saga_id=saga_id,
             prompt=prompt,
@@ -257,15 +275,20 @@ async def run_demo(
                 for e in rows
             ],
             verification=Verification(
-                ok=verdict.ok,
+                ok=checked.ok,
                 rows=verdict.rows,
                 head_seq=verdict.head_seq,
                 head_hash=verdict.head_hash,
-                problem=None if verdict.problem is None else verdict.problem.detail,
+                problem="; ".join(f.detail for f in checked.faults()) or None,
+                anchors=[
+                    f"{c.source.value} {c.agreement.value}: {c.detail}" for c in checked.checks
+                ],
+                key_id=signer.key_id,
+                checkpoint_dir=str(signer.path),
             ),
             before=dataclasses.asdict(before),
             after=dataclasses.asdict(after),
-            database_url=_hide_password(endpoints.database_url),
+            database_url=_hide_password(setup.database_url),
             temporal_address=endpoints.temporal_address,
             tables=TABLES,
             shop_reset=stack.runs_postgres,
@@ -401,7 +424,11 @@ def render(report: DemoReport, console: Console) -> None:
             f"head hash {check.head_hash}"
         )
     else:
-        console.print(f"[red]Hash chain BROKEN[/red] after seq {check.head_seq}: {check.problem}")
+        console.print(
+            f"[red]Journal does NOT verify[/red] at seq {check.head_seq}: {check.problem}"
+        )
+    for line in check.anchors:
+        console.print(f"  {line}")
     console.print(_shop_table(report))
     console.print(
         "[green]Stock, orders and mail are back where they started.[/green]"
@@ -414,6 +441,8 @@ def render(report: DemoReport, console: Console) -> None:
                 f"database: {report.database_url}",
                 f"tables:   {', '.join(report.tables)}",
                 f"Temporal: {report.temporal_address} (workflow id {report.saga_id})",
+                f"anchors:  {report.verification.checkpoint_dir} "
+                f"(signing key {report.verification.key_id})",
                 *(
                     ["the example shop was reset to its seed stock for this run"]
                     if report.shop_reset

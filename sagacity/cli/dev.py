@@ -38,7 +38,8 @@ def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
             ("SAGACITY_CHECKPOINT_PUBLIC_KEY", setup.public_key),
             ("SAGACITY_CHECKPOINT_DIR", setup.checkpoint_dir),
         ):
-            lines.append(f"export {name}={shlex.quote(str(value))}")
+            if value is not None:
+                lines.append(f"export {name}={shlex.quote(str(value))}")
     if endpoints.temporal_address:
         lines.append(f"export TEMPORAL_ADDRESS={shlex.quote(endpoints.temporal_address)}")
     if endpoints.temporal_namespace != "default":
@@ -73,11 +74,12 @@ async def _run(stack: DevStack) -> None:
         setup = None
         if endpoints.database_url:
             setup = await stack.prepare()
-            typer.echo(
-                "journal: migrated as the tables' owner; workers and commands log in as "
-                "sagacity_app (INSERT and SELECT only)",
-                err=True,
-            )
+            if setup.owner_database_url is not None:
+                typer.echo(
+                    "journal: migrated as the tables' owner; workers and commands log in as "
+                    "sagacity_app (INSERT and SELECT only)",
+                    err=True,
+                )
             _say_anchors(setup)
         typer.echo("Sagacity dev stack is running. In another terminal:\n")
         for line in _exports(endpoints, setup):
