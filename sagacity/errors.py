@@ -254,3 +254,10 @@ class DevStackError(SagacityError):
     """A service of the embedded dev stack could not start; the message says where its log is."""
 
     code = "devstack"
+
+
+class LogInconsistent(SagacityError):
+    """The transparency log's stored tree disagrees with a tree head it published; the
+    sequencer refuses to sign over it (the message names the head and what differs)."""
+
+    code = "log_inconsistent"
