@@ -6,8 +6,8 @@ approval, a SUSPECT call), since nothing but that human can move it on. ``resolv
 human's answer for a SUSPECT call: whether it took effect.
 
 Exit status: 0 done or waiting for a human, 1 the saga did not complete (compensated, aborted,
-failed), refused a resolution, or the chain does not verify, 2 bad usage or input (one line on
-stderr, never a traceback) or unknown saga.
+failed), refused a resolution, or its journal does not verify (chain or anchors), 2 bad usage or
+input (one line on stderr, never a traceback) or unknown saga.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import getpass
 import json
 import uuid
 from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -35,8 +35,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from sagacity.approvals.suspects import Resolution, resolve_suspect
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.errors import InvalidInput, SagacityError, SagaNotFound
+from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.keys import verifying_key
+from sagacity.evidence.report import SagaReport, Source, saga_report
 from sagacity.inputs import check_name, invalid, load_json
-from sagacity.journal import Entry, Verdict, verify_rows
+from sagacity.journal import Entry, format_timestamp, verify_rows
 from sagacity.observability import tracing
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
@@ -529,20 +533,23 @@ def _resolved(done: Resolution) -> str:
 
 def _row_json(entry: Entry) -> dict[str, Any]:
     return {
+        "saga_id": entry.saga_id,
         "seq": entry.seq,
-        "timestamp": entry.timestamp.isoformat(),
+        # the exact text the row's hash covers (docs/hash-rules.md), not a display form
+        "timestamp": format_timestamp(entry.timestamp),
         "tool_name": entry.tool_name,
-        "phase": entry.phase.value,
+        "phase": str(entry.phase),
         "input": entry.input,
         "payload": entry.payload,
         "hash": entry.hash,
     }
 
 
-def _verdict_json(verdict: Verdict) -> dict[str, Any]:
+def _verdict_json(report: SagaReport, anchored: bool) -> dict[str, Any]:
+    verdict = report.verdict
     problem = verdict.problem
     return {
-        "ok": verdict.ok,
+        "ok": report.ok,
         "rows": verdict.rows,
         "head_seq": verdict.head_seq,
         "head_hash": verdict.head_hash,
@@ -551,15 +558,34 @@ def _verdict_json(verdict: Verdict) -> dict[str, Any]:
         else {"seq": problem.seq, "fault": problem.fault.value, "detail": problem.detail},
         # INTENT rows no EXECUTED or FAILED follows: SUSPECT, or still running
         "dangling_intents": [{"seq": d.seq, "tool_name": d.tool_name} for d in verdict.dangling],
+        "anchored": anchored,
+        "anchors": [c.to_dict() for c in report.checks],
     }
 
 
 #: marks an INTENT row no outcome row follows
 NO_OUTCOME = "[NO OUTCOME]"
+#: what a chain that verifies still cannot show when no anchor was compared with it
+CHAIN_ONLY = "hash chain only: a cut tail or a recomputed chain is not detectable without anchors"
 
 
 def _clip(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _anchors(settings: Settings) -> CheckpointDir | None:
+    """The configured checkpoints, or None when there are none to compare with."""
+    if settings.checkpoint_dir is None:
+        return None
+    try:
+        key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
+    except SagacityError as exc:
+        raise _Usage(str(exc)) from None
+    if key is None:
+        raise _Usage(
+            "checkpoints need a key: set SAGACITY_CHECKPOINT_PUBLIC_KEY or SAGACITY_SIGNING_KEY"
+        )
+    return CheckpointDir(settings.checkpoint_dir, key)
 
 
 @app.command("journal")
@@ -570,53 +596,72 @@ def journal(
     ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """The saga's journal rows from Postgres, with their hashes, and whether the chain verifies."""
+    """The saga's journal rows from Postgres, with their hashes, and whether they verify.
+
+    With checkpoints configured (SAGACITY_CHECKPOINT_DIR) the chain is also compared with them;
+    without, only the hash chain is checked, and the verdict says what that cannot show.
+    """
 
     async def work() -> int:
         settings = _settings()
         if not settings.database_url:
             raise _Usage("no journal database: set SAGACITY_DATABASE_URL")
-        async with await JournalStore.open(settings.database_url, max_size=1) as store:
+        checkpoints = _anchors(settings)
+        # two connections: verify_journal streams rows while it looks up those anchors name
+        async with await JournalStore.open(settings.database_url, max_size=2) as store:
             rows = await store.read(saga)
-        if not rows:
+            if checkpoints is None:
+                report = saga_report(verify_rows(saga, rows), [])
+            else:
+                reports = verify_journal(store, saga_ids=[saga], checkpoints=checkpoints)
+                async with aclosing(reports) as stream:
+                    (report,) = [r async for r in stream]
+        if not rows and checkpoints is None:
             raise _Usage(f"saga {saga!r} has no journal rows")
-        verdict = verify_rows(saga, rows)
+        anchored = checkpoints is not None
         if as_json:
             document = {
                 "saga_id": saga,
                 "rows": [_row_json(r) for r in rows],
-                "verdict": _verdict_json(verdict),
+                "verdict": _verdict_json(report, anchored),
             }
-            typer.echo(json.dumps(document, indent=2))
-            return 0 if verdict.ok else 1
-        _print_journal(saga, rows, verdict, full=full)
-        return 0 if verdict.ok else 1
+            typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        else:
+            _print_journal(saga, rows, report, anchored=anchored, full=full)
+        return 0 if report.ok else 1
 
     _run(work())
 
 
-def _print_journal(saga: str, rows: list[Entry], verdict: Verdict, *, full: bool) -> None:
-    table = Table(title=f"journal of {saga}", title_justify="left")
-    for column in ("seq", "time (UTC)", "tool", "phase", "input", "payload", "hash"):
-        table.add_column(column, overflow="fold", no_wrap=column in {"seq", "time (UTC)"})
-    clip = (lambda s: s) if full else _clip
-    dangling = {d.seq for d in verdict.dangling}
-    for r in rows:
-        phase = Text(r.phase.value)
-        if r.seq in dangling:
-            phase.append(f" {NO_OUTCOME}", style="bold yellow")
-        table.add_row(
-            str(r.seq),
-            r.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f"),
-            r.tool_name,
-            phase,
-            clip(r.input),
-            clip(r.payload),
-            r.hash if full else r.hash[:12],
-        )
-    # piped output would be 80 columns wide: room for a readable row instead
-    console = Console(width=max(Console().width, 140))
-    console.print(table)
+def _print_journal(
+    saga: str, rows: list[Entry], report: SagaReport, *, anchored: bool, full: bool
+) -> None:
+    verdict = report.verdict
+    if rows:
+        table = Table(title=f"journal of {saga}", title_justify="left")
+        for column in ("seq", "time (UTC)", "tool", "phase", "input", "payload", "hash"):
+            table.add_column(column, overflow="fold", no_wrap=column in {"seq", "time (UTC)"})
+        clip = (lambda s: s) if full else _clip
+        dangling = {d.seq for d in verdict.dangling}
+        for r in rows:
+            # str(): a tampered row may hold a phase that is not one of the eight
+            phase = Text(str(r.phase))
+            if r.seq in dangling:
+                phase.append(f" {NO_OUTCOME}", style="bold yellow")
+            table.add_row(
+                str(r.seq),
+                r.timestamp.strftime("%Y-%m-%d %H:%M:%S.%f"),
+                r.tool_name,
+                phase,
+                clip(r.input),
+                clip(r.payload),
+                r.hash if full else r.hash[:12],
+            )
+        # piped output would be 80 columns wide: room for a readable row instead
+        console = Console(width=max(Console().width, 140))
+        console.print(table)
+    else:
+        typer.echo(f"saga {saga} has no journal rows")
     for d in verdict.dangling:
         typer.echo(
             f"{NO_OUTCOME} seq {d.seq}: {d.tool_name} has no EXECUTED or FAILED after its INTENT: "
@@ -624,12 +669,20 @@ def _print_journal(saga: str, rows: list[Entry], verdict: Verdict, *, full: bool
             "still running)"
         )
     problem = verdict.problem
-    if problem is None:
-        typer.echo(
-            f"chain verified: {verdict.rows} rows, head seq {verdict.head_seq} hash {verdict.head_hash}"
-        )
-    else:
+    head = f"{verdict.rows} rows, head seq {verdict.head_seq} hash {verdict.head_hash}"
+    if problem is not None:
         typer.echo(
             f"chain BROKEN at seq {problem.seq}: {problem.fault.value}: {problem.detail} "
             f"(verified up to seq {verdict.head_seq})"
         )
+    elif not anchored:
+        typer.echo(f"chain verified ({CHAIN_ONLY}): {head}")
+    elif report.ok:
+        agreed = "; ".join(f"{c.source} {c.agreement} {c.detail}" for c in report.checks)
+        typer.echo(f"chain and anchors verified: {head}; {agreed}")
+    else:
+        typer.echo(f"chain verified but an anchor disagrees: {head}")
+    for check in report.faults():
+        if check.source is not Source.CHAIN:
+            at = f" seq {check.seq}" if check.seq is not None else ""
+            typer.echo(f"ANCHOR {check.source}{at} {check.agreement}: {check.detail}")
