@@ -60,7 +60,7 @@ class Rule:
     tools: str = "*"
 
     def matches(self, key_words: tuple[str, ...]) -> bool:
-        want = words(self.field)
+        want = words(self.field)  # cached: rules are few, and checked for every key
         return any(
             key_words[i : i + len(want)] == want for i in range(len(key_words) - len(want) + 1)
         )
@@ -108,15 +108,27 @@ def _is_marker(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {MARKER}
 
 
+@lru_cache(maxsize=8192)
+def _first_match(rules: tuple[Rule, ...], key: str) -> Rule | None:
+    """The first of ``rules`` whose field is in ``key``; keys repeat from call to call."""
+    key_words = words(key)
+    return next((r for r in rules if r.matches(key_words)), None)
+
+
 class Redactor:
     """Applies rules to tool inputs and results; :meth:`draft` is the one call before journaling."""
 
     def __init__(self, rules: Iterable[Rule] = DEFAULT_RULES) -> None:
         self.rules = tuple(rules)
+        # every journal row asks, so each tool's rules and each key's verdict are worked out once
+        self._for_tool = lru_cache(maxsize=1024)(self._rules_for)
+
+    def _rules_for(self, tool_name: str) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if fnmatch.fnmatchcase(tool_name, r.tools))
 
     def apply(self, tool_name: str, value: Any) -> Redacted[Any]:
         """``value`` (JSON data) with matching fields replaced; ``value`` itself is not changed."""
-        rules = [r for r in self.rules if fnmatch.fnmatchcase(tool_name, r.tools)]
+        rules = self._for_tool(tool_name)
         if not rules:
             return Redacted(value)
         paths: list[str] = []
@@ -127,7 +139,7 @@ class Redactor:
                     return node  # already redacted: redacting again would hash the marker
                 out = {}
                 for key, item in node.items():
-                    rule = next((r for r in rules if r.matches(words(str(key)))), None)
+                    rule = _first_match(rules, str(key))
                     if rule is None or _is_marker(item):
                         out[key] = walk(item, (*at, key))
                     else:

@@ -51,6 +51,23 @@ WITH prev AS (
 SELECT EXISTS (SELECT FROM ins), prev.hash FROM prev
 """
 
+# Claim a saga for a run chain (first_run_id), or read who holds it: (workflow_id, first_run_id,
+# claimed now, rows existed). Nothing when the holder committed after the statement began.
+_CLAIM = """
+WITH ins AS (
+    INSERT INTO sagacity_saga_owner (saga_id, workflow_id, first_run_id)
+    VALUES (%(saga_id)s, %(workflow)s, %(run)s)
+    ON CONFLICT (saga_id) DO NOTHING
+    RETURNING workflow_id, first_run_id
+)
+SELECT workflow_id, first_run_id, true,
+       EXISTS (SELECT FROM side_effect_journal WHERE saga_id = %(saga_id)s)
+FROM ins
+UNION ALL
+SELECT workflow_id, first_run_id, false, false
+FROM sagacity_saga_owner WHERE saga_id = %(saga_id)s AND NOT EXISTS (SELECT FROM ins)
+"""
+
 # Summaries of the sagas with any row in [since, until), most recently active first.
 _LIST_SAGAS = """
 WITH s AS (
@@ -89,6 +106,8 @@ class SagaOwner:
     workflow_id: str
     first_run_id: str
     claimed_now: bool
+    #: with ``claimed_now``: whether the saga already had rows (written before owners existed)
+    had_rows: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,23 +300,20 @@ class JournalStore:
                 return [_entry(row) for row in await cur.fetchall()]
 
     async def claim(self, saga_id: str, *, workflow_id: str, first_run_id: str) -> SagaOwner:
-        """Claim ``saga_id`` for a workflow run chain, or return the chain that holds it."""
+        """Claim ``saga_id`` for a workflow run chain, or return the chain that holds it.
+
+        One round trip on the way every saga starts: the claim also says whether rows exist.
+        """
+        params = {"saga_id": saga_id, "workflow": workflow_id, "run": first_run_id}
         with translate_errors(f"claim saga {saga_id!r}"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(
-                    "INSERT INTO sagacity_saga_owner (saga_id, workflow_id, first_run_id) "
-                    "VALUES (%s, %s, %s) ON CONFLICT (saga_id) DO NOTHING RETURNING saga_id",
-                    (saga_id, workflow_id, first_run_id),
-                )
-                if await cur.fetchone() is not None:
-                    return SagaOwner(saga_id, workflow_id, first_run_id, claimed_now=True)
-                cur = await conn.execute(
-                    "SELECT workflow_id, first_run_id FROM sagacity_saga_owner WHERE saga_id = %s",
-                    (saga_id,),
-                )
-                row = await cur.fetchone()
-                assert row is not None  # the insert conflicted, so the row exists
-                return SagaOwner(saga_id, row[0], row[1], claimed_now=False)
+                row = None
+                while row is None:
+                    # nothing: the holder committed after this statement's snapshot was taken,
+                    # and the next statement sees it
+                    cur = await conn.execute(_CLAIM, params)
+                    row = await cur.fetchone()
+                return SagaOwner(saga_id, row[0], row[1], claimed_now=row[2], had_rows=row[3])
 
     @contextlib.asynccontextmanager
     async def exclusive(self, saga_id: str, seq: int) -> AsyncIterator[bool]:

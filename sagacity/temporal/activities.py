@@ -300,6 +300,18 @@ class SagaActivities:
                 f"{owner.workflow_id!r} (first run {owner.first_run_id}); one id names one "
                 "journal: start this saga under a new id"
             )
+        if owner.claimed_now and req.after_seq == 0:
+            if not owner.had_rows:
+                return SagaOpened(tools=self._catalog(), rows=[], more=False)  # a new saga
+            # rows with no owner: written before ownership was recorded, by another run
+            first = await self._outlast(lambda: self.journal.after(req.saga_id, 0, limit=1))
+            written = (
+                f" (first row written {first[0].timestamp:%Y-%m-%d %H:%M:%S} UTC)" if first else ""
+            )
+            raise SagaIdTaken(
+                f"saga id {req.saga_id!r} already names a journal{written}; "
+                "start this saga under a new id"
+            )
         if req.after_seq > 0:
             held = await self._outlast(lambda: self.journal.get(req.saga_id, req.after_seq))
             if held is None or held.hash != req.after_hash:
@@ -310,12 +322,6 @@ class SagaActivities:
         rows = await self._outlast(
             lambda: self.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
         )
-        if req.after_seq == 0 and rows and owner.claimed_now:
-            # rows with no owner: written before ownership was recorded, by another run
-            raise SagaIdTaken(
-                f"saga id {req.saga_id!r} already names a journal (first row written "
-                f"{rows[0].timestamp:%Y-%m-%d %H:%M:%S} UTC); start this saga under a new id"
-            )
         return SagaOpened(
             tools=self._catalog(),
             rows=[

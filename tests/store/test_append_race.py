@@ -104,3 +104,28 @@ async def _until_waiting_on_a_lock(conn: psycopg.AsyncConnection) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the append never waited on the competitor's uncommitted row")
+
+
+@pytest.mark.parametrize("rival_commits", [True, False])
+async def test_a_claim_waiting_on_a_rival_claim_gets_its_outcome(
+    pool: Pool, owner: psycopg.AsyncConnection, database_url: str, saga_id: str, rival_commits: bool
+) -> None:
+    """A claim that waits on another run's uncommitted claim ends up with whoever committed."""
+    store = JournalStore(pool)
+    async with await psycopg.AsyncConnection.connect(database_url) as rival:
+        await rival.execute(
+            "INSERT INTO sagacity_saga_owner (saga_id, workflow_id, first_run_id)"
+            " VALUES (%s, 'rival-wf', 'rival-run')",
+            (saga_id,),
+        )
+        claim = asyncio.create_task(store.claim(saga_id, workflow_id="wf", first_run_id="run"))
+        await _until_waiting_on_a_lock(owner)
+        await (rival.commit() if rival_commits else rival.rollback())
+        held = await claim
+    if rival_commits:
+        assert (held.workflow_id, held.first_run_id) == ("rival-wf", "rival-run")
+        assert not held.claimed_now
+    else:
+        assert (held.workflow_id, held.first_run_id, held.claimed_now) == ("wf", "run", True)
+    again = await store.claim(saga_id, workflow_id="other", first_run_id="other-run")
+    assert again.first_run_id == held.first_run_id and not again.claimed_now
