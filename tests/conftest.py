@@ -1,16 +1,24 @@
 """Session-wide fixtures: one real dev stack, a fresh migrated database, one Temporal client.
 
-Nothing is mocked. With ``SAGACITY_DATABASE_URL`` unset the session runs the embedded Postgres
+Nothing is mocked, and the suite runs the way users do: the database is set up by its owner and
+used through the append-only ``sagacity_app`` login, and workers sign checkpoints. With
+``SAGACITY_DATABASE_URL`` unset the session runs the embedded Postgres
 (``<repo>/.sagacity/postgres``); with ``TEMPORAL_ADDRESS`` unset it runs an in-memory Temporal dev
 server on a free port. Set either to test against your own server instead.
 
 Fixtures:
 
-* ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment.
+* ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment, with this
+  session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings.
 * ``dev_stack`` (session): the running :class:`~sagacity.devstack.DevStack` (chaos helpers).
 * ``endpoints`` (session): its :class:`~sagacity.devstack.Endpoints`.
-* ``database_url`` (session): a fresh database ``sagacity_test_<random>``, migrated; dropped at the
-  end of the session.
+* ``owner_database_url`` (session): a fresh database ``sagacity_test_<random>``, created and
+  migrated by the server's owner login, ``sagacity_app`` granted; dropped at the end of the
+  session. For tests that need the owner's rights: attacks, retention, migrations.
+* ``database_url`` (session): the same database as ``sagacity_app`` (INSERT and SELECT only on the
+  journal): what workers and most tests use.
+* ``checkpoint_writer`` (session): signs into the session's checkpoint folder, for in-process
+  workers.
 * ``temporal_client`` (session): a client with the pydantic data converter.
 * ``task_queue`` (function): a fresh ``tq-<uuid>`` per test, so tests never share workers.
 """
@@ -26,18 +34,37 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from sagacity.cli._exit import exit_at_shutdown
 from sagacity.devstack import DevStack, Endpoints
+from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.keys import generate_key, load_private_key, public_pem
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database
-from sagacity.store.migrate import migrate
+from sagacity.store.migrate import provision
 
 
 @pytest.fixture(scope="session")
-def settings(pytestconfig: pytest.Config) -> Settings:
+def settings(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     loaded = load_settings()
     if not loaded.data_dir.is_absolute():
         # the default `.sagacity` means the repository's, wherever pytest was started from
         loaded = loaded.model_copy(update={"data_dir": pytestconfig.rootpath / loaded.data_dir})
-    return loaded
+    # anchors on, as the dev stack has them: a key and a checkpoint folder of this session's own
+    anchors = tmp_path_factory.mktemp("anchors")
+    key = anchors / "signing-key.pem"
+    public = anchors / "signing-key.pem.pub"
+    public.write_bytes(public_pem(generate_key(key).public_key()))
+    return loaded.model_copy(
+        update={
+            "signing_key": key,
+            "checkpoint_public_key": public,
+            "checkpoint_dir": anchors / "checkpoints",
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def checkpoint_writer(settings: Settings) -> CheckpointWriter:
+    assert settings.checkpoint_dir is not None and settings.signing_key is not None
+    return CheckpointWriter(settings.checkpoint_dir, load_private_key(settings.signing_key))
 
 
 @pytest.fixture(scope="session")
@@ -56,14 +83,23 @@ def endpoints(dev_stack: DevStack) -> Endpoints:
 
 
 @pytest.fixture(scope="session")
-async def database_url(endpoints: Endpoints) -> AsyncIterator[str]:
+async def _test_database(endpoints: Endpoints) -> AsyncIterator[tuple[str, str]]:
     name = f"sagacity_test_{uuid4().hex[:12]}"
-    url = await ensure_database(endpoints.database_url, name)
+    owner = await ensure_database(endpoints.database_url, name)
     try:
-        await migrate(url)
-        yield url
+        yield owner, await provision(owner)
     finally:
         await drop_database(endpoints.database_url, name)
+
+
+@pytest.fixture(scope="session")
+def owner_database_url(_test_database: tuple[str, str]) -> str:
+    return _test_database[0]
+
+
+@pytest.fixture(scope="session")
+def database_url(_test_database: tuple[str, str]) -> str:
+    return _test_database[1]
 
 
 @pytest.fixture(scope="session")

@@ -43,14 +43,20 @@ async def test_postgres_answers_sql(endpoints: Endpoints, dev_stack: DevStack) -
         assert "?host=/" in endpoints.database_url
 
 
-async def test_database_url_is_fresh_and_migrated(database_url: str) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+async def test_database_url_is_fresh_and_migrated(
+    database_url: str, owner_database_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(owner_database_url) as conn:
         name = await (await conn.execute("SELECT current_database()")).fetchone()
         versions = await (
             await conn.execute("SELECT version FROM sagacity_schema_version ORDER BY version")
         ).fetchall()
     assert name is not None and name[0].startswith("sagacity_test_")
     assert versions, "migrate() applied nothing"
+    # tests use the database as workers do: through the append-only login
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        row = await (await conn.execute("SELECT current_user, current_database()")).fetchone()
+    assert row == ("sagacity_app", name[0])
 
 
 async def test_ensure_database_is_idempotent(endpoints: Endpoints) -> None:

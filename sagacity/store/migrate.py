@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from sagacity.store.databases import with_user
+from sagacity.errors import StoreUnavailable
 from sagacity.store.db import translate_errors
 
 _SCHEMA = files("sagacity.store") / "schema"
@@ -27,6 +28,15 @@ CREATE TABLE IF NOT EXISTS sagacity_schema_version (
     version     TEXT        PRIMARY KEY,
     applied_at  TIMESTAMP   NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
 )
+"""
+
+
+# Where this login would create tables, and where the journal already is on its search path.
+_WHERE = """
+SELECT current_schema(),
+       (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relname = 'side_effect_journal' AND n.nspname = ANY (current_schemas(false))
+        ORDER BY array_position(current_schemas(false), n.nspname) LIMIT 1)
 """
 
 
@@ -49,6 +59,15 @@ async def migrate(conninfo: str) -> list[str]:
     applied = []
     with translate_errors("migrate the journal schema"):
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            target, journal = await (await conn.execute(_WHERE)).fetchone() or (None, None)
+            if journal is not None and target != journal:
+                # the app role's own schema comes first on its path: migrating as it would build
+                # a second, writable journal there that its sessions would use instead
+                raise StoreUnavailable(
+                    f"migrate the journal schema: the journal is in schema {journal}, but this "
+                    f"login would create tables in schema {target}: migrate as the tables' owner "
+                    "(SAGACITY_OWNER_DATABASE_URL)"
+                )
             for version, script in migrations():
                 async with conn.transaction():
                     await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))

@@ -61,7 +61,9 @@ class JournalRights:
     def describe(self) -> str:
         """One line saying what the role may do and through which role."""
         if self.superuser:
-            return f"role {self.role} is a superuser: it may UPDATE, DELETE and TRUNCATE the journal"
+            return (
+                f"role {self.role} is a superuser: it may UPDATE, DELETE and TRUNCATE the journal"
+            )
         held = [f"{what} (as {', '.join(via)})" for what, via in self.rewrites.items() if via]
         owns = f", owned by {self.owner}" if self.owner != self.role else " (it owns the table)"
         return f"role {self.role} may {', '.join(held)} on side_effect_journal{owns}"

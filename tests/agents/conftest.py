@@ -26,6 +26,7 @@ from sagacity.agents import (
     agent_plugins,
     with_plugins,
 )
+from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.tools import CompensableTool
 from tests.temporal import sample_tools
@@ -45,6 +46,7 @@ def agent_worker(
     task_queue: str,
     journal: JournalStore,
     approvals: ApprovalStore,
+    checkpoint_writer: CheckpointWriter,
 ) -> WorkerFactory:
     """Start a worker for agent sagas: ``async with agent_worker(scripts) as worker: ...``.
 
@@ -65,6 +67,7 @@ def agent_worker(
             tools=cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS]),
             model_provider=provider or ScriptedModelProvider(scripts),
             model_attempts=2,
+            checkpoints=checkpoint_writer,
         )
         worker = Worker(
             with_plugins(temporal_client, plugins),

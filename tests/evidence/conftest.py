@@ -38,22 +38,22 @@ def journal(pool: Pool) -> JournalStore:
 
 
 @pytest.fixture
-async def owner(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
+async def owner(owner_database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
     """A raw connection as the tables' owner: what an attacker with database access holds."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(owner_database_url, autocommit=True) as conn:
         yield conn
 
 
 @pytest.fixture(scope="session")
-async def retention_url(database_url: str) -> str:
+async def retention_url(owner_database_url: str) -> str:
     """A login that is a member of sagacity_retention, as an operator's retention job is."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(owner_database_url, autocommit=True) as conn:
         await conn.execute(
             "DO $$ BEGIN CREATE ROLE sagacity_retention_job LOGIN;"
             " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
         )
         await conn.execute("GRANT sagacity_retention TO sagacity_retention_job")
-    return make_conninfo(database_url, user="sagacity_retention_job")
+    return make_conninfo(owner_database_url, user="sagacity_retention_job")
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from sagacity.cli.main import app as main_app
 from sagacity.devstack import Endpoints
+from sagacity.settings import Settings
 from tests.approvals import conftest as cli_fixtures
 from tests.temporal import conftest as saga_fixtures
 
@@ -55,6 +56,15 @@ def stack_env(endpoints: Endpoints, database_url: str, task_queue: str) -> dict[
         "TEMPORAL_ADDRESS": endpoints.temporal_address,
         "TEMPORAL_NAMESPACE": endpoints.temporal_namespace,
         "SAGACITY_TASK_QUEUE": task_queue,
+    }
+
+
+def anchor_env(settings: Settings) -> dict[str, str]:
+    """The session's anchor settings, as a worker process of the dev stack has them."""
+    return {
+        "SAGACITY_SIGNING_KEY": str(settings.signing_key),
+        "SAGACITY_CHECKPOINT_PUBLIC_KEY": str(settings.checkpoint_public_key),
+        "SAGACITY_CHECKPOINT_DIR": str(settings.checkpoint_dir),
     }
 
 
@@ -159,13 +169,14 @@ StartWorker = Callable[..., Coroutine[Any, Any, WorkerProcess]]
 
 @pytest.fixture
 async def start_worker(
-    endpoints: Endpoints, database_url: str, task_queue: str, tmp_path: Path
+    endpoints: Endpoints, database_url: str, task_queue: str, tmp_path: Path, settings: Settings
 ) -> AsyncIterator[StartWorker]:
-    """Start ``sagacity worker`` processes on the test's task queue; all stopped at the end."""
+    """Start ``sagacity worker`` processes on the test's task queue, logged in as sagacity_app
+    and signing checkpoints; all stopped at the end."""
     started: list[WorkerProcess] = []
 
     async def start(**env: str) -> WorkerProcess:
-        full = {**stack_env(endpoints, database_url, task_queue), **env}
+        full = {**stack_env(endpoints, database_url, task_queue), **anchor_env(settings), **env}
         process = WorkerProcess(full, tmp_path / f"worker-{len(started)}.log")
         started.append(process)
         return await process.start()

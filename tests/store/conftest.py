@@ -1,4 +1,5 @@
-"""Store fixtures over the session's migrated database (``database_url`` from tests/conftest.py)."""
+"""Store fixtures over the session's migrated database (``database_url``, the app login, and
+``owner_database_url`` from tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ def approvals(pool: Pool) -> ApprovalStore:
 
 
 @pytest.fixture
-async def owner(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
+async def owner(owner_database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
     """A raw connection as the tables' owner: what an attacker with database access holds."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(owner_database_url, autocommit=True) as conn:
         yield conn
 
 

@@ -14,10 +14,10 @@ from sagacity.store import ApprovalRequest, ApprovalStore, JournalStore, apply_g
 
 
 @pytest.fixture(scope="module")
-async def app_url(database_url: str) -> str:
-    await apply_grants(database_url)
-    await apply_grants(database_url)  # a second run changes nothing and does not fail
-    return make_conninfo(database_url, user="sagacity_app")
+async def app_url(owner_database_url: str) -> str:
+    await apply_grants(owner_database_url)
+    await apply_grants(owner_database_url)  # a second run changes nothing and does not fail
+    return make_conninfo(owner_database_url, user="sagacity_app")
 
 
 @pytest.fixture

@@ -16,15 +16,17 @@ from sagacity.store.migrate import migrations
 
 
 @pytest.fixture
-async def empty_database(owner: psycopg.AsyncConnection, database_url: str) -> AsyncIterator[str]:
+async def empty_database(
+    owner: psycopg.AsyncConnection, owner_database_url: str
+) -> AsyncIterator[str]:
     name = f"sagacity_migrate_{uuid.uuid4().hex[:10]}"
     await owner.execute(f"CREATE DATABASE {name}")
-    yield make_conninfo(database_url, dbname=name)
+    yield make_conninfo(owner_database_url, dbname=name)
     await owner.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-async def test_migrate_is_idempotent(database_url: str) -> None:
-    assert await migrate(database_url) == []
+async def test_migrate_is_idempotent(owner_database_url: str) -> None:
+    assert await migrate(owner_database_url) == []
 
 
 async def test_concurrent_migrators_apply_each_file_once(empty_database: str) -> None:

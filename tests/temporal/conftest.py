@@ -11,6 +11,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
 from sagacity.temporal.models import SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
@@ -64,12 +65,14 @@ async def worker(
     journal: JournalStore,
     approvals: ApprovalStore,
     shop: Shop,
+    checkpoint_writer: CheckpointWriter,
 ) -> AsyncIterator[Worker]:
     plugin = SagacityPlugin(
         journal=journal,
         approvals=approvals,
         tools=[*order_app.TOOLS, *sample_tools.TOOLS],
         workflows=order_app.WORKFLOWS,
+        checkpoints=checkpoint_writer,
     )
     worker = Worker(
         temporal_client,
