@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from sagacity.cli import approvals, db, demo, dev, export, saga, verify, worker
+from sagacity.cli import approvals, db, demo, dev, export, saga, tlog, verify, worker
 
 
 class _Root(TyperGroup):
@@ -43,6 +43,8 @@ app.command("demo")(demo.demo)
 app.command("dev")(dev.dev)
 app.command("export")(export.export)
 app.command("keygen")(export.keygen)
+app.add_typer(tlog.app, name="log")
+app.command("prove")(tlog.prove)
 app.add_typer(saga.app, name="saga")
 app.command("verify")(verify.verify)
 app.command("worker")(worker.worker)

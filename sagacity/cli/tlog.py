@@ -1,0 +1,322 @@
+"""``sagacity log`` (the transparency log: integrate, head, verify) and ``sagacity prove``.
+
+Exit status: 0 verified, 1 something failed (the report names it), 2 usage, settings or an
+unreachable database; ``prove --check`` without the trusted key: 3 (UNTRUSTED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import aclosing
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from sagacity.cli.db import _database_url
+from sagacity.errors import SagacityError
+from sagacity.evidence.keys import load_private_key, load_public_key, verifying_key
+from sagacity.evidence.note import NoteKey
+from sagacity.evidence.proofs import check_proof_bundle
+from sagacity.evidence.tlog import HeadLog, LogVerifier, Sequencer, prove_saga
+from sagacity.settings import Settings, load_settings
+from sagacity.store.db import open_pool
+from sagacity.store.journal import JournalStore
+from sagacity.store.tlog import TlogStore
+
+__all__ = ["app", "prove"]
+
+app = typer.Typer(
+    name="log",
+    help="The transparency log across all sagas: signed tree heads, consistency, proofs.",
+    no_args_is_help=True,
+)
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="Postgres URL of the journal (default: SAGACITY_DATABASE_URL).",
+        show_default=False,
+    ),
+]
+CheckpointDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--checkpoint-dir",
+        help="Where tree heads are published, under tlog/ (default: SAGACITY_CHECKPOINT_DIR).",
+        show_default=False,
+    ),
+]
+PublicKey = Annotated[
+    Path | None,
+    typer.Option(
+        "--public-key",
+        help="The log's public key (default: SAGACITY_CHECKPOINT_PUBLIC_KEY, else the signing "
+        "key's public half).",
+        show_default=False,
+    ),
+]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except SagacityError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _folder(given: Path | None, settings: Settings) -> Path:
+    folder = given or settings.checkpoint_dir
+    if folder is None:
+        raise _fail("no checkpoint directory: set SAGACITY_CHECKPOINT_DIR or pass --checkpoint-dir")
+    return folder
+
+
+def _public_key(given: Path | None, settings: Settings) -> Ed25519PublicKey:
+    try:
+        key = (
+            load_public_key(given)
+            if given
+            else verifying_key(settings.checkpoint_public_key, settings.signing_key)
+        )
+    except SagacityError as exc:
+        raise _fail(str(exc)) from None
+    if key is None:
+        raise _fail(
+            "no key to check tree heads with: pass --public-key or set SAGACITY_SIGNING_KEY"
+        )
+    return key
+
+
+@app.command("integrate")
+def integrate(
+    database_url: DatabaseUrl = None,
+    checkpoint_dir: CheckpointDir = None,
+    full_check: Annotated[
+        bool,
+        typer.Option(
+            "--full-check", help="Recompute every stored leaf against the last head first."
+        ),
+    ] = False,
+    origin: Annotated[
+        str | None,
+        typer.Option(
+            "--origin",
+            help="The log's name in a first head (default: sagacity.local/journal/<database>).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Append the journal rows the log lacks and publish a signed tree head (one pass)."""
+    settings = _settings()
+    url = _database_url(database_url)
+    folder = _folder(checkpoint_dir, settings)
+    if settings.signing_key is None:
+        raise _fail("no signing key: set SAGACITY_SIGNING_KEY")
+
+    async def run() -> tuple[int, int, bool]:
+        key = load_private_key(settings.signing_key) if settings.signing_key else None
+        assert key is not None
+        pool = await open_pool(url, min_size=1, max_size=3)
+        try:
+            done = await Sequencer(TlogStore(pool), folder, key, origin=origin).integrate(
+                full_check=full_check
+            )
+        finally:
+            await pool.close()
+        return done.appended, done.size, done.published is not None
+
+    try:
+        appended, size, published = asyncio.run(run())
+    except SagacityError as exc:
+        raise _fail(str(exc), 1) from None
+    if as_json:
+        typer.echo(json.dumps({"appended": appended, "size": size, "published": published}))
+    elif published:
+        typer.echo(f"{appended} rows appended; published tree head {size}")
+    else:
+        typer.echo(f"nothing new; the log holds {size} leaves")
+
+
+@app.command("head")
+def head(checkpoint_dir: CheckpointDir = None, public_key: PublicKey = None) -> None:
+    """Print the latest published tree head (a signed C2SP checkpoint) and the log's key."""
+    settings = _settings()
+    key = _public_key(public_key, settings)
+    latest = HeadLog(_folder(checkpoint_dir, settings), key).latest()
+    if latest is None:
+        raise _fail("no tree head published yet: run `sagacity log integrate`", 1)
+    typer.echo(latest.note, nl=False)
+    typer.echo(f"\nverifier key: {NoteKey(latest.head.origin, key).vkey()}", err=True)
+
+
+@app.command("verify")
+def verify(
+    database_url: DatabaseUrl = None,
+    checkpoint_dir: CheckpointDir = None,
+    public_key: PublicKey = None,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="Seconds a journal row may wait for the log before it counts as withheld.",
+        ),
+    ] = 600.0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per finding, then a summary.")
+    ] = False,
+) -> None:
+    """Recompute the log from its leaves and the journal; check every published head."""
+    settings = _settings()
+    url = _database_url(database_url)
+    heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
+
+    async def run() -> tuple[int, int, LogVerifier]:
+        failed = warnings = 0
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            checker = LogVerifier(TlogStore(pool), heads, timedelta(seconds=grace))
+            async with aclosing(checker.run()) as findings:
+                async for finding in findings:
+                    failed += finding.fatal
+                    warnings += not finding.fatal
+                    if as_json:
+                        typer.echo(
+                            json.dumps(
+                                {
+                                    "fatal": finding.fatal,
+                                    "saga_id": finding.saga_id,
+                                    "seq": finding.seq,
+                                    "detail": finding.detail,
+                                },
+                                ensure_ascii=False,
+                            )
+                        )
+                    else:
+                        typer.echo(finding.line())
+        finally:
+            await pool.close()
+        return failed, warnings, checker
+
+    try:
+        failed, warnings, checker = asyncio.run(run())
+    except SagacityError as exc:
+        raise _fail(str(exc)) from None
+    size = checker.latest.head.size if checker.latest else 0
+    summary = {
+        "ok": not failed,
+        "leaves": checker.leaves,
+        "heads": checker.checked_heads,
+        "latest_head": size,
+        "failed": failed,
+        "pending": warnings,
+    }
+    if as_json:
+        typer.echo(json.dumps({"summary": summary}))
+    else:
+        verdict = "all verified" if not failed else f"{failed} failed"
+        typer.echo(
+            f"{checker.leaves:,} leaves, {checker.checked_heads:,} tree heads (latest {size:,}), "
+            f"{warnings:,} rows pending: {verdict}"
+        )
+    raise typer.Exit(1 if failed else 0)
+
+
+def prove(
+    saga: Annotated[
+        str | None, typer.Argument(help="The saga to prove.", show_default=False)
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="New (or empty) folder for the proof bundle.", show_default=False
+        ),
+    ] = None,
+    check: Annotated[
+        Path | None,
+        typer.Option(
+            "--check", help="Verify this proof bundle offline instead.", show_default=False
+        ),
+    ] = None,
+    public_key: PublicKey = None,
+    witness: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--witness",
+            help="With --check: NAME=PUBLIC_KEY_FILE of a witness whose cosignature is required.",
+            show_default=False,
+        ),
+    ] = None,
+    database_url: DatabaseUrl = None,
+    checkpoint_dir: CheckpointDir = None,
+) -> None:
+    """Write a saga's rows with inclusion proofs in the latest tree head, or check such a bundle."""
+    if check is not None:
+        if saga is not None or out is not None:
+            raise _fail("--check verifies a bundle; it takes no saga or --out")
+        _check(check, public_key, witness or [])
+        return
+    if saga is None or out is None:
+        raise _fail("give a saga and --out DIR, or --check DIR")
+    settings = _settings()
+    url = _database_url(database_url)
+    heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
+
+    async def run() -> tuple[int, int, int]:
+        pool = await open_pool(url, min_size=1, max_size=2)
+        try:
+            proved = await prove_saga(JournalStore(pool), TlogStore(pool), heads, saga, out)
+        finally:
+            await pool.close()
+        return proved.rows, proved.later, proved.head.size
+
+    try:
+        rows, later, size = asyncio.run(run())
+    except SagacityError as exc:
+        raise _fail(str(exc), 1) from None
+    typer.echo(f"{out}: {rows} rows of saga {saga!r}, each proved in tree head {size}")
+    if later:
+        typer.echo(
+            f"warning: {later} later rows are not in tree head {size} yet "
+            "(run `sagacity log integrate`, then prove again)",
+            err=True,
+        )
+
+
+def _check(path: Path, public_key: Path | None, witnesses: list[str]) -> None:
+    try:
+        key = None if public_key is None else load_public_key(public_key)
+        keys = []
+        for item in witnesses:
+            name, sep, file = item.partition("=")
+            if not (sep and name and file):
+                raise _fail(f"--witness {item!r}: give NAME=PUBLIC_KEY_FILE")
+            keys.append(NoteKey(name, load_public_key(Path(file)), 0x04))
+    except SagacityError as exc:
+        raise _fail(str(exc)) from None
+    report = check_proof_bundle(path, key, keys)
+    for problem in report.problems:
+        typer.echo(f"FAILED  {problem}")
+    verdict = report.verdict
+    size = "?" if report.head is None else report.head.size
+    origin = "?" if report.head is None else report.head.origin
+    typer.echo(
+        f"{verdict}: saga {report.saga_id!r}, {report.rows} rows in tree head {size} of {origin}"
+    )
+    if verdict == "UNTRUSTED":
+        typer.echo(
+            "the proofs hold, but nothing says who signed the tree head: pass --public-key "
+            "with the log's published key",
+            err=True,
+        )
+    raise typer.Exit(verdict.exit_code)

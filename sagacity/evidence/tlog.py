@@ -1,0 +1,590 @@
+"""The transparency log across all sagas: sequencer, published tree heads, log check, proofs.
+
+One Merkle tree (:mod:`sagacity.evidence.merkle`) over every journal row, in the order the
+sequencer appended them; signed tree heads (:mod:`sagacity.evidence.note`) go to
+``<checkpoint dir>/tlog/``, outside the database:
+
+* ``checkpoint``: the latest signed note, replaced atomically (what a witness or client fetches);
+* ``checkpoints.jsonl``: every note ever published, in order, one JSON line each (``at``: when,
+  ``note``, ``consistency``: the proof that it extends the line before), appended, never rewritten.
+
+The sequencer runs off the tool-call path (``sagacity log integrate``, or :func:`run_sequencer`
+beside a worker): under a Postgres advisory lock it appends the rows the log lacks, checks the
+stored tree still agrees with its last published head, and signs the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import tempfile
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
+from sagacity.evidence.keys import load_private_key
+from sagacity.evidence.merkle import (
+    Frontier,
+    Node,
+    consistency_ranges,
+    inclusion_ranges,
+    leaf_data,
+    leaf_hash,
+    range_hash,
+    subtrees,
+    verify_consistency,
+    verify_inclusion,
+)
+from sagacity.evidence.note import Cosigner, NoteKey, NoteSigner, TreeHead, open_note, sign_note
+from sagacity.evidence.proofs import RowProof, write_proof_bundle
+from sagacity.journal import format_timestamp, to_json
+from sagacity.store.db import open_pool
+from sagacity.store.journal import JournalStore
+from sagacity.store.tlog import LeafRow, PendingRow, TlogStore
+
+__all__ = [
+    "HeadLog",
+    "Integration",
+    "LogFinding",
+    "LogVerifier",
+    "Published",
+    "Sequencer",
+    "prove_saga",
+    "run_sequencer",
+]
+
+_log = logging.getLogger(__name__)
+
+SUBDIR = "tlog"
+LATEST = "checkpoint"
+HISTORY = "checkpoints.jsonl"
+#: origin of a log whose first head names none: this, then the database's name
+ORIGIN_PREFIX = "sagacity.local/journal/"
+# rows whose proofs are read together when proving a saga
+_PROOF_BATCH = 1000
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode("ascii")
+
+
+def _timestamp(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """One published tree head: its note (signature verified), when, and its proof from the last."""
+
+    head: TreeHead
+    note: str
+    at: datetime
+    consistency: list[bytes]
+    #: line number in ``checkpoints.jsonl``
+    line: int
+
+
+class HeadLog:
+    """The published tree heads under ``<checkpoint dir>/tlog/``, trusting ``key``'s signatures."""
+
+    def __init__(self, checkpoint_dir: Path, key: Ed25519PublicKey) -> None:
+        self.path = checkpoint_dir / SUBDIR
+        self.key = key
+
+    def parse(self, text: str, number: int) -> Published:
+        """History line ``number``; ``ValueError`` when damaged, or not signed by the key."""
+        try:
+            raw = json.loads(text)
+            note, at, proof = raw["note"], raw["at"], raw["consistency"]
+            if not (isinstance(note, str) and isinstance(at, str) and isinstance(proof, list)):
+                raise TypeError
+            hashes = [base64.b64decode(p, validate=True) for p in proof]
+            when = _timestamp(at)
+        except (ValueError, KeyError, TypeError):
+            raise ValueError("damaged line") from None
+        opened = open_note(note, NoteKey(note.split("\n", 1)[0], self.key))
+        return Published(opened.head, note, when, hashes, number)
+
+    def history(self) -> Iterator[Published | str]:
+        """Every published head in order; a line that is damaged or forged comes as a string
+        saying which and why."""
+        try:
+            lines = (self.path / HISTORY).open(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            yield f"{HISTORY}: unreadable: {exc}"
+            return
+        with lines:
+            for number, text in enumerate(lines, start=1):
+                try:
+                    yield self.parse(text, number)
+                except ValueError as exc:
+                    yield f"{HISTORY} line {number}: {exc}"
+
+    def latest(self) -> Published | None:
+        """The last head in the history that verifies (None: none published yet)."""
+        found = None
+        for item in self.history():
+            if isinstance(item, Published):
+                found = item
+        return found
+
+    def publish(self, note: str, consistency: Sequence[bytes], at: datetime) -> None:
+        """Append ``note`` to the history (one ``O_APPEND`` write), then make it ``checkpoint``."""
+        line = to_json(
+            {
+                "at": format_timestamp(at),
+                "consistency": [_b64(p) for p in consistency],
+                "note": note,
+            }
+        )
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / HISTORY, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode("utf-8"))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with tempfile.NamedTemporaryFile(
+                "w", encoding="utf-8", dir=self.path, prefix=".checkpoint-", delete=False
+            ) as tmp:
+                tmp.write(note)
+                tmp.flush()
+                os.fsync(tmp.fileno())
+            os.replace(tmp.name, self.path / LATEST)
+        except OSError as exc:
+            raise EvidenceUnavailable(f"cannot publish a tree head in {self.path}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Integration:
+    """What one sequencer pass did: rows appended, and the head it published (None: none)."""
+
+    appended: int
+    size: int
+    published: TreeHead | None
+
+
+class Sequencer:
+    """Appends journal rows to the log and publishes signed tree heads, one pass at a time."""
+
+    def __init__(
+        self,
+        store: TlogStore,
+        checkpoint_dir: Path,
+        key: Ed25519PrivateKey,
+        *,
+        origin: str | None = None,
+        cosigners: Sequence[Cosigner] = (),
+        batch: int = 5000,
+    ) -> None:
+        self.store = store
+        self.heads = HeadLog(checkpoint_dir, key.public_key())
+        self._key = key
+        self._origin = origin
+        self._cosigners = list(cosigners)
+        self._batch = batch
+
+    async def integrate(self, *, full_check: bool = False) -> Integration:
+        """Append the rows the log lacks and publish the new head, under the sequencer lock.
+
+        First the stored tree must agree with the last published head (its root at that size,
+        and a consistency proof to the new size): :class:`LogInconsistent` otherwise, and
+        nothing is signed. ``full_check`` also recomputes every stored leaf from the leaf table.
+        """
+        async with self.store.sequencer():
+            last = self.heads.latest()
+            origin = await self._origin_for(last)
+            frontier = await self._frontier(last, full_check)
+            appended = 0
+            chunk: list[PendingRow] = []
+            async with aclosing(self.store.pending(batch=self._batch)) as rows:
+                async for row in rows:
+                    chunk.append(row)
+                    if len(chunk) == self._batch:
+                        appended += await self._append(frontier, chunk)
+                        chunk = []
+            appended += await self._append(frontier, chunk)
+            old = 0 if last is None else last.head.size
+            if frontier.size == old:
+                return Integration(appended, frontier.size, None)
+            head = TreeHead(origin, frontier.size, frontier.root())
+            proof: list[bytes] = []
+            if last is not None:
+                proof = await self._proof(consistency_ranges(old, head.size))
+                if not verify_consistency(old, head.size, last.head.root, head.root, proof):
+                    raise LogInconsistent(
+                        f"the stored tree at {head.size} leaves does not extend tree head "
+                        f"{old}: refusing to sign it"
+                    )
+            note = sign_note(head, [NoteSigner(origin, self._key), *self._cosigners])
+            self.heads.publish(note, proof, datetime.now(UTC))
+            return Integration(appended, head.size, head)
+
+    async def _origin_for(self, last: Published | None) -> str:
+        if last is not None:
+            if self._origin is not None and self._origin != last.head.origin:
+                raise EvidenceUnavailable(
+                    f"the log in {self.heads.path} is {last.head.origin!r}, not {self._origin!r}"
+                )
+            return last.head.origin
+        return self._origin or ORIGIN_PREFIX + await self.store.database()
+
+    async def _frontier(self, last: Published | None, full_check: bool) -> Frontier:
+        size = await self.store.size()
+        old = 0 if last is None else last.head.size
+        if size < old:
+            raise LogInconsistent(
+                f"the log holds {size} leaves, but tree head {old} was published "
+                f"{format_timestamp(last.at) if last else ''}: leaves were removed"
+            )
+        if full_check:
+            return await self._recompute(last)
+        stored = await self.store.nodes(Frontier.nodes(size))
+        try:
+            frontier = Frontier(size, [stored[node] for node in Frontier.nodes(size)])
+        except KeyError as exc:
+            raise LogInconsistent(
+                f"the stored tree lacks subtree {exc}: refusing to sign"
+            ) from None
+        if last is not None:
+            root = frontier.root() if size == old else await self._root(old)
+            if root != last.head.root:
+                raise LogInconsistent(
+                    f"the stored tree disagrees with tree head {old} (published "
+                    f"{format_timestamp(last.at)}): its leaves or subtree hashes were changed; "
+                    "refusing to sign over them (run `sagacity log verify`)"
+                )
+        return frontier
+
+    async def _recompute(self, last: Published | None) -> Frontier:
+        frontier = Frontier()
+        async with aclosing(self.store.leaves()) as leaves:
+            async for leaf in leaves:
+                if leaf.index != frontier.size:
+                    raise LogInconsistent(
+                        f"leaf {frontier.size} is missing from the leaf table: refusing to sign"
+                    )
+                digest = leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash))
+                if leaf.leaf_hash != digest:
+                    raise LogInconsistent(
+                        f"leaf {leaf.index} (saga {leaf.saga_id!r} seq {leaf.seq}) does not "
+                        "hash to the stored leaf hash: the leaf table was edited; refusing to sign"
+                    )
+                frontier.append(digest)
+                if (
+                    last is not None
+                    and frontier.size == last.head.size
+                    and frontier.root() != last.head.root
+                ):
+                    raise LogInconsistent(
+                        f"the leaf table disagrees with tree head {last.head.size}: "
+                        "refusing to sign over it (run `sagacity log verify`)"
+                    )
+        return frontier
+
+    async def _root(self, size: int) -> bytes:
+        nodes = await self.store.nodes(subtrees(0, size))
+        try:
+            return range_hash(0, size, nodes)
+        except KeyError as exc:
+            raise LogInconsistent(f"the stored tree lacks subtree {exc}") from None
+
+    async def _proof(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        nodes = await self.store.nodes({n for a, b in ranges for n in subtrees(a, b)})
+        try:
+            return [range_hash(a, b, nodes) for a, b in ranges]
+        except KeyError as exc:
+            raise LogInconsistent(f"the stored tree lacks subtree {exc}") from None
+
+    async def _append(self, frontier: Frontier, rows: list[PendingRow]) -> int:
+        if not rows:
+            return 0
+        start = frontier.size
+        made: list[tuple[Node, bytes]] = []
+        for row in rows:
+            made += frontier.append(leaf_hash(leaf_data(row.saga_id, row.seq, row.hash)))
+        await self.store.append(start, [(r.saga_id, r.seq, r.hash) for r in rows], made)
+        return len(rows)
+
+
+async def run_sequencer(
+    conninfo: str,
+    checkpoint_dir: Path | None,
+    signing_key: Path | None,
+    *,
+    every: float = 10.0,
+    origin: str | None = None,
+    cosigners: Sequence[Cosigner] = (),
+) -> None:
+    """Integrate every ``every`` seconds until cancelled; returns at once when either setting
+    is unset (the log is off).
+
+    For a worker to run beside its tool calls, on a small pool of its own: the first pass
+    recomputes the whole leaf table against the last head, later ones check the stored tree's
+    root. A pass that fails (database down, a tampered log) is logged and tried again.
+    """
+    if checkpoint_dir is None or signing_key is None:
+        return
+    key = load_private_key(signing_key)
+    pool = await open_pool(conninfo, min_size=0, max_size=3)
+    try:
+        sequencer = Sequencer(
+            TlogStore(pool), checkpoint_dir, key, origin=origin, cosigners=cosigners
+        )
+        full_check = True
+        while True:
+            try:
+                done = await sequencer.integrate(full_check=full_check)
+                full_check = False
+                if done.published is not None:
+                    _log.info(
+                        "transparency log: %d rows appended, tree head %d", done.appended, done.size
+                    )
+            except LogInconsistent as exc:
+                _log.error("transparency log: %s", exc)
+            except SagacityError as exc:
+                _log.warning("transparency log: pass failed, will retry: %s", exc)
+            await asyncio.sleep(every)
+    finally:
+        await pool.close()
+
+
+@dataclass(frozen=True, slots=True)
+class LogFinding:
+    """One thing ``sagacity log verify`` found; ``fatal`` ones fail it."""
+
+    fatal: bool
+    detail: str
+    saga_id: str | None = None
+    seq: int | None = None
+
+    def line(self) -> str:
+        where = "" if self.saga_id is None else f"saga {self.saga_id!r} seq {self.seq}: "
+        return f"{'FAILED ' if self.fatal else 'WARNING'} {where}{self.detail}"
+
+
+@dataclass
+class LogVerifier:
+    """Checks the published heads against each other, the leaf table against them, and each
+    leaf against the journal, streaming: memory stays flat whatever the log's size.
+
+    A journal row the log lacks fails when it is older than the latest head by more than
+    ``grace`` (it should be in it: forged, or withheld from the log), else it is pending.
+    """
+
+    store: TlogStore
+    heads: HeadLog
+    grace: timedelta = timedelta(minutes=10)
+    leaves: int = 0
+    checked_heads: int = 0
+    unlogged: int = 0
+    latest: Published | None = None
+    _origin: str | None = field(default=None, repr=False)
+
+    async def run(self) -> AsyncGenerator[LogFinding, None]:
+        """Every finding, in log order; afterwards ``leaves``, ``checked_heads`` and ``latest``."""
+        heads = self._heads()
+        frontier = Frontier()
+        pending: list[Published] = []
+        broken = False
+        for finding in self._next_head(heads, pending):
+            yield finding
+        async with aclosing(self.store.leaves()) as leaves:
+            async for leaf in leaves:
+                self.leaves += 1
+                if leaf.index != frontier.size and not broken:
+                    broken = True
+                    yield LogFinding(
+                        True,
+                        f"leaves {frontier.size}..{leaf.index - 1} are missing from the leaf "
+                        "table: the log was cut; later heads cannot be recomputed",
+                    )
+                for finding in self._check_leaf(leaf):
+                    yield finding
+                if broken:
+                    continue
+                frontier.append(leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash)))
+                while pending and pending[0].head.size == frontier.size:
+                    published = pending.pop(0)
+                    if published.head.root != frontier.root() and not broken:
+                        broken = True
+                        yield LogFinding(
+                            True,
+                            f"the leaf table disagrees with tree head {published.head.size} "
+                            f"(published {format_timestamp(published.at)}): leaves up to it "
+                            "were changed, reordered or removed",
+                        )
+                    for finding in self._next_head(heads, pending):
+                        yield finding
+        for published in pending:
+            yield LogFinding(
+                True,
+                f"tree head {published.head.size} (published {format_timestamp(published.at)}) "
+                f"has more leaves than the log holds ({frontier.size}): leaves were removed",
+            )
+        for leftover in heads:
+            if isinstance(leftover, str):
+                yield LogFinding(True, leftover)
+            else:
+                yield LogFinding(
+                    True,
+                    f"tree head {leftover.head.size} has more leaves than the log holds "
+                    f"({frontier.size}): leaves were removed",
+                )
+        async for finding in self._unlogged():
+            yield finding
+
+    def _heads(self) -> Iterator[Published | str]:
+        previous: Published | None = None
+        for item in self.heads.history():
+            if isinstance(item, str):
+                yield item
+                continue
+            problem = self._extends(previous, item)
+            if problem is not None:
+                yield f"{HISTORY} line {item.line}: {problem}"
+                continue
+            self.checked_heads += 1
+            self.latest = previous = item
+            yield item
+
+    def _extends(self, previous: Published | None, item: Published) -> str | None:
+        head = item.head
+        if self._origin is None:
+            self._origin = head.origin
+        elif head.origin != self._origin:
+            return f"a head of log {head.origin!r}, not {self._origin!r}"
+        if previous is None:
+            return None
+        old = previous.head
+        if head.size < old.size:
+            return f"tree head {head.size} follows tree head {old.size}: the log shrank"
+        if not verify_consistency(old.size, head.size, old.root, head.root, item.consistency):
+            return (
+                f"tree head {head.size} is not consistent with tree head {old.size} "
+                "before it: the log was forked or rewritten"
+            )
+        return None
+
+    def _next_head(
+        self, heads: Iterator[Published | str], pending: list[Published]
+    ) -> Iterator[LogFinding]:
+        # keep one head waiting to be compared; damaged lines become findings
+        while not pending:
+            item = next(heads, None)
+            if item is None:
+                return
+            if isinstance(item, str):
+                yield LogFinding(True, item)
+            else:
+                pending.append(item)
+
+    def _check_leaf(self, leaf: LeafRow) -> Iterator[LogFinding]:
+        where = f"(leaf {leaf.index})"
+        if leaf.leaf_hash != leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash)):
+            yield LogFinding(
+                True,
+                f"the leaf table and the stored tree disagree {where}: the leaf table was edited",
+                leaf.saga_id,
+                leaf.seq,
+            )
+        if leaf.journal_hash is None:
+            yield LogFinding(
+                True, f"logged {where} but gone from the journal: deleted", leaf.saga_id, leaf.seq
+            )
+        elif leaf.journal_hash != leaf.row_hash:
+            yield LogFinding(
+                True,
+                f"the journal's row hashes {leaf.journal_hash[:12]}…, the log holds "
+                f"{leaf.row_hash[:12]}… {where}: altered after it was logged",
+                leaf.saga_id,
+                leaf.seq,
+            )
+
+    async def _unlogged(self) -> AsyncGenerator[LogFinding, None]:
+        cutoff = None if self.latest is None else self.latest.at - self.grace
+        async with aclosing(self.store.pending()) as rows:
+            async for row in rows:
+                self.unlogged += 1
+                if cutoff is not None and row.timestamp < cutoff:
+                    assert self.latest is not None
+                    yield LogFinding(
+                        True,
+                        f"not in the log, though written {format_timestamp(row.timestamp)} and "
+                        f"tree head {self.latest.head.size} was published "
+                        f"{format_timestamp(self.latest.at)}: forged, or withheld from the log",
+                        row.saga_id,
+                        row.seq,
+                    )
+                else:
+                    yield LogFinding(
+                        False, "not in the log yet (pending integration)", row.saga_id, row.seq
+                    )
+
+
+@dataclass(frozen=True, slots=True)
+class Proved:
+    """What :func:`prove_saga` wrote: rows proved against which head, and rows not yet in it."""
+
+    head: TreeHead
+    rows: int
+    later: int
+
+
+async def prove_saga(
+    journal: JournalStore, store: TlogStore, heads: HeadLog, saga_id: str, out: Path
+) -> Proved:
+    """Write ``saga_id``'s proof bundle to ``out``: its rows in the latest published head, one
+    inclusion proof each, and that head's note. Every proof is checked before it is written;
+    a row the log holds otherwise raises :class:`LogInconsistent` naming its seq."""
+    latest = heads.latest()
+    if latest is None:
+        raise EvidenceUnavailable(
+            f"no tree head published in {heads.path}: run `sagacity log integrate` first"
+        )
+    head = latest.head
+    rows = await journal.read(saga_id)
+    if not rows:
+        raise EvidenceUnavailable(f"the journal has no saga {saga_id!r}")
+    logged = await store.saga_leaves(saga_id)
+    covered = []
+    for row in rows:
+        index = logged.get(row.seq, (head.size, ""))[0]
+        if index >= head.size:
+            break
+        covered.append((row, index))
+    if not covered:
+        raise EvidenceUnavailable(
+            f"no row of saga {saga_id!r} is in tree head {head.size} yet: run "
+            "`sagacity log integrate`, then prove it"
+        )
+    proofs = []
+    for offset in range(0, len(covered), _PROOF_BATCH):
+        batch = covered[offset : offset + _PROOF_BATCH]
+        ranges = [inclusion_ranges(index, head.size) for _, index in batch]
+        nodes = await store.nodes({n for rs in ranges for a, b in rs for n in subtrees(a, b)})
+        for (row, index), rs in zip(batch, ranges, strict=True):
+            try:
+                hashes = [range_hash(a, b, nodes) for a, b in rs]
+            except KeyError as exc:
+                raise LogInconsistent(f"the stored tree lacks subtree {exc}") from None
+            leaf = leaf_hash(leaf_data(row.saga_id, row.seq, row.hash))
+            if not verify_inclusion(leaf, index, head.size, hashes, head.root):
+                raise LogInconsistent(
+                    f"saga {saga_id!r} seq {row.seq}: the journal's row is not the one tree "
+                    f"head {head.size} holds at leaf {index} (run `sagacity log verify`)"
+                )
+            proofs.append(RowProof(row.seq, index, hashes))
+    write_proof_bundle(out, saga_id, latest.note, [row for row, _ in covered], proofs)
+    return Proved(head, len(covered), len(rows) - len(covered))
