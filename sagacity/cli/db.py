@@ -8,6 +8,7 @@ back to ``SAGACITY_DATABASE_URL``), while workers and every other command use th
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated
 
 import typer
@@ -102,12 +103,26 @@ def grants_command(
     role: Annotated[
         str, typer.Option("--role", help="Role the application connects as.")
     ] = APP_ROLE,
+    password_env: Annotated[
+        str | None,
+        typer.Option(
+            "--password-env",
+            help="Environment variable holding the role's password (never on the command line).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create the application role if missing; journal INSERT/SELECT only, no UPDATE/DELETE.
 
-    Run as the tables' owner after `migrate`. The role is created with LOGIN and no password:
-    give it one (or another authentication method) yourself. It also gets a schema of its own,
-    named after it, for an app's own tables.
+    Run as the tables' owner after `migrate`. The role is created with LOGIN; `--password-env`
+    sets its password, else give it one (or another authentication method) yourself. It also
+    gets a schema of its own, named after it, for an app's own tables.
     """
-    run_or_exit(apply_grants(_owner_url(database_url), role=role))
+    password = None
+    if password_env is not None:
+        password = os.environ.get(password_env)
+        if not password:
+            typer.echo(f"error: --password-env {password_env}: that variable is unset", err=True)
+            raise typer.Exit(2)
+    run_or_exit(apply_grants(_owner_url(database_url), role=role, password=password))
     typer.echo(f"role {role}: journal append-only (INSERT, SELECT); approval requests read-write")

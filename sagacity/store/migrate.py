@@ -12,8 +12,8 @@ from importlib.resources import files
 import psycopg
 from psycopg import sql
 
-from sagacity.store.databases import with_user
 from sagacity.errors import StoreUnavailable
+from sagacity.store.databases import with_user
 from sagacity.store.db import translate_errors
 
 _SCHEMA = files("sagacity.store") / "schema"
@@ -85,11 +85,11 @@ async def migrate(conninfo: str) -> list[str]:
     return applied
 
 
-async def apply_grants(conninfo: str, *, role: str = APP_ROLE) -> None:
-    """Create ``role`` (LOGIN, no password) if absent and grant it ``schema/grants.sql``.
+async def apply_grants(conninfo: str, *, role: str = APP_ROLE, password: str | None = None) -> None:
+    """Create ``role`` (LOGIN) if absent and grant it ``schema/grants.sql``.
 
-    Run as the tables' owner, after :func:`migrate`. Set a password or another authentication
-    method for the role separately.
+    Run as the tables' owner, after :func:`migrate`. ``password``, when given, becomes the role's
+    password (a deployment's app login over TCP needs one); otherwise it is left as it is.
     """
     template = (_SCHEMA / "grants.sql").read_text(encoding="utf-8")
     script = sql.SQL(template).format(role=sql.Identifier(role))
@@ -100,6 +100,13 @@ async def apply_grants(conninfo: str, *, role: str = APP_ROLE) -> None:
         ):
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
             await conn.execute(script)
+            if password is not None:
+                # ALTER ROLE takes no bind parameters: the password goes in as a quoted literal
+                await conn.execute(
+                    sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                        sql.Identifier(role), sql.Literal(password)
+                    )
+                )
 
 
 async def provision(owner_conninfo: str, *, role: str = APP_ROLE) -> str:

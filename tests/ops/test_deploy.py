@@ -82,6 +82,8 @@ def test_kubernetes_manifests_validate(tmp_path: Path) -> None:
         ("Job", "sagacity-migrate"),
         ("ConfigMap", "sagacity-config"),
         ("Secret", "sagacity-secrets"),
+        ("Secret", "sagacity-signing-key"),
+        ("PersistentVolumeClaim", "sagacity-checkpoints"),
     } <= kinds
 
     broken = tmp_path / "worker.yaml"
@@ -113,7 +115,10 @@ async def test_the_other_deployed_commands_exist(sagacity: Cli) -> None:
     shell, flag, script = services["migrate"]["command"]
     assert (shell, flag) == ("sh", "-c")
     migrations = [shlex.split(part) for part in script.split("&&")]
-    assert migrations == [["sagacity", "db", "migrate"], ["sagacity", "db", "grants"]]
+    assert migrations == [
+        ["sagacity", "db", "migrate"],
+        ["sagacity", "db", "grants", "--password-env", "SAGACITY_APP_PASSWORD"],
+    ]
     for program, *args in [*migrations, api["command"]]:
         assert program == "sagacity"
         shown = await sagacity(*args, "--help")
@@ -131,3 +136,57 @@ def test_workers_get_their_grace_period_before_they_are_killed() -> None:
         graceful_shutdown=worker["environment"]["SAGACITY_GRACEFUL_SHUTDOWN"]
     ).graceful_shutdown
     assert timedelta(seconds=int(worker["stop_grace_period"].rstrip("s"))) > compose_grace
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_migrations_run_as_the_owner_and_workers_as_the_append_only_role() -> None:
+    services = compose()["services"]
+    migrate_env = services["migrate"]["environment"]
+    assert migrate_env["SAGACITY_OWNER_DATABASE_URL"].startswith("postgresql://sagacity:")
+    assert "SAGACITY_DATABASE_URL" not in migrate_env
+    for name in ("worker", "approvals"):
+        url = services[name]["environment"]["SAGACITY_DATABASE_URL"]
+        assert url.startswith("postgresql://sagacity_app:"), name
+
+    (job,) = k8s("Job", "sagacity-migrate")["spec"]["template"]["spec"]["containers"]
+    assert _env(job)["SAGACITY_OWNER_DATABASE_URL"]["secretKeyRef"]["key"] == "owner-database-url"
+    for kind, name in (("Deployment", "sagacity-worker"), ("Deployment", "sagacity-approvals")):
+        (container,) = k8s(kind, name)["spec"]["template"]["spec"]["containers"]
+        assert _env(container)["SAGACITY_DATABASE_URL"]["secretKeyRef"]["key"] == (
+            "app-database-url"
+        ), name
+
+    # every container is production: a worker whose login can rewrite the journal refuses
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r"^\s+SAGACITY_PRODUCTION=true", dockerfile, flags=re.MULTILINE)
+    assert "SAGACITY_ALLOW_WRITABLE_JOURNAL" not in (DEPLOY / "compose.yaml").read_text()
+
+
+def test_workers_sign_checkpoints_with_a_key_and_a_folder_on_volumes_of_their_own() -> None:
+    worker = compose()["services"]["worker"]
+    env = worker["environment"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in worker["volumes"]}
+    key, folder = Path(env["SAGACITY_SIGNING_KEY"]), env["SAGACITY_CHECKPOINT_DIR"]
+    assert mounts[str(key.parent)] == "sagacity-keys"
+    assert mounts[folder] == "sagacity-checkpoints"
+    assert "postgres-data" not in mounts.values()
+    keys_job = compose()["services"]["keys"]["command"][-1]
+    assert f"sagacity keygen {key}" in keys_job
+    assert worker["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+
+    pod = k8s("Deployment", "sagacity-worker")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = _env(container)
+    mounted = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    key = Path(env["SAGACITY_SIGNING_KEY"])
+    assert volumes[mounted[str(key.parent)]]["secret"]["secretName"] == "sagacity-signing-key"
+    assert key.name in k8s("Secret", "sagacity-signing-key")["stringData"]
+    claim = volumes[mounted[env["SAGACITY_CHECKPOINT_DIR"]]]["persistentVolumeClaim"]
+    assert claim["claimName"] == "sagacity-checkpoints"
+    assert k8s("PersistentVolumeClaim", "sagacity-checkpoints")["spec"]["accessModes"] == [
+        "ReadWriteMany"
+    ]
