@@ -26,6 +26,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -88,8 +89,8 @@ class Published:
     note: str
     at: datetime
     consistency: list[bytes]
-    #: line number in ``checkpoints.jsonl``
-    line: int
+    #: line number in ``checkpoints.jsonl`` (None: read from the end)
+    line: int | None
 
 
 class HeadLog:
@@ -99,7 +100,7 @@ class HeadLog:
         self.path = checkpoint_dir / SUBDIR
         self.key = key
 
-    def parse(self, text: str, number: int) -> Published:
+    def parse(self, text: str, number: int | None) -> Published:
         """History line ``number``; ``ValueError`` when damaged, or not signed by the key."""
         try:
             raw = json.loads(text)
@@ -131,12 +132,20 @@ class HeadLog:
                     yield f"{HISTORY} line {number}: {exc}"
 
     def latest(self) -> Published | None:
-        """The last head in the history that verifies (None: none published yet)."""
-        found = None
-        for item in self.history():
-            if isinstance(item, Published):
-                found = item
-        return found
+        """The last head in the history that verifies (None: none published yet), read from
+        the file's end: a crash can leave a partial last line, which is skipped."""
+        try:
+            with (self.path / HISTORY).open("rb") as history:
+                for text in _lines_from_end(history):
+                    try:
+                        return self.parse(text.decode("utf-8"), None)
+                    except (ValueError, UnicodeDecodeError):
+                        continue
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise EvidenceUnavailable(f"cannot read {self.path / HISTORY}: {exc}") from None
+        return None
 
     def publish(self, note: str, consistency: Sequence[bytes], at: datetime) -> None:
         """Append ``note`` to the history (one ``O_APPEND`` write), then make it ``checkpoint``."""
@@ -164,6 +173,21 @@ class HeadLog:
             os.replace(tmp.name, self.path / LATEST)
         except OSError as exc:
             raise EvidenceUnavailable(f"cannot publish a tree head in {self.path}: {exc}") from None
+
+
+def _lines_from_end(file: BinaryIO, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """The file's non-empty lines, last first, reading ``chunk`` bytes at a time."""
+    end = file.seek(0, os.SEEK_END)
+    rest = b""
+    while end > 0:
+        start = max(0, end - chunk)
+        file.seek(start)
+        lines = (file.read(end - start) + rest).split(b"\n")
+        end = start
+        rest = lines.pop(0)  # may continue in the chunk before
+        yield from (line for line in reversed(lines) if line)
+    if rest:
+        yield rest
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ worker would, attacked through the owner's connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -26,9 +27,25 @@ from sagacity.devstack import Endpoints
 from sagacity.errors import LogInconsistent
 from sagacity.evidence.keys import generate_key, load_private_key, load_public_key, public_pem
 from sagacity.evidence.merkle import Frontier, leaf_data, leaf_hash
-from sagacity.evidence.note import COSIGNATURE_V1, Cosigner, NoteKey, WitnessCosigner
+from sagacity.evidence.note import (
+    COSIGNATURE_V1,
+    Cosigner,
+    NoteKey,
+    NoteSigner,
+    TreeHead,
+    WitnessCosigner,
+    sign_note,
+)
 from sagacity.evidence.proofs import ProofVerdict, check_proof_bundle
-from sagacity.evidence.tlog import HeadLog, LogFinding, LogVerifier, Sequencer, prove_saga
+from sagacity.evidence.tlog import (
+    HISTORY,
+    HeadLog,
+    LogFinding,
+    LogVerifier,
+    Sequencer,
+    prove_saga,
+    run_sequencer,
+)
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, entry_hash
 from sagacity.store import JournalStore, apply_grants, migrate, open_pool
 from sagacity.store.databases import drop_database, ensure_database
@@ -358,3 +375,42 @@ def test_cli_integrate_head_verify_prove_and_check(log_db: LogDb, tmp_path: Path
         (saga + "-other", n) for n in range(1, 5)
     }
     assert lines[-1]["summary"]["failed"] == 4
+
+
+async def test_a_worker_runs_the_sequencer_in_the_background(log_db: LogDb) -> None:
+    tag = uuid.uuid4().hex[:6]
+    await write_sagas(log_db.app_url, [f"bg-{tag}"], calls=1)
+    # checkpoints off: nothing to run
+    await asyncio.wait_for(run_sequencer(log_db.app_url, None, log_db.signing_key), 1)
+    task = asyncio.create_task(
+        run_sequencer(log_db.app_url, log_db.checkpoints, log_db.signing_key, every=0.05)
+    )
+    try:
+        for wanted in (1, 2):
+            for _ in range(200):
+                if (log_db.checkpoints / "tlog" / HISTORY).exists() and len(
+                    history(log_db)
+                ) >= wanted:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(history(log_db)) == wanted
+            await write_sagas(log_db.app_url, [f"bg2-{tag}"], calls=1)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert str(history(log_db)[-1]["note"]).split("\n")[1] == "4"
+
+
+def test_the_latest_head_is_read_from_the_end(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    heads = HeadLog(tmp_path, key.public_key())
+    origin = "test.example/log"
+    for size in range(1, 400):  # more than one 64 KiB read from the end
+        note = sign_note(TreeHead(origin, size, bytes(32)), [NoteSigner(origin, key)])
+        heads.publish(note, [], datetime.now(UTC))
+    with (tmp_path / "tlog" / HISTORY).open("a") as out:
+        out.write('{"at": "2026-')  # a crash in the middle of a write
+    latest = heads.latest()
+    assert latest is not None and latest.head.size == 399
+    assert (tmp_path / "tlog" / "checkpoint").read_text() == latest.note
