@@ -28,6 +28,15 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="Postgres URL of the journal (default: SAGACITY_DATABASE_URL, else the running dev "
+        "stack's).",
+        show_default=False,
+    ),
+]
 OwnerUrl = Annotated[
     str | None,
     typer.Option(

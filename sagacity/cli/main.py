@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from sagacity.cli import approvals, db, demo, dev, export, saga, tlog, verify, worker
+from sagacity.cli import anchors, approvals, db, demo, dev, export, saga, tlog, verify, worker
 
 
 class _Root(TyperGroup):
@@ -37,6 +37,7 @@ app = typer.Typer(
 )
 
 # Command groups register here, one line each (keep this list sorted).
+app.add_typer(anchors.app, name="anchors")
 app.add_typer(approvals.app, name="approvals")
 app.add_typer(db.app, name="db")
 app.command("demo")(demo.demo)
