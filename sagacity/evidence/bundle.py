@@ -346,9 +346,12 @@ class BundleVerifier:
                 f"reads ({', '.join(map(str, _READABLE))})"
             )
             return self.problems
+        shape = _shape_problem(manifest)
+        if shape is not None:
+            self.problems.append(f"{MANIFEST}: {shape}")
+            return self.problems
         self.manifest = manifest
-        listed = manifest.get("files")
-        self._check_digests(listed if isinstance(listed, dict) else {})
+        self._check_digests(manifest["files"])
         self._check_key(manifest.get("key_id"))
         self._check_signature(raw)
         self._check_claims(manifest)
@@ -448,7 +451,7 @@ class BundleVerifier:
 
     def _check_claims(self, manifest: dict[str, Any]) -> None:
         """Anchors the manifest says it carries must be there: stripping one is tampering."""
-        claimed = manifest.get("anchors") or []
+        claimed = manifest.get("anchors", [])
         if "checkpoints" in claimed and not (self.path / CHECKPOINTS).is_dir():
             self.problems.append(
                 f"{CHECKPOINTS}: the manifest says the bundle has signed checkpoints, but there "
@@ -475,7 +478,7 @@ class BundleVerifier:
 
     def sagas(self) -> Iterator[SagaReport]:
         """One report per saga, streaming ``journal.jsonl``; file-level finds go to ``problems``."""
-        listed = {str(s.get("saga_id")): s for s in self.manifest.get("sagas") or []}
+        listed = {str(s.get("saga_id")): s for s in self.manifest.get("sagas", [])}
         checkpoints = None
         if self.key is not None and (self.path / CHECKPOINTS).is_dir():
             checkpoints = CheckpointDir(self.path / CHECKPOINTS, self.key)
@@ -545,6 +548,19 @@ class BundleVerifier:
         else:
             checks += settle(checkpoint_probe(log, verdict), stored.get)
         return saga_report(verdict, checks)
+
+
+def _shape_problem(manifest: dict[str, Any]) -> str | None:
+    """Why the manifest's fields cannot be used as a manifest's, or None."""
+    if not isinstance(manifest.get("files"), dict):
+        return "files is not an object"
+    sagas = manifest.get("sagas")
+    if not isinstance(sagas, list) or not all(isinstance(s, dict) for s in sagas):
+        return "sagas is not a list of objects"
+    anchors = manifest.get("anchors", [])
+    if not isinstance(anchors, list) or not all(isinstance(a, str) for a in anchors):
+        return "anchors is not a list of names"
+    return None
 
 
 def _manifest_check(listed: dict[str, Any] | None, rows: int, last: Entry | None) -> AnchorCheck:

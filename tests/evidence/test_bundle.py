@@ -461,6 +461,24 @@ async def test_an_unanchored_export_warns_and_verifies_only_when_allowed(
     assert "UNTRUSTED" in no_key.stdout
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [("anchors", 5), ("anchors", [None]), ("sagas", {"a": 1}), ("sagas", ["a"]), ("files", [])],
+)
+def test_a_manifest_of_the_wrong_shape_fails_without_a_traceback(
+    bundle: Path, trusted: Ed25519PublicKey, field: str, value: object
+) -> None:
+    rewrite_manifest(bundle)
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    manifest[field] = value
+    (bundle / MANIFEST).write_text(json.dumps(manifest))
+
+    report = verify_bundle(bundle, public_key=trusted)
+
+    assert report.verdict(allow_unanchored=True) is BundleVerdict.FAILED
+    assert report.problems[0].startswith(f"{MANIFEST}: {field} is not")
+
+
 def test_a_version_1_bundle_is_still_read_as_unsigned(
     bundle: Path, trusted: Ed25519PublicKey
 ) -> None:
