@@ -61,6 +61,7 @@ LONG_RUNNING = re.compile(r"(^|/)sagacity (dev|worker|approvals serve)\b")
 READY = "worker ready|Press Ctrl-C|Uvicorn running"
 ENDPOINT_VARIABLES = (
     "SAGACITY_DATABASE_URL",
+    "SAGACITY_OWNER_DATABASE_URL",
     "TEMPORAL_ADDRESS",
     "SAGACITY_TEMPORAL_ADDRESS",
     "TEMPORAL_NAMESPACE",
@@ -208,7 +209,11 @@ def test_documents_show_commands_and_every_one_is_accounted_for() -> None:
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
 def test_documented_commands_run_as_written(
-    document: Path, endpoints: Endpoints, database_url: str, tmp_path: Path
+    document: Path,
+    endpoints: Endpoints,
+    database_url: str,
+    owner_database_url: str,
+    tmp_path: Path,
 ) -> None:
     commands = [c for c in shell_commands(document) if not c.skipped]
     runnable = []
@@ -229,6 +234,7 @@ def test_documented_commands_run_as_written(
     else:
         env |= {
             "SAGACITY_DATABASE_URL": database_url,
+            "SAGACITY_OWNER_DATABASE_URL": owner_database_url,
             "TEMPORAL_ADDRESS": endpoints.temporal_address,
             "TEMPORAL_NAMESPACE": endpoints.temporal_namespace,
         }
