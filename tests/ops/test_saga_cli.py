@@ -167,13 +167,13 @@ async def test_usage_errors_exit_2_and_say_what_to_do(sagacity: Cli, tmp_path: P
 
 
 async def test_journal_shows_where_an_edited_chain_breaks(
-    sagacity: Cli, journal: JournalStore, database_url: str
+    sagacity: Cli, journal: JournalStore, owner_database_url: str
 ) -> None:
     saga = f"edited-{uuid.uuid4().hex[:6]}"
     for phase, payload in [(Phase.INTENT, ""), (Phase.EXECUTED, '{"refund":10}')]:
         await journal.append(Draft(saga, "refund", phase, '{"amount":10}', payload))
     await journal.append(Draft(saga, "refund", Phase.COMPENSATED, '{"amount":10}'))
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(owner_database_url, autocommit=True) as conn:
         await conn.execute(
             "UPDATE side_effect_journal SET payload = %s WHERE saga_id = %s AND seq = 2",
             ('{"refund":1000}', saga),
