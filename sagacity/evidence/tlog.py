@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.merkle import (
+    EMPTY_ROOT,
     Frontier,
     Node,
     consistency_ranges,
@@ -240,11 +241,11 @@ class Sequencer:
                         chunk = []
             appended += await self._append(frontier, chunk)
             old = 0 if last is None else last.head.size
-            if frontier.size == old:
+            if last is not None and frontier.size == old:
                 return Integration(appended, frontier.size, None)
             head = TreeHead(origin, frontier.size, frontier.root())
             proof: list[bytes] = []
-            if last is not None:
+            if last is not None and old > 0:
                 proof = await self._proof(consistency_ranges(old, head.size))
                 if not verify_consistency(old, head.size, last.head.root, head.root, proof):
                     raise LogInconsistent(
@@ -318,6 +319,8 @@ class Sequencer:
         return frontier
 
     async def _root(self, size: int) -> bytes:
+        if size == 0:
+            return EMPTY_ROOT
         nodes = await self.store.nodes(subtrees(0, size))
         try:
             return range_hash(0, size, nodes)
@@ -489,11 +492,15 @@ class LogVerifier:
             self._origin = head.origin
         elif head.origin != self._origin:
             return f"a head of log {head.origin!r}, not {self._origin!r}"
+        if head.size == 0 and head.root != EMPTY_ROOT:
+            return "tree head 0 does not have the empty tree's root"
         if previous is None:
             return None
         old = previous.head
         if head.size < old.size:
             return f"tree head {head.size} follows tree head {old.size}: the log shrank"
+        if old.size == 0:  # every tree extends the empty one
+            return None
         if not verify_consistency(old.size, head.size, old.root, head.root, item.consistency):
             return (
                 f"tree head {head.size} is not consistent with tree head {old.size} "
@@ -511,7 +518,7 @@ class LogVerifier:
                 return
             if isinstance(item, str):
                 yield LogFinding(True, item)
-            else:
+            elif item.head.size:  # the empty head has nothing to compare
                 pending.append(item)
 
     def _check_leaf(self, leaf: LeafRow) -> Iterator[LogFinding]:
