@@ -261,3 +261,9 @@ class LogInconsistent(SagacityError):
     sequencer refuses to sign over it (the message names the head and what differs)."""
 
     code = "log_inconsistent"
+
+
+class ConversationTampered(SagacityError):
+    """A stored agent conversation does not hash to the version the workflow holds."""
+
+    code = "conversation_tampered"

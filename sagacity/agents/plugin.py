@@ -30,6 +30,7 @@ from temporalio.converter import DataConverter, DefaultPayloadConverter
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.plugin import SimplePlugin
 
+from sagacity.agents.conversation import conversation_activities
 from sagacity.agents.workflow import AgentSagaWorkflow
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.store.approvals import ApprovalStore
@@ -54,10 +55,15 @@ def openai_agents_plugins(
     """What goes after a worker's :class:`SagacityPlugin` so it can run agents.
 
     ``model_attempts`` bounds the retries of one model call; when they run out the agent run
-    fails and the saga compensates, rather than waiting forever on a model that is down.
+    fails and the saga compensates, rather than waiting forever on a model that is down. Model
+    calls read the conversation from the journal's database, as :class:`SagacityPlugin` sees it.
     """
     return [
-        SimplePlugin("sagacity.agents.converter", data_converter=_for_agents_plugin),
+        SimplePlugin(
+            "sagacity.agents.converter",
+            data_converter=_for_agents_plugin,
+            activities=conversation_activities(model_provider),
+        ),
         OpenAIAgentsPlugin(
             model_params=ModelActivityParameters(
                 start_to_close_timeout=model_timeout,

@@ -20,7 +20,8 @@ Scope: one saga per agent run by default. With ``multi_turn``, one saga spans a 
 the workflow answers further user messages sent with the update ``turn`` (it returns the agent's
 reply), and ends on the signal ``finish``; a failure in any turn is compensated at the end, per
 the policy. A long conversation continues as new between turns (when no ``turn`` is waiting),
-carrying the saga, the conversation and the steps; so does a long compensation. The saga's own signals, update and query (``approve``, ``reject``, ``decide``,
+carrying the saga, the conversation (by reference: see :mod:`sagacity.agents.conversation`) and
+the steps; so does a long compensation. The saga's own signals, update and query (``approve``, ``reject``, ``decide``,
 ``abort``, ``resolve``, ``status``) work as for any saga; ``steps`` lists the agent's tool calls.
 """
 
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from agents import Agent, AgentsException, Runner, RunResult, Tool, TResponseInputItem
     from temporalio.openai_agents import AgentsWorkflowError
 
+    from sagacity.agents.conversation import StoredConversationModel, load_conversation
     from sagacity.agents.tools import AgentStep, saga_function_tools
     from sagacity.errors import AgentRunFailed, SagaAborted, SagacityError
     from sagacity.temporal.models import SagaCarry, SagaOptions, SagaResult, SagaState
@@ -88,7 +90,10 @@ class AgentSagaRequest(BaseModel):
 class AgentResume(BaseModel):
     """A conversation handed to the next run by continue-as-new."""
 
+    #: the items after ``conversation`` (all of them when it is None)
     history: list[Any]
+    #: the stored conversation version ``history`` goes on from
+    conversation: str | None = None
     outputs: list[str]
     steps: list[AgentStep]
     accepted: int
@@ -127,12 +132,14 @@ def compensation_summary(result: SagaResult) -> str | None:
     return "\n".join(lines)
 
 
-def _agent(request: AgentSagaRequest, tools: Sequence[Tool] = ()) -> Agent[Any]:
+def _agent(
+    request: AgentSagaRequest, model: StoredConversationModel, tools: Sequence[Tool] = ()
+) -> Agent[Any]:
     return Agent(
         name=request.agent_name,
         instructions=request.instructions,
         tools=list(tools),
-        model=request.model,
+        model=model,
     )
 
 
@@ -188,14 +195,19 @@ class AgentSagaWorkflow:
     async def run(self, request: AgentSagaRequest) -> AgentSagaResult:
         resume = request.resume
         saga = self._saga
+        model = StoredConversationModel(request.model, saga_id=saga.saga_id)
         history: list[TResponseInputItem] = list(resume.history) if resume else []
+        if resume is not None and resume.conversation is not None:
+            history[:0] = await load_conversation(saga.saga_id, resume.conversation, model)
 
         def record(step: AgentStep) -> None:
             self._steps.append(step.model_copy(update={"turn": len(self._outputs)}))
 
         def go_on(carry: SagaCarry) -> None:
+            stored, after = model.hand_over(history)
             handed = AgentResume(
-                history=history,
+                history=after,
+                conversation=stored,
                 outputs=self._outputs,
                 steps=self._steps,
                 accepted=self._accepted,
@@ -204,7 +216,9 @@ class AgentSagaWorkflow:
             workflow.continue_as_new(request.model_copy(update={"resume": handed}))
 
         async def conversation() -> str:
-            agent = _agent(request, await saga_function_tools(saga, request.tools, on_step=record))
+            agent = _agent(
+                request, model, await saga_function_tools(saga, request.tools, on_step=record)
+            )
             message: str | None = None if resume else request.prompt
             while True:
                 if message is not None:
@@ -247,7 +261,7 @@ class AgentSagaWorkflow:
         summary = compensation_summary(result)
         final = self._outputs[-1] if self._outputs else None
         if summary is not None and request.feed_compensation_summary:
-            final = await self._tell(request, history, summary) or final
+            final = await self._tell(request, model, history, summary) or final
         # let `turn` updates that can no longer be answered return their refusal first
         await workflow.wait_condition(workflow.all_handlers_finished)
         return AgentSagaResult(
@@ -259,12 +273,18 @@ class AgentSagaWorkflow:
         )
 
     async def _tell(
-        self, request: AgentSagaRequest, history: list[TResponseInputItem], summary: str
+        self,
+        request: AgentSagaRequest,
+        model: StoredConversationModel,
+        history: list[TResponseInputItem],
+        summary: str,
     ) -> str | None:
         """Give the agent the compensation summary (tools withdrawn); its answer, if it gives one."""
         try:
             said = await _run_agent(
-                _agent(request), [*history, {"role": "user", "content": summary}], request.max_turns
+                _agent(request, model),
+                [*history, {"role": "user", "content": summary}],
+                request.max_turns,
             )
         except SagacityError as exc:
             workflow.logger.warning("the agent could not be told of the compensation: %s", exc)

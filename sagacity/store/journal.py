@@ -141,6 +141,11 @@ class JournalStore:
         self._lock_pool: Pool | None = None
         self._lock_pool_opening = asyncio.Lock()
 
+    @property
+    def pool(self) -> Pool:
+        """The pool rows are read and written over (other stores of the same database share it)."""
+        return self._pool
+
     @classmethod
     async def open(cls, conninfo: str, *, min_size: int = 1, max_size: int = 10) -> JournalStore:
         """A store with its own pool, closed by :meth:`close` or leaving ``async with``."""

@@ -364,17 +364,23 @@ async def saga_continued_as_new(rig: Rig) -> dict[str, WorkflowHistory]:
         SagaOptions(continue_as_new_events=50),
     )
     await result(handle, SagaState.COMPENSATED)
+    runs = await chain(rig, handle, "saga_continued_as_new")
+    expect(len(runs) >= 3, f"{len(runs)} run(s): no continue-as-new mid-compensation")
+    return runs
+
+
+async def chain(rig: Rig, handle: WorkflowHandle[Any, Any], name: str) -> dict[str, WorkflowHistory]:
+    """Every run of the chain ``handle`` started, first run first, as ``<name>-run<n>``."""
     runs: dict[str, WorkflowHistory] = {}
     run_id: str | None = handle.first_execution_run_id or handle.result_run_id
     while run_id:
         this_run = rig.client.get_workflow_handle(handle.id, run_id=run_id)
         history = await this_run.fetch_history()
-        runs[f"saga_continued_as_new-run{len(runs) + 1}"] = history
+        runs[f"{name}-run{len(runs) + 1}"] = history
         last = history.events[-1]
         run_id = None
         if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-    expect(len(runs) >= 3, f"{len(runs)} run(s): no continue-as-new mid-compensation")
     return runs
 
 
@@ -678,6 +684,29 @@ async def agent_multi_turn(rig: Rig) -> dict[str, WorkflowHistory]:
     done = await agent_result(handle, SagaState.COMPLETED)
     expect(done.turns == ["flag a is set", "note sent"], str(done.turns))
     return await one(handle, "agent_multi_turn")
+
+
+@recording("agent_conversation_continued")
+async def agent_conversation_continued(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.AgentSaga: a conversation continues as new, handing it over by reference."""
+    handle = await rig.agent(
+        "agent_conversation_continued",
+        AgentSagaRequest(
+            prompt="set a",
+            model="chat",
+            tools=["set_flag", "send_note"],
+            multi_turn=True,
+            options=SagaOptions(continue_as_new_events=20),
+        ),
+    )
+    reply = await handle.execute_update("turn", "note hi", result_type=str)
+    expect(reply == "note sent", reply)
+    await handle.signal("finish")
+    done = await agent_result(handle, SagaState.COMPLETED)
+    expect(done.turns == ["flag a is set", "note sent"], str(done.turns))
+    runs = await chain(rig, handle, "agent_conversation_continued")
+    expect(len(runs) >= 2, f"{len(runs)} run(s): the conversation did not continue as new")
+    return runs
 
 
 @recording("agent_compensated")

@@ -26,6 +26,10 @@ GRANT INSERT, SELECT ON sagacity_saga_owner TO {role};
 REVOKE UPDATE, DELETE, TRUNCATE ON sagacity_tlog_leaf, sagacity_tlog_node FROM {role};
 GRANT INSERT, SELECT ON sagacity_tlog_leaf, sagacity_tlog_node TO {role};
 
+-- Conversation versions are written once and never changed.
+REVOKE UPDATE, DELETE, TRUNCATE ON sagacity_conversation FROM {role};
+GRANT INSERT, SELECT ON sagacity_conversation TO {role};
+
 -- A schema of the role's own, named after it, for an app's own tables (the Order example's
 -- shop): "$user" comes first in the default search_path, so the app creates its tables there
 -- and needs no CREATE on public, as PostgreSQL's "secure schema usage pattern" advises. The
