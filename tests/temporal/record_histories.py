@@ -114,6 +114,13 @@ SCRIPTS = {
             [Call("send_note", {"text": "hi"}), Say("note sent")],
         ]
     ),
+    "chat3": Script(
+        turns=[
+            [Call("set_flag", {"name": "a"}), Say("flag a is set")],
+            [Call("send_note", {"text": "hi"}), Say("note sent")],
+            [Call("set_flag", {"name": "b"}), Say("flag b is set")],
+        ]
+    ),
     "fails": Script(
         turns=[
             [Call("set_flag", {"name": "a"}), Call("explode", {"reason": "disk full"}), Say("no")],
@@ -693,17 +700,18 @@ async def agent_conversation_continued(rig: Rig) -> dict[str, WorkflowHistory]:
         "agent_conversation_continued",
         AgentSagaRequest(
             prompt="set a",
-            model="chat",
+            model="chat3",
             tools=["set_flag", "send_note"],
             multi_turn=True,
-            options=SagaOptions(continue_as_new_events=20),
+            options=SagaOptions(continue_as_new_events=50),
         ),
     )
-    reply = await handle.execute_update("turn", "note hi", result_type=str)
-    expect(reply == "note sent", reply)
+    for message, answer in (("note hi", "note sent"), ("set b", "flag b is set")):
+        reply = await handle.execute_update("turn", message, result_type=str)
+        expect(reply == answer, reply)
     await handle.signal("finish")
     done = await agent_result(handle, SagaState.COMPLETED)
-    expect(done.turns == ["flag a is set", "note sent"], str(done.turns))
+    expect(done.turns == ["flag a is set", "note sent", "flag b is set"], str(done.turns))
     runs = await chain(rig, handle, "agent_conversation_continued")
     expect(len(runs) >= 2, f"{len(runs)} run(s): the conversation did not continue as new")
     return runs
