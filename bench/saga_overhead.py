@@ -3,7 +3,9 @@
 Both sides run three trivial steps (``bench.overhead_workload``) on one worker, one server and one
 task queue, in alternating rounds: Sagacity through the generic ``sagacity.Saga`` workflow, whose
 every call writes INTENT and its outcome to the journal; the baseline as a plain workflow of plain
-activities. Reported:
+activities. Sagacity runs as a new user's worker does: every row's head signed into a checkpoint
+directory, and the transparency log's sequencer integrating rows beside the worker (``--bare``:
+the journal alone). Reported:
 
 * throughput, ``--sagas`` sagas per round with ``--concurrency`` in flight (target: Sagacity at
   0.85x the baseline or better), with the last step succeeding and with it failing (compensation);
@@ -21,10 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
@@ -47,6 +52,9 @@ from bench._support import (
 from bench.overhead_workload import PLAIN_ACTIVITIES, TOOLS, saga_spec
 from bench.plain_workflow import NAME as PLAIN_WORKFLOW
 from bench.plain_workflow import STEPS, PlainThreeSteps
+from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.keys import generate_key
+from sagacity.evidence.tlog import run_sequencer
 from sagacity.journal import Phase
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.models import SagaResult, SagaState
@@ -344,17 +352,28 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sequential", type=positive, default=30, help="one-at-a-time sagas per kind (30)"
     )
+    parser.add_argument(
+        "--bare", action="store_true", help="no checkpoints and no transparency log"
+    )
     return parser.parse_args(argv)
 
 
-async def measure(stack: BenchStack, args: argparse.Namespace) -> None:
+async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | None) -> None:
     settings = stack.settings
     pool = await open_pool(
         stack.database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
     )
     journal = JournalStore(pool)
+    checkpoints = key = None
+    if anchors is not None:
+        key = anchors / "signing.pem"
+        checkpoints = CheckpointWriter(anchors / "checkpoints", generate_key(key))
     plugin = SagacityPlugin(
-        journal=journal, approvals=ApprovalStore(pool), tools=TOOLS, workflows=[PlainThreeSteps]
+        journal=journal,
+        approvals=ApprovalStore(pool),
+        tools=TOOLS,
+        workflows=[PlainThreeSteps],
+        checkpoints=checkpoints,
     )
     client = await Client.connect(
         stack.temporal_address, namespace=stack.temporal_namespace, plugins=[plugin]
@@ -365,6 +384,10 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> None:
         task_queue=task_queue,
         activities=PLAIN_ACTIVITIES,
         max_concurrent_activities=settings.max_concurrent_activities,
+    )
+    # the sequencer a worker runs beside its tool calls, on a pool of its own
+    sequencer = asyncio.create_task(
+        run_sequencer(stack.database_url, checkpoints and checkpoints.path, key, every=10.0)
     )
     try:
         async with worker, CpuMeter.open(stack.database_url) as meter:
@@ -385,11 +408,20 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> None:
                 for kind in (PLAIN, SAGACITY)
             }
     finally:
+        sequencer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sequencer
         await journal.close()
         await pool.close()
 
     print(f"\n# Sagacity vs plain Temporal: {STEPS} trivial steps per saga")
     print(f"machine: {machine()}")
+    print(
+        "Sagacity's anchors: none (--bare)"
+        if anchors is None
+        else "Sagacity's anchors: a signed checkpoint per row, the transparency log's sequencer "
+        "every 10 s"
+    )
     print(f"Postgres: {stack.postgres_origin}; Temporal: {stack.temporal_origin}")
     print(
         f"{args.rounds} alternating rounds of {args.sagas} sagas per kind, {args.concurrency} in "
@@ -444,7 +476,11 @@ async def measure(stack: BenchStack, args: argparse.Namespace) -> None:
 async def main() -> int:
     args = parse()
     async with bench_stack() as stack:
-        await measure(stack, args)
+        if args.bare:
+            await measure(stack, args, None)
+        else:
+            with tempfile.TemporaryDirectory(prefix="sagacity-anchors-") as anchors:
+                await measure(stack, args, Path(anchors))
     return 0
 
 
