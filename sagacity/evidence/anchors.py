@@ -4,7 +4,8 @@ Each saga's chain is recomputed from its rows (streamed), then compared with wha
 outside the table recorded: the signed checkpoints, and, given a Temporal client, the head the
 saga workflow itself holds (its result once completed, its ``status`` query while running).
 The workflow is looked up by the saga's id, which is its workflow id unless the saga chose
-another.
+another. A saga that ended, by its seal or its workflow's result, may have no row after that
+head.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sagacity.evidence.report import (
     Agreement,
     Anchor,
     AnchorCheck,
+    ReportWarning,
     SagaReport,
     Source,
     checkpoint_probe,
@@ -30,7 +32,7 @@ from sagacity.evidence.report import (
 )
 from sagacity.journal import GENESIS_HASH, Verdict
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import Head, SagaResult, SagaStatus
+from sagacity.temporal.models import SagaResult, SagaStatus
 
 __all__ = ["temporal_anchor", "verify_journal"]
 
@@ -75,9 +77,10 @@ async def _report(
         return None if row is None else row.hash
 
     checks: list[AnchorCheck] = []
-    if checkpoints is not None:
-        probe = checkpoint_probe(checkpoints.load(verdict.saga_id), verdict)
-        checks += await settle_async(probe, stored_hash)
+    notes: list[ReportWarning] = []
+    log = None if checkpoints is None else checkpoints.load(verdict.saga_id)
+    if log is not None:
+        checks += await settle_async(checkpoint_probe(log, verdict), stored_hash)
     if temporal is not None:
         found = await temporal_anchor(temporal, verdict.saga_id)
         if isinstance(found, AnchorCheck):
@@ -88,7 +91,19 @@ async def _report(
         else:
             probe = compare(Source.TEMPORAL, [found], verdict, "the Temporal workflow")
             checks += await settle_async(probe, stored_hash)
-    return saga_report(verdict, checks)
+            if found.ended and log is not None and log.latest() and log.seal() is None:
+                notes.append(_unsealed(found))
+    return saga_report(verdict, checks, notes)
+
+
+def _unsealed(end: Anchor) -> ReportWarning:
+    detail = (
+        f"the saga ended ({end.ended}) but its checkpoints hold no seal: a row appended after "
+        "its end is caught only by asking Temporal (--temporal), and only while the workflow "
+        "is kept. It ended before its worker sealed sagas, or its worker could not write the "
+        "seal (the worker's log says why)"
+    )
+    return ReportWarning("unsealed", end.seq, detail)
 
 
 async def temporal_anchor(client: Client, saga_id: str) -> Anchor | AnchorCheck:
@@ -105,16 +120,15 @@ async def temporal_anchor(client: Client, saga_id: str) -> Anchor | AnchorCheck:
             detail = "no workflow with this id (never started, or past the namespace's retention)"
             return AnchorCheck(Source.TEMPORAL, Agreement.MISSING, detail)
         return AnchorCheck(Source.TEMPORAL, Agreement.UNAVAILABLE, f"Temporal: {exc}")
-    head: Head
     try:
         if described.status is WorkflowExecutionStatus.COMPLETED:
             result: SagaResult = await handle.result(rpc_timeout=_RPC_TIMEOUT)
-            head, note = result.head, "workflow result"
-        else:
-            status = await handle.query("status", result_type=SagaStatus, rpc_timeout=_RPC_TIMEOUT)
-            head, note = status.head, "workflow status query"
+            head = result.head
+            ended = f"the workflow's result, {result.status.value}, ends at seq {head.seq}"
+            return Anchor(head.seq, head.hash, "workflow result", ended)
+        status = await handle.query("status", result_type=SagaStatus, rpc_timeout=_RPC_TIMEOUT)
     except Exception as exc:
         # a witness that cannot answer is reported, not fatal: the other anchors still speak
         detail = f"the workflow could not say its head: {type(exc).__name__}: {exc}"
         return AnchorCheck(Source.TEMPORAL, Agreement.UNAVAILABLE, detail)
-    return Anchor(head.seq, head.hash, note)
+    return Anchor(status.head.seq, status.head.hash, "workflow status query")

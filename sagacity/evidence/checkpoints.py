@@ -3,7 +3,8 @@
 A checkpoint says "saga S had row ``seq`` hashed ``hash`` at time ``at``", signed with Ed25519.
 Whoever can rewrite the journal table cannot rewrite these (keep the directory on other storage,
 with other owners), so a journal that was truncated, deleted or rewritten with every hash
-recomputed no longer matches them.
+recomputed no longer matches them. A *seal* says more: the saga ended there, so no row may
+follow it.
 
 Each saga has one append-only log, ``<dir>/<name>.jsonl``, one signed checkpoint per line; a
 line is written with a single ``O_APPEND`` write. Standard library, ``cryptography`` and the
@@ -54,6 +55,7 @@ class Kind(StrEnum):
 
     HEAD = "head"  # the chain's head after an append
     PURGED = "purged"  # retention exported the saga (``bundle``) and deleted its rows
+    SEALED = "sealed"  # the saga ended (``state``) at this head: no row may follow it
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +71,15 @@ class Checkpoint:
     #: SHA-256 of the bundle's manifest, for ``PURGED``
     bundle: str | None = None
     signature: str = ""
+    #: how the saga ended, for ``SEALED`` (completed, compensated, compensation_failed, aborted)
+    state: str | None = None
 
     def body(self) -> dict[str, object]:
-        """Every field but the signature."""
-        return {name: getattr(self, name) for name in _SIGNED}
+        """Every field but the signature (``state`` only when set: older lines lack it)."""
+        body = {name: getattr(self, name) for name in _SIGNED}
+        if self.state is not None:
+            body["state"] = self.state
+        return body
 
     def message(self) -> bytes:
         """The signed bytes: the domain tag, then canonical JSON of :meth:`body`."""
@@ -105,6 +112,7 @@ def sign(
     *,
     kind: Kind = Kind.HEAD,
     bundle: str | None = None,
+    state: str | None = None,
     at: datetime | None = None,
     signer_id: str | None = None,
 ) -> Checkpoint:
@@ -120,6 +128,7 @@ def sign(
         kind=kind,
         key_id=signer_id or key_id(key.public_key()),
         bundle=bundle,
+        state=state,
     )
     signature = base64.b64encode(key.sign(unsigned.message())).decode("ascii")
     return replace(unsigned, signature=signature)
@@ -143,10 +152,11 @@ def parse_line(line: str) -> Checkpoint:
             key_id=raw["key_id"],
             bundle=raw.get("bundle"),
             signature=raw["signature"],
+            state=raw.get("state"),
         )
     except KeyError as exc:
         raise ValueError(f"field {exc} is missing") from None
-    extra = set(raw) - {*_SIGNED, "signature"}
+    extra = set(raw) - {*_SIGNED, "signature", "state"}
     if extra:
         raise ValueError(f"unexpected fields {sorted(extra)}")
     if not isinstance(cp.seq, int) or isinstance(cp.seq, bool) or cp.seq < 0:
@@ -154,6 +164,8 @@ def parse_line(line: str) -> Checkpoint:
     for name in ("saga_id", "hash", "at", "key_id", "signature"):
         if not isinstance(getattr(cp, name), str):
             raise ValueError(f"{name} is not a string")
+    if (cp.kind is Kind.SEALED) != isinstance(cp.state, str):
+        raise ValueError("a seal, and only a seal, names the state the saga ended in")
     return cp
 
 
@@ -206,6 +218,23 @@ class CheckpointLog:
         for index in reversed(range(len(self._lines))):
             if self._valid(index):
                 return self._lines[index][1]
+        return None
+
+    def seal(self) -> Checkpoint | None:
+        """The seal in force: the highest signed seal, unless a head was signed above it.
+
+        A head above a seal means the saga went on after it ended (reset to an earlier point,
+        by someone holding the signing key); the new end seals again.
+        """
+        ceiling: int | None = None  # seq of the highest head that verifies
+        for index in reversed(range(len(self._lines))):
+            cp = self._lines[index][1]
+            if ceiling is not None and cp.seq < ceiling:
+                return None
+            if cp.kind is Kind.SEALED and self._valid(index):
+                return cp
+            if cp.kind is Kind.HEAD and ceiling is None and self._valid(index):
+                ceiling = cp.seq
         return None
 
     def verified(self) -> list[Checkpoint]:
@@ -313,6 +342,13 @@ class CheckpointWriter:
     def record(self, saga_id: str, seq: int, hash: str) -> Checkpoint:
         """Sign and append the head ``seq``/``hash`` of ``saga_id``'s chain."""
         return self._append(sign(self.key, saga_id, seq, hash, signer_id=self.key_id))
+
+    def seal(self, saga_id: str, seq: int, hash: str, state: str) -> Checkpoint:
+        """Seal ``saga_id``'s final head ``seq``/``hash``: it ended there, in ``state``."""
+        signed = sign(
+            self.key, saga_id, seq, hash, kind=Kind.SEALED, state=state, signer_id=self.key_id
+        )
+        return self._append(signed)
 
     def purged(self, saga_id: str, seq: int, hash: str, bundle: str) -> Checkpoint:
         """Record that retention exported ``saga_id`` (head ``seq``/``hash``) to ``bundle``."""

@@ -32,6 +32,8 @@ __all__ = [
 
 # Invalid checkpoint lines listed one by one before the rest are counted.
 _LISTED_PROBLEMS = 5
+# Seqs after a saga's end named one by one before the rest are given as a range.
+_LISTED_SEQS = 10
 
 
 class Source(StrEnum):
@@ -59,6 +61,9 @@ class Anchor:
     hash: str
     #: how the witness recorded it, for reports ("signed 2026-…", "workflow result")
     note: str = ""
+    #: set when the saga ended at this head, saying how the witness knows ("sealed at seq 8
+    #: (completed)"); then no row may follow it
+    ended: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +88,7 @@ class AnchorCheck:
 
 @dataclass(frozen=True, slots=True)
 class ReportWarning:
-    """A finding that does not fail verification. ``kind``: ``dangling_intent``."""
+    """A finding that does not fail verification. ``kind``: ``dangling_intent``, ``unsealed``."""
 
     kind: str
     seq: int
@@ -100,6 +105,8 @@ class SagaReport:
     saga_id: str
     verdict: Verdict
     checks: tuple[AnchorCheck, ...] = ()
+    #: what the anchors found that needs a look without failing (an end with no seal)
+    notes: tuple[ReportWarning, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -117,7 +124,8 @@ class SagaReport:
         return found
 
     def warnings(self) -> list[ReportWarning]:
-        """What does not fail verification but needs a look: calls whose outcome is unknown."""
+        """What does not fail verification but needs a look: calls whose outcome is unknown,
+        and the anchors' notes."""
         return [
             ReportWarning(
                 "dangling_intent",
@@ -126,7 +134,7 @@ class SagaReport:
                 "outcome is unknown (SUSPECT until a human resolves it, or still running)",
             )
             for d in self.verdict.dangling
-        ]
+        ] + list(self.notes)
 
     def to_dict(self) -> dict[str, Any]:
         problem = self.verdict.problem
@@ -144,7 +152,9 @@ class SagaReport:
         }
 
 
-def saga_report(verdict: Verdict, checks: Sequence[AnchorCheck]) -> SagaReport:
+def saga_report(
+    verdict: Verdict, checks: Sequence[AnchorCheck], notes: Sequence[ReportWarning] = ()
+) -> SagaReport:
     """The report, adding a fault when nothing at all is known of the saga."""
     known = any(c.agreement is Agreement.AGREES or c.fatal for c in checks)
     if verdict.rows == 0 and not known:
@@ -152,7 +162,7 @@ def saga_report(verdict: Verdict, checks: Sequence[AnchorCheck]) -> SagaReport:
             Source.CHAIN, Agreement.MISSING, "the journal has no rows for this saga", fatal=True
         )
         checks = [missing, *checks]
-    return SagaReport(verdict.saga_id, verdict, tuple(checks))
+    return SagaReport(verdict.saga_id, verdict, tuple(checks), tuple(notes))
 
 
 #: A comparison in progress: yields a seq, is sent that row's stored hash, returns its findings.
@@ -163,7 +173,8 @@ def compare(source: Source, anchors: Sequence[Anchor], verdict: Verdict, witness
     """Check ``anchors`` (ascending seq) against the journal's stored hashes.
 
     The latest anchor decides. When it disagrees, a binary search over the earlier ones finds
-    the last that still agrees, which bounds where the journal was changed.
+    the last that still agrees, which bounds where the journal was changed. When it agrees and
+    says the saga ``ended`` there, any row after it is a fault too.
     """
     known: dict[int, str | None] = {}
 
@@ -181,7 +192,13 @@ def compare(source: Source, anchors: Sequence[Anchor], verdict: Verdict, witness
     if (yield from stored(latest.seq)) == latest.hash:
         more = f", {len(anchors)} checkpoints" if len(anchors) > 1 else ""
         detail = f"at seq {latest.seq} ({latest.note}{more})"
-        return [AnchorCheck(source, Agreement.AGREES, detail, latest.seq)]
+        agrees = AnchorCheck(source, Agreement.AGREES, detail, latest.seq)
+        if not latest.ended:
+            return [agrees]
+        # past a chain fault the rows were not all read: ask whether the end has a successor
+        follows = not verdict.ok and (yield from stored(latest.seq + 1)) is not None
+        after = _after_end(source, latest, verdict, follows)
+        return [agrees] if after is None else [after, agrees]
     low, high = 0, len(anchors) - 1  # anchors[high] disagrees
     while low < high:
         mid = (low + high) // 2
@@ -207,11 +224,39 @@ def compare(source: Source, anchors: Sequence[Anchor], verdict: Verdict, witness
     return [AnchorCheck(source, Agreement.DISAGREES, detail, bad.seq, fatal=True)]
 
 
+def _after_end(source: Source, end: Anchor, verdict: Verdict, follows: bool) -> AnchorCheck | None:
+    """The rows the journal holds after the head a saga ended at, as a fault; None if none.
+
+    The rows that verified are known; past a chain fault, the faulty row and the end's
+    successor (``follows``: it exists) are the ones known.
+    """
+    found = set(range(end.seq + 1, verdict.head_seq + 1))
+    problem = verdict.problem
+    if problem is not None and problem.seq > end.seq:
+        found.add(problem.seq)
+    if follows:
+        found.add(end.seq + 1)
+    if not found:
+        return None
+    seqs = sorted(found)
+    if len(seqs) > _LISTED_SEQS:
+        listed = seqs[: _LISTED_SEQS - 1]
+        named = f"rows {', '.join(map(str, listed))}, …, {seqs[-1]} ({len(seqs)} rows) were"
+    elif len(seqs) > 1:
+        named = f"rows {', '.join(map(str, seqs))} were"
+    else:
+        named = f"row {seqs[0]} was"
+    detail = f"{named} written after the saga ended: {end.ended}"
+    if problem is not None:
+        detail += f"; the chain breaks at seq {problem.seq}, so later rows were not all read"
+    return AnchorCheck(source, Agreement.DISAGREES, detail, seqs[0], fatal=True)
+
+
 def checkpoint_probe(log: CheckpointLog, verdict: Verdict) -> Probe:
     """Compare a saga's checkpoint log with its journal; bad lines and a missing log are faults.
 
-    The latest signed head decides; only when it disagrees are the other checkpoints verified,
-    to locate the change.
+    The latest signed head decides (a seal in force, if any: then no row may follow it); only
+    when it disagrees are the other checkpoints verified, to locate the change.
     """
     latest = log.latest()
     checks: list[AnchorCheck] = []
@@ -231,8 +276,9 @@ def checkpoint_probe(log: CheckpointLog, verdict: Verdict) -> Probe:
         )
         checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.AGREES, detail, latest.seq))
     elif latest.seq:
-        found = yield from compare(Source.CHECKPOINT, [_anchor(latest)], verdict, "the checkpoint")
-        if found[0].agreement is not Agreement.AGREES:
+        top = log.seal() or latest
+        found = yield from compare(Source.CHECKPOINT, [_anchor(top)], verdict, "the checkpoint")
+        if found[-1].agreement is not Agreement.AGREES:
             anchors = [_anchor(cp) for cp in log.verified() if cp.seq]
             found = yield from compare(Source.CHECKPOINT, anchors, verdict, "the checkpoint")
         checks += found
@@ -247,6 +293,9 @@ def checkpoint_probe(log: CheckpointLog, verdict: Verdict) -> Probe:
 
 
 def _anchor(cp: Checkpoint) -> Anchor:
+    if cp.kind is Kind.SEALED:
+        ended = f"sealed at seq {cp.seq} ({cp.state}, signed {cp.at})"
+        return Anchor(cp.seq, cp.hash, f"sealed {cp.at}, {cp.state}", ended)
     return Anchor(cp.seq, cp.hash, f"signed {cp.at}")
 
 

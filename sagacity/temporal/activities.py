@@ -59,6 +59,7 @@ from sagacity.temporal.models import (
     RowRef,
     SagaOpen,
     SagaOpened,
+    SealRequest,
     ToolSpec,
     failure_payload,
 )
@@ -71,6 +72,7 @@ from sagacity.temporal.names import (
     OPEN_APPROVAL,
     OPEN_SAGA,
     RESOLVE_CALL,
+    SEAL_SAGA,
     VERIFICATION_REFUSED,
 )
 from sagacity.tools import (
@@ -263,6 +265,7 @@ class SagaActivities:
             self.open_approval,
             self.close_approval,
             self.resolve_call,
+            self.seal_saga,
         ]
 
     @activity.defn(name=DESCRIBE_TOOLS)
@@ -604,6 +607,36 @@ class SagaActivities:
         )
         row = await self._append_at(draft, seq=req.call_seq + 1, prev_hash=intent_row.hash)
         return Resolved(outcome=_outcome_from_row(intent_row, row), recorded=True)
+
+    @activity.defn(name=SEAL_SAGA)
+    @_typed
+    async def seal_saga(self, req: SealRequest) -> bool:
+        """Seal the saga's final head with a signed checkpoint; whether a seal was written.
+
+        The journal must end at the head the workflow holds: a row after it (``JournalAhead``),
+        or another row there (``SeqConflict``), and nothing is sealed. Without a checkpoint
+        writer there is nothing to sign with. Sealing again, after a retry, is harmless.
+        """
+        if self.checkpoints is None:
+            return False
+        head = await self._outlast(lambda: self.journal.head(req.saga_id))
+        if head is not None and head.seq > req.head.seq:
+            raise JournalAhead(
+                f"saga {req.saga_id!r} ended at seq {req.head.seq}, but the journal goes on to "
+                f"seq {head.seq}: not sealed"
+            )
+        if head is None or (head.seq, head.hash) != (req.head.seq, req.head.hash):
+            raise SeqConflict(
+                f"saga {req.saga_id!r} ended at seq {req.head.seq} "
+                f"({req.head.hash[:12]}…), which the journal does not end with: not sealed"
+            )
+        try:
+            self.checkpoints.seal(req.saga_id, head.seq, head.hash, req.state.value)
+        except EvidenceUnavailable as exc:
+            # as for any checkpoint: the saga's end stands, and an operator must be told
+            _log.error("seal of saga %s at seq %d not written: %s", req.saga_id, head.seq, exc)
+            return False
+        return True
 
     @activity.defn(name=COMPENSATE)
     @_typed

@@ -281,6 +281,14 @@ TERMINAL_STATES = frozenset(
 )
 
 
+class SealRequest(BaseModel):
+    """A saga's end to seal: its final head and the terminal state it ended in."""
+
+    saga_id: str
+    head: Head
+    state: SagaState
+
+
 class SagaOptions(BaseModel):
     """Per-saga behaviour, chosen by whoever starts the saga."""
 

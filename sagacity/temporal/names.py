@@ -8,5 +8,6 @@ APPEND = "sagacity.append"
 OPEN_APPROVAL = "sagacity.open_approval"
 CLOSE_APPROVAL = "sagacity.close_approval"
 RESOLVE_CALL = "sagacity.resolve_call"
+SEAL_SAGA = "sagacity.seal_saga"
 
 VERIFICATION_REFUSED = "verification refused execution"

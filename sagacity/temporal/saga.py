@@ -72,6 +72,7 @@ from sagacity.temporal.models import (
     SagaResult,
     SagaState,
     SagaStatus,
+    SealRequest,
     Suspect,
     ToolSpec,
     failure_payload,
@@ -95,6 +96,8 @@ RefusalKind = Literal[
 #: Patch markers (see docs/versioning.md): sagas whose history predates a marker replay the old
 #: behaviour; new sagas take the new one.
 OPEN_PATCH = "sagacity-open-saga"
+#: sagas that ended before this marker end without sealing their journal
+SEAL_PATCH = "sagacity-seal"
 
 #: who a Temporal cancel is journaled as
 CANCELLED_BY = "temporal-cancel"
@@ -1085,7 +1088,8 @@ class Saga:
         saga ABORTED, its effects compensated, and the workflow completes with that result.
         ``continue_as_new`` (a function that raises ``workflow.continue_as_new`` with the
         carry) lets a long compensation go on in new runs; a saga that continued as new in
-        the middle of compensating resumes there, without running ``body``.
+        the middle of compensating resumes there, without running ``body``. The run that ends
+        the saga seals its journal's final head.
         """
         error: ErrorInfo | None = self._error
         value: Any = None
@@ -1111,6 +1115,7 @@ class Saga:
         if error is None:
             self.state = SagaState.COMPLETED
             self._flag_unknown_effects()
+            await self._seal()
             return self.result(value)
         self._error = error
         compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
@@ -1129,7 +1134,39 @@ class Saga:
                     "compensated; check them: "
                     + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in unknown)
                 )
+        await self._seal()
         return self.result(value, error=error, compensated=compensated, failed=failed, live=live)
+
+    async def _seal(self) -> None:
+        """Seal the ended saga's final head: a signed checkpoint that no row may follow.
+
+        One local activity, after the last row; a saga that journaled nothing has nothing to
+        seal. A journal that went on past this run's head is not sealed: logged, and the saga
+        ends as decided.
+        """
+        if not self.head.seq or not workflow.patched(SEAL_PATCH):
+            return
+        request = SealRequest(saga_id=self.saga_id, head=self.head, state=self.state)
+        try:
+            await self._shielded(
+                workflow.start_local_activity(
+                    names.SEAL_SAGA,
+                    request,
+                    result_type=bool,
+                    start_to_close_timeout=_JOURNAL_TIMEOUT,
+                    retry_policy=_JOURNAL_RETRY,
+                )
+            )
+        except ApplicationError as err:
+            # a local activity's failure arrives as the activity's own error (JournalAhead,
+            # SeqConflict), not wrapped in an ActivityError; the retry policy retries the rest
+            workflow.logger.error(
+                "saga %s: its end at seq %d is not sealed: %s: %s",
+                self.saga_id,
+                self.head.seq,
+                err.type,
+                err.message,
+            )
 
     def _flag_unknown_effects(self) -> None:
         unknown = [e for e in self.executed if e.failed]
