@@ -9,8 +9,9 @@
 It runs on the same stack as the tests: the embedded Postgres and an in-memory Temporal dev
 server, or the servers ``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` name (a running
 ``sagacity dev``, say). Each run works in a fresh database ``sagacity_record_<random>``, dropped
-at the end. Sagas run on in-process workers set up like ``sagacity worker``; the SUSPECT paths
-kill a worker process with SIGKILL mid-call, as tests/temporal/test_crash.py does.
+at the end. Sagas run on in-process workers set up like ``sagacity worker``, signing checkpoints
+(and sealing ended sagas) with a key of the run's own; the SUSPECT paths kill a worker process
+with SIGKILL mid-call, as tests/temporal/test_crash.py does.
 
 Each path checks that its saga took the path (a recording that went elsewhere is an error), saves
 ``histories/<path>.json`` (a path with several runs: ``<path>-run1.json``, ...) and replays it at
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import psycopg
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -64,6 +66,7 @@ from sagacity.agents import (
     with_plugins,
 )
 from sagacity.devstack import DevStack, Endpoints
+from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
@@ -765,6 +768,8 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
         )
         journal, approvals = JournalStore(pool), ApprovalStore(pool)
         stack.push_async_callback(journal.close)
+        # anchors on, as a new user's workers have them
+        checkpoints = CheckpointWriter(scratch / "checkpoints", Ed25519PrivateKey.generate())
         # set up as `sagacity worker` sets up its worker: plugin, app workflows, interceptor
         queue, agent_queue = (f"record-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("saga", "agent"))
         saga_worker = Worker(
@@ -772,7 +777,11 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
             task_queue=queue,
             plugins=[
                 SagacityPlugin(
-                    journal=journal, approvals=approvals, tools=TOOLS, workflows=order_app.WORKFLOWS
+                    journal=journal,
+                    approvals=approvals,
+                    tools=TOOLS,
+                    workflows=order_app.WORKFLOWS,
+                    checkpoints=checkpoints,
                 )
             ],
             interceptors=[ObservabilityInterceptor()],
@@ -787,6 +796,7 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
                     tools=TOOLS,
                     model_provider=ScriptedModelProvider(SCRIPTS),
                     workflows=order_app.WORKFLOWS,
+                    checkpoints=checkpoints,
                     model_attempts=2,
                 ),
             ),
