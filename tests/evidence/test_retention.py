@@ -10,7 +10,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from sagacity.errors import RetentionRefused, StoreUnavailable
 from sagacity.evidence.anchors import verify_journal
@@ -18,7 +17,7 @@ from sagacity.evidence.bundle import manifest_digest, verify_bundle
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.retention import run_retention
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, seal
-from sagacity.store import JournalStore, Pool, apply_grants, open_pool
+from sagacity.store import JournalStore, Pool, open_pool
 from sagacity.store.retention import RetentionStore
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_tamper_suite import insert
@@ -132,8 +131,7 @@ async def test_the_application_role_cannot_purge(
     database_url: str, owner: psycopg.AsyncConnection, writer: CheckpointWriter, saga_id: str
 ) -> None:
     rows = await idle_saga(owner, writer, saga_id)
-    await apply_grants(database_url)
-    pool = await open_pool(make_conninfo(database_url, user="sagacity_app"))
+    pool = await open_pool(database_url)  # the session's sagacity_app login
     try:
         with pytest.raises(StoreUnavailable, match="sagacity_retention"):
             await RetentionStore(pool).purge([(saga_id, 4, rows[-1].hash)])
