@@ -117,6 +117,17 @@ async def reordered_rows(scene: Scene) -> None:
         )
 
 
+async def appended_after_end(scene: Scene) -> None:
+    # the saga ends and its worker seals its head; then the owner appends a row chained to it
+    head = (await scene.journal.read(scene.saga_id))[-1]
+    scene.writer.seal(scene.saga_id, head.seq, head.hash, "completed")
+    draft = Draft(scene.saga_id, "refund", Phase.EXECUTED, '{"amount": 5000}', '{"id": "re-1"}')
+    await insert(
+        scene.owner,
+        [seal(draft, seq=head.seq + 1, prev_hash=head.hash, timestamp=datetime.now(UTC))],
+    )
+
+
 async def forged_saga(scene: Scene) -> None:
     # an invented saga: no worker ever wrote it, so no checkpoint exists for it
     await deleted_saga(scene)
@@ -148,6 +159,10 @@ CASES: dict[str, tuple[Attack, tuple[Source, Agreement, int]]] = {
     "delete a middle row": (deleted_middle_row, (Source.CHAIN, Agreement.DISAGREES, 4)),
     "delete the whole saga": (deleted_saga, (Source.CHECKPOINT, Agreement.DISAGREES, 1)),
     "reorder rows": (reordered_rows, (Source.CHAIN, Agreement.DISAGREES, 2)),
+    "append after the saga ended": (
+        appended_after_end,
+        (Source.CHECKPOINT, Agreement.DISAGREES, 7),
+    ),
     "insert a forged saga": (forged_saga, (Source.CHECKPOINT, Agreement.MISSING, 0)),
     "forge its checkpoint too": (forged_checkpoint, (Source.CHECKPOINT, Agreement.INVALID, 0)),
     "copy another saga's checkpoint": (
