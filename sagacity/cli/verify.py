@@ -6,7 +6,8 @@ bundle is UNTRUSTED: consistent, but no trusted key was given to check it with. 
 anchors fails (1) unless ``--allow-unanchored``.
 
 Warnings do not change it: a call whose INTENT has no outcome row after it (SUSPECT, or still
-running) is printed as ``WARNING  <saga> seq <n>: …`` and counted in the summary.
+running), or a saga whose workflow ended with no seal in its checkpoints (``--temporal``), is
+printed as ``WARNING  <saga> seq <n>: …`` and counted in the summary.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ __all__ = ["verify"]
 
 #: Seconds between progress lines on stderr; runs shorter than this print none.
 PROGRESS_EVERY = 2.0
+#: What the summary calls each kind of warning.
+WARNING_KINDS = {
+    "dangling_intent": "calls whose outcome is unknown",
+    "unsealed": "ended sagas with no seal",
+}
 
 
 class Output:
@@ -50,6 +56,7 @@ class Output:
         self.as_json = as_json
         self.verbose = verbose
         self.sagas = self.rows = self.failed = self.warnings = 0
+        self.warning_kinds: set[str] = set()
         self.problems: list[str] = []
         self._started = self._last = time.monotonic()
         self._tty = sys.stderr.isatty()
@@ -71,6 +78,7 @@ class Output:
             )
         warnings = report.warnings()
         self.warnings += len(warnings)
+        self.warning_kinds.update(w.kind for w in warnings)
         if not self.as_json:
             for warning in warnings:
                 typer.echo(f"WARNING {report.saga_id} seq {warning.seq}: {warning.detail}")
@@ -113,7 +121,8 @@ class Output:
             extra = f", {len(self.problems)} bundle problems" if self.problems else ""
             if self.warnings:
                 plural = "s" if self.warnings > 1 else ""
-                extra += f", {self.warnings} warning{plural} (calls whose outcome is unknown)"
+                kinds = "; ".join(WARNING_KINDS[k] for k in sorted(self.warning_kinds))
+                extra += f", {self.warnings} warning{plural} ({kinds})"
             typer.echo(f"{self.sagas:,} sagas, {self.rows:,} rows: {verdict}{extra}")
         return 0 if ok else 1
 

@@ -438,7 +438,11 @@ async def test_a_journal_ahead_of_the_end_is_not_sealed_and_temporal_names_the_r
 
 
 async def test_an_ended_saga_without_a_seal_is_a_warning_not_a_failure(
-    temporal_client: Client, worker: Worker, journal: JournalStore, settings: Settings
+    sagacity: Cli,
+    temporal_client: Client,
+    worker: Worker,
+    journal: JournalStore,
+    settings: Settings,
 ) -> None:
     """A saga that ended before its worker sealed sagas (the cut-over): only Temporal knows."""
     checkpoints = session_checkpoints(settings)
@@ -452,6 +456,7 @@ async def test_an_ended_saga_without_a_seal_is_a_warning_not_a_failure(
 
     unsealed = await report_of(journal, result.saga_id, checkpoints, temporal_client)
     without_temporal = await report_of(journal, result.saga_id, checkpoints)
+    text = await sagacity("verify", result.saga_id, "--temporal", extra_env=anchor_env(settings))
 
     assert unsealed.ok and without_temporal.ok
     (warning,) = unsealed.warnings()
@@ -461,6 +466,11 @@ async def test_an_ended_saga_without_a_seal_is_a_warning_not_a_failure(
         "hold no seal"
     )
     assert without_temporal.warnings() == []
+    assert text.code == 0, text.stdout + text.stderr
+    assert f"WARNING {result.saga_id} seq 2: {warning.detail}\n" in text.stdout
+    assert text.stdout.endswith(
+        "1 sagas, 2 rows: all verified, 1 warning (ended sagas with no seal)\n"
+    )
 
 
 # -- the command line, as a new user has it --------------------------------------------------
