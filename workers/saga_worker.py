@@ -7,7 +7,7 @@ Order example is ``workflows.order.app``. Run it as ``sagacity worker`` or
 
 The worker does not migrate: the schema is the tables' owner's (``sagacity db migrate``), and the
 worker should log in as ``sagacity_app``, which may only insert and read journal rows. At start it
-checks that: a role that can rewrite the journal is logged as an error, and refused with
+checks that: a role that can rewrite the journal is logged as a warning, and refused with
 ``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise.
 
 On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
