@@ -124,8 +124,7 @@ class SagaReport:
         return found
 
     def warnings(self) -> list[ReportWarning]:
-        """What does not fail verification but needs a look: calls whose outcome is unknown,
-        and the anchors' notes."""
+        """What needs a look without failing: calls whose outcome is unknown, the anchors' notes."""
         return [
             ReportWarning(
                 "dangling_intent",
