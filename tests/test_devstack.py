@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 import sagacity.devstack as devstack_module
 from sagacity.devstack import DevStack, Endpoints
+from sagacity.evidence.keys import key_id, load_public_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database, with_database
 
@@ -247,7 +248,25 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
         assert "TEMPORAL_ADDRESS" in exports, "".join(printed)
         url = exports["SAGACITY_DATABASE_URL"].strip("'")
         with psycopg.connect(url) as conn:
-            assert conn.execute("SELECT 1").fetchone() == (1,)
+            # what other terminals get is the append-only login, on a migrated journal
+            assert conn.execute("SELECT current_user").fetchone() == ("sagacity_app",)
+            assert conn.execute("SELECT count(*) FROM side_effect_journal").fetchone() == (0,)
+        # anchors on: a key (owner-only) and a checkpoint folder, outside the Postgres cluster
+        key = Path(exports["SAGACITY_SIGNING_KEY"].strip("'"))
+        assert key.stat().st_mode & 0o777 == 0o600
+        assert key.parent == private_data_dir / "anchors"
+        assert Path(exports["SAGACITY_CHECKPOINT_DIR"].strip("'")).is_dir()
+        if "SAGACITY_DATABASE_URL" not in os.environ:
+            # no exports pasted: verify finds the running embedded database and its anchors
+            found = subprocess.run(
+                [_sagacity_exe(), "verify", "--all"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert found.returncode == 0, found.stdout + found.stderr
+            assert f"checkpoints {private_data_dir / 'anchors'}" in found.stderr
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -337,3 +356,20 @@ def test_readme_documents_every_setting_with_its_default() -> None:
         for name, field in Settings.model_fields.items()
     }
     assert {k: v.lower() for k, v in documented.items()} == expected
+
+
+# -- anchors ----------------------------------------------------------------------------------
+
+
+def test_dev_anchors_are_created_once_and_kept(tmp_path: Path) -> None:
+    anchors, fingerprint, created = devstack_module.ensure_dev_anchors(tmp_path)
+    assert created and anchors.folder == tmp_path / "anchors"
+    assert anchors.signing_key.stat().st_mode & 0o777 == 0o600
+    assert key_id(load_public_key(anchors.public_key)) == fingerprint
+    again = devstack_module.ensure_dev_anchors(tmp_path)
+    assert again == (anchors, fingerprint, False)
+    # on the dev stack (no database configured) they are the default anchor settings
+    dev = Settings(data_dir=tmp_path, database_url=None)
+    assert (dev.signing_key, dev.checkpoint_dir) == (anchors.signing_key, anchors.checkpoint_dir)
+    given = Settings(data_dir=tmp_path, database_url="postgresql://elsewhere/db")
+    assert (given.signing_key, given.checkpoint_dir) == (None, None)
