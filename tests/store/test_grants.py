@@ -62,3 +62,15 @@ async def test_app_role_manages_approval_requests(app_url: str, saga_id: str) ->
         assert await approvals.delete(saga_id, 3)
     finally:
         await pool.close()
+
+
+async def test_grants_can_set_the_roles_password(owner_database_url: str) -> None:
+    # a role of this test's own: the shared sagacity_app keeps whatever it has
+    role = "sagacity_pw_check"
+    await apply_grants(owner_database_url, role=role, password="s3cret'; --")
+    async with await psycopg.AsyncConnection.connect(owner_database_url) as conn:
+        cur = await conn.execute(
+            "SELECT rolcanlogin, rolpassword IS NOT NULL FROM pg_authid WHERE rolname = %s",
+            (role,),
+        )
+        assert await cur.fetchone() == (True, True)
