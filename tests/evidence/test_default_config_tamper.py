@@ -44,7 +44,7 @@ from typer.testing import CliRunner
 
 from sagacity.cli.dev import _exports
 from sagacity.cli.main import app as main_app
-from sagacity.devstack import DevStack, Endpoints
+from sagacity.devstack import DevSetup, DevStack, Endpoints
 from sagacity.evidence.checkpoints import sign
 from sagacity.evidence.keys import key_id, public_pem
 from sagacity.settings import Settings
@@ -90,10 +90,9 @@ class Run:
     def failed_block(self, saga_id: str) -> list[str]:
         """The lines ``verify`` prints under ``FAILED  <saga_id>`` (its anchors' findings)."""
         lines = self.stdout.splitlines()
-        start = lines.index(f"FAILED  {saga_id}") if f"FAILED  {saga_id}" in lines else None
-        assert start is not None, f"{saga_id} is not reported FAILED:\n{self}"
+        assert f"FAILED  {saga_id}" in lines, f"{saga_id} is not reported FAILED:\n{self}"
         block = []
-        for line in lines[start + 1 :]:
+        for line in lines[lines.index(f"FAILED  {saga_id}") + 1 :]:
             if not line.startswith("  "):
                 break
             block.append(line.strip())
@@ -104,7 +103,7 @@ class Run:
         return [line for line in self.stdout.splitlines() if f" saga {saga_id!r} seq " in line]
 
 
-def dev_exports(endpoints: Endpoints, setup: Any) -> dict[str, str]:
+def dev_exports(endpoints: Endpoints, setup: DevSetup) -> dict[str, str]:
     """The ``export NAME=value`` lines ``sagacity dev`` prints for ``setup``, as a mapping."""
     env = {}
     for line in _exports(endpoints, setup):
