@@ -437,11 +437,12 @@ class LogVerifier:
                         f"leaves {frontier.size}..{leaf.index - 1} are missing from the leaf "
                         "table: the log was cut; later heads cannot be recomputed",
                     )
-                for finding in self._check_leaf(leaf):
+                digest = leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash))
+                for finding in self._check_leaf(leaf, digest):
                     yield finding
                 if broken:
                     continue
-                frontier.append(leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash)))
+                frontier.append(digest)
                 while pending and pending[0].head.size == frontier.size:
                     published = pending.pop(0)
                     if published.head.root != frontier.root() and not broken:
@@ -521,9 +522,10 @@ class LogVerifier:
             elif item.head.size:  # the empty head has nothing to compare
                 pending.append(item)
 
-    def _check_leaf(self, leaf: LeafRow) -> Iterator[LogFinding]:
+    def _check_leaf(self, leaf: LeafRow, digest: bytes) -> Iterator[LogFinding]:
+        # digest: the leaf hash recomputed from the leaf table's row
         where = f"(leaf {leaf.index})"
-        if leaf.leaf_hash != leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash)):
+        if leaf.leaf_hash != digest:
             yield LogFinding(
                 True,
                 f"the leaf table and the stored tree disagree {where}: the leaf table was edited",

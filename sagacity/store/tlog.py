@@ -27,13 +27,22 @@ Node = tuple[int, int]
 # Key of the session advisory lock that makes one sequencer at a time (migrate's is 0x5A6AC171).
 _SEQUENCER_LOCK = 0x5A6A7106
 
-# Journal rows with no leaf yet, in the order the log appends them.
+# Journal rows with no leaf yet, in the order the log appends them. The keys are found first,
+# from the two (saga_id, seq) indexes alone (a merge anti-join of index-only scans, once
+# autovacuum has marked the pages all-visible); only the rows found are then read from the
+# journal. Asked for the row's columns at once, the planner walks the journal's rows themselves:
+# 2.5x slower for a pass that finds nothing new in a million rows.
 _PENDING = """
-SELECT j.saga_id, j.seq, j.hash, j.timestamp
-FROM side_effect_journal j
-WHERE NOT EXISTS (
-    SELECT FROM sagacity_tlog_leaf l WHERE l.saga_id = j.saga_id AND l.seq = j.seq
+WITH missing AS MATERIALIZED (
+    SELECT j.saga_id, j.seq
+    FROM side_effect_journal j
+    WHERE NOT EXISTS (
+        SELECT FROM sagacity_tlog_leaf l WHERE l.saga_id = j.saga_id AND l.seq = j.seq
+    )
 )
+SELECT j.saga_id, j.seq, j.hash, j.timestamp
+FROM missing m
+JOIN side_effect_journal j ON j.saga_id = m.saga_id AND j.seq = m.seq
 ORDER BY j.timestamp, j.saga_id, j.seq
 """
 
