@@ -125,6 +125,11 @@ class Settings(BaseSettings):
     checkpoint_public_key: Path | None = Field(
         default=None, description="Ed25519 public key (PEM) verifiers check checkpoints with"
     )
+    log_interval: timedelta = Field(
+        default=timedelta(seconds=10),
+        description="how often a worker adds new journal rows to the transparency log and "
+        "publishes a signed tree head (with the checkpoint settings); 0: it does not",
+    )
     retention_period: timedelta = Field(
         default=timedelta(days=183), description="sagas idle this long may be exported and purged"
     )

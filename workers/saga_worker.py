@@ -8,7 +8,9 @@ Order example is ``workflows.order.app``. Run it as ``sagacity worker`` or
 The worker does not migrate: the schema is the tables' owner's (``sagacity db migrate``), and the
 worker should log in as ``sagacity_app``, which may only insert and read journal rows. At start it
 checks that: a role that can rewrite the journal is logged as a warning, and refused with
-``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise.
+``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise. With the
+checkpoint settings (on by default under ``sagacity dev``) it also runs the transparency log's
+sequencer every ``SAGACITY_LOG_INTERVAL`` (10 s).
 
 On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
 ``SAGACITY_GRACEFUL_SHUTDOWN``, then exits 0; the sagas it was running continue on another worker
@@ -38,6 +40,7 @@ from temporalio.worker import Worker
 from sagacity.devstack import running_dev_database
 from sagacity.errors import SettingsError
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.tlog import run_sequencer
 from sagacity.observability import (
     ObservabilityInterceptor,
     ProbeServer,
@@ -179,13 +182,27 @@ async def _running(
             interceptors=[ObservabilityInterceptor()],
         )
         task = asyncio.create_task(worker.run())
+        # the transparency log, beside the tool calls on a small pool of its own (several
+        # workers take turns); it returns at once when the checkpoint settings are unset
+        every = settings.log_interval.total_seconds()
+        background = [task]
+        if every > 0:
+            background.append(
+                asyncio.create_task(
+                    run_sequencer(
+                        database_url, settings.checkpoint_dir, settings.signing_key, every=every
+                    )
+                )
+            )
         try:
             yield _Running(worker, task, approvals)
         finally:
             if not task.done():
                 await worker.shutdown()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for running in background:
+                running.cancel()  # the worker's task is done by now; the sequencer is not
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
 
 
 @contextlib.asynccontextmanager
