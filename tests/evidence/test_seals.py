@@ -7,6 +7,9 @@ bundles are checked on sagas written the way a checkpointing worker writes them.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import uuid
 from contextlib import aclosing
 from dataclasses import replace
@@ -42,11 +45,16 @@ from tests.approvals.conftest import CliResult
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_cli import json_lines
 from tests.evidence.test_tamper_suite import insert, rewrite
-from tests.ops.conftest import Cli, anchor_env
+from tests.ops.conftest import (
+    Cli,
+    StartWorker,
+    anchor_env,
+    start_worker,  # noqa: F401  (a fixture)
+)
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, wait_for
 from workflows.order.shop import Shop
-from workflows.order.workflows import OrderRequest
+from workflows.order.workflows import OrderRequest, order_steps
 
 
 def chained_after(head: Entry, phase: Phase = Phase.EXECUTED) -> Entry:
@@ -370,6 +378,57 @@ async def test_only_the_run_that_ends_a_continued_saga_seals_it(
     assert handle.first_execution_run_id != (await handle.describe()).run_id  # it continued
     (sealed,) = seals_of(session_checkpoints(settings), result.saga_id)
     assert sealed.seq == result.head.seq == 20
+
+
+async def test_a_worker_killed_after_the_last_row_leaves_the_seal_to_the_next(
+    temporal_client: Client,
+    task_queue: str,
+    start_worker: StartWorker,  # noqa: F811
+    journal: JournalStore,
+    settings: Settings,
+    shop: Shop,
+) -> None:
+    """The saga's log is a pipe the test reads; it stops reading once the last call's INTENT
+    is signed, so the worker blocks signing the last row's head (the row is written) and is
+    killed there: a new worker finishes the call from the journal and seals the saga."""
+    checkpoints = session_checkpoints(settings)
+    saga_id = f"ev-seal-kill-{uuid.uuid4().hex[:8]}"
+    log = checkpoints.log_path(saga_id)
+    log.parent.mkdir(parents=True, exist_ok=True)  # made by the first worker otherwise
+    os.mkfifo(log)
+    reader = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
+    first = await start_worker()
+    await shop.arm_fault("create_order", "", delay_s=2)  # stalls, then takes effect
+    spec = order_steps(options=SagaOptions(heartbeat_timeout_s=2))
+    spec.steps = spec.steps[:2]  # reserve, create the order: rows 1 to 4
+    handle = await temporal_client.start_workflow(
+        WORKFLOW_NAME, spec, id=saga_id, task_queue=task_queue, result_type=SagaResult
+    )
+    signed = b""
+    while b'"seq":3' not in signed:
+        try:
+            signed += os.read(reader, 65536)
+        except BlockingIOError:
+            await asyncio.sleep(0.005)
+    os.close(reader)  # from now on a checkpoint write waits for a reader that never comes
+    while await journal.get(saga_id, 4) is None:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    assert first.proc is not None
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait()
+    log.unlink()
+    log.write_bytes(signed)  # the lines signed before the kill, as a plain log again
+
+    await start_worker()
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.COMPLETED and result.head.seq == 4
+    assert [cp.seq for cp in lines_of(checkpoints, saga_id) if cp.kind is Kind.HEAD] == [1, 2, 3]
+    (sealed,) = seals_of(checkpoints, saga_id)
+    assert (sealed.seq, sealed.hash) == (4, result.head.hash)
+    report = await report_of(journal, saga_id, checkpoints)
+    assert report.ok and "sealed" in report.checks[0].detail
 
 
 # A tool whose effect is an intrusion: the database's owner writes a row past the one the
