@@ -305,7 +305,9 @@ class SagaActivities:
             )
         if owner.claimed_now and req.after_seq == 0:
             if not owner.had_rows:
-                return SagaOpened(tools=self._catalog(), rows=[], more=False)  # a new saga
+                return SagaOpened(
+                    tools=self._catalog(), rows=[], more=False, seals=self.checkpoints is not None
+                )  # a new saga
             # rows with no owner: written before ownership was recorded, by another run
             first = await self._outlast(lambda: self.journal.after(req.saga_id, 0, limit=1))
             written = (
@@ -339,6 +341,7 @@ class SagaActivities:
                 for e in rows[: req.limit]
             ],
             more=len(rows) > req.limit,
+            seals=self.checkpoints is not None,
         )
 
     @activity.defn(name=APPEND)

@@ -258,6 +258,8 @@ class SagaOpened(BaseModel):
     tools: list[ToolSpec]
     rows: list[JournalRow]
     more: bool = False
+    #: the worker signs checkpoints, so the saga seals its end (absent in older histories)
+    seals: bool = False
 
 
 class SagaState(StrEnum):

@@ -96,8 +96,6 @@ RefusalKind = Literal[
 #: Patch markers (see docs/versioning.md): sagas whose history predates a marker replay the old
 #: behaviour; new sagas take the new one.
 OPEN_PATCH = "sagacity-open-saga"
-#: sagas that ended before this marker end without sealing their journal
-SEAL_PATCH = "sagacity-seal"
 
 #: who a Temporal cancel is journaled as
 CANCELLED_BY = "temporal-cancel"
@@ -165,6 +163,8 @@ class Saga:
         self.needs_attention: str | None = None
         self._lock = asyncio.Lock()
         self._catalog: dict[str, ToolSpec] | None = None
+        #: whether the worker seals ended sagas, as ``open_saga`` recorded it in the history
+        self._seals = False
         self._abort: Abort | None = None
         self._cancelled = False
         self._pending: PendingApproval | None = None
@@ -303,6 +303,7 @@ class Saga:
                     _error_message(err), type=_error_type(err), non_retryable=True
                 ) from None
             self._catalog = {s.name: s for s in opened.tools}
+            self._seals = opened.seals
             self._unpack_carry()
             self._fold(opened.rows)
             if not opened.more:
@@ -1140,11 +1141,13 @@ class Saga:
     async def _seal(self) -> None:
         """Seal the ended saga's final head: a signed checkpoint that no row may follow.
 
-        One local activity, after the last row; a saga that journaled nothing has nothing to
-        seal. A journal that went on past this run's head is not sealed: logged, and the saga
-        ends as decided.
+        One local activity, after the last row, when the worker signs checkpoints; a saga that
+        journaled nothing has nothing to seal. A journal that went on past this run's head is not
+        sealed: logged, and the saga ends as decided. Whether to seal is read from the recorded
+        ``open_saga`` result, not a patch marker: histories from before seals replay unsealed,
+        and a saga pays no marker events for it.
         """
-        if not self.head.seq or not workflow.patched(SEAL_PATCH):
+        if not self.head.seq or not self._seals:
             return
         request = SealRequest(saga_id=self.saga_id, head=self.head, state=self.state)
         try:
