@@ -46,6 +46,10 @@ async def owner(owner_database_url: str) -> AsyncIterator[psycopg.AsyncConnectio
 
 @pytest.fixture(scope="session")
 async def retention_url(owner_database_url: str) -> str:
+    return await retention_login(owner_database_url)
+
+
+async def retention_login(owner_database_url: str) -> str:
     """A login that is a member of sagacity_retention, as an operator's retention job is."""
     async with await psycopg.AsyncConnection.connect(owner_database_url, autocommit=True) as conn:
         await conn.execute(

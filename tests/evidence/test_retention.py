@@ -11,18 +11,54 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from sagacity.devstack import Endpoints
 from sagacity.errors import RetentionRefused, StoreUnavailable
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.bundle import manifest_digest, verify_bundle
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.retention import run_retention
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, seal
-from sagacity.store import JournalStore, Pool, open_pool
+from sagacity.store import JournalStore, Pool, open_pool, provision
+from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.retention import RetentionStore
-from tests.evidence.conftest import anchored_saga
+from tests.evidence.conftest import anchored_saga, retention_login
 from tests.evidence.test_tamper_suite import insert
 
 LONG_AGO = datetime.now(UTC) - timedelta(days=200)
+
+
+# Retention purges every idle saga of a database: these tests get one of their own, so that old
+# rows other tests write (without this module's checkpoints) are not theirs to purge.
+@pytest.fixture(scope="module")
+async def _retention_database(endpoints: Endpoints) -> AsyncIterator[tuple[str, str]]:
+    name = f"sagacity_retention_{uuid.uuid4().hex[:12]}"
+    owner = await ensure_database(endpoints.database_url, name)
+    try:
+        yield owner, await provision(owner)
+    finally:
+        await drop_database(endpoints.database_url, name)
+
+
+@pytest.fixture(scope="module")
+def owner_database_url(_retention_database: tuple[str, str]) -> str:
+    return _retention_database[0]
+
+
+@pytest.fixture(scope="module")
+async def pool(_retention_database: tuple[str, str]) -> AsyncIterator[Pool]:
+    pool = await open_pool(_retention_database[1], max_size=6)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture(scope="module")
+def journal(pool: Pool) -> JournalStore:
+    return JournalStore(pool)
+
+
+@pytest.fixture(scope="module")
+async def retention_url(owner_database_url: str) -> str:
+    return await retention_login(owner_database_url)
 
 
 @pytest.fixture(scope="module")

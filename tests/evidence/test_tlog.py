@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from typer.testing import CliRunner
 
 from sagacity.cli.main import app
@@ -137,7 +137,7 @@ async def test_integrate_publish_prove_and_check_offline(log_db: LogDb, tmp_path
         assert (first.appended, first.size) == (12, 12)
         assert first.published is not None
         assert (
-            first.published.origin == f"sagacity.local/journal/{log_db.owner_url.rsplit('/', 1)[1]}"
+            first.published.origin == f"sagacity.local/journal/{conninfo_to_dict(log_db.owner_url)['dbname']}"
         )
         again = await seq.integrate()
         assert (again.appended, again.published) == (0, None)
