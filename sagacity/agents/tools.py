@@ -207,7 +207,7 @@ async def saga_function_tools(
     on_failure: ToolErrorFunction | None = failure_message,
 ) -> list[FunctionTool]:
     """Function tools for the worker's tools named in ``names`` (all of them when None)."""
-    catalog = await saga.tools()
+    catalog = await saga.tools(described=True)
     chosen = list(catalog) if names is None else list(names)
     missing = [n for n in chosen if n not in catalog]
     if missing:

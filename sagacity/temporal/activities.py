@@ -270,18 +270,21 @@ class SagaActivities:
 
     @activity.defn(name=DESCRIBE_TOOLS)
     async def describe_tools(self) -> list[ToolSpec]:
-        """The tool catalog (sagas started before ``open_saga`` existed still ask for it)."""
+        """The tool catalog, described (sagas started before ``open_saga`` existed open with it;
+        an agent asks for it to tell the model what each tool does)."""
         return self._catalog()
 
-    def _catalog(self) -> list[ToolSpec]:
+    def _catalog(self, *, brief: bool = False) -> list[ToolSpec]:
+        """Every tool's spec; ``brief``: without descriptions and schemas, which only an agent
+        needs (every saga's history keeps the catalog it opened with)."""
         return [
             ToolSpec(
                 name=t.name,
-                description=t.tool.description,
+                description="" if brief else t.tool.description,
                 reversibility=t.tool.reversibility,
                 idempotent=t.tool.options.idempotent,
                 has_compensation=t.compensation is not None,
-                params_schema=t.params_schema,
+                params_schema={} if brief else t.params_schema,
                 timeout_s=t.tool.options.timeout.total_seconds(),
                 heartbeat_timeout_s=t.tool.options.heartbeat_timeout.total_seconds(),
             )
@@ -306,7 +309,10 @@ class SagaActivities:
         if owner.claimed_now and req.after_seq == 0:
             if not owner.had_rows:
                 return SagaOpened(
-                    tools=self._catalog(), rows=[], more=False, seals=self.checkpoints is not None
+                    tools=self._catalog(brief=True),
+                    rows=[],
+                    seals=self.checkpoints is not None,
+                    brief=True,
                 )  # a new saga
             # rows with no owner: written before ownership was recorded, by another run
             first = await self._outlast(lambda: self.journal.after(req.saga_id, 0, limit=1))
@@ -328,7 +334,8 @@ class SagaActivities:
             lambda: self.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
         )
         return SagaOpened(
-            tools=self._catalog(),
+            tools=self._catalog(brief=True),
+            brief=True,
             rows=[
                 JournalRow(
                     seq=e.seq,

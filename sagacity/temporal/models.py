@@ -15,14 +15,18 @@ from sagacity.tools import Reversibility
 
 
 class ToolSpec(BaseModel):
-    """What workflow code may know of a tool: enough to gate, order and describe it."""
+    """What workflow code may know of a tool: enough to gate, order and describe it.
+
+    ``description`` and ``params_schema`` are empty in the brief catalog a saga opens with;
+    :meth:`Saga.tools` with ``described=True`` fills them in.
+    """
 
     name: str
-    description: str
+    description: str = ""
     reversibility: Reversibility
     idempotent: bool
     has_compensation: bool
-    params_schema: dict[str, Any]
+    params_schema: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float
     heartbeat_timeout_s: float
 
@@ -258,6 +262,8 @@ class SagaOpened(BaseModel):
     tools: list[ToolSpec]
     rows: list[JournalRow]
     more: bool = False
+    #: ``tools`` lack descriptions and schemas (absent in older histories, whose catalog has them)
+    brief: bool = False
     #: the worker signs checkpoints, so the saga seals its end (absent in older histories)
     seals: bool = False
 

@@ -165,6 +165,8 @@ class Saga:
         self._catalog: dict[str, ToolSpec] | None = None
         #: whether the worker seals ended sagas, as ``open_saga`` recorded it in the history
         self._seals = False
+        #: the catalog lacks descriptions and schemas (see :meth:`tools`)
+        self._brief = False
         self._abort: Abort | None = None
         self._cancelled = False
         self._pending: PendingApproval | None = None
@@ -258,10 +260,21 @@ class Saga:
 
     # -- opening the journal -----------------------------------------------------------------
 
-    async def tools(self) -> dict[str, ToolSpec]:
-        """The worker's tool catalog, fetched when the saga opens its journal (kept in history)."""
+    async def tools(self, *, described: bool = False) -> dict[str, ToolSpec]:
+        """The worker's tool catalog, fetched when the saga opens its journal (kept in history).
+
+        ``described``: with each tool's description and parameter schema, what an agent shows
+        its model. A saga opens with the brief catalog, so asking costs one more local activity.
+        """
         if self._catalog is None:
             await self._open()
+        if described and self._brief:
+            specs = await workflow.execute_local_activity(
+                names.DESCRIBE_TOOLS,
+                result_type=list[ToolSpec],
+                start_to_close_timeout=timedelta(seconds=10),
+            )
+            self._catalog, self._brief = {s.name: s for s in specs}, False
         assert self._catalog is not None
         return self._catalog
 
@@ -302,7 +315,8 @@ class Saga:
                 raise ApplicationError(
                     _error_message(err), type=_error_type(err), non_retryable=True
                 ) from None
-            self._catalog = {s.name: s for s in opened.tools}
+            if self._catalog is None or self._brief:  # a described catalog is kept
+                self._catalog, self._brief = {s.name: s for s in opened.tools}, opened.brief
             self._seals = opened.seals
             self._unpack_carry()
             self._fold(opened.rows)
