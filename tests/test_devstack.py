@@ -267,6 +267,16 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
             )
             assert found.returncode == 0, found.stdout + found.stderr
             assert f"checkpoints {private_data_dir / 'anchors'}" in found.stderr
+            # and so does `saga journal`: a saga with no rows, not a missing setting
+            journal = subprocess.run(
+                [_sagacity_exe(), "saga", "journal", "no-such-saga"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert journal.returncode == 1, journal.stdout + journal.stderr
+            assert "SAGACITY_DATABASE_URL" not in journal.stderr, journal.stderr
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sagacity.cli.db import DatabaseUrl, _database_url, _settings
+from sagacity.cli.db import DatabaseUrl, _settings, journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.store.journal import JournalStore
@@ -83,7 +83,7 @@ def baseline(
     was not signed: its chain does not verify, or (named) it has no rows; each is listed.
     """
     settings = _settings()
-    url = _database_url(database_url)
+    url = journal_url_or_exit(database_url)
     try:
         writer = CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key)
         if writer is None:

@@ -56,7 +56,7 @@ def _settings() -> Settings:
         raise typer.Exit(2) from None
 
 
-def _database_url(given: str | None) -> str:
+def journal_url_or_exit(given: str | None) -> str:
     """The journal URL a command uses, or exit 2 saying how to give one.
 
     ``given``, else ``SAGACITY_DATABASE_URL``, else the running dev stack's embedded Postgres

@@ -15,7 +15,7 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import TypeAdapter, ValidationError
 
-from sagacity.cli.db import _database_url
+from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.bundle import NO_CHECKPOINTS, NO_SIGNATURE, export_bundle, manifest_digest
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
@@ -179,7 +179,7 @@ def export(
         raise _fail("name sagas, or give --since/--until, or --purge for retention", 2)
     if older_than is not None and not purge:
         raise _fail("--older-than goes with --purge", 2)
-    url = _database_url(database_url)
+    url = journal_url_or_exit(database_url)
     try:
         if purge:
             writer = CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key)

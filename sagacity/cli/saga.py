@@ -34,6 +34,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.suspects import Resolution, resolve_suspect
 from sagacity.cli._exit import exit_now, hard_exit
+from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import InvalidInput, SagacityError, SagaNotFound
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
@@ -604,11 +605,10 @@ def journal(
 
     async def work() -> int:
         settings = _settings()
-        if not settings.database_url:
-            raise _Usage("no journal database: set SAGACITY_DATABASE_URL")
+        url = journal_url_or_exit(None)  # as `verify` finds it: the dev stack's, when unset
         checkpoints = _anchors(settings)
         # two connections: verify_journal streams rows while it looks up those anchors name
-        async with await JournalStore.open(settings.database_url, max_size=2) as store:
+        async with await JournalStore.open(url, max_size=2) as store:
             rows = await store.read(saga)
             if checkpoints is None:
                 report = saga_report(verify_rows(saga, rows), [])

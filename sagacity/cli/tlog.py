@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from sagacity.cli.db import _database_url
+from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.keys import load_private_key, load_public_key, verifying_key
 from sagacity.evidence.note import NoteKey
@@ -119,7 +119,7 @@ def integrate(
 ) -> None:
     """Append the journal rows the log lacks and publish a signed tree head (one pass)."""
     settings = _settings()
-    url = _database_url(database_url)
+    url = journal_url_or_exit(database_url)
     folder = _folder(checkpoint_dir, settings)
     if settings.signing_key is None:
         raise _fail("no signing key: set SAGACITY_SIGNING_KEY")
@@ -178,7 +178,7 @@ def verify(
 ) -> None:
     """Recompute the log from its leaves and the journal; check every published head."""
     settings = _settings()
-    url = _database_url(database_url)
+    url = journal_url_or_exit(database_url)
     heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
 
     async def run() -> tuple[int, int, LogVerifier]:
@@ -269,7 +269,7 @@ def prove(
     if saga is None or out is None:
         raise _fail("give a saga and --out DIR, or --check DIR")
     settings = _settings()
-    url = _database_url(database_url)
+    url = journal_url_or_exit(database_url)
     heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
 
     async def run() -> tuple[int, int, int]:

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from temporalio.client import Client
 
 from sagacity.cli._exit import hard_exit
-from sagacity.cli.db import _database_url
+from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.bundle import BundleVerdict, BundleVerifier, judge
@@ -341,7 +341,7 @@ def verify(
     if allow_unanchored:
         raise _usage("--allow-unanchored goes with --bundle")
     saga_ids = _saga_ids(sagas, all_)
-    url = _database_url(database_url)
+    url = journal_url_or_exit(database_url)
     checkpoints = None
     folder = checkpoint_dir or settings.checkpoint_dir
     if folder is None:
