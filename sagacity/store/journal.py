@@ -470,10 +470,28 @@ def _phase(raw: str) -> Phase:
         return cast(Phase, raw)
 
 
+#: What a NULL in a hashed column reads as. The table refuses NULLs, so one means the table was
+#: altered; Postgres text cannot hold a NUL character, so the row fails its hash check and is
+#: reported, instead of the reader failing before verification.
+_NULL_TEXT = "\x00"
+_NULL_TIME = datetime(1, 1, 1, tzinfo=UTC)
+
+
 def _entry(row: tuple[Any, ...]) -> Entry:
     saga_id, seq, tool_name, phase, input_, payload, timestamp, hash_ = row
+
+    def text(value: str | None) -> str:
+        return _NULL_TEXT if value is None else value
+
     return Entry(
-        saga_id, seq, tool_name, _phase(phase), input_, payload, utc_micros(timestamp), hash_
+        saga_id,
+        seq,
+        text(tool_name),
+        _phase(text(phase)),
+        text(input_),
+        text(payload),
+        _NULL_TIME if timestamp is None else utc_micros(timestamp),
+        hash_ or "",
     )
 
 

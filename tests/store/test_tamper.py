@@ -130,3 +130,24 @@ async def test_verify_all_reports_each_saga(
     assert by_id[clean] == chosen[2]
     assert by_id[tampered].problem == chosen[0].problem
     assert empty not in by_id
+
+
+@pytest.mark.parametrize("column", ["input", "payload", "tool_name", "phase", "timestamp", "hash"])
+async def test_a_null_the_owner_allowed_is_reported_not_a_crash(
+    store: JournalStore, owner: psycopg.AsyncConnection, saga_id: str, column: str
+) -> None:
+    """The table refuses NULLs; an owner who drops the constraint gets the row reported."""
+    await six_rows(store, saga_id)
+    await owner.execute(f"ALTER TABLE side_effect_journal ALTER COLUMN {column} DROP NOT NULL")
+    try:
+        await owner.execute(
+            f"UPDATE side_effect_journal SET {column} = NULL WHERE saga_id = %s AND seq = 3",
+            (saga_id,),
+        )
+        verdict = await store.verify(saga_id)
+        assert verdict.problem is not None
+        assert (verdict.problem.fault, verdict.problem.seq) == (Fault.HASH_MISMATCH, 3)
+        assert verdict.head_seq == 2
+    finally:
+        await owner.execute("DELETE FROM side_effect_journal WHERE saga_id = %s", (saga_id,))
+        await owner.execute(f"ALTER TABLE side_effect_journal ALTER COLUMN {column} SET NOT NULL")
