@@ -9,8 +9,23 @@ from typing import Any, TypeVar
 import typer
 
 from sagacity.errors import InvalidInput, SagacityError
+from sagacity.settings import Settings, load_settings
 
 T = TypeVar("T")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Say ``message`` on stderr; the exit to raise (2: usage or settings)."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def settings_or_exit() -> Settings:
+    """The settings, or exit 2 saying what is wrong with them."""
+    try:
+        return load_settings()
+    except SagacityError as exc:
+        raise fail(str(exc)) from None
 
 
 def run_or_exit(work: Coroutine[Any, Any, T]) -> T:

@@ -19,7 +19,8 @@ from typing import Annotated, Any
 
 import typer
 
-from sagacity.cli.db import DatabaseUrl, _settings, journal_url_or_exit
+from sagacity.cli._common import settings_or_exit
+from sagacity.cli.db import DatabaseUrl, journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.store.journal import JournalStore
@@ -82,7 +83,7 @@ def baseline(
     Uses SAGACITY_SIGNING_KEY and SAGACITY_CHECKPOINT_DIR, as workers do. Exit 1 when some saga
     was not signed: its chain does not verify, or (named) it has no rows; each is listed.
     """
-    settings = _settings()
+    settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     try:
         writer = CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key)

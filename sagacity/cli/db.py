@@ -13,10 +13,8 @@ from typing import Annotated
 
 import typer
 
-from sagacity.cli._common import run_or_exit
+from sagacity.cli._common import run_or_exit, settings_or_exit
 from sagacity.devstack import running_dev_database
-from sagacity.errors import SagacityError
-from sagacity.settings import Settings, load_settings
 from sagacity.store.migrate import APP_ROLE, apply_grants, migrate
 
 __all__ = ["app"]
@@ -48,12 +46,6 @@ OwnerUrl = Annotated[
 ]
 
 
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except SagacityError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
 
 
 def journal_url_or_exit(given: str | None) -> str:
@@ -62,7 +54,7 @@ def journal_url_or_exit(given: str | None) -> str:
     ``given``, else ``SAGACITY_DATABASE_URL``, else the running dev stack's embedded Postgres
     (as ``sagacity_app``), found under the data folder as every dev-stack command finds it.
     """
-    settings = _settings()
+    settings = settings_or_exit()
     url = given or settings.database_url or running_dev_database(settings.data_dir)
     if not url:
         typer.echo(
@@ -76,7 +68,7 @@ def journal_url_or_exit(given: str | None) -> str:
 
 def _owner_url(given: str | None) -> str:
     """The tables' owner's URL, or exit 2 saying how to give one."""
-    settings = _settings()
+    settings = settings_or_exit()
     url = given or settings.owner_database_url or settings.database_url
     if not url:
         typer.echo(

@@ -15,6 +15,7 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import TypeAdapter, ValidationError
 
+from sagacity.cli._common import fail, settings_or_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.bundle import NO_CHECKPOINTS, NO_SIGNATURE, export_bundle, manifest_digest
@@ -27,7 +28,6 @@ from sagacity.evidence.keys import (
     verifying_key,
 )
 from sagacity.evidence.retention import run_retention
-from sagacity.settings import Settings, load_settings
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
 from sagacity.store.retention import RetentionStore
@@ -38,16 +38,8 @@ __all__ = ["export", "keygen"]
 _PAGE = 1000
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
 
 
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except SagacityError as exc:
-        raise _fail(str(exc), 2) from None
 
 
 def _period(text: str | None, default: timedelta) -> timedelta:
@@ -56,7 +48,7 @@ def _period(text: str | None, default: timedelta) -> timedelta:
     try:
         return TypeAdapter(timedelta).validate_python(text)
     except ValidationError:
-        raise _fail(
+        raise fail(
             f"--older-than {text!r}: give an ISO 8601 duration (P183D) or seconds", 2
         ) from None
 
@@ -170,15 +162,15 @@ def export(
     without that signature is unanchored: a warning says what it cannot show, and verifiers
     refuse it unless given --allow-unanchored.
     """
-    settings = _settings()
+    settings = settings_or_exit()
     if purge and (sagas or since or until):
-        raise _fail(
+        raise fail(
             "--purge picks sagas by --older-than; it takes no saga ids or --since/--until", 2
         )
     if not purge and not (sagas or since or until):
-        raise _fail("name sagas, or give --since/--until, or --purge for retention", 2)
+        raise fail("name sagas, or give --since/--until, or --purge for retention", 2)
     if older_than is not None and not purge:
-        raise _fail("--older-than goes with --purge", 2)
+        raise fail("--older-than goes with --purge", 2)
     url = journal_url_or_exit(database_url)
     try:
         if purge:
@@ -206,7 +198,7 @@ def export(
                 "unanchored": _unanchored(manifest),
             }
     except SagacityError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     for warning in result.get("unanchored", []):
         # verifiers will refuse this bundle without --allow-unanchored: say so at export time
         typer.echo(f"warning: UNANCHORED bundle: {warning}", err=True)
@@ -241,7 +233,7 @@ def keygen(
     try:
         key = generate_key(path)
     except SagacityError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     public = path.with_name(path.name + ".pub")
     public.write_bytes(public_pem(key.public_key()))
     typer.echo(

@@ -16,13 +16,14 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from sagacity.cli._common import fail, settings_or_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.keys import load_private_key, load_public_key, verifying_key
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
 from sagacity.evidence.tlog import HeadLog, LogVerifier, Sequencer, prove_saga
-from sagacity.settings import Settings, load_settings
+from sagacity.settings import Settings
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
 from sagacity.store.tlog import TlogStore
@@ -62,22 +63,14 @@ PublicKey = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
 
 
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except SagacityError as exc:
-        raise _fail(str(exc)) from None
 
 
 def _folder(given: Path | None, settings: Settings) -> Path:
     folder = given or settings.checkpoint_dir
     if folder is None:
-        raise _fail("no checkpoint directory: set SAGACITY_CHECKPOINT_DIR or pass --checkpoint-dir")
+        raise fail("no checkpoint directory: set SAGACITY_CHECKPOINT_DIR or pass --checkpoint-dir")
     return folder
 
 
@@ -89,9 +82,9 @@ def _public_key(given: Path | None, settings: Settings) -> Ed25519PublicKey:
             else verifying_key(settings.checkpoint_public_key, settings.signing_key)
         )
     except SagacityError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if key is None:
-        raise _fail(
+        raise fail(
             "no key to check tree heads with: pass --public-key or set SAGACITY_SIGNING_KEY"
         )
     return key
@@ -118,11 +111,11 @@ def integrate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Append the journal rows the log lacks and publish a signed tree head (one pass)."""
-    settings = _settings()
+    settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     folder = _folder(checkpoint_dir, settings)
     if settings.signing_key is None:
-        raise _fail("no signing key: set SAGACITY_SIGNING_KEY")
+        raise fail("no signing key: set SAGACITY_SIGNING_KEY")
 
     async def run() -> tuple[int, int, bool]:
         key = load_private_key(settings.signing_key) if settings.signing_key else None
@@ -139,7 +132,7 @@ def integrate(
     try:
         appended, size, published = asyncio.run(run())
     except SagacityError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     if as_json:
         typer.echo(json.dumps({"appended": appended, "size": size, "published": published}))
     elif published:
@@ -151,11 +144,11 @@ def integrate(
 @app.command("head")
 def head(checkpoint_dir: CheckpointDir = None, public_key: PublicKey = None) -> None:
     """Print the latest published tree head (a signed C2SP checkpoint) and the log's key."""
-    settings = _settings()
+    settings = settings_or_exit()
     key = _public_key(public_key, settings)
     latest = HeadLog(_folder(checkpoint_dir, settings), key).latest()
     if latest is None:
-        raise _fail("no tree head published yet: run `sagacity log integrate`", 1)
+        raise fail("no tree head published yet: run `sagacity log integrate`", 1)
     typer.echo(latest.note, nl=False)
     typer.echo(f"\nverifier key: {NoteKey(latest.head.origin, key).vkey()}", err=True)
 
@@ -177,7 +170,7 @@ def verify(
     ] = False,
 ) -> None:
     """Recompute the log from its leaves and the journal; check every published head."""
-    settings = _settings()
+    settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
 
@@ -211,7 +204,7 @@ def verify(
     try:
         failed, warnings, checker = asyncio.run(run())
     except SagacityError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     size = checker.latest.head.size if checker.latest else 0
     summary = {
         "ok": not failed,
@@ -263,12 +256,12 @@ def prove(
     """Write a saga's rows with inclusion proofs in the latest tree head, or check such a bundle."""
     if check is not None:
         if saga is not None or out is not None:
-            raise _fail("--check verifies a bundle; it takes no saga or --out")
+            raise fail("--check verifies a bundle; it takes no saga or --out")
         _check(check, public_key, witness or [])
         return
     if saga is None or out is None:
-        raise _fail("give a saga and --out DIR, or --check DIR")
-    settings = _settings()
+        raise fail("give a saga and --out DIR, or --check DIR")
+    settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
 
@@ -283,7 +276,7 @@ def prove(
     try:
         rows, later, size = asyncio.run(run())
     except SagacityError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     typer.echo(f"{out}: {rows} rows of saga {saga!r}, each proved in tree head {size}")
     if later:
         typer.echo(
@@ -300,10 +293,10 @@ def _check(path: Path, public_key: Path | None, witnesses: list[str]) -> None:
         for item in witnesses:
             name, sep, file = item.partition("=")
             if not (sep and name and file):
-                raise _fail(f"--witness {item!r}: give NAME=PUBLIC_KEY_FILE")
+                raise fail(f"--witness {item!r}: give NAME=PUBLIC_KEY_FILE")
             keys.append(NoteKey(name, load_public_key(Path(file)), 0x04))
     except SagacityError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     report = check_proof_bundle(path, key, keys)
     for problem in report.problems:
         typer.echo(f"FAILED  {problem}")
