@@ -25,6 +25,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from uuid import uuid4
 
@@ -82,14 +83,21 @@ def endpoints(dev_stack: DevStack) -> Endpoints:
     return dev_stack.endpoints
 
 
-@pytest.fixture(scope="session")
-async def _test_database(endpoints: Endpoints) -> AsyncIterator[tuple[str, str]]:
-    name = f"sagacity_test_{uuid4().hex[:12]}"
+@contextlib.asynccontextmanager
+async def scratch_database(endpoints: Endpoints, prefix: str) -> AsyncIterator[tuple[str, str]]:
+    """A fresh database set up as a new user's is: (the owner's URL, the app role's URL)."""
+    name = f"{prefix}_{uuid4().hex[:12]}"
     owner = await ensure_database(endpoints.database_url, name)
     try:
         yield owner, await provision(owner)
     finally:
         await drop_database(endpoints.database_url, name)
+
+
+@pytest.fixture(scope="session")
+async def _test_database(endpoints: Endpoints) -> AsyncIterator[tuple[str, str]]:
+    async with scratch_database(endpoints, "sagacity_test") as urls:
+        yield urls
 
 
 @pytest.fixture(scope="session")

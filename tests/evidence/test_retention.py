@@ -18,9 +18,9 @@ from sagacity.evidence.bundle import manifest_digest, verify_bundle
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.retention import run_retention
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, seal
-from sagacity.store import JournalStore, Pool, open_pool, provision
-from sagacity.store.databases import drop_database, ensure_database
+from sagacity.store import JournalStore, Pool, open_pool
 from sagacity.store.retention import RetentionStore
+from tests.conftest import scratch_database
 from tests.evidence.conftest import anchored_saga, retention_login
 from tests.evidence.test_tamper_suite import insert
 
@@ -31,12 +31,8 @@ LONG_AGO = datetime.now(UTC) - timedelta(days=200)
 # rows other tests write (without this module's checkpoints) are not theirs to purge.
 @pytest.fixture(scope="module")
 async def _retention_database(endpoints: Endpoints) -> AsyncIterator[tuple[str, str]]:
-    name = f"sagacity_retention_{uuid.uuid4().hex[:12]}"
-    owner = await ensure_database(endpoints.database_url, name)
-    try:
-        yield owner, await provision(owner)
-    finally:
-        await drop_database(endpoints.database_url, name)
+    async with scratch_database(endpoints, "sagacity_retention") as urls:
+        yield urls
 
 
 @pytest.fixture(scope="module")
