@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from sagacity.errors import SettingsError
+from sagacity.evidence.redaction import DEFAULT_RULES, Redactor, Rule, parse_rules
 
 
 class Settings(BaseSettings):
@@ -142,6 +143,30 @@ class Settings(BaseSettings):
         default=None,
         description="who may decide which tool via CLI/HTTP: `tool=alice|bob,*=carol`; unset: anyone",
     )
+
+    redact: Annotated[tuple[Rule, ...], NoDecode] = Field(
+        default=(),
+        description="redaction rules a worker applies before journaling, ahead of the built-in "
+        "ones: `field[:redact|hash][@tool-pattern]`, comma-separated (a list in TOML)",
+    )
+    redact_defaults: bool = Field(
+        default=True,
+        description="apply the built-in rules (api_key, token, password, secret …) after "
+        "`redact`; false: only `redact`'s",
+    )
+
+    @field_validator("redact", mode="before")
+    @classmethod
+    def _parse_redact(cls, value: object) -> object:
+        if isinstance(value, list):
+            if not all(isinstance(item, str) for item in value):
+                raise ValueError("expected rules as text: `field[:action][@tool-pattern]`")
+            value = ",".join(value)
+        return parse_rules(value) if isinstance(value, str) else value
+
+    def redactor(self) -> Redactor:
+        """The redactor of ``redact`` and, unless ``redact_defaults`` is false, the built-ins."""
+        return Redactor((*self.redact, *(DEFAULT_RULES if self.redact_defaults else ())))
 
     @field_validator("approval_tokens", mode="before")
     @classmethod

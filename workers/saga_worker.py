@@ -10,7 +10,8 @@ worker should log in as ``sagacity_app``, which may only insert and read journal
 checks that: a role that can rewrite the journal is logged as a warning, and refused with
 ``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise. With the
 checkpoint settings (on by default under ``sagacity dev``) it also runs the transparency log's
-sequencer every ``SAGACITY_LOG_INTERVAL`` (10 s).
+sequencer every ``SAGACITY_LOG_INTERVAL`` (10 s). Its redaction rules are ``SAGACITY_REDACT`` and
+``SAGACITY_REDACT_DEFAULTS``.
 
 On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
 ``SAGACITY_GRACEFUL_SHUTDOWN``, then exits 0; the sagas it was running continue on another worker
@@ -167,6 +168,7 @@ async def _running(
             approvals=approvals,
             tools=app.tools,
             workflows=app.workflows,
+            redactor=settings.redactor(),
             checkpoints=CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key),
             outage_window=settings.outage_window,
         )

@@ -12,6 +12,9 @@ matches, the value is replaced before the row is journaled (and hashed):
 Keys match by words, case-insensitively: ``api_key`` matches ``api_key``, ``X-Api-Key``,
 ``apiKey`` and ``stripe_api_key``; ``token`` matches ``refresh_token`` but not ``tokens_used``
 (its word is ``tokens``).
+
+Free text, such as an exception's message, is scrubbed by :func:`scrub` (see there): URL
+credentials, ``Bearer``/``Basic`` credentials, and the values of names the rules match.
 """
 
 from __future__ import annotations
@@ -26,9 +29,18 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
-from sagacity.journal import Draft, to_json
+from sagacity.journal import Draft, Phase, to_json
 
-__all__ = ["DEFAULT_RULES", "MARKER", "Action", "Redacted", "Redactor", "Rule"]
+__all__ = [
+    "DEFAULT_RULES",
+    "MARKER",
+    "Action",
+    "Redacted",
+    "Redactor",
+    "Rule",
+    "parse_rules",
+    "scrub",
+]
 
 T = TypeVar("T")
 
@@ -85,6 +97,27 @@ DEFAULT_RULES: tuple[Rule, ...] = tuple(
 )
 
 
+def parse_rules(text: str) -> tuple[Rule, ...]:
+    """Rules from ``field[:action][@tool-pattern]`` items separated by commas.
+
+    ``card_number:hash@pay_*`` hashes ``card_number`` in the tools whose names match ``pay_*``;
+    the action defaults to ``redact`` and the pattern to every tool. :class:`ValueError` names
+    the first item that is not a rule.
+    """
+    rules = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        spec, _, tools = (s.strip() for s in item.partition("@"))
+        field, sep, action = (s.strip() for s in spec.partition(":"))
+        if not words(field):
+            raise ValueError(f"{item!r}: no field name (letters or digits) before ':' or '@'")
+        if sep and action not in set(Action):
+            raise ValueError(f"{item!r}: the action is 'redact' or 'hash', not {action!r}")
+        if "@" in item and not tools:
+            raise ValueError(f"{item!r}: no tool pattern after '@'")
+        rules.append(Rule(field, Action(action) if sep else Action.REDACT, tools or "*"))
+    return tuple(rules)
+
+
 @dataclass(frozen=True, slots=True)
 class Redacted(Generic[T]):
     """A value with its secrets replaced, and where they were (JSON Pointers, RFC 6901)."""
@@ -113,6 +146,81 @@ def _first_match(rules: tuple[Rule, ...], key: str) -> Rule | None:
     """The first of ``rules`` whose field is in ``key``; keys repeat from call to call."""
     key_words = words(key)
     return next((r for r in rules if r.matches(key_words)), None)
+
+
+_TEXT_MARKER = re.compile(r"\[(?:redacted|sha256:[0-9a-f]{64})\]")
+# lengths are bounded and names start where a word does, so scrubbing stays linear in the text
+# a credential after its scheme: kept when it is a plain lowercase word ("the bearer of")
+_SCHEME = r"(?i:bearer|basic)\s+"
+_CREDENTIAL = r"[\w\-.~+/]+=*"
+_SCHEME_CREDENTIAL = re.compile(rf"(?P<scheme>{_SCHEME})(?P<value>{_CREDENTIAL})")
+_USERINFO = re.compile(r"(?P<scheme>(?<![\w+.\-])[a-zA-Z][\w+.\-]{0,31}://)(?P<value>[^\s/?#]+)@")
+# a bare value: up to a separator, and not ending in punctuation ("token=x, more")
+_VALUE = r"[^\s&#;\"'<>()\[\]{}]*[^\s&#;,.:\"'<>()\[\]{}]"
+# name=value, as in a query string or a log line; the value ends at a separator of either
+_PAIR = re.compile(
+    r"(?<![\w.\-])(?P<name>[A-Za-z_][\w.\-]{0,199})=(?P<value>"
+    rf"{_TEXT_MARKER.pattern}|\"[^\"]*\"|'[^']*'|(?:{_SCHEME})?{_VALUE})"
+)
+# "name": "value" or 'name': 'value' (JSON, a Python dict's repr), or a bare scalar value
+_QUOTED_PAIR = re.compile(
+    r"(?P<q>[\"'])(?P<name>[^\"'\s]{1,200})(?P=q)\s*:\s*(?P<value>"
+    r"\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|[^\s,\"'{}\[\]]+)"
+)
+
+
+def _text_marker(action: Action, value: str) -> str:
+    if action is Action.REDACT:
+        return "[redacted]"
+    return "[sha256:" + hashlib.sha256(value.encode("utf-8")).hexdigest() + "]"
+
+
+def _keep_quotes(value: str, marker: str) -> str:
+    """``marker`` in place of ``value``, inside the quotes ``value`` had."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[0] + marker + value[0]
+    return marker
+
+
+def scrub(text: str, rules: Iterable[Rule] = DEFAULT_RULES) -> str:
+    """``text`` with its credentials replaced by ``[redacted]`` (or ``[sha256:<hex>]``).
+
+    Whatever the rules: the userinfo of a URL (``https://[redacted]@host``) and the credential
+    after ``Bearer`` or ``Basic``, unless it is a plain lowercase word. By the rules, matching
+    names by words as for JSON keys: ``name=value`` (query parameters too) and ``"name": value``
+    or ``'name': value``. So ``api_key=sk-1`` becomes ``api_key=[redacted]``, and with the
+    default rules ``token_count=5`` is scrubbed (its words hold ``token``, as the same JSON
+    key would be) while ``tokens_used=5`` is not. Scrubbing scrubbed text changes nothing.
+    """
+    rules = tuple(rules)
+
+    def pair(match: re.Match[str]) -> str:
+        value = match["value"]
+        rule = _first_match(rules, match["name"]) if rules else None
+        if rule is None or _TEXT_MARKER.fullmatch(value.strip("\"'")):
+            return match[0]
+        marker = _text_marker(rule.action, value.strip("\"'"))
+        return match[0][: match.start("value") - match.start()] + _keep_quotes(value, marker)
+
+    def credential(match: re.Match[str]) -> str:
+        value = match["value"]
+        if (value.isalpha() and value.islower()) or _TEXT_MARKER.fullmatch(value):
+            return match[0]
+        return match["scheme"] + "[redacted]"
+
+    def userinfo(match: re.Match[str]) -> str:
+        if _TEXT_MARKER.fullmatch(match["value"]):
+            return match[0]
+        return match["scheme"] + "[redacted]@"
+
+    text = _QUOTED_PAIR.sub(pair, text)
+    text = _PAIR.sub(pair, text)
+    text = _SCHEME_CREDENTIAL.sub(credential, text)
+    return _USERINFO.sub(userinfo, text)
+
+
+#: rows whose payload carries exception text, scrubbed before they are journaled
+_ERROR_PHASES = frozenset({Phase.FAILED, Phase.COMPENSATION_FAILED})
 
 
 class Redactor:
@@ -153,6 +261,10 @@ class Redactor:
         redacted = walk(value, ())
         return Redacted(redacted, tuple(paths)) if paths else Redacted(value)
 
+    def scrub(self, tool_name: str, text: str) -> str:
+        """``text`` (an exception's message, say) scrubbed with the rules of ``tool_name``."""
+        return scrub(text, self._for_tool(tool_name))
+
     def text(self, tool_name: str, json_text: str) -> Redacted[str]:
         """Redact JSON text; text that is not JSON, or needs nothing redacted, is kept byte for byte."""
         try:
@@ -162,13 +274,39 @@ class Redactor:
         done = self.apply(tool_name, value)
         return Redacted(to_json(done.value), done.paths) if done.paths else Redacted(json_text)
 
+    def _scrub_strings(self, tool_name: str, json_text: str) -> str:
+        """Every string in JSON text scrubbed; text that is not JSON is scrubbed as a whole."""
+        try:
+            value = json.loads(json_text)
+        except ValueError:
+            return self.scrub(tool_name, json_text)
+
+        def walk(node: Any) -> Any:
+            if isinstance(node, str):
+                return self.scrub(tool_name, node)
+            if isinstance(node, dict):
+                return {key: walk(item) for key, item in node.items()}
+            if isinstance(node, list):
+                return [walk(item) for item in node]
+            return node
+
+        scrubbed = walk(value)
+        return json_text if scrubbed == value else to_json(scrubbed)
+
     def draft(self, draft: Draft) -> Redacted[Draft]:
-        """``draft`` with its input and payload redacted; paths start ``/input`` or ``/payload``."""
+        """``draft`` with its input and payload redacted; paths start ``/input`` or ``/payload``.
+
+        A FAILED or COMPENSATION_FAILED payload holds exception text: its strings are scrubbed
+        too (this is not listed in the paths, which name whole fields).
+        """
         input_ = self.text(draft.tool_name, draft.input)
         payload = self.text(draft.tool_name, draft.payload)
         paths = tuple("/input" + p for p in input_.paths) + tuple(
             "/payload" + p for p in payload.paths
         )
-        if not paths:
+        text = payload.value
+        if draft.phase in _ERROR_PHASES and text:
+            text = self._scrub_strings(draft.tool_name, text)
+        if not paths and text == draft.payload:
             return Redacted(draft)
-        return Redacted(replace(draft, input=input_.value, payload=payload.value), paths)
+        return Redacted(replace(draft, input=input_.value, payload=text), paths)

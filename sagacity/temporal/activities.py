@@ -530,7 +530,8 @@ class SagaActivities:
                 and tool.tool.options.idempotent
                 and activity.info().attempt < _idempotent_attempts()
             ):
-                raise  # Temporal retries an idempotent tool; FAILED is written on the last try
+                # Temporal retries an idempotent tool; FAILED is written on the last try
+                raise self._scrubbed(req.tool_name, exc) from None
             return await self._failed(req, intent_row, exc, effect_unknown=not clean)
         try:
             payload = to_json(result)
@@ -552,7 +553,24 @@ class SagaActivities:
     ) -> CallOutcome:
         error = ErrorInfo(type=type(exc).__name__, message=str(exc) or type(exc).__name__)
         payload = failure_payload(error, effect_unknown=effect_unknown)
+        # the row's draft scrubs the message, and the outcome is read back from the row
         return await self._record(req, intent_row, CallStatus.FAILED, payload)
+
+    def _scrubbed(self, tool_name: str, exc: Exception) -> ApplicationError:
+        """``exc`` as it may leave the activity for Temporal's history and logs: its text
+        scrubbed, its type and retryability kept, its chain (unscrubbed text) dropped."""
+        message = self.redactor.scrub(tool_name, str(exc) or type(exc).__name__)
+        if isinstance(exc, ApplicationError):
+            return ApplicationError(
+                message,
+                *exc.details,
+                type=exc.type or type(exc).__name__,
+                non_retryable=exc.non_retryable,
+                next_retry_delay=exc.next_retry_delay,
+            )
+        return ApplicationError(
+            message, type=type(exc).__name__, non_retryable=isinstance(exc, _FINAL)
+        )
 
     async def _invoke(self, req: CallRequest, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
         token = set_current_call(CallInfo(req.saga_id, req.seq, activity.info().attempt))
@@ -723,10 +741,14 @@ class SagaActivities:
             attempt=activity.info().attempt,
             failed=req.failed,
         )
-        if inspect.iscoroutinefunction(tool.compensation):
-            await tool.compensation(ctx)
-        else:
-            await asyncio.to_thread(tool.compensation, ctx)
+        try:
+            if inspect.iscoroutinefunction(tool.compensation):
+                await tool.compensation(ctx)
+            else:
+                await asyncio.to_thread(tool.compensation, ctx)
+        except Exception as exc:
+            # journaled by the workflow as COMPENSATION_FAILED once the retries run out
+            raise self._scrubbed(req.tool_name, exc) from None
 
 
 def _idempotent_attempts() -> int:

@@ -41,9 +41,9 @@ class SagacityPlugin(SimplePlugin):
     signalled and queried. With a journal and tools it also registers the saga workflow and
     activities on every worker. Tool declarations are checked here, at worker start.
     ``redactor`` (default: secrets by name) rewrites inputs and results before they are
-    journaled; ``checkpoints`` signs each new chain head, and each ended saga's seal, into a
-    directory outside Postgres; ``outage_window`` is how long activities wait out a journal
-    database outage.
+    journaled, and scrubs tools' exception text; ``checkpoints`` signs each new chain head, and
+    each ended saga's seal, into a directory outside Postgres; ``outage_window`` is how long
+    activities wait out a journal database outage.
     """
 
     def __init__(

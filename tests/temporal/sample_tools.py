@@ -120,6 +120,40 @@ def wire(amount: int, api_token: str) -> str:
     return f"wire-{amount}"
 
 
+#: credentials the ``leak`` tools put in their exception text, as HTTP clients do; none of them
+#: may reach the journal, Temporal's history or the logs
+LEAKED_SECRETS = ("hunter2", "sk-live-123", "abc.def", "s3cr3t-v4l", "tok-999")
+_LEAKY_MESSAGE = (
+    "GET https://bob:hunter2@api.example.com/v1?api_key=sk-live-123&page=2 failed: 401 "
+    "{'Authorization': 'Bearer abc.def', 'X-Request-Id': 'r-1'}"
+)
+
+
+@compensable(by="unleak")
+def leak(fail: bool) -> str:
+    """Fails, when told to, with its request's credentials in the message; its undo always does."""
+    if fail:
+        raise PermissionError(_LEAKY_MESSAGE)
+    return "leaked"
+
+
+def unleak(ctx: CompensationContext) -> None:
+    raise ConnectionError(f"undo refused: password=s3cr3t-v4l, token=tok-999 ({_LEAKY_MESSAGE})")
+
+
+#: calls of ``leak_once`` so far
+LEAK_CALLS: list[str] = []
+
+
+@compensable(by="forget_lookup", idempotent=True)
+def leak_once(key: str) -> str:
+    """Idempotent: its first call raises with credentials in the message, then it answers."""
+    LEAK_CALLS.append(key)
+    if len(LEAK_CALLS) == 1:
+        raise ConnectionError(_LEAKY_MESSAGE)
+    return key
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
     wire,
     stall,
@@ -130,4 +164,6 @@ TOOLS: list[CompensableTool[..., Any]] = [
     explode,
     decline,
     flaky_lookup,
+    leak,
+    leak_once,
 ]
