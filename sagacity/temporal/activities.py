@@ -308,12 +308,7 @@ class SagaActivities:
             )
         if owner.claimed_now and req.after_seq == 0:
             if not owner.had_rows:
-                return SagaOpened(
-                    tools=self._catalog(brief=True),
-                    rows=[],
-                    seals=self.checkpoints is not None,
-                    brief=True,
-                )  # a new saga
+                return self._opened([], more=False)  # a new saga
             # rows with no owner: written before ownership was recorded, by another run
             first = await self._outlast(lambda: self.journal.after(req.saga_id, 0, limit=1))
             written = (
@@ -333,10 +328,8 @@ class SagaActivities:
         rows = await self._outlast(
             lambda: self.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
         )
-        return SagaOpened(
-            tools=self._catalog(brief=True),
-            brief=True,
-            rows=[
+        return self._opened(
+            [
                 JournalRow(
                     seq=e.seq,
                     tool_name=e.tool_name,
@@ -348,7 +341,16 @@ class SagaActivities:
                 for e in rows[: req.limit]
             ],
             more=len(rows) > req.limit,
+        )
+
+    def _opened(self, rows: list[JournalRow], *, more: bool) -> SagaOpened:
+        """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals."""
+        return SagaOpened(
+            tools=self._catalog(brief=True),
+            rows=rows,
+            more=more,
             seals=self.checkpoints is not None,
+            brief=True,
         )
 
     @activity.defn(name=APPEND)
