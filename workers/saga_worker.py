@@ -187,25 +187,26 @@ async def _running(
         # the transparency log, beside the tool calls on a small pool of its own (several
         # workers take turns); it returns at once when the checkpoint settings are unset
         every = settings.log_interval.total_seconds()
-        background = [task]
-        if every > 0:
-            background.append(
-                asyncio.create_task(
-                    run_sequencer(
-                        database_url, settings.checkpoint_dir, settings.signing_key, every=every
-                    )
+        sequencer = (
+            asyncio.create_task(
+                run_sequencer(
+                    database_url, settings.checkpoint_dir, settings.signing_key, every=every
                 )
             )
+            if every > 0
+            else None
+        )
         try:
             yield _Running(worker, task, approvals)
         finally:
             if not task.done():
                 await worker.shutdown()
-            for running in background:
-                running.cancel()  # the worker's task is done by now; the sequencer is not
-                with contextlib.suppress(asyncio.CancelledError):
-                    await running
-
+            if sequencer is not None:
+                sequencer.cancel()
+            for running in (task, sequencer):
+                if running is not None:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await running
 
 @contextlib.asynccontextmanager
 async def running_worker(
