@@ -87,7 +87,7 @@ def agent_plugins(
 ) -> list[SimplePlugin]:
     """All plugins of a client whose workers run agent sagas (and the plain saga workflow).
 
-    ``checkpoints`` signs each new chain head, as a plain worker's do.
+    ``checkpoints`` signs the chain head each activity leaves, as a plain worker's do.
     """
     others = [w for w in workflows if w is not AgentSagaWorkflow]
     return [

@@ -59,6 +59,7 @@ from sagacity.temporal.models import (
     RowRef,
     SagaOpen,
     SagaOpened,
+    SagaState,
     SealRequest,
     ToolSpec,
     failure_payload,
@@ -219,9 +220,20 @@ class SagaActivities:
         return self.redactor.draft(Draft(saga_id, tool_name, phase, input, payload)).value
 
     async def _append_at(
-        self, draft: Draft, *, seq: int, prev_hash: str, exclusive: bool = False
+        self,
+        draft: Draft,
+        *,
+        seq: int,
+        prev_hash: str,
+        exclusive: bool = False,
+        anchor: bool = True,
+        seal_as: SagaState | None = None,
     ) -> Entry:
-        """Append at ``seq``; a different row there means the journal moved on without us."""
+        """Append at ``seq``; a different row there means the journal moved on without us.
+
+        ``anchor``: checkpoint the new head (off for a row the same activity follows with
+        another); ``seal_as``: seal it as the saga's end instead.
+        """
         try:
             entry = await self._outlast(
                 lambda: self.journal.append_at(
@@ -232,7 +244,8 @@ class SagaActivities:
             raise
         except SeqConflict as exc:
             raise JournalAhead(str(exc)) from exc
-        self._checkpoint(entry)
+        if anchor:
+            self._checkpoint(entry, seal_as)
         return entry
 
     async def _at_tail(self, entry: Entry) -> None:
@@ -244,12 +257,16 @@ class SagaActivities:
                 f"(the journal goes on to seq {head.seq})"
             )
 
-    def _checkpoint(self, entry: Entry) -> None:
-        # the head also lives outside Postgres, signed, so a rewrite or a cut tail shows
+    def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> None:
+        # the head also lives outside Postgres, signed, so a rewrite or a cut tail shows; a seal
+        # is a checkpoint too, that also says no row may follow
         if self.checkpoints is None:
             return
         try:
-            self.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
+            if seal_as is None:
+                self.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
+            else:
+                self.checkpoints.seal(entry.saga_id, entry.seq, entry.hash, seal_as.value)
         except EvidenceUnavailable as exc:
             # the row is written; failing now would make its retry guess what happened. The
             # next row's checkpoint covers this head too.
@@ -350,6 +367,7 @@ class SagaActivities:
             rows=rows,
             more=more,
             seals=self.checkpoints is not None,
+            seals_in_calls=self.checkpoints is not None,
             brief=True,
         )
 
@@ -420,8 +438,10 @@ class SagaActivities:
             if refusal is not None:
                 return refusal
         try:
+            # the outcome's checkpoint covers INTENT through the chain; a worker that dies
+            # mid-call leaves it to the transparency log's next pass
             intent_row = await self._append_at(
-                intent, seq=req.seq, prev_hash=req.prev_hash, exclusive=True
+                intent, seq=req.seq, prev_hash=req.prev_hash, exclusive=True, anchor=False
             )
         except SeqTaken:
             # an overlapping attempt of this call wrote INTENT first: the call is its own
@@ -453,6 +473,8 @@ class SagaActivities:
         outcome_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq + 1))
         if outcome_row is not None:
             await self._at_tail(outcome_row)
+            # the attempt that wrote it may have died before its checkpoint or seal
+            self._checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
             await self._consume_approval(req)
             return _outcome_from_row(intent_row, outcome_row)
         await self._at_tail(intent_row)
@@ -604,7 +626,9 @@ class SagaActivities:
             # the call SUSPECT
             beats.outcome = (status.value, draft.payload)
         try:
-            row = await self._append_at(draft, seq=req.seq + 1, prev_hash=intent_row.hash)
+            row = await self._append_at(
+                draft, seq=req.seq + 1, prev_hash=intent_row.hash, seal_as=_seal_as(req, phase)
+            )
         except InvalidEntry as exc:
             if status is not CallStatus.EXECUTED:
                 raise
@@ -698,7 +722,9 @@ class SagaActivities:
                     if written is not None:
                         return written
                     await self._undo(req, tool)
-                    row = await self._append_at(done, seq=req.seq, prev_hash=req.prev_hash)
+                    row = await self._append_at(
+                        done, seq=req.seq, prev_hash=req.prev_hash, seal_as=req.seal_as
+                    )
                     return [_ref(row)]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
@@ -730,6 +756,8 @@ class SagaActivities:
                 f"{existing.phase}, not this compensation"
             )
         await self._at_tail(existing)
+        # the attempt that wrote it may have died before its checkpoint or seal
+        self._checkpoint(existing, req.seal_as)
         return [_ref(existing)]
 
     async def _undo(self, req: CompensateRequest, tool: RegisteredTool) -> None:
@@ -751,6 +779,11 @@ class SagaActivities:
         except Exception as exc:
             # journaled by the workflow as COMPENSATION_FAILED once the retries run out
             raise self._scrubbed(req.tool_name, exc) from None
+
+
+def _seal_as(req: CallRequest, outcome: Phase) -> SagaState | None:
+    """The state to seal a call's outcome row in: a FAILED call compensates, so only EXECUTED."""
+    return req.seal_as if outcome is Phase.EXECUTED else None
 
 
 def _idempotent_attempts() -> int:

@@ -85,6 +85,8 @@ class CallRequest(BaseModel):
     approved_input_hash: str | None = None
     #: the stored request's ``input_hash`` when it was made: an edited request does not verify
     approved_request_hash: str | None = None
+    #: the saga ends in this state if the call executes: its outcome row is sealed as the end
+    seal_as: SagaState | None = None
 
     @cached_property
     def input_json(self) -> str:
@@ -148,6 +150,8 @@ class CompensateRequest(BaseModel):
     failed: bool = False
     #: input and result are to be read from the journal rows of ``call_seq``
     by_ref: bool = False
+    #: this is the saga's last row: seal it as the end, in this state
+    seal_as: SagaState | None = None
 
 
 class ApprovalOpen(BaseModel):
@@ -266,6 +270,9 @@ class SagaOpened(BaseModel):
     brief: bool = False
     #: the worker signs checkpoints, so the saga seals its end (absent in older histories)
     seals: bool = False
+    #: a call or compensation that writes the saga's last row seals it in the same activity, so
+    #: the end needs no local activity (absent in older histories: they seal with one)
+    seals_in_calls: bool = False
 
 
 class SagaState(StrEnum):

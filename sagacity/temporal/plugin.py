@@ -21,10 +21,13 @@ from sagacity.temporal.workflow import SagaWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
 
 
-def _sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
-    # sagacity's own modules are deterministic and stateless at import: load them once per
-    # worker rather than once per workflow run. A sandbox another plugin configured keeps its
-    # own passthroughs; an unsandboxed runner is left as its owner chose.
+def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
+    """The workflow sandbox a worker with this plugin runs sandboxed workflows in.
+
+    Sagacity's own modules are deterministic and stateless at import: loaded once per worker
+    rather than once per workflow run. A sandbox another plugin configured keeps its own
+    passthroughs; an unsandboxed runner is left as its owner chose.
+    """
     if existing is None:
         existing = SandboxedWorkflowRunner()
     if not isinstance(existing, SandboxedWorkflowRunner):
@@ -41,9 +44,9 @@ class SagacityPlugin(SimplePlugin):
     signalled and queried. With a journal and tools it also registers the saga workflow and
     activities on every worker. Tool declarations are checked here, at worker start.
     ``redactor`` (default: secrets by name) rewrites inputs and results before they are
-    journaled, and scrubs tools' exception text; ``checkpoints`` signs each new chain head, and
-    each ended saga's seal, into a directory outside Postgres; ``outage_window`` is how long
-    activities wait out a journal database outage.
+    journaled, and scrubs tools' exception text; ``checkpoints`` signs the chain head each
+    activity leaves, and each ended saga's seal, into a directory outside Postgres;
+    ``outage_window`` is how long activities wait out a journal database outage.
     """
 
     def __init__(
@@ -75,6 +78,6 @@ class SagacityPlugin(SimplePlugin):
             data_converter=pydantic_data_converter,
             activities=activities,
             workflows=[SagaWorkflow, *workflows] if journal is not None else None,
-            workflow_runner=_sandbox,
+            workflow_runner=sandbox,
         )
         self.tools = registry

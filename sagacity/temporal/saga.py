@@ -163,8 +163,14 @@ class Saga:
         self.needs_attention: str | None = None
         self._lock = asyncio.Lock()
         self._catalog: dict[str, ToolSpec] | None = None
-        #: whether the worker seals ended sagas, as ``open_saga`` recorded it in the history
+        #: whether the worker seals ended sagas, and does so in the activity that writes the last
+        #: row, as ``open_saga`` recorded it in the history
         self._seals = False
+        self._seals_in_calls = False
+        #: the saga is ending: the next call (``call_last``) or compensation may be its last row
+        self._ending = False
+        #: the head and state an activity sealed as the saga's end
+        self._sealed: tuple[int, SagaState] | None = None
         #: the catalog lacks descriptions and schemas (see :meth:`tools`)
         self._brief = False
         self._abort: Abort | None = None
@@ -317,7 +323,7 @@ class Saga:
                 ) from None
             if self._catalog is None or self._brief:  # a described catalog is kept
                 self._catalog, self._brief = {s.name: s for s in opened.tools}, opened.brief
-            self._seals = opened.seals
+            self._seals, self._seals_in_calls = opened.seals, opened.seals_in_calls
             self._unpack_carry()
             self._fold(opened.rows)
             if not opened.more:
@@ -473,24 +479,40 @@ class Saga:
         Calls are serialized so each saga's journal order is the order of execution.
         """
         async with self._lock:
-            catalog = await self.tools()
-            self._raise_if_aborted()
-            spec = catalog.get(tool)
-            input_json = to_json(args)
-            while True:
-                adopted = self._adopt(tool, input_json)
-                if adopted is not None:
-                    return adopted.result
-                try:
-                    approval_seq: int | None = None
-                    if spec is not None and spec.reversibility is Reversibility.IRREVERSIBLE:
-                        approval_seq = await self._await_approval(spec, input_json)
-                    outcome = await self._call(spec, tool, args, input_json, approval_seq)
-                except _Desync:
-                    await self._catch_up()
-                    self._raise_if_aborted()
-                    continue
-                return self._settle(tool, args, outcome)
+            return await self._call_locked(tool, args)
+
+    async def call_last(self, tool: str, /, **args: Any) -> Any:
+        """:meth:`call` for the body's last call: when it executes, its activity seals the end.
+
+        The saga then ends without the local activity that seals it otherwise. A call after
+        this one is still journaled and sealed correctly: the later end seals again.
+        """
+        async with self._lock:
+            self._ending = True
+            try:
+                return await self._call_locked(tool, args)
+            finally:
+                self._ending = False
+
+    async def _call_locked(self, tool: str, args: dict[str, Any]) -> Any:
+        catalog = await self.tools()
+        self._raise_if_aborted()
+        spec = catalog.get(tool)
+        input_json = to_json(args)
+        while True:
+            adopted = self._adopt(tool, input_json)
+            if adopted is not None:
+                return adopted.result
+            try:
+                approval_seq: int | None = None
+                if spec is not None and spec.reversibility is Reversibility.IRREVERSIBLE:
+                    approval_seq = await self._await_approval(spec, input_json)
+                outcome = await self._call(spec, tool, args, input_json, approval_seq)
+            except _Desync:
+                await self._catch_up()
+                self._raise_if_aborted()
+                continue
+            return self._settle(tool, args, outcome)
 
     async def _call(
         self,
@@ -510,6 +532,8 @@ class Saga:
             approval_seq=approval_seq,
             approved_input_hash=self._approved_input_hash if approval_seq is not None else None,
             approved_request_hash=self._approved_request_hash if approval_seq is not None else None,
+            # the saga completes after this call, unless a failure was swallowed or it aborted
+            seal_as=None if self.failures or self.aborted else self._seal_as(SagaState.COMPLETED),
         )
         idempotent = spec is not None and spec.idempotent
         self._running = tool
@@ -549,6 +573,8 @@ class Saga:
         if early is not None:
             self._refuse(early.resolver, f"the call at seq {seq} finished by itself; not SUSPECT")
         self._track(outcome.rows)
+        if request.seal_as is not None and outcome.status is CallStatus.EXECUTED:
+            self._sealed = (self.head.seq, request.seal_as)
         return outcome
 
     async def _recover_call(
@@ -1013,6 +1039,10 @@ class Saga:
 
     async def _compensate_one(self, spec: ToolSpec, effect: Effect) -> bool:
         input_json = to_json(effect.input)
+        # the last effect undone, none having failed: the saga ends after its row
+        last = not self.executed and not self._compensation_failed
+        end = SagaState.ABORTED if self.aborted else SagaState.COMPENSATED
+        seal_as = self._seal_as(end) if last else None
         while True:
             request = CompensateRequest(
                 saga_id=self.saga_id,
@@ -1024,6 +1054,7 @@ class Saga:
                 result=effect.result,
                 failed=effect.failed,
                 by_ref=effect.by_ref,
+                seal_as=seal_as,
             )
             try:
                 rows = await self._shielded(
@@ -1056,6 +1087,8 @@ class Saga:
                 await self._journal_compensation_failed(effect, input_json, err)
                 return False
             self._track(rows)
+            if seal_as is not None:
+                self._sealed = (self.head.seq, seal_as)
             return True
 
     async def _journal_compensation_failed(
@@ -1133,6 +1166,7 @@ class Saga:
             await self._seal()
             return self.result(value)
         self._error = error
+        self._ending = True
         compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
         if failed:
             self.state = SagaState.COMPENSATION_FAILED
@@ -1152,17 +1186,22 @@ class Saga:
         await self._seal()
         return self.result(value, error=error, compensated=compensated, failed=failed, live=live)
 
+    def _seal_as(self, state: SagaState) -> SagaState | None:
+        """``state``, when the saga is ending and the worker seals in the last row's activity."""
+        return state if self._ending and self._seals and self._seals_in_calls else None
+
     async def _seal(self) -> None:
         """Seal the ended saga's final head: a signed checkpoint that no row may follow.
 
-        One local activity, after the last row, when the worker signs checkpoints; a saga that
-        journaled nothing has nothing to seal. A journal that went on past this run's head is not
-        sealed: logged, and the saga ends as decided. Whether to seal is read from the recorded
-        ``open_saga`` result, not a patch marker: histories from before seals replay unsealed,
-        and a saga pays no marker events for it.
+        When the worker signs checkpoints, the activity that writes the last row seals it (the
+        last compensation, or a :meth:`call_last` that executed); otherwise one local activity
+        does, after the last row. A saga that journaled nothing has nothing to seal. A journal
+        that went on past this run's head is not sealed: logged, and the saga ends as decided.
+        Both are read from the recorded ``open_saga`` result, not patch markers: older histories
+        replay as they ran, and a saga pays no marker events for it.
         """
-        if not self.head.seq or not self._seals:
-            return
+        if not self.head.seq or not self._seals or self._sealed == (self.head.seq, self.state):
+            return  # nothing to seal, no key to seal with, or the last row's activity sealed it
         request = SealRequest(saga_id=self.saga_id, head=self.head, state=self.state)
         try:
             await self._shielded(

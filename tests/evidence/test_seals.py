@@ -8,6 +8,7 @@ bundles are checked on sagas written the way a checkpointing worker writes them.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import uuid
@@ -19,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -39,6 +41,7 @@ from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Abort, SagaOptions, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.saga import Saga
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from sagacity.tools import CompensationContext, current_call
 from tests.approvals.conftest import CliResult
@@ -330,7 +333,8 @@ async def test_each_way_a_saga_ends_is_sealed_with_its_state(
         (aborted, SagaState.ABORTED),
     ):
         assert result.status is state
-        (sealed,) = seals_of(checkpoints, result.saga_id)
+        sealed = checkpoints.load(result.saga_id).seal()
+        assert sealed is not None
         assert (sealed.seq, sealed.hash, sealed.state) == (
             result.head.seq,
             result.head.hash,
@@ -338,6 +342,30 @@ async def test_each_way_a_saga_ends_is_sealed_with_its_state(
         )
         report = await report_of(journal, result.saga_id, checkpoints)
         assert report.ok and f"sealed {sealed.at}" in report.checks[0].detail
+
+    # the activity that wrote the last row sealed it: no local activity at the end
+    for result in (completed, compensated):
+        assert len(seals_of(checkpoints, result.saga_id)) == 1
+        assert await local_activities(temporal_client, result.saga_id) == ["sagacity.open_saga"]
+    # a compensation that failed has no row to seal in: the end is sealed on its own
+    assert (await local_activities(temporal_client, failed.saga_id))[-1] == "sagacity.seal_saga"
+    # cancelled during its last call, which sealed its row as the end: the compensation rows
+    # went on past that seal, and the saga's real end sealed again
+    first, last = seals_of(checkpoints, aborted.saga_id)
+    assert (first.state, first.seq, last.state) == ("completed", 4, "aborted")
+
+
+async def local_activities(client: Client, workflow_id: str) -> list[str]:
+    """The activity types of the workflow's local activities, in the order its history has them."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    types = []
+    for event in history.events:
+        if event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == "core_local_activity":
+                data = json.loads(marker.details["data"].payloads[0].data)
+                types.append(data["activity_type"])
+    return types
 
 
 async def test_a_saga_waiting_for_a_human_is_not_sealed_until_it_ends(
@@ -388,9 +416,9 @@ async def test_a_worker_killed_after_the_last_row_leaves_the_seal_to_the_next(
     settings: Settings,
     shop: Shop,
 ) -> None:
-    """The saga's log is a pipe the test reads; it stops reading once the last call's INTENT
-    is signed, so the worker blocks signing the last row's head (the row is written) and is
-    killed there: a new worker finishes the call from the journal and seals the saga."""
+    """The saga's log is a pipe the test reads; it stops reading once the first call's outcome
+    is signed, so the worker blocks sealing the last row (the row is written) and is killed
+    there: a new worker finishes the call from the journal and seals the saga."""
     checkpoints = session_checkpoints(settings)
     saga_id = f"ev-seal-kill-{uuid.uuid4().hex[:8]}"
     log = checkpoints.log_path(saga_id)
@@ -405,7 +433,9 @@ async def test_a_worker_killed_after_the_last_row_leaves_the_seal_to_the_next(
         WORKFLOW_NAME, spec, id=saga_id, task_queue=task_queue, result_type=SagaResult
     )
     signed = b""
-    while b'"seq":3' not in signed:
+    deadline = asyncio.get_running_loop().time() + 30
+    while b'"seq":2' not in signed:
+        assert asyncio.get_running_loop().time() < deadline, f"signed so far: {signed!r}"
         try:
             signed += os.read(reader, 65536)
         except BlockingIOError:
@@ -424,7 +454,8 @@ async def test_a_worker_killed_after_the_last_row_leaves_the_seal_to_the_next(
     result = await asyncio.wait_for(handle.result(), 60)
 
     assert result.status is SagaState.COMPLETED and result.head.seq == 4
-    assert [cp.seq for cp in lines_of(checkpoints, saga_id) if cp.kind is Kind.HEAD] == [1, 2, 3]
+    # a call's INTENT is covered by its outcome's checkpoint
+    assert [cp.seq for cp in lines_of(checkpoints, saga_id) if cp.kind is Kind.HEAD] == [2]
     (sealed,) = seals_of(checkpoints, saga_id)
     assert (sealed.seq, sealed.hash) == (4, result.head.hash)
     report = await report_of(journal, saga_id, checkpoints)
@@ -450,7 +481,24 @@ def forget_intrusion(ctx: CompensationContext) -> None:
     del ctx
 
 
-async def test_a_journal_ahead_of_the_end_is_not_sealed_and_temporal_names_the_row(
+@workflow.defn(name="tests.IntrudedBySaga", sandboxed=False)
+class IntrudedBySaga:
+    """The intrusion as an app's own workflow writes it: plain calls, so a local activity seals."""
+
+    @workflow.run
+    async def run(self) -> SagaResult:
+        saga = Saga()
+
+        async def body() -> None:
+            await saga.call("set_flag", name="a")
+            await saga.call("intrude")
+
+        return await saga.run(body)
+
+
+@pytest.mark.parametrize("ended_by", ["last call", "local activity"])
+async def test_a_row_ahead_of_the_end_is_named_and_never_sealed_over(
+    ended_by: str,
     temporal_client: Client,
     task_queue: str,
     journal: JournalStore,
@@ -460,11 +508,14 @@ async def test_a_journal_ahead_of_the_end_is_not_sealed_and_temporal_names_the_r
     owner_database_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A saga's last call sealed its own row as the end, so the row past it is named by the
+    seal too; a local activity that finds the journal past the end seals nothing, and says so."""
     _OWNER_URL[:] = [owner_database_url]
     plugin = SagacityPlugin(
         journal=journal,
         approvals=approvals,
         tools=[*sample_tools.TOOLS, intrude],
+        workflows=[IntrudedBySaga],
         checkpoints=checkpoint_writer,
     )
     async with Worker(
@@ -472,28 +523,39 @@ async def test_a_journal_ahead_of_the_end_is_not_sealed_and_temporal_names_the_r
         task_queue=task_queue,
         plugins=[plugin],
         graceful_shutdown_timeout=timedelta(seconds=1),
-    ) as intruded:
-        result = await run_saga(
-            temporal_client,
-            intruded,
-            [Step(tool="set_flag", args={"name": "a"}), Step(tool="intrude", args={})],
-        )
+    ):
+        saga_id = f"ev-seal-{uuid.uuid4().hex[:8]}"
+        if ended_by == "last call":
+            spec = SagaSpec(steps=[Step(tool="set_flag", args={"name": "a"}), Step(tool="intrude")])
+            result = await temporal_client.execute_workflow(
+                WORKFLOW_NAME, spec, id=saga_id, task_queue=task_queue, result_type=SagaResult
+            )
+        else:
+            result = await temporal_client.execute_workflow(
+                IntrudedBySaga.run, id=saga_id, task_queue=task_queue, result_type=SagaResult
+            )
     checkpoints = session_checkpoints(settings)
 
     report = await report_of(journal, result.saga_id, checkpoints, temporal_client)
 
     assert result.status is SagaState.COMPLETED and result.head.seq == 4
-    assert seals_of(checkpoints, result.saga_id) == []
-    assert f"saga {result.saga_id}: its end at seq 4 is not sealed" in caplog.text
-    assert "the journal goes on to seq 5" in caplog.text
-    chain, temporal = report.faults()
-    assert (chain.source, chain.seq) == (Source.CHAIN, 5)  # chained to nothing it could know
-    assert (temporal.source, temporal.seq) == (Source.TEMPORAL, 5)
-    assert temporal.detail.startswith(
+    faults = {(f.source, f.seq): f.detail for f in report.faults()}
+    assert faults.keys() >= {(Source.CHAIN, 5), (Source.TEMPORAL, 5)}  # chained to nothing
+    assert faults[(Source.TEMPORAL, 5)].startswith(
         "row 5 was written after the saga ended: the workflow's result, completed, ends at seq 4"
     )
-    (warning,) = [w for w in report.warnings() if w.kind == "unsealed"]
-    assert warning.seq == 4 and "hold no seal" in warning.detail
+    if ended_by == "last call":
+        (sealed,) = seals_of(checkpoints, result.saga_id)
+        assert (sealed.seq, sealed.state) == (4, "completed")
+        assert faults[(Source.CHECKPOINT, 5)].startswith(
+            "row 5 was written after the saga ended: sealed at seq 4 (completed, signed"
+        )
+    else:
+        assert seals_of(checkpoints, result.saga_id) == []
+        assert f"saga {result.saga_id}: its end at seq 4 is not sealed" in caplog.text
+        assert "the journal goes on to seq 5" in caplog.text
+        (warning,) = [w for w in report.warnings() if w.kind == "unsealed"]
+        assert warning.seq == 4 and "hold no seal" in warning.detail
 
 
 async def test_an_ended_saga_without_a_seal_is_a_warning_not_a_failure(
@@ -502,16 +564,14 @@ async def test_an_ended_saga_without_a_seal_is_a_warning_not_a_failure(
     worker: Worker,
     journal: JournalStore,
     settings: Settings,
+    checkpoint_writer: CheckpointWriter,
 ) -> None:
     """A saga that ended before its worker sealed sagas (the cut-over): only Temporal knows."""
     checkpoints = session_checkpoints(settings)
     result = await run_saga(temporal_client, worker, [Step(tool="set_flag", args={"name": "u"})])
-    log = checkpoints.log_path(result.saga_id)
-    log.write_text(
-        "".join(
-            line + "\n" for line in log.read_text().splitlines() if '"kind":"sealed"' not in line
-        )
-    )
+    # what a worker from before seals left: the last row's head, signed, and no seal
+    checkpoints.log_path(result.saga_id).unlink()
+    checkpoint_writer.record(result.saga_id, result.head.seq, result.head.hash)
 
     unsealed = await report_of(journal, result.saga_id, checkpoints, temporal_client)
     without_temporal = await report_of(journal, result.saga_id, checkpoints)

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter, Kind
 from sagacity.evidence.report import Agreement, SagaReport, Source
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Abort, SagaResult, SagaSpec, SagaState
@@ -121,7 +121,7 @@ async def test_a_saga_temporal_never_ran_is_reported_but_not_a_fault(
     )
 
 
-async def test_a_checkpointing_worker_anchors_every_append(
+async def test_a_checkpointing_worker_anchors_every_call_and_seals_the_end(
     temporal_client: Client,
     task_queue: str,
     journal: JournalStore,
@@ -142,7 +142,8 @@ async def test_a_checkpointing_worker_anchors_every_append(
     ) as checkpointing:
         done = await completed_saga(temporal_client, checkpointing)
     log = checkpoints.load(done.saga_id)
-    assert [cp.seq for cp in log.verified()] == [1, 2, 3, 4]  # one per append
+    # one per call, at its outcome (INTENT is covered through the chain); the last one seals
+    assert [(cp.seq, cp.kind) for cp in log.verified()] == [(2, Kind.HEAD), (4, Kind.SEALED)]
     await owner.execute(
         "DELETE FROM side_effect_journal WHERE saga_id = %s AND seq > 2", (done.saga_id,)
     )
@@ -153,4 +154,4 @@ async def test_a_checkpointing_worker_anchors_every_append(
         (report,) = [r async for r in found]
 
     (fault,) = report.faults()
-    assert (fault.source, fault.seq) == (Source.CHECKPOINT, 3)  # the first row removed
+    assert (fault.source, fault.seq) == (Source.CHECKPOINT, 4)  # the removed end, sealed
