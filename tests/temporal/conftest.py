@@ -12,6 +12,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.redaction import Redactor
+from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
 from sagacity.temporal.models import SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
@@ -58,6 +60,12 @@ async def shop(shop_session: Shop) -> Shop:
     return shop_session
 
 
+@pytest.fixture(scope="session")
+def redactor(settings: Settings) -> Redactor:
+    """The session's redactor: the built-in rules, keyed as the dev stack keys them."""
+    return settings.redactor()
+
+
 @pytest.fixture
 async def worker(
     temporal_client: Client,
@@ -66,12 +74,14 @@ async def worker(
     approvals: ApprovalStore,
     shop: Shop,
     checkpoint_writer: CheckpointWriter,
+    redactor: Redactor,
 ) -> AsyncIterator[Worker]:
     plugin = SagacityPlugin(
         journal=journal,
         approvals=approvals,
         tools=[*order_app.TOOLS, *sample_tools.TOOLS],
         workflows=order_app.WORKFLOWS,
+        redactor=redactor,
         checkpoints=checkpoint_writer,
     )
     worker = Worker(
