@@ -18,6 +18,7 @@ Fixtures:
   session. For tests that need the owner's rights: attacks, retention, migrations.
 * ``database_url`` (session): the same database as ``sagacity_app`` (INSERT and SELECT only on the
   journal): what workers and most tests use.
+* ``redactor`` (session): the settings' redactor, keyed with the session's fingerprint key.
 * ``checkpoint_writer`` (session): signs into the session's checkpoint folder, for in-process
   workers.
 * ``temporal_client`` (session): a client with the pydantic data converter.
@@ -43,6 +44,7 @@ from sagacity.evidence.keys import (
     load_private_key,
     public_pem,
 )
+from sagacity.evidence.redaction import Redactor
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import provision
@@ -69,6 +71,12 @@ def settings(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
             "checkpoint_dir": anchors / "checkpoints",
         }
     )
+
+
+@pytest.fixture(scope="session")
+def redactor(settings: Settings) -> Redactor:
+    """The session's redactor: the built-in rules, keyed as the dev stack keys them."""
+    return settings.redactor()
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from sagacity.store import JournalStore, Pool, open_pool
 # the `sagacity` command run in-process (tests/ops), and the saga fixtures (an in-process
 # worker with the Order tools) for the Temporal anchor tests
 from tests.ops.conftest import sagacity  # noqa: F401
-from tests.temporal.conftest import approvals, redactor, shop, shop_session, worker  # noqa: F401
+from tests.temporal.conftest import approvals, shop, shop_session, worker  # noqa: F401
 
 
 @pytest.fixture(scope="session")

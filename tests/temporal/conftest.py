@@ -13,7 +13,6 @@ from temporalio.worker import Worker
 
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
-from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
 from sagacity.temporal.models import SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
@@ -58,12 +57,6 @@ async def shop(shop_session: Shop) -> Shop:
     sample_tools.EFFECTS.clear()
     sample_tools.FLAKY_CALLS.clear()
     return shop_session
-
-
-@pytest.fixture(scope="session")
-def redactor(settings: Settings) -> Redactor:
-    """The session's redactor: the built-in rules, keyed as the dev stack keys them."""
-    return settings.redactor()
 
 
 @pytest.fixture
