@@ -154,8 +154,24 @@ def leak_once(key: str) -> str:
     return key
 
 
+#: the credential ``issue_key`` returns: tools, compensations and models get it, no view shows it
+ISSUED_KEY = "sk-issued-5e1f7c"
+
+
+@compensable(by="revoke_key")
+def issue_key(owner: str) -> dict[str, str]:
+    """Returns a secret (``api_key``), which the journal redacts."""
+    EFFECTS.append(f"issued {owner}")
+    return {"owner": owner, "api_key": ISSUED_KEY}
+
+
+def revoke_key(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"revoked {ctx.result['api_key']}")
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
     wire,
+    issue_key,
     stall,
     slow_note,
     set_flag,

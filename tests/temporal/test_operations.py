@@ -7,6 +7,7 @@ saga's final state.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -443,6 +444,37 @@ async def test_a_long_saga_continues_as_new_and_compensates_every_run(
     assert [r.seq for r in rows] == list(range(1, 26 * 2 + 25 + 1))
     assert result.head.seq == rows[-1].seq
     assert (await journal.verify(handle.id)).ok
+
+
+async def test_real_values_cross_continue_as_new_to_the_compensation(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    names = [f"f{i}" for i in range(12)]
+    handle = await temporal_client.start_workflow(
+        WORKFLOW_NAME,
+        SagaSpec(
+            steps=[
+                Step(tool="issue_key", args={"owner": "ann"}, id="key"),
+                *(Step(tool="set_flag", args={"name": n}, id=n) for n in names),
+                Step(tool="send_note", args={"text": {"$ref": "key.api_key"}}),
+                Step(tool="decline", args={"reason": "stop here"}),
+            ],
+            options=SagaOptions(continue_as_new_events=50),
+        ),
+        id=new_id("long-secret"),
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+    result = await asyncio.wait_for(handle.result(), 120)
+
+    assert len(await run_chain(temporal_client, handle.id)) >= 3
+    assert result.status is SagaState.COMPENSATED
+    key = sample_tools.ISSUED_KEY
+    # runs after the first got the key by $ref, and its compensation the real result
+    assert sample_tools.EFFECTS[len(names) + 1] == f"note {key}"
+    assert sample_tools.EFFECTS[-1] == f"revoked {key}"
+    assert key not in result.model_dump_json()
+    assert key not in json.dumps([(r.input, r.payload) for r in await journal.read(handle.id)])
 
 
 # -- evidence side paths never make a false SUSPECT -----------------------------------------------
