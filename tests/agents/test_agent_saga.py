@@ -340,7 +340,8 @@ ISSUE_AND_FAIL = Script(
             Call(
                 "explode",
                 lambda c: {
-                    "reason": f"real key: {sample_tools.ISSUED_KEY in c.result_of('issue_key')}"
+                    "reason": "real key: "
+                    + str(c.result_of("issue_key")["api_key"] == sample_tools.ISSUED_KEY)
                 },
             ),
             Say("done"),

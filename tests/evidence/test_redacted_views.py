@@ -8,104 +8,21 @@ approval request's hash tells different hidden values apart and still binds the 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import AsyncIterator
-from datetime import timedelta
-from typing import Any
 
 import psycopg
-import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from sagacity import CompensationContext, compensable
 from sagacity.evidence.redaction import MARKER, Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.activities import SagaActivities
-from sagacity.temporal.models import (
-    Approve,
-    Reject,
-    SagaResult,
-    SagaSpec,
-    SagaState,
-    SagaStatus,
-    Step,
-)
-from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
-from sagacity.tools import Reversibility, ToolRegistry
+from sagacity.temporal.models import Approve, Reject, SagaState, SagaStatus, Step
+from sagacity.tools import ToolRegistry
 from tests.ops.conftest import Cli
+from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, wait_for
-
-#: a secret one tool returns and the next one takes by $ref
-TOKEN = "tok-live-7f3a9c2e"
-#: what each tool and compensation was handed, in order
-RECEIVED: list[tuple[str, Any]] = []
-
-
-@compensable(by="close_account")
-def open_account(owner: str) -> dict[str, str]:
-    """Returns a credential (``api_token``), which the journal must not hold."""
-    RECEIVED.append(("open_account", owner))
-    return {"account_id": f"acc-{owner}", "api_token": TOKEN}
-
-
-def close_account(ctx: CompensationContext) -> None:
-    RECEIVED.append(("close_account", ctx.result))
-
-
-@compensable(by="stop_session")
-def start_session(api_token: str) -> dict[str, str]:
-    RECEIVED.append(("start_session", api_token))
-    return {"session": "s-1"}
-
-
-def stop_session(ctx: CompensationContext) -> None:
-    RECEIVED.append(("stop_session", ctx.input["api_token"]))
-
-
-@compensable(reversibility=Reversibility.IRREVERSIBLE)
-def grant_tokens(token_amount: int, account: str) -> str:
-    """Irreversible; the default ``token`` rule hides ``token_amount`` from the journal."""
-    RECEIVED.append(("grant_tokens", token_amount))
-    return f"granted {token_amount}"
-
-
-@pytest.fixture
-async def worker(
-    temporal_client: Client,
-    task_queue: str,
-    journal: JournalStore,
-    approvals: ApprovalStore,
-    redactor: Redactor,
-) -> AsyncIterator[Worker]:
-    RECEIVED.clear()
-    plugin = SagacityPlugin(
-        journal=journal,
-        approvals=approvals,
-        tools=[open_account, start_session, grant_tokens],
-        redactor=redactor,
-    )
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        plugins=[plugin],
-        graceful_shutdown_timeout=timedelta(seconds=1),
-    ) as worker:
-        yield worker
-
-
-async def start(
-    client: Client, worker: Worker, steps: list[Step]
-) -> WorkflowHandle[Any, SagaResult]:
-    return await client.start_workflow(
-        WORKFLOW_NAME,
-        SagaSpec(steps=steps),
-        id=f"redacted-{uuid.uuid4().hex[:10]}",
-        task_queue=worker.task_queue,
-        result_type=SagaResult,
-    )
+from tests.temporal.test_operations import start_steps
 
 
 async def table_text(owner: psycopg.AsyncConnection, table: str, saga_id: str) -> str:
@@ -124,7 +41,7 @@ async def test_different_hidden_values_look_different_and_an_edited_request_neve
 ) -> None:
     amounts = (1_000_000, 5)
     handles = [
-        await start(
+        await start_steps(
             temporal_client,
             worker,
             [Step(tool="grant_tokens", args={"token_amount": n, "account": "acc-1"})],
@@ -165,7 +82,7 @@ async def test_different_hidden_values_look_different_and_an_edited_request_neve
     assert "verification refused execution" in refused.error.message
     assert granted.status is SagaState.COMPLETED
     # the tool got the real amount, once, and only for the request that was not edited
-    assert RECEIVED == [("grant_tokens", 5)]
+    assert sample_tools.RECEIVED == [("grant_tokens", 5)]
     assert granted.value == {"grant_tokens": "granted 5"}
 
 
@@ -176,7 +93,7 @@ async def test_runs_get_real_values_while_every_view_holds_fingerprints(
     journal: JournalStore,
     sagacity: Cli,
 ) -> None:
-    handle = await start(
+    handle = await start_steps(
         temporal_client,
         worker,
         [
@@ -190,7 +107,10 @@ async def test_runs_get_real_values_while_every_view_holds_fingerprints(
     )
     status = await wait_for(handle, awaiting_approval)
     # the $ref passed the real token to the next tool
-    assert RECEIVED == [("open_account", "ann"), ("start_session", TOKEN)]
+    assert sample_tools.RECEIVED == [
+        ("open_account", "ann"),
+        ("start_session", sample_tools.ACCOUNT_TOKEN),
+    ]
 
     views = {
         "status query": status.model_dump_json(),
@@ -201,7 +121,7 @@ async def test_runs_get_real_values_while_every_view_holds_fingerprints(
     }
     for name, text in views.items():
         assert handle.id in text or name.startswith("saga status"), name
-        assert TOKEN not in text, name
+        assert sample_tools.ACCOUNT_TOKEN not in text, name
     opened, session = status.executed
     assert opened.result["account_id"] == "acc-ann"
     assert opened.result["api_token"][MARKER].startswith("hmac:")
@@ -216,15 +136,17 @@ async def test_runs_get_real_values_while_every_view_holds_fingerprints(
 
     assert result.status is SagaState.COMPENSATED
     # the compensations got the original input and result, newest first
-    assert RECEIVED[2:] == [
-        ("stop_session", TOKEN),
-        ("close_account", {"account_id": "acc-ann", "api_token": TOKEN}),
+    assert sample_tools.RECEIVED[2:] == [
+        ("stop_session", sample_tools.ACCOUNT_TOKEN),
+        ("close_account", {"account_id": "acc-ann", "api_token": sample_tools.ACCOUNT_TOKEN}),
     ]
-    assert TOKEN not in result.model_dump_json()
-    assert TOKEN not in await table_text(owner, "side_effect_journal", handle.id)
+    assert sample_tools.ACCOUNT_TOKEN not in result.model_dump_json()
+    assert sample_tools.ACCOUNT_TOKEN not in await table_text(
+        owner, "side_effect_journal", handle.id
+    )
     assert (await journal.verify(handle.id)).ok
     final = await handle.query("status", result_type=SagaStatus)
-    assert TOKEN not in final.model_dump_json()
+    assert sample_tools.ACCOUNT_TOKEN not in final.model_dump_json()
 
 
 def test_exception_details_leave_a_worker_scrubbed(

@@ -56,6 +56,7 @@ async def shop(shop_session: Shop) -> Shop:
     use(shop_session)
     sample_tools.EFFECTS.clear()
     sample_tools.FLAKY_CALLS.clear()
+    sample_tools.RECEIVED.clear()
     return shop_session
 
 
