@@ -47,6 +47,7 @@ __all__ = [
     "Redacted",
     "Redactor",
     "Rule",
+    "could_be",
     "hidden_paths",
     "parse_rules",
     "scrub",
@@ -175,6 +176,27 @@ def _marker(action: Action, value: Any, key: FingerprintKey | None) -> dict[str,
 
 def _is_marker(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {MARKER}
+
+
+def could_be(journaled: Any, original: Any) -> bool:
+    """Whether ``journaled`` (JSON data as a row holds it) records ``original``: equal, except
+    where it holds a redaction marker, which stands for any value (rules or keys may since have
+    changed, so the marker is not made again)."""
+    if _is_marker(journaled):
+        return True
+    if isinstance(journaled, dict):
+        return (
+            isinstance(original, dict)
+            and journaled.keys() == original.keys()
+            and all(could_be(journaled[k], original[k]) for k in journaled)
+        )
+    if isinstance(journaled, list):
+        return (
+            isinstance(original, list)
+            and len(journaled) == len(original)
+            and all(could_be(j, o) for j, o in zip(journaled, original, strict=True))
+        )
+    return bool(journaled == original)
 
 
 def hidden_paths(json_text: str) -> tuple[str, ...]:

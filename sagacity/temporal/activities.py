@@ -39,7 +39,7 @@ from sagacity.errors import (
     UnknownTool,
 )
 from sagacity.evidence.checkpoints import CheckpointWriter
-from sagacity.evidence.redaction import Redactor, hidden_paths
+from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.journal import JournalStore
@@ -451,7 +451,7 @@ class SagaActivities:
         intent_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq))
         if intent_row is None:
             return None  # the earlier attempt died before INTENT: nothing happened yet
-        if not intent_row.same_content(intent):
+        if not (intent_row.same_content(intent) or _redacted_otherwise(intent_row, intent, req)):
             raise JournalAhead(
                 f"saga {req.saga_id!r} seq {req.seq} holds {intent_row.tool_name} "
                 f"{intent_row.phase}, not this call's INTENT"
@@ -763,6 +763,17 @@ class SagaActivities:
         except Exception as exc:
             # journaled by the workflow as COMPENSATION_FAILED once the retries run out
             raise self._scrubbed(req.tool_name, exc) from None
+
+
+def _redacted_otherwise(row: Entry, intent: Draft, req: CallRequest) -> bool:
+    """Whether ``row`` is this call's INTENT as an earlier attempt redacted it under other rules
+    or another fingerprint key (a worker deployed between the attempts)."""
+    if (row.saga_id, row.tool_name, row.phase) != (intent.saga_id, intent.tool_name, intent.phase):
+        return False
+    try:
+        return could_be(json.loads(row.input), req.args)
+    except ValueError:
+        return False
 
 
 def _idempotent_attempts() -> int:

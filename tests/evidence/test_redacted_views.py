@@ -7,6 +7,7 @@ approval request's hash tells different hidden values apart and still binds the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import psycopg
@@ -14,10 +15,12 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from sagacity.evidence.redaction import MARKER, Redactor
+from sagacity import CompensationContext, compensable
+from sagacity.evidence.redaction import MARKER, FingerprintKey, Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.activities import SagaActivities
 from sagacity.temporal.models import Approve, Reject, SagaState, SagaStatus, Step
+from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import ToolRegistry
 from tests.ops.conftest import Cli
 from tests.temporal import sample_tools
@@ -170,3 +173,43 @@ def test_exception_details_leave_a_worker_scrubbed(
         == redactor.apply("charge", {"api_key": "sk-live-123"}).value["api_key"]
     )
     assert (scrubbed.type, scrubbed.non_retryable) == ("Denied", True)
+
+
+#: the worker's redactor, whose key the first attempt of ``rekeyed_call`` changes
+REKEYED = Redactor(key=FingerprintKey(b"first-key-" * 2))
+
+
+@compensable(by="forget_rekeyed", idempotent=True)
+def rekeyed_call(api_token: str) -> str:
+    """Idempotent; its first attempt fails after a deploy changed the fingerprint key."""
+    if REKEYED.key == FingerprintKey(b"first-key-" * 2):
+        REKEYED.key = FingerprintKey(b"second-key" * 2)
+        raise ConnectionError("dropped")
+    return f"done with {len(api_token)} characters"
+
+
+def forget_rekeyed(ctx: CompensationContext) -> None:
+    pass
+
+
+async def test_a_retry_under_another_fingerprint_key_recognises_its_intent(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+) -> None:
+    plugin = SagacityPlugin(
+        journal=journal, approvals=approvals, tools=[rekeyed_call], redactor=REKEYED
+    )
+    async with Worker(temporal_client, task_queue=task_queue, plugins=[plugin]) as worker:
+        handle = await start_steps(
+            temporal_client, worker, [Step(tool="rekeyed_call", args={"api_token": "t-1"})]
+        )
+        result = await asyncio.wait_for(handle.result(), 60)
+
+    # the INTENT the first attempt wrote under the old key was taken as the call's own: the
+    # retry ran the tool, instead of taking the journal for another run's and going SUSPECT
+    assert result.status is SagaState.COMPLETED
+    assert result.value == {"rekeyed_call": "done with 3 characters"}
+    intent, executed = await journal.read(handle.id)
+    assert intent.input != executed.input  # fingerprinted under each attempt's key

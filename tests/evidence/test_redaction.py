@@ -23,6 +23,7 @@ from sagacity.evidence.redaction import (
     FingerprintKey,
     Redactor,
     Rule,
+    could_be,
     hidden_paths,
 )
 from sagacity.journal import Draft, Phase, to_json
@@ -105,6 +106,16 @@ def test_hidden_paths_name_every_marker() -> None:
     assert hidden_paths(to_json(redacted.value)) == tuple(sorted(redacted.paths))
     assert hidden_paths('{"a": [1, {"$redacted": "removed"}]}') == ("/a/1",)
     assert hidden_paths("not json") == hidden_paths('{"a": 1}') == ()
+
+
+def test_a_row_redacted_under_other_rules_or_keys_still_records_its_call() -> None:
+    call = {"amount": 5, "login": {"user": "zoë", "password": "hunter2"}, "tags": ["a"]}
+    under = [Redactor(), Redactor(key=FingerprintKey(b"k" * 16)), Redactor([])]
+    for redactor in under:
+        assert could_be(redactor.apply("t", call).value, call)
+    other = {**call, "amount": 6}
+    assert not could_be(Redactor().apply("t", other).value, call)  # not where nothing is hidden
+    assert not could_be({**call, "extra": 1}, call) and not could_be({"tags": ["a", "b"]}, call)
 
 
 def test_a_fingerprint_key_file_is_made_once_and_a_bad_one_is_refused(tmp_path: Path) -> None:
