@@ -36,6 +36,7 @@ from sagacity.errors import (
     SagacityError,
     ToolFailed,
 )
+from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
 from sagacity.temporal import names
@@ -98,6 +99,9 @@ RefusalKind = Literal[
 #: Patch markers (see docs/versioning.md): sagas whose history predates a marker replay the old
 #: behaviour; new sagas take the new one.
 OPEN_PATCH = "sagacity-open-saga"
+#: sagas from before this marker made again a call whose effect they read back from a redacted
+#: journal row (after a reset): the row could not equal the call's real input
+ADOPT_REDACTED_PATCH = "sagacity-adopt-redacted"
 
 #: who a Temporal cancel is journaled as
 CANCELLED_BY = "temporal-cancel"
@@ -446,13 +450,22 @@ class Saga:
         if adoptable:
             self._adoptable.append(effect)
 
-    def _adopt(self, tool: str, input_json: str) -> Original | None:
+    def _adopt(self, tool: str, args: dict[str, Any], input_json: str) -> Original | None:
         """An effect an earlier run left live for this very call: it is not made twice."""
         for effect in self._adoptable:
+            if effect.tool_name != tool:
+                continue
             made = self._originals.get(effect.call_seq) or Original(
                 call_seq=effect.call_seq, input=effect.input, result=effect.result
             )
-            if effect.tool_name == tool and to_json(made.input) == input_json:
+            # read back from the journal, a redacted input shows markers where the call has
+            # values: the call is the same if everything else is
+            same = to_json(made.input) == input_json or (
+                effect.call_seq not in self._originals
+                and could_be(made.input, args)
+                and workflow.patched(ADOPT_REDACTED_PATCH)
+            )
+            if same:
                 self._adoptable.remove(effect)
                 return made
         return None
@@ -525,7 +538,7 @@ class Saga:
             spec = catalog.get(tool)
             input_json = to_json(args)
             while True:
-                adopted = self._adopt(tool, input_json)
+                adopted = self._adopt(tool, args, input_json)
                 if adopted is not None:
                     return adopted.result
                 try:

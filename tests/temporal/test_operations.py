@@ -167,6 +167,37 @@ async def test_a_reset_completed_order_repeats_no_effect(
     assert (snap.available["p-1"], snap.placed_orders, snap.outbox) == (8, 1, 1)
 
 
+async def test_a_reset_saga_takes_a_call_with_redacted_input_from_the_journal(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="wire", args={"amount": 5, "api_token": "tok-123"}),
+        ],
+    )
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    await handle.signal(
+        "approve", Approve(journal_seq=status.pending_approval.journal_seq, approver="alice")
+    )
+    done = await handle.result()
+    before = await journal.read(handle.id)
+
+    run_id = await reset_after_first_call(temporal_client, handle)
+    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    result = await asyncio.wait_for(again.result(), 30)
+
+    # the wire the journal shows EXECUTED, its token a marker there, is not asked for or made
+    # again: the reset run completes without a second approval
+    assert result.status is SagaState.COMPLETED
+    assert result.value == done.value == {"set_flag": "a", "wire": "wire-5"}
+    assert sample_tools.EFFECTS == ["set a", "wired 5"]
+    assert await journal.read(handle.id) == before
+
+
 async def test_a_reset_compensated_saga_continues_the_chain(
     temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
 ) -> None:
