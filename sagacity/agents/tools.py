@@ -46,8 +46,6 @@ from sagacity.tools import Reversibility
 
 __all__ = ["AgentStep", "failure_message", "function_tool_for", "saga_function_tools"]
 
-#: the phases a call's first row can have: it ran, it waited for a human, or it was refused
-
 StepStatus = Literal["executed", "failed", "rejected", "invalid"]
 
 

@@ -128,8 +128,10 @@ class Journaled(BaseModel):
 
 
 class CallOutcome(BaseModel):
-    #: ``result`` is what the tool returned, secrets and all: later steps and compensations get
-    #: it; ``journaled`` is set when redaction changed the call's input or result
+    """How a call ended. ``result`` is what the tool returned, secrets and all (later steps and
+    compensations get it); ``journaled`` is set when redaction changed the call's input or
+    result, and is what the saga shows of it."""
+
     status: CallStatus
     result: Any = None
     error: ErrorInfo | None = None

@@ -114,7 +114,7 @@ _JOURNAL_TIMEOUT = _OUTAGE_ALLOWANCE
 _JOURNAL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
 )
-#: rows that open a call
+#: the phases a call's first row can have: it ran, it waited for a human, or it was refused
 _OPENING = (Phase.INTENT, Phase.AWAITING_APPROVAL, Phase.REJECTED)
 # activity error types that mean "the journal holds rows this run has not seen"
 _AHEAD = frozenset({"JournalAhead", "SeqConflict", "SeqTaken"})
