@@ -46,7 +46,13 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 
 from sagacity.errors import DevStackError, EvidenceUnavailable, StoreUnavailable
-from sagacity.evidence.keys import generate_key, key_id, load_private_key, public_pem
+from sagacity.evidence.keys import (
+    generate_fingerprint_key,
+    generate_key,
+    key_id,
+    load_private_key,
+    public_pem,
+)
 from sagacity.settings import DevAnchors, dev_anchors
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import APP_ROLE, provision
@@ -63,6 +69,7 @@ __all__ = [
     "DevStackError",
     "Endpoints",
     "ensure_dev_anchors",
+    "ensure_dev_fingerprint_key",
     "find_temporal_executable",
     "running_dev_database",
     "tcp_port_free",
@@ -97,6 +104,8 @@ class DevSetup:
     key_id: str
     #: True when this call created the signing key (its fingerprint is worth printing once)
     key_created: bool
+    #: the key redaction fingerprints are keyed with
+    fingerprint_key: Path
 
     def settings(self) -> dict[str, object]:
         """The settings that point a command at this set-up."""
@@ -106,6 +115,7 @@ class DevSetup:
             "signing_key": self.signing_key,
             "checkpoint_public_key": self.public_key,
             "checkpoint_dir": self.checkpoint_dir,
+            "redact_key": self.fingerprint_key,
         }
 
 
@@ -128,6 +138,20 @@ def ensure_dev_anchors(data_dir: Path) -> tuple[DevAnchors, str, bool]:
     except (OSError, EvidenceUnavailable) as exc:
         raise DevStackError(f"cannot create the dev anchors in {anchors.folder}: {exc}") from exc
     return anchors, key_id(key.public_key()), created
+
+
+def ensure_dev_fingerprint_key(data_dir: Path) -> Path:
+    """The dev stack's redaction fingerprint key, created on first use and kept."""
+    anchors = dev_anchors(data_dir)
+    try:
+        anchors.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with (anchors.folder / ".lock").open("ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not anchors.fingerprint_key.exists():
+                generate_fingerprint_key(anchors.fingerprint_key)
+    except (OSError, EvidenceUnavailable) as exc:
+        raise DevStackError(f"cannot create the dev fingerprint key: {exc}") from exc
+    return anchors.fingerprint_key
 
 
 def running_dev_database(data_dir: Path) -> str | None:
@@ -669,6 +693,7 @@ class DevStack:
             checkpoint_dir=settings.checkpoint_dir or dev_anchors(self.data_dir).checkpoint_dir,
             key_id=fingerprint,
             key_created=created,
+            fingerprint_key=settings.redact_key or ensure_dev_fingerprint_key(self.data_dir),
         )
 
     async def __aenter__(self) -> Endpoints:

@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from sagacity.errors import SettingsError
+from sagacity.evidence.keys import load_fingerprint_key
 from sagacity.evidence.redaction import DEFAULT_RULES, Redactor, Rule, parse_rules
 
 
@@ -147,7 +148,12 @@ class Settings(BaseSettings):
     redact: Annotated[tuple[Rule, ...], NoDecode] = Field(
         default=(),
         description="redaction rules a worker applies before journaling, ahead of the built-in "
-        "ones: `field[:redact|hash][@tool-pattern]`, comma-separated (a list in TOML)",
+        "ones: `field[:redact|remove|hash][@tool-pattern]`, comma-separated (a list in TOML)",
+    )
+    redact_key: Path | None = Field(
+        default=None,
+        description="file of the secret key (hex) redaction fingerprints are keyed with "
+        "(HMAC-SHA256); unset = the dev stack's, once it made one",
     )
     redact_defaults: bool = Field(
         default=True,
@@ -165,8 +171,10 @@ class Settings(BaseSettings):
         return parse_rules(value) if isinstance(value, str) else value
 
     def redactor(self) -> Redactor:
-        """The redactor of ``redact`` and, unless ``redact_defaults`` is false, the built-ins."""
-        return Redactor((*self.redact, *(DEFAULT_RULES if self.redact_defaults else ())))
+        """The redactor of ``redact`` and, unless ``redact_defaults`` is false, the built-ins,
+        keyed with ``redact_key`` (an unreadable key file raises :class:`EvidenceUnavailable`)."""
+        key = load_fingerprint_key(self.redact_key) if self.redact_key is not None else None
+        return Redactor((*self.redact, *(DEFAULT_RULES if self.redact_defaults else ())), key=key)
 
     @field_validator("approval_tokens", mode="before")
     @classmethod
@@ -197,13 +205,16 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _dev_anchors(self) -> Settings:
-        """On the dev stack's database, its anchors, once created, are the default anchors."""
+        """On the dev stack's database, its anchors and fingerprint key, once created, are the
+        defaults."""
         anchors = dev_anchors(self.data_dir)
         given = (self.checkpoint_dir, self.signing_key, self.checkpoint_public_key)
         dev = self.database_url is None and given == (None, None, None)
         if dev and anchors.signing_key.is_file():
             self.checkpoint_dir = anchors.checkpoint_dir
             self.signing_key = anchors.signing_key
+        if self.database_url is None and self.redact_key is None and anchors.fingerprint_key.is_file():
+            self.redact_key = anchors.fingerprint_key
         return self
 
     @classmethod
@@ -231,6 +242,8 @@ class DevAnchors:
     signing_key: Path
     public_key: Path
     checkpoint_dir: Path
+    #: the key redaction fingerprints are keyed with (a secret, not an anchor; kept beside them)
+    fingerprint_key: Path
 
 
 def dev_anchors(data_dir: Path) -> DevAnchors:
@@ -241,6 +254,7 @@ def dev_anchors(data_dir: Path) -> DevAnchors:
         signing_key=folder / "signing-key.pem",
         public_key=folder / "signing-key.pem.pub",
         checkpoint_dir=folder / "checkpoints",
+        fingerprint_key=folder / "fingerprint-key",
     )
 
 

@@ -9,7 +9,8 @@ server on a free port. Set either to test against your own server instead.
 Fixtures:
 
 * ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment, with this
-  session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings.
+  session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings, and
+  a fresh redaction fingerprint key, as the dev stack makes them.
 * ``dev_stack`` (session): the running :class:`~sagacity.devstack.DevStack` (chaos helpers).
 * ``endpoints`` (session): its :class:`~sagacity.devstack.Endpoints`.
 * ``owner_database_url`` (session): a fresh database ``sagacity_test_<random>``, created and
@@ -17,6 +18,7 @@ Fixtures:
   session. For tests that need the owner's rights: attacks, retention, migrations.
 * ``database_url`` (session): the same database as ``sagacity_app`` (INSERT and SELECT only on the
   journal): what workers and most tests use.
+* ``redactor`` (session): the settings' redactor, keyed with the session's fingerprint key.
 * ``checkpoint_writer`` (session): signs into the session's checkpoint folder, for in-process
   workers.
 * ``temporal_client`` (session): a client with the pydantic data converter.
@@ -36,7 +38,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from sagacity.cli._exit import exit_at_shutdown
 from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.checkpoints import CheckpointWriter
-from sagacity.evidence.keys import generate_key, load_private_key, public_pem
+from sagacity.evidence.keys import (
+    generate_fingerprint_key,
+    generate_key,
+    load_private_key,
+    public_pem,
+)
+from sagacity.evidence.redaction import Redactor
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import provision
@@ -53,13 +61,22 @@ def settings(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
     key = anchors / "signing-key.pem"
     public = anchors / "signing-key.pem.pub"
     public.write_bytes(public_pem(generate_key(key).public_key()))
+    fingerprint_key = anchors / "fingerprint-key"
+    generate_fingerprint_key(fingerprint_key)
     return loaded.model_copy(
         update={
+            "redact_key": fingerprint_key,
             "signing_key": key,
             "checkpoint_public_key": public,
             "checkpoint_dir": anchors / "checkpoints",
         }
     )
+
+
+@pytest.fixture(scope="session")
+def redactor(settings: Settings) -> Redactor:
+    """The session's redactor: the built-in rules, keyed as the dev stack keys them."""
+    return settings.redactor()
 
 
 @pytest.fixture(scope="session")

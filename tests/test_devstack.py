@@ -256,6 +256,10 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
         assert key.stat().st_mode & 0o777 == 0o600
         assert key.parent == private_data_dir / "anchors"
         assert Path(exports["SAGACITY_CHECKPOINT_DIR"].strip("'")).is_dir()
+        # and a key to fingerprint redacted fields with, the workers' secret
+        fingerprint_key = Path(exports["SAGACITY_REDACT_KEY"].strip("'"))
+        assert fingerprint_key.stat().st_mode & 0o777 == 0o600
+        assert load_settings(redact_key=fingerprint_key).redactor().key is not None
         if "SAGACITY_DATABASE_URL" not in os.environ:
             # no exports pasted: verify finds the running embedded database and its anchors
             found = subprocess.run(
@@ -383,3 +387,15 @@ def test_dev_anchors_are_created_once_and_kept(tmp_path: Path) -> None:
     assert (dev.signing_key, dev.checkpoint_dir) == (anchors.signing_key, anchors.checkpoint_dir)
     given = Settings(data_dir=tmp_path, database_url="postgresql://elsewhere/db")
     assert (given.signing_key, given.checkpoint_dir) == (None, None)
+
+
+def test_the_dev_fingerprint_key_is_created_once_and_is_the_default(tmp_path: Path) -> None:
+    assert Settings(data_dir=tmp_path, database_url=None).redact_key is None
+    path = devstack_module.ensure_dev_fingerprint_key(tmp_path)
+    made = path.read_bytes()
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert devstack_module.ensure_dev_fingerprint_key(tmp_path) == path
+    assert path.read_bytes() == made  # kept: fingerprints stay comparable across restarts
+    assert Settings(data_dir=tmp_path, database_url=None).redactor().key is not None
+    elsewhere = Settings(data_dir=tmp_path, database_url="postgresql://elsewhere/db")
+    assert elsewhere.redact_key is None

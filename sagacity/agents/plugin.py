@@ -33,6 +33,7 @@ from temporalio.plugin import SimplePlugin
 from sagacity.agents.conversation import conversation_activities
 from sagacity.agents.workflow import AgentSagaWorkflow
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.redaction import Redactor
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.plugin import SagacityPlugin
@@ -82,12 +83,14 @@ def agent_plugins(
     model_provider: ModelProvider,
     workflows: Sequence[type] = (),
     checkpoints: CheckpointWriter | None = None,
+    redactor: Redactor | None = None,
     model_timeout: timedelta = timedelta(seconds=120),
     model_attempts: int = 5,
 ) -> list[SimplePlugin]:
     """All plugins of a client whose workers run agent sagas (and the plain saga workflow).
 
-    ``checkpoints`` signs the chain head each activity leaves, as a plain worker's do.
+    ``checkpoints`` signs the chain head each activity leaves and ``redactor`` keeps secrets
+    out of what is written, as a plain worker's do.
     """
     others = [w for w in workflows if w is not AgentSagaWorkflow]
     return [
@@ -96,6 +99,7 @@ def agent_plugins(
             approvals=approvals,
             tools=tools,
             workflows=[AgentSagaWorkflow, *others],
+            redactor=redactor,
             checkpoints=checkpoints,
         ),
         *openai_agents_plugins(

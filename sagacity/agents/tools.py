@@ -40,15 +40,11 @@ from sagacity.errors import (
     ToolFailed,
     UnknownTool,
 )
-from sagacity.journal.phases import Phase
 from sagacity.temporal.models import ToolSpec
 from sagacity.temporal.saga import Saga
 from sagacity.tools import Reversibility
 
 __all__ = ["AgentStep", "failure_message", "function_tool_for", "saga_function_tools"]
-
-#: the phases a call's first row can have: it ran, it waited for a human, or it was refused
-_OPENING = (Phase.INTENT, Phase.AWAITING_APPROVAL, Phase.REJECTED)
 
 StepStatus = Literal["executed", "failed", "rejected", "invalid"]
 
@@ -124,16 +120,6 @@ def _parse(name: str, raw: str) -> dict[str, Any]:
     return args
 
 
-def _call_seq(saga: Saga, name: str) -> int | None:
-    # called as soon as this call's saga.call returns: rows only change when an activity
-    # completes, in a later workflow activation, so the newest row of this tool that opens a
-    # call is this call's, even with sibling calls of a parallel turn waiting their turn
-    for row in reversed(saga.rows):
-        if row.tool_name == name and row.phase in _OPENING:
-            return row.seq
-    return None
-
-
 def function_tool_for(
     saga: Saga,
     spec: ToolSpec,
@@ -167,25 +153,30 @@ def function_tool_for(
                 message = await outcome if inspect.isawaitable(outcome) else outcome
             # arguments that are not JSON never reach the saga: no journal row, no failure
             unparsed = isinstance(error, ToolArgumentsInvalid)
+            seq = None if unparsed else saga.last_call_seq(spec.name)
+            shown = saga.journaled(seq)
             record(
                 AgentStep(
                     tool=spec.name,
-                    arguments=args,
+                    arguments=shown.input if shown else args,
                     status=_status(error),
                     output=message or str(error),
-                    seq=None if unparsed else _call_seq(saga, spec.name),
+                    seq=seq,
                 )
             )
             if message is None:
                 raise
             return message
+        # the step is shown as journaled, secrets redacted; the model is given the real result
+        seq = saga.last_call_seq(spec.name)
+        shown = saga.journaled(seq)
         record(
             AgentStep(
                 tool=spec.name,
-                arguments=args,
+                arguments=shown.input if shown else args,
                 status="executed",
-                output=result,
-                seq=_call_seq(saga, spec.name),
+                output=shown.result if shown else result,
+                seq=seq,
             )
         )
         return json.dumps(result, ensure_ascii=False)

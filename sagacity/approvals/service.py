@@ -28,6 +28,7 @@ from sagacity.errors import (
     ApproverNotAllowed,
     SagaUnavailable,
 )
+from sagacity.evidence.redaction import hidden_paths
 from sagacity.inputs import invalid
 from sagacity.journal import Phase, input_hash
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
@@ -43,8 +44,16 @@ class PendingRequest(BaseModel):
     saga_id: str
     journal_seq: int = Field(description="seq of the request's AWAITING_APPROVAL journal row")
     tool_name: str
-    input: str = Field(description="the call's input: JSON text exactly as journaled and hashed")
+    input: str = Field(
+        description="the call's input: JSON text exactly as journaled and hashed; a redacted "
+        'field is `{"$redacted": "hmac:<key id>:<hex>"}`, a keyed fingerprint of its value '
+        '(different values differ), or `{"$redacted": "removed"}`'
+    )
     input_hash: str = Field(description="SHA-256 (hex) of `input` as stored with the request")
+    hidden: list[str] = Field(
+        default_factory=list,
+        description="where `input` hides a field's value (JSON Pointers)",
+    )
     requested_at: datetime
     workflow_status: str = Field(
         description="running, completed, failed, terminated, …; not_found; or no_answer when "
@@ -274,6 +283,7 @@ def _view(request: ApprovalRequest, live: Live) -> PendingRequest:
         tool_name=request.tool_name,
         input=request.input,
         input_hash=request.input_hash,
+        hidden=list(hidden_paths(request.input)),
         requested_at=request.created_at,
         workflow_status=live.workflow_status,
         saga_state=live.status.state if live.status else None,

@@ -226,6 +226,7 @@ async def run_demo(
             tools=TOOLS,
             model_provider=model_provider_from_settings(settings, scripts=SCRIPTS),
             checkpoints=signer,
+            redactor=settings.model_copy(update={"redact_key": setup.fingerprint_key}).redactor(),
         )
         client = with_plugins(await connect(settings, SagacityPlugin()), plugins)
         # a queue of its own, so workers of other apps on the default queue never see it

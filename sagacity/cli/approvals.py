@@ -154,6 +154,7 @@ def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None
         ("seq", str(request.journal_seq)),
         ("tool", request.tool_name),
         ("input", request.input),
+        ("hidden", ", ".join(request.hidden) or "-"),
         ("input hash", request.input_hash),
         ("requested", request.requested_at.isoformat()),
         ("deadline", request.deadline.isoformat() if request.deadline else "-"),

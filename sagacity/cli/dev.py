@@ -37,6 +37,7 @@ def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
             ("SAGACITY_SIGNING_KEY", setup.signing_key),
             ("SAGACITY_CHECKPOINT_PUBLIC_KEY", setup.public_key),
             ("SAGACITY_CHECKPOINT_DIR", setup.checkpoint_dir),
+            ("SAGACITY_REDACT_KEY", setup.fingerprint_key),
         ):
             if value is not None:
                 lines.append(f"export {name}={shlex.quote(str(value))}")

@@ -21,6 +21,7 @@ from sagacity.errors import SagacityError
 from sagacity.evidence.bundle import NO_CHECKPOINTS, NO_SIGNATURE, export_bundle, manifest_digest
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import (
+    generate_fingerprint_key,
     generate_key,
     key_id,
     load_private_key,
@@ -228,9 +229,24 @@ def _print_retention(result: dict[str, Any]) -> None:
 
 def keygen(
     path: Annotated[Path, typer.Argument(help="Where to write the private key (PEM, mode 0600).")],
+    fingerprint: Annotated[
+        bool,
+        typer.Option(
+            "--fingerprint",
+            help="Create the secret key redaction fingerprints are keyed with instead "
+            "(hex, mode 0600; SAGACITY_REDACT_KEY).",
+        ),
+    ] = False,
 ) -> None:
     """Create the Ed25519 key that signs checkpoints, and its public half (PATH.pub)."""
     try:
+        if fingerprint:
+            made = generate_fingerprint_key(path)
+            typer.echo(
+                f"fingerprint key: {path} (set SAGACITY_REDACT_KEY on workers; keep it secret)\n"
+                f"key id:          {made.id}"
+            )
+            return
         key = generate_key(path)
     except SagacityError as exc:
         raise fail(str(exc), 1) from None

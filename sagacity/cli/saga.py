@@ -280,6 +280,8 @@ def _describe(saga: SagaResult | SagaStatus) -> list[str]:
             f"(input hash {pending.input_hash})"
         )
         lines.append(f"  input: {pending.input_json}")
+        if pending.hidden:
+            lines.append("  hidden (fingerprinted or removed): " + ", ".join(pending.hidden))
     if saga.suspect is not None:
         lines.append(
             f"  SUSPECT: {saga.suspect.tool_name} at seq {saga.suspect.call_seq} has no outcome: "

@@ -20,15 +20,36 @@ if TYPE_CHECKING:
         CheckpointLog,
         CheckpointWriter,
     )
-    from sagacity.evidence.keys import generate_key, key_id, load_private_key, load_public_key
-    from sagacity.evidence.redaction import DEFAULT_RULES, Action, Redacted, Redactor, Rule
+    from sagacity.evidence.keys import (
+        generate_fingerprint_key,
+        generate_key,
+        key_id,
+        load_fingerprint_key,
+        load_private_key,
+        load_public_key,
+    )
+    from sagacity.evidence.redaction import (
+        DEFAULT_RULES,
+        Action,
+        FingerprintKey,
+        Redacted,
+        Redactor,
+        Rule,
+    )
     from sagacity.evidence.report import Agreement, AnchorCheck, SagaReport, Source
 
 _HOME = {
     "bundle": ("BundleReport", "BundleVerifier", "export_bundle", "verify_bundle"),
     "checkpoints": ("Checkpoint", "CheckpointDir", "CheckpointLog", "CheckpointWriter"),
-    "keys": ("generate_key", "key_id", "load_private_key", "load_public_key"),
-    "redaction": ("DEFAULT_RULES", "Action", "Redacted", "Redactor", "Rule"),
+    "keys": (
+        "generate_fingerprint_key",
+        "generate_key",
+        "key_id",
+        "load_fingerprint_key",
+        "load_private_key",
+        "load_public_key",
+    ),
+    "redaction": ("DEFAULT_RULES", "Action", "FingerprintKey", "Redacted", "Redactor", "Rule"),
     "report": ("Agreement", "AnchorCheck", "SagaReport", "Source"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
@@ -44,14 +65,17 @@ __all__ = [
     "CheckpointDir",
     "CheckpointLog",
     "CheckpointWriter",
+    "FingerprintKey",
     "Redacted",
     "Redactor",
     "Rule",
     "SagaReport",
     "Source",
     "export_bundle",
+    "generate_fingerprint_key",
     "generate_key",
     "key_id",
+    "load_fingerprint_key",
     "load_private_key",
     "load_public_key",
     "verify_bundle",

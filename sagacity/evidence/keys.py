@@ -1,7 +1,9 @@
-"""Ed25519 keys that sign checkpoints: generate, load, and name them by fingerprint.
+"""Keys: Ed25519 keys that sign checkpoints (generate, load, name them by fingerprint), and the
+secret key redaction fingerprints are keyed with.
 
 Private keys are PKCS#8 PEM files readable by their owner only; public keys are
-SubjectPublicKeyInfo PEM, the form a verifier is handed out of band.
+SubjectPublicKeyInfo PEM, the form a verifier is handed out of band. A fingerprint key file holds
+32 random bytes as 64 hex digits, readable by its owner only.
 """
 
 from __future__ import annotations
@@ -15,15 +17,30 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable
+from sagacity.evidence.redaction import FingerprintKey
 
 __all__ = [
+    "generate_fingerprint_key",
     "generate_key",
     "key_id",
+    "load_fingerprint_key",
     "load_private_key",
     "load_public_key",
     "public_pem",
     "verifying_key",
 ]
+
+
+def _create_secret_file(path: Path, data: bytes, what: str) -> None:
+    """Write ``data`` to a new file (mode 0600); never overwrites an existing one."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise EvidenceUnavailable(f"{path} already exists; refusing to replace a key") from None
+    except OSError as exc:
+        raise EvidenceUnavailable(f"cannot create the {what} {path}: {exc}") from None
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def generate_key(path: Path) -> Ed25519PrivateKey:
@@ -34,15 +51,29 @@ def generate_key(path: Path) -> Ed25519PrivateKey:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise EvidenceUnavailable(f"{path} already exists; refusing to replace a key") from None
-    except OSError as exc:
-        raise EvidenceUnavailable(f"cannot create the signing key {path}: {exc}") from None
-    with os.fdopen(fd, "wb") as out:
-        out.write(pem)
+    _create_secret_file(path, pem, "signing key")
     return key
+
+
+def generate_fingerprint_key(path: Path) -> FingerprintKey:
+    """Create a new redaction fingerprint key at ``path`` (mode 0600); never overwrites one."""
+    key = FingerprintKey(os.urandom(32))
+    _create_secret_file(path, key.secret.hex().encode("ascii") + b"\n", "fingerprint key")
+    return key
+
+
+def load_fingerprint_key(path: Path) -> FingerprintKey:
+    """The redaction fingerprint key in ``path``: hex digits, at least 16 bytes' worth."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvidenceUnavailable(f"cannot read the fingerprint key {path}: {exc}") from None
+    try:
+        return FingerprintKey(bytes.fromhex(text))
+    except ValueError as exc:
+        raise EvidenceUnavailable(
+            f"{path} is not a fingerprint key (at least 32 hex digits): {exc}"
+        ) from None
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:

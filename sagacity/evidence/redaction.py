@@ -1,13 +1,20 @@
 """Redaction rules: keep secrets and personal data out of the journal, and say what was kept out.
 
 Pure. A rule names a field; wherever a JSON object in a tool's input or result has a key that
-matches, the value is replaced before the row is journaled (and hashed):
+matches, the value is replaced in what is written (journal rows, approval requests, the saga's
+status and result), never in what runs:
 
-* ``redact``: by ``{"$redacted": "removed"}``;
-* ``hash``: by ``{"$redacted": "sha256:<hex>"}``, so someone who knows the value can show it was
-  that one. The digest is of the UTF-8 text of a string value, or of the canonical JSON of any
-  other value. A value that is easy to guess (an email, a card's last digits) can be found from
-  its digest by trying candidates: redact those instead.
+* ``redact`` (the default): by a keyed fingerprint, ``{"$redacted": "hmac:<key id>:<hex>"}``,
+  the HMAC-SHA256 of the value under the redactor's :class:`FingerprintKey`, so different values
+  look different and, without the key, trying candidates finds nothing. Without a key, by
+  ``{"$redacted": "removed"}``;
+* ``remove``: by ``{"$redacted": "removed"}``, whatever the key: not even equality shows;
+* ``hash``: by the keyed fingerprint too; without a key, by ``{"$redacted": "sha256:<hex>"}``, so
+  someone who knows the value can show it was that one (a value that is easy to guess can be
+  found from such a digest by trying candidates).
+
+A fingerprint or digest is of the UTF-8 text of a string value, or of the canonical JSON of any
+other value.
 
 Keys match by words, case-insensitively: ``api_key`` matches ``api_key``, ``X-Api-Key``,
 ``apiKey`` and ``stripe_api_key``; ``token`` matches ``refresh_token`` but not ``tokens_used``
@@ -21,10 +28,11 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
@@ -35,9 +43,12 @@ __all__ = [
     "DEFAULT_RULES",
     "MARKER",
     "Action",
+    "FingerprintKey",
     "Redacted",
     "Redactor",
     "Rule",
+    "could_be",
+    "hidden_paths",
     "parse_rules",
     "scrub",
 ]
@@ -51,6 +62,28 @@ MARKER = "$redacted"
 class Action(StrEnum):
     REDACT = "redact"
     HASH = "hash"
+    REMOVE = "remove"
+
+
+@dataclass(frozen=True, slots=True)
+class FingerprintKey:
+    """The secret redaction fingerprints are keyed with; ``id`` names it in every fingerprint."""
+
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.secret) < 16:
+            raise ValueError("a fingerprint key needs at least 16 bytes")
+
+    @property
+    def id(self) -> str:
+        """16 hex digits that tell keys apart (and reveal nothing of the secret)."""
+        return hashlib.sha256(b"sagacity-fingerprint-key-id\n" + self.secret).hexdigest()[:16]
+
+    def fingerprint(self, text: str) -> str:
+        """``hmac:<key id>:<hex>``, the HMAC-SHA256 of ``text``'s UTF-8 bytes."""
+        digest = hmac.new(self.secret, text.encode("utf-8"), hashlib.sha256).hexdigest()
+        return f"hmac:{self.id}:{digest}"
 
 
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -111,7 +144,9 @@ def parse_rules(text: str) -> tuple[Rule, ...]:
         if not words(field):
             raise ValueError(f"{item!r}: no field name (letters or digits) before ':' or '@'")
         if sep and action not in set(Action):
-            raise ValueError(f"{item!r}: the action is 'redact' or 'hash', not {action!r}")
+            raise ValueError(
+                f"{item!r}: the action is 'redact', 'remove' or 'hash', not {action!r}"
+            )
         if "@" in item and not tools:
             raise ValueError(f"{item!r}: no tool pattern after '@'")
         rules.append(Rule(field, Action(action) if sep else Action.REDACT, tools or "*"))
@@ -130,15 +165,63 @@ def _pointer(parts: Iterable[str | int]) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _marker(action: Action, value: Any) -> dict[str, str]:
-    if action is Action.REDACT:
+def _marker(action: Action, value: Any, key: FingerprintKey | None) -> dict[str, str]:
+    if action is Action.REMOVE or (action is Action.REDACT and key is None):
         return {MARKER: "removed"}
     text = value if isinstance(value, str) else to_json(value)
+    if key is not None:
+        return {MARKER: key.fingerprint(text)}
     return {MARKER: "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
 def _is_marker(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {MARKER}
+
+
+def could_be(journaled: Any, original: Any) -> bool:
+    """Whether ``journaled`` (JSON data as a row holds it) records ``original``: equal, except
+    where it holds a redaction marker, which stands for any value (rules or keys may since have
+    changed, so the marker is not made again)."""
+    if _is_marker(journaled):
+        return True
+    if isinstance(journaled, dict):
+        return (
+            isinstance(original, dict)
+            and journaled.keys() == original.keys()
+            and all(could_be(journaled[k], original[k]) for k in journaled)
+        )
+    if isinstance(journaled, list):
+        return (
+            isinstance(original, list)
+            and len(journaled) == len(original)
+            and all(could_be(j, o) for j, o in zip(journaled, original, strict=True))
+        )
+    return bool(journaled == original)
+
+
+def hidden_paths(json_text: str) -> tuple[str, ...]:
+    """Where redaction markers stand in JSON text (JSON Pointers): the fields it hides.
+
+    Text that is not JSON hides nothing.
+    """
+    try:
+        value = json.loads(json_text)
+    except ValueError:
+        return ()
+    paths: list[str] = []
+
+    def walk(node: Any, at: tuple[str | int, ...]) -> None:
+        if _is_marker(node):
+            paths.append(_pointer(at))
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, (*at, key))
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, (*at, i))
+
+    walk(value, ())
+    return tuple(paths)
 
 
 @lru_cache(maxsize=8192)
@@ -226,8 +309,12 @@ _ERROR_PHASES = frozenset({Phase.FAILED, Phase.COMPENSATION_FAILED})
 class Redactor:
     """Applies rules to tool inputs and results; :meth:`draft` is the one call before journaling."""
 
-    def __init__(self, rules: Iterable[Rule] = DEFAULT_RULES) -> None:
+    def __init__(
+        self, rules: Iterable[Rule] = DEFAULT_RULES, *, key: FingerprintKey | None = None
+    ) -> None:
         self.rules = tuple(rules)
+        #: keys fingerprints; without one, ``redact`` removes and ``hash`` digests unkeyed
+        self.key = key
         # every journal row asks, so each tool's rules and each key's verdict are worked out once
         self._for_tool = lru_cache(maxsize=1024)(self._rules_for)
 
@@ -251,7 +338,7 @@ class Redactor:
                     if rule is None or _is_marker(item):
                         out[key] = walk(item, (*at, key))
                     else:
-                        out[key] = _marker(rule.action, item)
+                        out[key] = _marker(rule.action, item, self.key)
                         paths.append(_pointer((*at, key)))
                 return out
             if isinstance(node, list):
@@ -274,23 +361,31 @@ class Redactor:
         done = self.apply(tool_name, value)
         return Redacted(to_json(done.value), done.paths) if done.paths else Redacted(json_text)
 
+    def scrub_value(self, tool_name: str, value: Any) -> Any:
+        """``value`` (an exception's details, say) as it may leave the worker: fields the rules
+        match replaced as in :meth:`apply`, every string scrubbed, and anything that is not JSON
+        data (tuples are lists) given as its scrubbed ``repr``."""
+
+        def walk(node: Any) -> Any:
+            if isinstance(node, str):
+                return self.scrub(tool_name, node)
+            if isinstance(node, dict):
+                return {str(key): walk(item) for key, item in node.items()}
+            if isinstance(node, list | tuple):
+                return [walk(item) for item in node]
+            if node is None or isinstance(node, bool | int | float):
+                return node
+            return self.scrub(tool_name, repr(node))
+
+        return self.apply(tool_name, walk(value)).value
+
     def _scrub_strings(self, tool_name: str, json_text: str) -> str:
         """Every string in JSON text scrubbed; text that is not JSON is scrubbed as a whole."""
         try:
             value = json.loads(json_text)
         except ValueError:
             return self.scrub(tool_name, json_text)
-
-        def walk(node: Any) -> Any:
-            if isinstance(node, str):
-                return self.scrub(tool_name, node)
-            if isinstance(node, dict):
-                return {key: walk(item) for key, item in node.items()}
-            if isinstance(node, list):
-                return [walk(item) for item in node]
-            return node
-
-        scrubbed = walk(value)
+        scrubbed = self.scrub_value(tool_name, value)
         return json_text if scrubbed == value else to_json(scrubbed)
 
     def draft(self, draft: Draft) -> Redacted[Draft]:

@@ -39,7 +39,7 @@ from sagacity.errors import (
     UnknownTool,
 )
 from sagacity.evidence.checkpoints import CheckpointWriter
-from sagacity.evidence.redaction import Redactor
+from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.journal import JournalStore
@@ -53,6 +53,7 @@ from sagacity.temporal.models import (
     CallStatus,
     CompensateRequest,
     ErrorInfo,
+    Journaled,
     JournalRow,
     Resolved,
     ResolveRequest,
@@ -112,7 +113,8 @@ class _Heartbeat:
 
     def __init__(self) -> None:
         self.details: tuple[Any, ...] = tuple(activity.info().heartbeat_details)
-        #: an outcome this attempt has but has not written yet: (status, payload)
+        #: an outcome this attempt has but has not written yet: (status, payload), the payload
+        #: unredacted, so a retry can hand the workflow the tool's real result
         self.outcome: tuple[str, str] | None = None
 
     def beat(self) -> None:
@@ -400,7 +402,10 @@ class SagaActivities:
         entry = await self._append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
         await self._at_tail(entry)
         # the request holds the input as journaled (redacted), so what an approver is shown,
-        # what the hash covers and what the chain covers are one text
+        # what the hash covers and what the chain covers are one text. A redacted field is a
+        # keyed fingerprint there, so the hash binds its value (no one can find it by trying
+        # values without the key); the workflow holds the unredacted input's hash besides
+        # (raw_input_hash), which binds fields a rule removes
         request = ApprovalRequest(
             saga_id=req.saga_id,
             journal_seq=req.seq,
@@ -415,6 +420,7 @@ class SagaActivities:
             input=request.input,
             input_hash=request.input_hash,
             raw_input_hash=input_hash(req.input_json),
+            hidden=list(hidden_paths(request.input)),
         )
 
     @activity.defn(name=CLOSE_APPROVAL)
@@ -465,7 +471,7 @@ class SagaActivities:
         intent_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq))
         if intent_row is None:
             return None  # the earlier attempt died before INTENT: nothing happened yet
-        if not intent_row.same_content(intent):
+        if not (intent_row.same_content(intent) or _redacted_otherwise(intent_row, intent, req)):
             raise JournalAhead(
                 f"saga {req.saga_id!r} seq {req.seq} holds {intent_row.tool_name} "
                 f"{intent_row.phase}, not this call's INTENT"
@@ -476,7 +482,8 @@ class SagaActivities:
             # the attempt that wrote it may have died before its checkpoint or seal
             self._checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
             await self._consume_approval(req)
-            return _outcome_from_row(intent_row, outcome_row)
+            # the attempt that wrote it is gone: the result is what the journal holds
+            return _outcome_from_row(intent_row, outcome_row, input_json=req.input_json)
         await self._at_tail(intent_row)
         details = activity.info().heartbeat_details
         if details:
@@ -496,6 +503,7 @@ class SagaActivities:
                 "mid-call and the tool is not idempotent; a human must say whether it took effect"
             ),
             intent_row.hash,
+            intent_row.input,  # as journaled: what the saga's status shows of the call
         )
 
     async def _verify_approval(self, req: CallRequest) -> CallOutcome | None:
@@ -587,7 +595,7 @@ class SagaActivities:
         if isinstance(exc, ApplicationError):
             return ApplicationError(
                 message,
-                *exc.details,
+                *self.redactor.scrub_value(tool_name, exc.details),
                 type=exc.type or type(exc).__name__,
                 non_retryable=exc.non_retryable,
                 next_retry_delay=exc.next_retry_delay,
@@ -624,7 +632,7 @@ class SagaActivities:
             # from now on every heartbeat carries the outcome (sent at once if the write has to
             # wait): a retry writes it from there instead of calling the tool again or calling
             # the call SUSPECT
-            beats.outcome = (status.value, draft.payload)
+            beats.outcome = (status.value, payload)
         try:
             row = await self._append_at(
                 draft, seq=req.seq + 1, prev_hash=intent_row.hash, seal_as=_seal_as(req, phase)
@@ -636,7 +644,7 @@ class SagaActivities:
             # is journaled all the same, so it is compensated
             kept = to_json({"unjournalable_result": str(exc)[:500]})
             return await self._record(req, intent_row, status, kept)
-        return _outcome_from_row(intent_row, row)
+        return _outcome_from_row(intent_row, row, input_json=req.input_json, payload=payload)
 
     @activity.defn(name=RESOLVE_CALL)
     @_typed
@@ -655,12 +663,16 @@ class SagaActivities:
             await self._outlast(lambda: self.approvals.delete(req.saga_id, approval_seq))
         existing = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
         if existing is not None:
-            return Resolved(outcome=_outcome_from_row(intent_row, existing), recorded=False)
+            outcome = _outcome_from_row(intent_row, existing, input_json=req.row.input)
+            return Resolved(outcome=outcome, recorded=False)
         draft = self._draft(
             req.saga_id, intent_row.tool_name, req.row.phase, req.row.input, req.row.payload
         )
         row = await self._append_at(draft, seq=req.call_seq + 1, prev_hash=intent_row.hash)
-        return Resolved(outcome=_outcome_from_row(intent_row, row), recorded=True)
+        outcome = _outcome_from_row(
+            intent_row, row, input_json=req.row.input, payload=req.row.payload
+        )
+        return Resolved(outcome=outcome, recorded=True)
 
     @activity.defn(name=SEAL_SAGA)
     @_typed
@@ -786,19 +798,53 @@ def _seal_as(req: CallRequest, outcome: Phase) -> SagaState | None:
     return req.seal_as if outcome is Phase.EXECUTED else None
 
 
+def _redacted_otherwise(row: Entry, intent: Draft, req: CallRequest) -> bool:
+    """Whether ``row`` is this call's INTENT as an earlier attempt redacted it under other rules
+    or another fingerprint key (a worker deployed between the attempts)."""
+    if (row.saga_id, row.tool_name, row.phase) != (intent.saga_id, intent.tool_name, intent.phase):
+        return False
+    try:
+        return could_be(json.loads(row.input), req.args)
+    except ValueError:
+        return False
+
+
 def _idempotent_attempts() -> int:
     """The attempt bound travels in the activity's retry policy; default when absent."""
     policy = activity.info().retry_policy
     return policy.maximum_attempts if policy and policy.maximum_attempts else 3
 
 
-def _outcome_from_row(intent_row: Entry, row: Entry) -> CallOutcome:
+def _outcome_from_row(
+    intent_row: Entry, row: Entry, *, input_json: str | None = None, payload: str | None = None
+) -> CallOutcome:
+    """The call's outcome from its rows; ``payload``: the unredacted outcome, whose result the
+    workflow gets; ``input_json``: the unredacted input. Where redaction changed either, the
+    outcome also says how the journal holds the call (``journaled``)."""
     refs = [_ref(intent_row), _ref(row)]
     body = json.loads(row.payload) if row.payload else None
-    if row.phase is Phase.EXECUTED:
-        return CallOutcome(status=CallStatus.EXECUTED, result=body, rows=refs)
+    executed = row.phase is Phase.EXECUTED
+    journaled = None
+    if (input_json is not None and intent_row.input != input_json) or (
+        executed and payload is not None and row.payload != payload
+    ):
+        journaled = Journaled(
+            input=json.loads(intent_row.input) if intent_row.input else {},
+            result=body if executed else None,
+        )
+    if executed:
+        result = json.loads(payload) if payload else body
+        return CallOutcome(
+            status=CallStatus.EXECUTED, result=result, rows=refs, journaled=journaled
+        )
     body = body if isinstance(body, dict) else {"message": row.payload}
     error = ErrorInfo(type=str(body.get("type", "Error")), message=str(body.get("message", "")))
     # rows written before the field existed: the spec's rule, a FAILED call's effect is unknown
     unknown = body.get("effect", "unknown") != "none"
-    return CallOutcome(status=CallStatus.FAILED, error=error, rows=refs, effect_unknown=unknown)
+    return CallOutcome(
+        status=CallStatus.FAILED,
+        error=error,
+        rows=refs,
+        effect_unknown=unknown,
+        journaled=journaled,
+    )

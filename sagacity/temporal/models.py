@@ -122,13 +122,25 @@ class CallStatus(StrEnum):
     REFUSED = "refused"
 
 
+class Journaled(BaseModel):
+    """A call as the journal holds it, its secrets redacted: what status and results show."""
+
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+
+
 class CallOutcome(BaseModel):
+    """How a call ended. ``result`` is what the tool returned, secrets and all (later steps and
+    compensations get it); ``journaled`` is set when redaction changed the call's input or
+    result, and is what the saga shows of it."""
+
     status: CallStatus
     result: Any = None
     error: ErrorInfo | None = None
     rows: list[RowRef]
     #: FAILED, and the tool may have taken effect before it failed: compensate it or tell a human
     effect_unknown: bool = False
+    journaled: Journaled | None = None
 
 
 class Resolved(BaseModel):
@@ -172,6 +184,8 @@ class ApprovalOpened(BaseModel):
     input_hash: str
     #: sha-256 of the unredacted input the request was made for
     raw_input_hash: str | None = None
+    #: where ``input`` hides a field (JSON Pointers)
+    hidden: list[str] = Field(default_factory=list)
 
 
 class ApprovalClose(BaseModel):
@@ -180,7 +194,11 @@ class ApprovalClose(BaseModel):
 
 
 class Effect(BaseModel):
-    """A tool call that took effect (or may have), named by its INTENT seq."""
+    """A tool call that took effect (or may have), named by its INTENT seq.
+
+    ``input`` and ``result`` are as journaled, secrets redacted; the saga keeps the originals
+    apart, for the compensation.
+    """
 
     tool_name: str
     call_seq: int
@@ -233,6 +251,14 @@ class EffectRefs(BaseModel):
             )
             for seq, t in zip(self.seqs, self.tool_of, strict=True)
         ]
+
+
+class Original(BaseModel):
+    """The unredacted input and result of the effect at ``call_seq``, for its compensation."""
+
+    call_seq: int
+    input: dict[str, Any]
+    result: Any = None
 
 
 class SagaOpen(BaseModel):
@@ -356,6 +382,8 @@ class SagaCarry(BaseModel):
     compensated: EffectRefs = Field(default_factory=EffectRefs)
     compensation_failed: EffectRefs = Field(default_factory=EffectRefs)
     live: EffectRefs = Field(default_factory=EffectRefs)
+    #: the unredacted input and result of live effects whose journal rows are redacted
+    originals: list[Original] = Field(default_factory=list)
 
 
 class SagaProgress(BaseModel):
@@ -363,6 +391,8 @@ class SagaProgress(BaseModel):
 
     next_step: int
     results: dict[str, Any] = Field(default_factory=dict)
+    #: the results redaction changed, as journaled (what the saga's result shows)
+    shown: dict[str, Any] = Field(default_factory=dict)
     carry: SagaCarry
 
 
@@ -392,14 +422,18 @@ class SagaResult(BaseModel):
 class PendingApproval(BaseModel):
     journal_seq: int
     tool_name: str
+    #: the request as stored: secrets redacted (a keyed fingerprint each, or removed)
     input_json: str
     input_hash: str
     deadline_s: float
+    #: where ``input_json`` hides a field (JSON Pointers)
+    hidden: list[str] = Field(default_factory=list)
 
 
 class Suspect(BaseModel):
     call_seq: int
     tool_name: str
+    #: the call's input as its INTENT row journaled it (secrets redacted)
     input_json: str
     reason: str
 

@@ -36,6 +36,7 @@ from sagacity.errors import (
     SagacityError,
     ToolFailed,
 )
+from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
 from sagacity.temporal import names
@@ -57,7 +58,9 @@ from sagacity.temporal.models import (
     EffectRefs,
     ErrorInfo,
     Head,
+    Journaled,
     JournalRow,
+    Original,
     PendingApproval,
     Reject,
     Resolve,
@@ -96,6 +99,9 @@ RefusalKind = Literal[
 #: Patch markers (see docs/versioning.md): sagas whose history predates a marker replay the old
 #: behaviour; new sagas take the new one.
 OPEN_PATCH = "sagacity-open-saga"
+#: sagas from before this marker made again a call whose effect they read back from a redacted
+#: journal row (after a reset): the row could not equal the call's real input
+ADOPT_REDACTED_PATCH = "sagacity-adopt-redacted"
 
 #: who a Temporal cancel is journaled as
 CANCELLED_BY = "temporal-cancel"
@@ -108,6 +114,8 @@ _JOURNAL_TIMEOUT = _OUTAGE_ALLOWANCE
 _JOURNAL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
 )
+#: the phases a call's first row can have: it ran, it waited for a human, or it was refused
+_OPENING = (Phase.INTENT, Phase.AWAITING_APPROVAL, Phase.REJECTED)
 # activity error types that mean "the journal holds rows this run has not seen"
 _AHEAD = frozenset({"JournalAhead", "SeqConflict", "SeqTaken"})
 
@@ -196,6 +204,11 @@ class Saga:
         self._compensated: list[Effect] = []
         self._compensation_failed: list[Effect] = []
         self._live: list[Effect] = []
+        #: effects whose journal rows are redacted: what the tool really took and returned, for
+        #: the compensation (Effect holds what the journal shows)
+        self._originals: dict[int, Original] = {}
+        #: the newest calls whose journal rows are redacted, as journaled, by INTENT seq
+        self._views: dict[int, Journaled] = {}
         # journal rows read back but not yet paired: an INTENT and an approval request
         self._open_intent: JournalRow | None = None
         self._open_gate: JournalRow | None = None
@@ -222,6 +235,7 @@ class Saga:
         self._decided = set(carry.decided)
         self._abort = carry.abort
         self._error = carry.error
+        self._originals = {o.call_seq: o for o in carry.originals}
 
     def carry(self) -> SagaCarry:
         """The state the next run needs (head, effects, failures, decisions) to go on as this one.
@@ -244,6 +258,9 @@ class Saga:
             compensated=EffectRefs.of(self._compensated),
             compensation_failed=EffectRefs.of(self._compensation_failed),
             live=EffectRefs.of(self._live),
+            originals=[
+                o for e in self.executed if (o := self._originals.get(e.call_seq)) is not None
+            ],
         )
 
     def _unpack_carry(self) -> None:
@@ -405,6 +422,7 @@ class Saga:
                     _loads(intent.input) or {},
                     outcome.result,
                     adoptable=True,
+                    journaled=outcome.journaled,
                 )
 
     def _took_effect(
@@ -416,28 +434,70 @@ class Saga:
         *,
         failed: bool = False,
         adoptable: bool = False,
+        journaled: Journaled | None = None,
     ) -> None:
-        """Remember a call that took effect (or may have), to undo it if the saga fails."""
+        """Remember a call that took effect (or may have), to undo it if the saga fails.
+
+        ``journaled``: the call as its redacted rows hold it, which the effect shows; the
+        original ``args`` and ``result`` are kept apart for the compensation.
+        """
         spec = (self._catalog or {}).get(tool)
+        if journaled is not None:
+            self._originals[call_seq] = Original(call_seq=call_seq, input=args, result=result)
         effect = Effect(
             tool_name=tool,
             call_seq=call_seq,
             reversibility=spec.reversibility if spec else Reversibility.IRREVERSIBLE,
-            input=args,
-            result=result,
+            input=journaled.input if journaled else args,
+            result=journaled.result if journaled else result,
             failed=failed,
         )
         self.executed.append(effect)
         if adoptable:
             self._adoptable.append(effect)
 
-    def _adopt(self, tool: str, input_json: str) -> Effect | None:
+    def _adopt(self, tool: str, args: dict[str, Any], input_json: str) -> Original | None:
         """An effect an earlier run left live for this very call: it is not made twice."""
         for effect in self._adoptable:
-            if effect.tool_name == tool and to_json(effect.input) == input_json:
+            if effect.tool_name != tool:
+                continue
+            made = self._originals.get(effect.call_seq) or Original(
+                call_seq=effect.call_seq, input=effect.input, result=effect.result
+            )
+            # read back from the journal, a redacted input shows markers where the call has
+            # values: the call is the same if everything else is
+            same = to_json(made.input) == input_json or (
+                effect.call_seq not in self._originals
+                and could_be(made.input, args)
+                and workflow.patched(ADOPT_REDACTED_PATCH)
+            )
+            if same:
                 self._adoptable.remove(effect)
-                return effect
+                return made
         return None
+
+    def last_call_seq(self, tool: str) -> int | None:
+        """The seq of the row that opened ``tool``'s newest call (INTENT; AWAITING_APPROVAL or
+        REJECTED when it never ran), or None."""
+        # asked as soon as the call returns: rows only change when an activity completes, in a
+        # later workflow activation, so the newest such row is this call's, even with sibling
+        # calls of a parallel agent turn waiting their turn
+        for row in reversed(self.rows):
+            if row.tool_name == tool and row.phase in _OPENING:
+                return row.seq
+        return None
+
+    def journaled(self, call_seq: int | None) -> Journaled | None:
+        """How the journal holds the call at ``call_seq`` when redaction changed it (None when it
+        did not): what to show of a call that just returned, its secrets redacted."""
+        return self._views.get(call_seq) if call_seq is not None else None
+
+    def _note_view(self, call_seq: int, journaled: Journaled | None) -> None:
+        if journaled is None:
+            return
+        self._views[call_seq] = journaled
+        if len(self._views) > STATUS_ROWS:  # asked for right after the call: the newest do
+            del self._views[next(iter(self._views))]
 
     # -- cancellation ------------------------------------------------------------------------
 
@@ -500,7 +560,7 @@ class Saga:
         spec = catalog.get(tool)
         input_json = to_json(args)
         while True:
-            adopted = self._adopt(tool, input_json)
+            adopted = self._adopt(tool, args, input_json)
             if adopted is not None:
                 return adopted.result
             try:
@@ -561,8 +621,10 @@ class Saga:
                 cause = err.cause
                 details = cause.details if isinstance(cause, ApplicationError) else ()
                 intent_hash = str(details[0]) if details else ""
+                # the INTENT's input as journaled, which status shows (older workers sent none)
+                shown = str(details[1]) if len(details) > 1 else input_json
                 return await self._resolve_suspect(
-                    tool, seq, intent_hash, input_json, _error_message(err), approval_seq
+                    tool, seq, intent_hash, input_json, _error_message(err), approval_seq, shown
                 )
             if kind in _AHEAD:
                 raise _Desync from err
@@ -626,11 +688,12 @@ class Saga:
             self.failures.append(outcome.error)
             raise ApprovalRejected(outcome.error.message)
         call_seq = outcome.rows[0].seq
+        self._note_view(call_seq, outcome.journaled)
         if outcome.status is CallStatus.EXECUTED:
-            self._took_effect(tool, call_seq, args, outcome.result)
+            self._took_effect(tool, call_seq, args, outcome.result, journaled=outcome.journaled)
         elif outcome.effect_unknown:
             # the call may have done something before it failed: undo whatever it did
-            self._took_effect(tool, call_seq, args, None, failed=True)
+            self._took_effect(tool, call_seq, args, None, failed=True, journaled=outcome.journaled)
         if outcome.error is not None:
             self.failures.append(outcome.error)
             raise ToolFailed(tool, outcome.error.type, outcome.error.message)
@@ -645,10 +708,16 @@ class Saga:
         input_json: str,
         reason: str,
         approval_seq: int | None = None,
+        shown: str | None = None,
     ) -> CallOutcome:
-        """Stop until a human says whether the call with no outcome took effect."""
+        """Stop until a human says whether the call with no outcome took effect.
+
+        ``shown``: the call's input as journaled, when ``input_json`` is the original.
+        """
         self.state = SagaState.SUSPECT
-        self._suspect = Suspect(call_seq=seq, tool_name=tool, input_json=input_json, reason=reason)
+        self._suspect = Suspect(
+            call_seq=seq, tool_name=tool, input_json=shown or input_json, reason=reason
+        )
         early, self._early_resolution = self._early_resolution, None
         self._resolution = early if early is not None and early.call_seq == seq else None
         workflow.logger.warning("saga %s: call seq %d of %s is SUSPECT", self.saga_id, seq, tool)
@@ -697,12 +766,17 @@ class Saga:
                 resolution.resolver,
             )
             return resolved.outcome
+        journaled = resolved.outcome.journaled
+        if journaled is not None and isinstance(journaled.result, dict):
+            # the row holds {"resolved_by", "result"}: what it shows of the result
+            journaled = Journaled(input=journaled.input, result=journaled.result.get("result"))
         return CallOutcome(
             status=status,
             result=resolution.result,
             error=error,
             rows=resolved.outcome.rows,
             effect_unknown=unknown,
+            journaled=journaled,
         )
 
     # -- approvals -------------------------------------------------------------------------------
@@ -736,6 +810,7 @@ class Saga:
             input_json=opened.input,
             input_hash=opened.input_hash,
             deadline_s=self.options.approval_deadline_s,
+            hidden=opened.hidden,
         )
         # decisions that came with the request's opening, in the same activation (signals are
         # applied first when a worker replays history): judged now that the request is known
@@ -1038,7 +1113,9 @@ class Saga:
             return self._compensated, self._compensation_failed, self._live
 
     async def _compensate_one(self, spec: ToolSpec, effect: Effect) -> bool:
-        input_json = to_json(effect.input)
+        # the compensation gets what the call really took and returned, not the journal's view
+        original = self._originals.get(effect.call_seq)
+        input_json = to_json(original.input if original else effect.input)
         # the last effect undone, none having failed: the saga ends after its row
         last = not self.executed and not self._compensation_failed
         end = SagaState.ABORTED if self.aborted else SagaState.COMPENSATED
@@ -1051,9 +1128,9 @@ class Saga:
                 tool_name=effect.tool_name,
                 call_seq=effect.call_seq,
                 input_json=input_json,
-                result=effect.result,
+                result=original.result if original else effect.result,
                 failed=effect.failed,
-                by_ref=effect.by_ref,
+                by_ref=effect.by_ref and original is None,
                 seal_as=seal_as,
             )
             try:
@@ -1101,7 +1178,11 @@ class Saga:
                     tool_name=effect.tool_name,
                     phase=Phase.COMPENSATION_FAILED,
                     input=input_json,
-                    input_of=effect.call_seq if effect.by_ref else None,
+                    input_of=(
+                        effect.call_seq
+                        if effect.by_ref and effect.call_seq not in self._originals
+                        else None
+                    ),
                     payload=to_json(
                         {
                             "type": _error_type(err),

@@ -56,13 +56,18 @@ class SagaWorkflow:
     async def run(self, spec: SagaSpec) -> SagaResult:
         progress = spec.progress
         saga = self.saga
+        # what later steps' $refs get (secrets and all), and how the journal shows the results
+        # redaction changed, which the saga's result shows instead
         results: dict[str, Any] = dict(progress.results) if progress else {}
+        shown: dict[str, Any] = dict(progress.shown) if progress else {}
         first = progress.next_step if progress else 0
 
         def go_on(next_step: int) -> Callable[[SagaCarry], None]:
             def continue_as_new(carry: SagaCarry) -> None:
                 # the next run goes on from this step (or this compensation), same journal
-                progress = SagaProgress(next_step=next_step, results=results, carry=carry)
+                progress = SagaProgress(
+                    next_step=next_step, results=results, shown=shown, carry=carry
+                )
                 workflow.continue_as_new(spec.model_copy(update={"progress": progress}))
 
             return continue_as_new
@@ -74,6 +79,9 @@ class SagaWorkflow:
                 step = spec.steps[index]
                 call = saga.call_last if index == len(spec.steps) - 1 else saga.call
                 results[step.key] = await call(step.tool, **resolve_refs(step.args, results))
-            return results
+                journaled = saga.journaled(saga.last_call_seq(step.tool))
+                if journaled is not None:
+                    shown[step.key] = journaled.result
+            return {key: shown.get(key, value) for key, value in results.items()}
 
         return await saga.run(steps, continue_as_new=go_on(len(spec.steps)))

@@ -27,6 +27,7 @@ from sagacity.agents import (
     with_plugins,
 )
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.tools import CompensableTool
 from tests.temporal import sample_tools
@@ -47,6 +48,7 @@ def agent_worker(
     journal: JournalStore,
     approvals: ApprovalStore,
     checkpoint_writer: CheckpointWriter,
+    redactor: Redactor,
 ) -> WorkerFactory:
     """Start a worker for agent sagas: ``async with agent_worker(scripts) as worker: ...``.
 
@@ -68,6 +70,7 @@ def agent_worker(
             model_provider=provider or ScriptedModelProvider(scripts),
             model_attempts=2,
             checkpoints=checkpoint_writer,
+            redactor=redactor,
         )
         worker = Worker(
             with_plugins(temporal_client, plugins),

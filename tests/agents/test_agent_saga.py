@@ -6,6 +6,8 @@ are the saga's journaled activities, approvals are signals, compensation runs in
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
@@ -328,3 +330,43 @@ async def test_a_long_conversation_continues_as_new_between_turns(
     rows = await journal.read(handle.id)
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
     assert (await journal.verify(handle.id)).ok
+
+
+#: the agent is issued a key, checks it got the real one, then a tool fails: the key is revoked
+ISSUE_AND_FAIL = Script(
+    turns=[
+        [
+            Call("issue_key", {"owner": "ann"}),
+            Call(
+                "explode",
+                lambda c: {
+                    "reason": "real key: "
+                    + str(c.result_of("issue_key")["api_key"] == sample_tools.ISSUED_KEY)
+                },
+            ),
+            Say("done"),
+        ],
+        [Say("Understood.")],
+    ]
+)
+
+
+async def test_the_model_and_the_compensation_get_the_real_value_the_steps_show_a_fingerprint(
+    temporal_client: Client, agent_worker: WorkerFactory, shop: Shop, journal: JournalStore
+) -> None:
+    async with agent_worker({"issue": ISSUE_AND_FAIL}) as worker:
+        handle = await start_agent(
+            temporal_client, worker.task_queue, AgentSagaRequest(prompt="go", model="issue")
+        )
+        result = await handle.result()
+
+    assert result.saga.status is SagaState.COMPENSATED
+    # the model was given the tool's real result, and the compensation the real key
+    assert sample_tools.EFFECTS[-1] == f"revoked {sample_tools.ISSUED_KEY}"
+    assert result.steps[1].arguments == {"reason": "real key: True"}
+    # what the saga shows of the call is the journal's view
+    shown = result.steps[0].output["api_key"]["$redacted"]
+    assert shown.startswith("hmac:") and result.steps[0].output["owner"] == "ann"
+    assert sample_tools.ISSUED_KEY not in result.model_dump_json()
+    rows = json.dumps([(r.input, r.payload) for r in await journal.read(handle.id)])
+    assert sample_tools.ISSUED_KEY not in rows and shown in rows

@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import psycopg
+import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from sagacity import CompensationContext, compensable
-from sagacity.evidence.redaction import MARKER, Action, Redactor, Rule
+from sagacity.errors import EvidenceUnavailable
+from sagacity.evidence.keys import generate_fingerprint_key, load_fingerprint_key
+from sagacity.evidence.redaction import (
+    MARKER,
+    Action,
+    FingerprintKey,
+    Redactor,
+    Rule,
+    could_be,
+    hidden_paths,
+)
 from sagacity.journal import Draft, Phase, to_json
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
@@ -59,6 +72,65 @@ def test_hash_rule_keeps_a_checkable_digest_for_its_tools_only() -> None:
     digest = hashlib.sha256(b"4242424242424242").hexdigest()
     assert charged.value == {"card_number": {MARKER: f"sha256:{digest}"}, "amount": 5}
     assert other.paths == () and other.value == {"card_number": "4242424242424242"}
+
+
+def test_a_keyed_fingerprint_tells_values_apart_and_needs_the_key() -> None:
+    key, other_key = FingerprintKey(b"k" * 32), FingerprintKey(b"o" * 32)
+    rules = [Rule("token"), Rule("card", Action.HASH), Rule("ssn", Action.REMOVE)]
+    keyed, keyed_elsewhere = Redactor(rules, key=key), Redactor(rules, key=other_key)
+
+    def shown(redactor: Redactor, **call: object) -> dict[str, str]:
+        value = redactor.apply("grant", call).value
+        return {name: value[name][MARKER] for name in call}
+
+    big, small = shown(keyed, token_amount=1_000_000), shown(keyed, token_amount=5)
+    assert big["token_amount"] != small["token_amount"]  # what removal or a digest hid
+    assert shown(keyed, token_amount=5) == small  # one value, one fingerprint
+    assert shown(keyed_elsewhere, token_amount=5) != small  # and only under this key
+    expected = hmac.new(b"k" * 32, b"5", hashlib.sha256).hexdigest()
+    assert small["token_amount"] == f"hmac:{key.id}:{expected}"
+    # `hash` is keyed too once there is a key; `remove` shows nothing, key or not
+    both = shown(keyed, card="4242", ssn="078-05-1120")
+    assert both["card"].startswith(f"hmac:{key.id}:") and both["ssn"] == "removed"
+    # without a key: `redact` removes, `hash` digests unkeyed (as before keys existed)
+    unkeyed = shown(Redactor(rules), token_amount=5, card="4242")
+    assert unkeyed == {
+        "token_amount": "removed",
+        "card": "sha256:" + hashlib.sha256(b"4242").hexdigest(),
+    }
+    assert "k" * 32 not in repr(key)
+
+
+def test_hidden_paths_name_every_marker() -> None:
+    redacted = Redactor(key=FingerprintKey(b"k" * 16)).apply("t", CALL)
+    assert hidden_paths(to_json(redacted.value)) == tuple(sorted(redacted.paths))
+    assert hidden_paths('{"a": [1, {"$redacted": "removed"}]}') == ("/a/1",)
+    assert hidden_paths("not json") == hidden_paths('{"a": 1}') == ()
+
+
+def test_a_row_redacted_under_other_rules_or_keys_still_records_its_call() -> None:
+    call = {"amount": 5, "login": {"user": "zoë", "password": "hunter2"}, "tags": ["a"]}
+    under = [Redactor(), Redactor(key=FingerprintKey(b"k" * 16)), Redactor([])]
+    for redactor in under:
+        assert could_be(redactor.apply("t", call).value, call)
+    other = {**call, "amount": 6}
+    assert not could_be(Redactor().apply("t", other).value, call)  # not where nothing is hidden
+    assert not could_be({**call, "extra": 1}, call) and not could_be({"tags": ["a", "b"]}, call)
+
+
+def test_a_fingerprint_key_file_is_made_once_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "fingerprint-key"
+    made = generate_fingerprint_key(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert load_fingerprint_key(path) == made
+    with pytest.raises(EvidenceUnavailable, match="refusing to replace"):
+        generate_fingerprint_key(path)
+    for text in ("replace with the file", "abcd", ""):
+        path.write_text(text)
+        with pytest.raises(EvidenceUnavailable, match="not a fingerprint key"):
+            load_fingerprint_key(path)
+    with pytest.raises(EvidenceUnavailable, match="cannot read"):
+        load_fingerprint_key(tmp_path / "missing")
 
 
 def test_json_text_is_kept_byte_for_byte_unless_something_is_redacted() -> None:

@@ -111,7 +111,7 @@ def test_rules_parse_from_text() -> None:
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("ssn:erase", "the action is 'redact' or 'hash'"),
+        ("ssn:erase", "the action is 'redact', 'remove' or 'hash'"),
         (":hash", "no field name"),
         ("--@pay", "no field name"),
         ("ssn@", "no tool pattern"),
@@ -183,8 +183,11 @@ async def test_the_shipped_worker_applies_the_rules_its_settings_name(
         )
     assert result.status is SagaState.COMPLETED
     rows = await journal.read(sid)
-    digest = "sha256:" + hashlib.sha256(b"the patient's diagnosis").hexdigest()
-    # send_note's `text` is hashed, in its input and its result; set_flag is not send_*
+    key = configured.redactor().key
+    assert key is not None  # the session's fingerprint key, as the dev stack makes one
+    digest = key.fingerprint("the patient's diagnosis")
+    assert digest.startswith(f"hmac:{key.id}:")
+    # send_note's `text` is fingerprinted, in its input and its result; set_flag is not send_*
     assert json.loads(rows[0].input) == {"text": {"$redacted": digest}}
     assert json.loads(rows[1].payload) == {"text": {"$redacted": digest}}
     assert json.loads(rows[2].input) == {"name": "the patient's diagnosis"}

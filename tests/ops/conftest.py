@@ -60,11 +60,12 @@ def stack_env(endpoints: Endpoints, database_url: str, task_queue: str) -> dict[
 
 
 def anchor_env(settings: Settings) -> dict[str, str]:
-    """The session's anchor settings, as a worker process of the dev stack has them."""
+    """The session's anchor settings and fingerprint key, as a dev stack worker process has them."""
     return {
         "SAGACITY_SIGNING_KEY": str(settings.signing_key),
         "SAGACITY_CHECKPOINT_PUBLIC_KEY": str(settings.checkpoint_public_key),
         "SAGACITY_CHECKPOINT_DIR": str(settings.checkpoint_dir),
+        "SAGACITY_REDACT_KEY": str(settings.redact_key),
     }
 
 

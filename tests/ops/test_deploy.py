@@ -190,3 +190,26 @@ def test_workers_sign_checkpoints_with_a_key_and_a_folder_on_volumes_of_their_ow
     assert k8s("PersistentVolumeClaim", "sagacity-checkpoints")["spec"]["accessModes"] == [
         "ReadWriteMany"
     ]
+
+
+async def test_workers_key_redaction_fingerprints_with_a_key_the_deployment_makes(
+    sagacity: Cli, tmp_path: Path
+) -> None:
+    worker = compose()["services"]["worker"]
+    key = Path(worker["environment"]["SAGACITY_REDACT_KEY"])
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in worker["volumes"]}
+    assert mounts[str(key.parent)] == "sagacity-keys"
+    keys_job = compose()["services"]["keys"]["command"][-1]
+    assert f"sagacity keygen --fingerprint {key}" in keys_job
+    # the command the job runs makes a key the worker's settings load
+    made = await sagacity("keygen", "--fingerprint", str(tmp_path / "fingerprint-key"))
+    assert made.code == 0, made.stderr
+    loaded = load_settings(redact_key=tmp_path / "fingerprint-key").redactor().key
+    assert loaded is not None and f"key id:          {loaded.id}" in made.stdout
+
+    pod = k8s("Deployment", "sagacity-worker")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    path = Path(_env(container)["SAGACITY_REDACT_KEY"])
+    mounted = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    secret = {v["name"]: v for v in pod["volumes"]}[mounted[str(path.parent)]]["secret"]
+    assert path.name in k8s("Secret", secret["secretName"])["stringData"]

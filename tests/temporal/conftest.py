@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
 from sagacity.temporal.models import SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
@@ -55,6 +56,7 @@ async def shop(shop_session: Shop) -> Shop:
     use(shop_session)
     sample_tools.EFFECTS.clear()
     sample_tools.FLAKY_CALLS.clear()
+    sample_tools.RECEIVED.clear()
     return shop_session
 
 
@@ -66,12 +68,14 @@ async def worker(
     approvals: ApprovalStore,
     shop: Shop,
     checkpoint_writer: CheckpointWriter,
+    redactor: Redactor,
 ) -> AsyncIterator[Worker]:
     plugin = SagacityPlugin(
         journal=journal,
         approvals=approvals,
         tools=[*order_app.TOOLS, *sample_tools.TOOLS],
         workflows=order_app.WORKFLOWS,
+        redactor=redactor,
         checkpoints=checkpoint_writer,
     )
     worker = Worker(

@@ -344,6 +344,29 @@ async def saga_reset(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(again, "saga_reset")
 
 
+@recording("saga_reset_redacted")
+async def saga_reset_redacted(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: reset after its first call, the journal ahead holds an approved call whose
+    token it redacted; the reset run's history.
+
+    The new run takes that call from the journal (equal but for the marker) instead of asking
+    for its approval again.
+    """
+    handle = await rig.steps(
+        "saga_reset_redacted",
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="wire", args={"amount": 5, "api_token": "tok-123"}),
+        ],
+    )
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    run_id = await reset_after_first_call(rig.client, handle)
+    again = rig.client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    await result(again, SagaState.COMPLETED)
+    return await one(again, "saga_reset_redacted")
+
+
 @recording("saga_cancelled_mid_call")
 async def saga_cancelled_mid_call(rig: Rig) -> dict[str, WorkflowHistory]:
     """sagacity.Saga: a Temporal cancel while a call runs; the call finishes, then all undone."""

@@ -154,8 +154,61 @@ def leak_once(key: str) -> str:
     return key
 
 
+#: the credential ``issue_key`` returns: tools, compensations and models get it, no view shows it
+ISSUED_KEY = "sk-issued-5e1f7c"
+
+
+@compensable(by="revoke_key")
+def issue_key(owner: str) -> dict[str, str]:
+    """Returns a secret (``api_key``), which the journal redacts."""
+    EFFECTS.append(f"issued {owner}")
+    return {"owner": owner, "api_key": ISSUED_KEY}
+
+
+def revoke_key(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"revoked {ctx.result['api_key']}")
+
+
+#: a token ``open_account`` returns, which ``start_session`` takes by $ref
+ACCOUNT_TOKEN = "tok-live-7f3a9c2e"
+#: what ``open_account``, ``start_session``, ``grant_tokens`` and their undos were handed
+RECEIVED: list[tuple[str, Any]] = []
+
+
+@compensable(by="close_account")
+def open_account(owner: str) -> dict[str, str]:
+    """Returns a credential (``api_token``), which the journal must not hold."""
+    RECEIVED.append(("open_account", owner))
+    return {"account_id": f"acc-{owner}", "api_token": ACCOUNT_TOKEN}
+
+
+def close_account(ctx: CompensationContext) -> None:
+    RECEIVED.append(("close_account", ctx.result))
+
+
+@compensable(by="stop_session")
+def start_session(api_token: str) -> dict[str, str]:
+    RECEIVED.append(("start_session", api_token))
+    return {"session": "s-1"}
+
+
+def stop_session(ctx: CompensationContext) -> None:
+    RECEIVED.append(("stop_session", ctx.input["api_token"]))
+
+
+@compensable(reversibility=Reversibility.IRREVERSIBLE)
+def grant_tokens(token_amount: int, account: str) -> str:
+    """Irreversible; the default ``token`` rule hides ``token_amount`` from the journal."""
+    RECEIVED.append(("grant_tokens", token_amount))
+    return f"granted {token_amount}"
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
     wire,
+    issue_key,
+    open_account,
+    start_session,
+    grant_tokens,
     stall,
     slow_note,
     set_flag,

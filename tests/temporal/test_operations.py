@@ -7,6 +7,7 @@ saga's final state.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,37 @@ async def test_a_reset_completed_order_repeats_no_effect(
     assert await journal.read(handle.id) == before
     snap = await shop.snapshot()
     assert (snap.available["p-1"], snap.placed_orders, snap.outbox) == (8, 1, 1)
+
+
+async def test_a_reset_saga_takes_a_call_with_redacted_input_from_the_journal(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="wire", args={"amount": 5, "api_token": "tok-123"}),
+        ],
+    )
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    await handle.signal(
+        "approve", Approve(journal_seq=status.pending_approval.journal_seq, approver="alice")
+    )
+    done = await handle.result()
+    before = await journal.read(handle.id)
+
+    run_id = await reset_after_first_call(temporal_client, handle)
+    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    result = await asyncio.wait_for(again.result(), 30)
+
+    # the wire the journal shows EXECUTED, its token a marker there, is not asked for or made
+    # again: the reset run completes without a second approval
+    assert result.status is SagaState.COMPLETED
+    assert result.value == done.value == {"set_flag": "a", "wire": "wire-5"}
+    assert sample_tools.EFFECTS == ["set a", "wired 5"]
+    assert await journal.read(handle.id) == before
 
 
 async def test_a_reset_compensated_saga_continues_the_chain(
@@ -407,25 +439,35 @@ async def test_a_tool_name_the_journal_refuses_fails_at_once(
 # -- long sagas -------------------------------------------------------------------------------
 
 
-async def test_a_long_saga_continues_as_new_and_compensates_every_run(
-    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
-) -> None:
-    names = [f"f{i}" for i in range(24)]
-    handle = await temporal_client.start_workflow(
+async def run_long(
+    client: Client, worker: Worker, steps: list[Step]
+) -> tuple[WorkflowHandle[Any, SagaResult], SagaResult]:
+    """Run ``steps`` then a declined step, continuing as new every 50 events; handle, result."""
+    handle = await client.start_workflow(
         WORKFLOW_NAME,
         SagaSpec(
-            steps=[
-                *(Step(tool="set_flag", args={"name": n}, id=n) for n in names),
-                Step(tool="send_note", args={"text": {"$ref": "f0"}}),
-                Step(tool="decline", args={"reason": "stop here"}),
-            ],
+            steps=[*steps, Step(tool="decline", args={"reason": "stop here"})],
             options=SagaOptions(continue_as_new_events=50),
         ),
         id=new_id("long"),
         task_queue=worker.task_queue,
         result_type=SagaResult,
     )
-    result = await asyncio.wait_for(handle.result(), 120)
+    return handle, await asyncio.wait_for(handle.result(), 120)
+
+
+async def test_a_long_saga_continues_as_new_and_compensates_every_run(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    names = [f"f{i}" for i in range(24)]
+    handle, result = await run_long(
+        temporal_client,
+        worker,
+        [
+            *(Step(tool="set_flag", args={"name": n}, id=n) for n in names),
+            Step(tool="send_note", args={"text": {"$ref": "f0"}}),
+        ],
+    )
 
     # the calls and the compensation each went on in new runs, none of them long
     events_per_run = [events for events, _ in await run_chain(temporal_client, handle.id)]
@@ -443,6 +485,31 @@ async def test_a_long_saga_continues_as_new_and_compensates_every_run(
     assert [r.seq for r in rows] == list(range(1, 26 * 2 + 25 + 1))
     assert result.head.seq == rows[-1].seq
     assert (await journal.verify(handle.id)).ok
+
+
+async def test_real_values_cross_continue_as_new_to_the_compensation(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    names = [f"f{i}" for i in range(12)]
+    handle, result = await run_long(
+        temporal_client,
+        worker,
+        [
+            Step(tool="issue_key", args={"owner": "ann"}, id="key"),
+            *(Step(tool="set_flag", args={"name": n}, id=n) for n in names),
+            Step(tool="start_session", args={"api_token": {"$ref": "key.api_key"}}),
+        ],
+    )
+
+    assert len(await run_chain(temporal_client, handle.id)) >= 3
+    assert result.status is SagaState.COMPENSATED
+    key = sample_tools.ISSUED_KEY
+    # a later run got the key by $ref; the compensations, in yet later runs, the real values
+    received = sample_tools.RECEIVED
+    assert received == [("start_session", key), ("stop_session", key)]
+    assert sample_tools.EFFECTS[-1] == f"revoked {key}"
+    assert key not in result.model_dump_json()
+    assert key not in json.dumps([(r.input, r.payload) for r in await journal.read(handle.id)])
 
 
 # -- evidence side paths never make a false SUSPECT -----------------------------------------------
