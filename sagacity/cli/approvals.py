@@ -1,7 +1,10 @@
 """``sagacity approvals``: list pending IRREVERSIBLE calls, approve or reject them, serve the HTTP API.
 
 Decisions go through :class:`~sagacity.approvals.ApprovalService`, so ``SAGACITY_APPROVERS``
-applies here as it does over HTTP. ``--as`` names the approver the journal records.
+applies here as it does over HTTP. ``--as`` names the approver the journal records; each decision
+is signed with ``SAGACITY_APPROVER_KEY`` (the worker refuses it unless ``SAGACITY_KEYRING`` trusts
+that key for that approver). ``serve`` signs with ``SAGACITY_SERVICE_KEY`` on behalf of the
+principal each request authenticated as.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import contextlib
 import json
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,7 +24,8 @@ from rich.table import Table
 
 from sagacity.approvals import ApprovalService, DecisionResult, PendingRequest
 from sagacity.approvals.http import create_app, openapi_document
-from sagacity.cli._common import run_or_exit
+from sagacity.approvals.oidc import OidcVerifier
+from sagacity.cli._common import decision_keys_or_exit, fail, run_or_exit
 from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
 from sagacity.settings import Settings, load_settings
@@ -71,13 +76,21 @@ def _settings() -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def _service(settings: Settings) -> AsyncIterator[ApprovalService]:
+async def _service(settings: Settings, key: Path | None = None) -> AsyncIterator[ApprovalService]:
+    """The service, signing decisions with ``key`` (default: the approver's own key)."""
     assert settings.database_url
+    signer, keyring = decision_keys_or_exit(key or settings.approver_key, settings)
     pool = await open_pool(settings.database_url, min_size=1, max_size=4)
     try:
         client = await connect(settings, SagacityPlugin())
         yield ApprovalService(
-            client, ApprovalStore(pool), approvers=settings.approvers, journal=JournalStore(pool)
+            client,
+            ApprovalStore(pool),
+            approvers=settings.approvers,
+            resolvers=settings.resolvers,
+            signer=signer,
+            keyring=keyring,
+            journal=JournalStore(pool),
         )
     finally:
         await pool.close()
@@ -222,7 +235,8 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8080,
 ) -> None:
-    """Run the HTTP API until Ctrl-C or SIGTERM (bearer tokens from SAGACITY_APPROVAL_TOKENS)."""
+    """Run the HTTP API until Ctrl-C or SIGTERM (bearer tokens from SAGACITY_APPROVAL_TOKENS,
+    JWTs with SAGACITY_OIDC_*; decisions signed with SAGACITY_SERVICE_KEY)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -240,17 +254,36 @@ def serve_command(
                     loop.remove_signal_handler(sig)
 
     settings = _settings()
-    tokens = settings.approval_tokens
-    if not tokens:
-        typer.echo("error: set SAGACITY_APPROVAL_TOKENS (token=principal,...)", err=True)
-        raise typer.Exit(2)
+    tokens = settings.approval_tokens or {}
+    oidc = _oidc(settings)
+    if not tokens and oidc is None:
+        raise fail(
+            "set SAGACITY_APPROVAL_TOKENS (token=principal,...) or SAGACITY_OIDC_JWKS_URL"
+        )
+    if settings.keyring is not None and settings.service_key is None:
+        raise fail("a keyring is configured: set SAGACITY_SERVICE_KEY, the key the API signs with")
 
     async def work() -> None:
-        async with _service(settings) as service:
-            api = create_app(service, tokens)
+        async with _service(settings, settings.service_key) as service:
+            api = create_app(service, tokens, oidc=oidc)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     run_or_exit(work())
+
+
+def _oidc(settings: Settings) -> OidcVerifier | None:
+    """The JWT verifier the OIDC settings describe; exit 2 when they are incomplete."""
+    if settings.oidc_jwks_url is None:
+        return None
+    if not (settings.oidc_issuer and settings.oidc_audience):
+        raise fail("SAGACITY_OIDC_JWKS_URL needs SAGACITY_OIDC_ISSUER and SAGACITY_OIDC_AUDIENCE")
+    return OidcVerifier(
+        settings.oidc_jwks_url,
+        issuer=settings.oidc_issuer,
+        audience=settings.oidc_audience,
+        algorithms=settings.oidc_algorithms,
+        principal_claim=settings.oidc_principal_claim,
+    )
 
 
 @app.command("openapi")

@@ -13,6 +13,7 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.evidence.redaction import Redactor
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
@@ -46,7 +47,10 @@ class SagacityPlugin(SimplePlugin):
     ``redactor`` (default: secrets by name) rewrites inputs and results before they are
     journaled, and scrubs tools' exception text; ``checkpoints`` signs the chain head each
     activity leaves, and each ended saga's seal, into a directory outside Postgres;
-    ``outage_window`` is how long activities wait out a journal database outage.
+    ``outage_window`` is how long activities wait out a journal database outage. With
+    ``keyring`` every decision (approval, rejection, resolution) must be signed by a key in it;
+    ``policy`` says who may decide and resolve which tool's calls. Both hold on every route, raw
+    signals included.
     """
 
     def __init__(
@@ -59,6 +63,8 @@ class SagacityPlugin(SimplePlugin):
         redactor: Redactor | None = None,
         checkpoints: CheckpointWriter | None = None,
         outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
+        keyring: Keyring | None = None,
+        policy: Policy | None = None,
     ) -> None:
         registry = ToolRegistry(tools)
         if (journal is None) != (approvals is None):
@@ -72,6 +78,8 @@ class SagacityPlugin(SimplePlugin):
                 redactor=redactor,
                 checkpoints=checkpoints,
                 outage_window=outage_window,
+                keyring=keyring,
+                policy=policy,
             ).all()
         super().__init__(
             "sagacity.SagacityPlugin",
