@@ -31,10 +31,13 @@ from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id, load_private_key
 from sagacity.journal.canonical import to_json
 from sagacity.journal.chain import format_timestamp
+from sagacity.journal.entry import Entry
+from sagacity.journal.phases import APPROVAL_GATE
 
 __all__ = [
     "ANY_PRINCIPAL",
     "DOMAIN",
+    "DecisionCheck",
     "DecisionKind",
     "Keyring",
     "KeyringKey",
@@ -293,3 +296,44 @@ def row_statement(
         reason=body["reason"],
     )
     return statement, signature, body["signer"]
+
+
+class DecisionCheck:
+    """Checks a saga's decision rows against a keyring, fed its rows in order.
+
+    Every APPROVED row of the approval gate must carry a signature that verifies with a key of
+    the keyring allowed to sign for the approver it names; a REJECTED row is checked when it
+    carries one (the saga itself rejects on a deadline or an abort, unsigned). ``problems`` are
+    (seq, why) pairs; ``checked`` counts the signatures that verified.
+    """
+
+    def __init__(self, saga_id: str, keyring: Keyring) -> None:
+        self.saga_id = saga_id
+        self.keyring = keyring
+        self.problems: list[tuple[int, str]] = []
+        self.checked = 0
+
+    def feed(self, entry: Entry) -> None:
+        if entry.tool_name != APPROVAL_GATE or str(entry.phase) not in ("APPROVED", "REJECTED"):
+            return
+        phase = str(entry.phase)
+        try:
+            found = row_statement(self.saga_id, entry.seq, phase, entry.payload)
+        except ValueError as exc:
+            self.problems.append((entry.seq, f"{phase} row's signed decision is damaged: {exc}"))
+            return
+        if found is None:
+            if phase == "APPROVED":
+                self.problems.append(
+                    (entry.seq, "APPROVED row carries no signature: nothing proves who approved")
+                )
+            return
+        statement, signature, signer = found
+        why = self.keyring.refusal(statement, signature)
+        named = self.keyring.find(signature.key_id)
+        if why is None and named is not None and named.name != signer:
+            why = f"the row names signer {signer!r}, but key {signature.key_id} is {named.name!r}"
+        if why is not None:
+            self.problems.append((entry.seq, f"{phase} by {statement.principal!r}: {why}"))
+            return
+        self.checked += 1
