@@ -26,15 +26,19 @@ def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
     """The workflow sandbox a worker with this plugin runs sandboxed workflows in.
 
     Sagacity's own modules are deterministic and stateless at import: loaded once per worker
-    rather than once per workflow run. A sandbox another plugin configured keeps its own
-    passthroughs; an unsandboxed runner is left as its owner chose.
+    rather than once per workflow run. `cryptography` too: the saga checks decisions' signatures
+    in workflow code, and its Rust extension cannot be imported again inside each run. A sandbox
+    another plugin configured keeps its own passthroughs; an unsandboxed runner is left as its
+    owner chose.
     """
     if existing is None:
         existing = SandboxedWorkflowRunner()
     if not isinstance(existing, SandboxedWorkflowRunner):
         return existing
     return dataclasses.replace(
-        existing, restrictions=existing.restrictions.with_passthrough_modules("sagacity")
+        existing, restrictions=existing.restrictions.with_passthrough_modules(
+            "sagacity", "cryptography", "_cffi_backend"
+        )
     )
 
 
