@@ -336,3 +336,85 @@ async def test_a_principal_the_policy_does_not_allow_cannot_decide_on_any_route(
     assert (await shop.snapshot()).outbox == 0
     await handle.signal("abort", {"reason": "test over", "by": "alice"})
     assert (await handle.result()).status is SagaState.ABORTED
+
+
+async def test_a_suspect_call_is_resolved_only_by_a_signed_allowed_resolver(
+    signed_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    endpoints: Endpoints,
+    keys: Keys,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    shop: Shop,
+    cli: Cli,
+) -> None:
+    await shop.arm_fault("create_order", "", times=1, delay_s=60)
+    handle = await temporal_client.start_workflow(
+        "order.PlaceOrder",
+        OrderRequest(quantity=2, options=OPTIONS),
+        id=f"signed-suspect-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=SagaResult,
+    )
+    for _ in range(300):
+        if ("create_order", "INTENT") in await phases(journal, handle.id):
+            break
+        await asyncio.sleep(0.1)
+    signed_worker.kill()
+    await signed_worker.start()
+    status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
+    assert status.suspect is not None and status.suspect.intent_hash
+    seq = status.suspect.call_seq
+    intent = await journal.get(handle.id, seq)
+    assert intent is not None and intent.hash == status.suspect.intent_hash
+    mallory = load_private_key(keys.mallory)
+    said = Statement(handle.id, seq, intent.hash, "not_happened", "mallory")
+    for body in (
+        {"call_seq": seq, "resolver": "alice", "happened": False},  # unsigned
+        {"call_seq": seq, "resolver": "mallory", "happened": False,
+         "signature": signature(mallory, said)},  # signed, but the policy says alice only
+    ):  # fmt: skip
+        sent = await temporal(
+            endpoints, "workflow", "signal", "--workflow-id", handle.id, "--name", "resolve",
+            "--input", json.dumps(body),
+        )  # fmt: skip
+        assert sent.code == 0, sent.stderr
+    refused = await refusals(handle, 2)
+    assert "resolution refused: unsigned" in refused[0]
+    assert "'mallory' may not resolve 'create_order' calls" in refused[1]
+    by_cli = await cli(
+        "saga", "resolve", handle.id, "--seq", str(seq), "--did-not-happen", "--by", "mallory",
+        extra_env={**keys.env(keys.mallory), "SAGACITY_RESOLVERS": "*=alice"},
+    )  # fmt: skip
+    assert by_cli.code != 0 and "may not resolve" in by_cli.stderr, by_cli.stderr
+    service = ApprovalService(
+        temporal_client,
+        approvals,
+        resolvers={"*": ["alice"]},
+        signer=Signer.open(keys.service),
+        keyring=load_keyring(keys.keyring),
+        journal=journal,
+    )
+    app = create_app(service, {"t-mallory": "mallory"})
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://approvals"
+    ) as http:
+        response = await http.post(
+            f"/sagas/{handle.id}/suspects/{seq}/resolve",
+            headers={"Authorization": "Bearer t-mallory"},
+            json={"happened": False},
+        )
+    assert response.status_code == 403 and response.json()["error"] == "resolver_not_allowed"
+    assert (await handle.query("status", result_type=SagaStatus)).state is SagaState.SUSPECT
+    assert await journal.get(handle.id, seq + 1) is None  # no outcome written
+    # alice, signing with her own key, is taken: FAILED is journaled and the saga compensates
+    done = await cli(
+        "saga", "resolve", handle.id, "--seq", str(seq), "--did-not-happen", "--by", "alice",
+        extra_env=keys.env(),
+    )  # fmt: skip
+    assert done.code == 0, done.stderr
+    outcome = await journal.get(handle.id, seq + 1)
+    assert outcome is not None and outcome.phase is Phase.FAILED
+    assert "alice: the call did not happen" in outcome.payload
+    assert (await handle.result()).status is SagaState.COMPENSATED
