@@ -160,12 +160,17 @@ class Rig:
     signer: Signer
 
     async def order(
-        self, name: str, options: SagaOptions | None = None, *, task_queue: str | None = None
+        self,
+        name: str,
+        options: SagaOptions | None = None,
+        *,
+        task_queue: str | None = None,
+        saga_id: str | None = None,
     ) -> WorkflowHandle[Any, SagaResult]:
         return await self.client.start_workflow(
             "order.PlaceOrder",
             OrderRequest(options=options or SagaOptions()),
-            id=self.new_id(name),
+            id=saga_id or self.new_id(name),
             task_queue=task_queue or self.queue,
             result_type=SagaResult,
         )
@@ -621,7 +626,10 @@ async def order_malformed_signals(rig: Rig) -> dict[str, WorkflowHistory]:
 async def order_approved_signed(rig: Rig) -> dict[str, WorkflowHistory]:
     """order.PlaceOrder on a worker with a keyring: unsigned and unallowed approvals refused,
     then approved by signal ``approve`` signed with alice's key; completed."""
-    handle = await rig.order("order_approved_signed", task_queue=rig.signed_queue)
+    # signatures name the saga, and a replayed history's workflow id is its file's name
+    handle = await rig.order(
+        "order_approved_signed", task_queue=rig.signed_queue, saga_id="order_approved_signed"
+    )
     status: SagaStatus = await wait_for(handle, awaiting_approval)
     assert status.pending_approval is not None
     seq, input_hash = status.pending_approval.journal_seq, status.pending_approval.input_hash
