@@ -171,8 +171,8 @@ class Settings(BaseSettings):
     )
     oidc_issuer: str | None = Field(default=None, description="the `iss` a JWT must carry")
     oidc_audience: str | None = Field(default=None, description="the `aud` a JWT must carry")
-    oidc_algorithms: Annotated[tuple[str, ...], NoDecode] = Field(
-        default=("RS256", "ES256"), description="JWT signature algorithms accepted, comma-separated"
+    oidc_algorithms: str = Field(
+        default="RS256,ES256", description="JWT signature algorithms accepted, comma-separated"
     )
     oidc_principal_claim: str = Field(
         default="sub", description="the JWT claim that names the principal"
@@ -201,13 +201,6 @@ class Settings(BaseSettings):
     def redactor(self) -> Redactor:
         """The redactor of ``redact`` and, unless ``redact_defaults`` is false, the built-ins."""
         return Redactor((*self.redact, *(DEFAULT_RULES if self.redact_defaults else ())))
-
-    @field_validator("oidc_algorithms", mode="before")
-    @classmethod
-    def _parse_algorithms(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(a.strip() for a in value.split(",") if a.strip())
-        return value
 
     def policy(self) -> Policy:
         """Who may decide (``approvers``) and resolve (``resolvers``) which tool's calls."""

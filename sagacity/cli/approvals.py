@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import json
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -28,6 +29,7 @@ from sagacity.approvals.oidc import OidcVerifier
 from sagacity.cli._common import decision_keys_or_exit, fail, run_or_exit
 from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
+from sagacity.evidence.decisions import ANY_PRINCIPAL
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
@@ -50,7 +52,13 @@ SeqArg = Annotated[
     ),
 ]
 Approver = Annotated[
-    str, typer.Option("--as", help="Who decides: recorded in the journal.", show_default=False)
+    str | None,
+    typer.Option(
+        "--as",
+        help="Who decides: recorded in the journal. Default: whom SAGACITY_APPROVER_KEY signs "
+        "for in the keyring, else your user name.",
+        show_default=False,
+    ),
 ]
 
 
@@ -94,6 +102,16 @@ async def _service(settings: Settings, key: Path | None = None) -> AsyncIterator
         )
     finally:
         await pool.close()
+
+
+def _me(service: ApprovalService) -> str:
+    """The approver a command names when ``--as`` is not given: the one identity the keyring
+    lets the approver key sign for, else the user name of the login."""
+    keyring, signer = service.keyring, service.signer
+    entry = keyring.find(signer.key_id) if keyring and signer else None
+    if entry is not None and len(entry.principals) == 1 and entry.principals[0] != ANY_PRINCIPAL:
+        return entry.principals[0]
+    return getpass.getuser()
 
 
 def _print_json(value: BaseModel | Sequence[BaseModel]) -> None:
@@ -205,7 +223,8 @@ def approve_command(
 
     async def work() -> DecisionResult:
         async with _service(settings) as service:
-            return await service.approve(saga_id, seq, approver=approver, input_hash=input_hash)
+            who = approver or _me(service)
+            return await service.approve(saga_id, seq, approver=who, input_hash=input_hash)
 
     _report(run_or_exit(work()), as_json)
 
@@ -224,7 +243,9 @@ def reject_command(
 
     async def work() -> DecisionResult:
         async with _service(settings) as service:
-            return await service.reject(saga_id, seq, approver=approver, reason=reason)
+            return await service.reject(
+                saga_id, seq, approver=approver or _me(service), reason=reason
+            )
 
     _report(run_or_exit(work()), as_json)
 
@@ -281,7 +302,7 @@ def _oidc(settings: Settings) -> OidcVerifier | None:
         settings.oidc_jwks_url,
         issuer=settings.oidc_issuer,
         audience=settings.oidc_audience,
-        algorithms=settings.oidc_algorithms,
+        algorithms=[a.strip() for a in settings.oidc_algorithms.split(",") if a.strip()],
         principal_claim=settings.oidc_principal_claim,
     )
 
