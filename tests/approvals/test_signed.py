@@ -132,6 +132,17 @@ def signature(key: Ed25519PrivateKey, statement: Statement) -> dict[str, str]:
     return Signer(key).sign(statement).model_dump()
 
 
+async def post_as_mallory(
+    service: ApprovalService, path: str, body: dict[str, Any] | None = None
+) -> httpx.Response:
+    """POST to the HTTP API over ``service`` with the token of principal ``mallory``."""
+    app = create_app(service, {"t-mallory": "mallory"})
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://approvals"
+    ) as http:
+        return await http.post(path, headers={"Authorization": "Bearer t-mallory"}, json=body)
+
+
 async def refusals(handle: WorkflowHandle[Any, Any], count: int) -> list[str]:
     status = await wait_for(handle, lambda s: len(s.refused_decisions) >= count)
     return status.refused_decisions
@@ -321,13 +332,7 @@ async def test_a_principal_the_policy_does_not_allow_cannot_decide_on_any_route(
         signer=Signer.open(keys.service),
         keyring=load_keyring(keys.keyring),
     )
-    app = create_app(service, {"t-mallory": "mallory"})
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://approvals"
-    ) as http:
-        response = await http.post(
-            f"/approvals/{handle.id}/{seq}/approve", headers={"Authorization": "Bearer t-mallory"}
-        )
+    response = await post_as_mallory(service, f"/approvals/{handle.id}/{seq}/approve")
     assert response.status_code == 403, response.text
     assert response.json()["error"] == "approver_not_allowed"
     status = await handle.query("status", result_type=SagaStatus)
@@ -396,15 +401,9 @@ async def test_a_suspect_call_is_resolved_only_by_a_signed_allowed_resolver(
         keyring=load_keyring(keys.keyring),
         journal=journal,
     )
-    app = create_app(service, {"t-mallory": "mallory"})
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://approvals"
-    ) as http:
-        response = await http.post(
-            f"/sagas/{handle.id}/suspects/{seq}/resolve",
-            headers={"Authorization": "Bearer t-mallory"},
-            json={"happened": False},
-        )
+    response = await post_as_mallory(
+        service, f"/sagas/{handle.id}/suspects/{seq}/resolve", {"happened": False}
+    )
     assert response.status_code == 403 and response.json()["error"] == "resolver_not_allowed"
     assert (await handle.query("status", result_type=SagaStatus)).state is SagaState.SUSPECT
     assert await journal.get(handle.id, seq + 1) is None  # no outcome written

@@ -633,28 +633,16 @@ async def order_approved_signed(rig: Rig) -> dict[str, WorkflowHistory]:
     status: SagaStatus = await wait_for(handle, awaiting_approval)
     assert status.pending_approval is not None
     seq, input_hash = status.pending_approval.journal_seq, status.pending_approval.input_hash
+
+    def signed_by_alice(who: str) -> Approve:
+        statement = Statement(handle.id, seq, input_hash, "approve", who)
+        signature = rig.signer.sign(statement)
+        return Approve(journal_seq=seq, approver=who, input_hash=input_hash, signature=signature)
+
     await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
-    by_bob = Statement(handle.id, seq, input_hash, "approve", "bob")
-    await handle.signal(
-        "approve",
-        Approve(
-            journal_seq=seq,
-            approver="bob",
-            input_hash=input_hash,
-            signature=rig.signer.sign(by_bob),
-        ),
-    )
+    await handle.signal("approve", signed_by_alice("bob"))  # her key may not sign for bob
     await wait_for(handle, lambda s: len(s.refused_decisions) == 2)
-    by_alice = Statement(handle.id, seq, input_hash, "approve", "alice")
-    await handle.signal(
-        "approve",
-        Approve(
-            journal_seq=seq,
-            approver="alice",
-            input_hash=input_hash,
-            signature=rig.signer.sign(by_alice),
-        ),
-    )
+    await handle.signal("approve", signed_by_alice("alice"))
     await result(handle, SagaState.COMPLETED)
     return await one(handle, "order_approved_signed")
 
@@ -817,22 +805,28 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
         # anchors on, as a new user's workers have them
         checkpoints = CheckpointWriter(scratch / "checkpoints", Ed25519PrivateKey.generate())
         # set up as `sagacity worker` sets up its worker: plugin, app workflows, interceptor
-        queue, agent_queue = (f"record-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("saga", "agent"))
-        saga_worker = Worker(
-            client,
-            task_queue=queue,
-            plugins=[
-                SagacityPlugin(
-                    journal=journal,
-                    approvals=approvals,
-                    tools=TOOLS,
-                    workflows=order_app.WORKFLOWS,
-                    checkpoints=checkpoints,
-                )
-            ],
-            interceptors=[ObservabilityInterceptor()],
-            graceful_shutdown_timeout=timedelta(seconds=1),
+        queue, agent_queue, signed_queue = (
+            f"record-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("saga", "agent", "signed")
         )
+
+        def saga_worker_on(task_queue: str, **decisions: Any) -> Worker:
+            plugin = SagacityPlugin(
+                journal=journal,
+                approvals=approvals,
+                tools=TOOLS,
+                workflows=order_app.WORKFLOWS,
+                checkpoints=checkpoints,
+                **decisions,
+            )
+            return Worker(
+                client,
+                task_queue=task_queue,
+                plugins=[plugin],
+                interceptors=[ObservabilityInterceptor()],
+                graceful_shutdown_timeout=timedelta(seconds=1),
+            )
+
+        saga_worker = saga_worker_on(queue)
         agent_worker = Worker(
             with_plugins(
                 client,
@@ -850,24 +844,12 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
             interceptors=[ObservabilityInterceptor()],
             graceful_shutdown_timeout=timedelta(seconds=1),
         )
+        # a worker with a keyring and a policy, as `sagacity dev` sets decisions up
         approvers, _ = ensure_dev_approvers(scratch, user="alice")
-        signed_queue = f"record-signed-{uuid.uuid4().hex[:8]}"
-        signed_worker = Worker(
-            client,
-            task_queue=signed_queue,
-            plugins=[
-                SagacityPlugin(
-                    journal=journal,
-                    approvals=approvals,
-                    tools=TOOLS,
-                    workflows=order_app.WORKFLOWS,
-                    checkpoints=checkpoints,
-                    keyring=load_keyring(approvers.keyring),
-                    policy=Policy(approvers={"*": ["alice"]}),
-                )
-            ],
-            interceptors=[ObservabilityInterceptor()],
-            graceful_shutdown_timeout=timedelta(seconds=1),
+        signed_worker = saga_worker_on(
+            signed_queue,
+            keyring=load_keyring(approvers.keyring),
+            policy=Policy(approvers={"*": ["alice"]}),
         )
         await stack.enter_async_context(saga_worker)
         await stack.enter_async_context(agent_worker)
