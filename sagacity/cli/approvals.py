@@ -211,7 +211,7 @@ def _report(result: DecisionResult, as_json: bool) -> None:
 def approve_command(
     saga_id: SagaArg,
     seq: SeqArg,
-    approver: Approver,
+    approver: Approver = None,
     input_hash: Annotated[
         str | None,
         typer.Option("--input-hash", help="Approve only if this is the hash of the input to run."),
@@ -234,8 +234,8 @@ def approve_command(
 def reject_command(
     saga_id: SagaArg,
     seq: SeqArg,
-    approver: Approver,
     reason: Annotated[str, typer.Option("--reason", help="Journaled with REJECTED.")],
+    approver: Approver = None,
     as_json: AsJson = False,
 ) -> None:
     """Reject the call; the saga compensates what ran before it."""
