@@ -14,7 +14,9 @@ that service is used as given and nothing is started for it.
 :meth:`DevStack.prepare` is the owner's set-up a new user gets: it migrates the journal as the
 tables' owner, creates the ``sagacity_app`` role (journal INSERT and SELECT only) and returns a
 URL that logs in as it, and creates the anchors (an Ed25519 signing key and a checkpoint
-folder) once, under ``<data_dir>/anchors``, outside the Postgres cluster.
+folder) once, under ``<data_dir>/anchors``, outside the Postgres cluster, and the decision keys
+(the local user's approver key, the approvals service's key, and the keyring that trusts both)
+once, under ``<data_dir>/approvers``.
 
 Several processes may share one ``data_dir``'s Postgres: the wheel counts the processes holding it
 and the last one out stops it. A file-backed Temporal server is one process's alone (a lock file
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import getpass
 import os
 import shutil
 import signal
@@ -46,6 +49,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 
 from sagacity.errors import DevStackError, EvidenceUnavailable, StoreUnavailable
+from sagacity.evidence.decisions import ANY_PRINCIPAL, Keyring, keyring_entry, write_keyring
 from sagacity.evidence.keys import (
     generate_fingerprint_key,
     generate_key,
@@ -53,7 +57,7 @@ from sagacity.evidence.keys import (
     load_private_key,
     public_pem,
 )
-from sagacity.settings import DevAnchors, dev_anchors
+from sagacity.settings import DevAnchors, DevApprovers, dev_anchors, dev_approvers
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import APP_ROLE, provision
 from sagacity.store.roles import journal_rights
@@ -69,6 +73,7 @@ __all__ = [
     "DevStackError",
     "Endpoints",
     "ensure_dev_anchors",
+    "ensure_dev_approvers",
     "ensure_dev_fingerprint_key",
     "find_temporal_executable",
     "running_dev_database",
@@ -77,6 +82,8 @@ __all__ = [
 
 #: Name of the database the embedded Postgres serves Sagacity from.
 DEV_DATABASE = "sagacity"
+#: The name the dev keyring gives the approvals service's key
+SERVICE_KEY_NAME = "approvals-service"
 
 PostgresStopMode = Literal["smart", "fast", "immediate"]
 
@@ -106,9 +113,24 @@ class DevSetup:
     key_created: bool
     #: the key redaction fingerprints are keyed with
     fingerprint_key: Path
+    #: the keyring decisions must be signed against, and the keys that sign them
+    keyring: Path | None = None
+    approver_key: Path | None = None
+    service_key: Path | None = None
+    #: who the approver key signs for (the local user) when the dev stack made it
+    approver: str | None = None
 
     def settings(self) -> dict[str, object]:
         """The settings that point a command at this set-up."""
+        decisions = {
+            name: path
+            for name, path in (
+                ("keyring", self.keyring),
+                ("approver_key", self.approver_key),
+                ("service_key", self.service_key),
+            )
+            if path is not None
+        }
         return {
             "database_url": self.database_url,
             **({"owner_database_url": self.owner_database_url} if self.owner_database_url else {}),
@@ -116,6 +138,7 @@ class DevSetup:
             "checkpoint_public_key": self.public_key,
             "checkpoint_dir": self.checkpoint_dir,
             "redact_key": self.fingerprint_key,
+            **decisions,
         }
 
 
@@ -152,6 +175,33 @@ def ensure_dev_fingerprint_key(data_dir: Path) -> Path:
     except (OSError, EvidenceUnavailable) as exc:
         raise DevStackError(f"cannot create the dev fingerprint key: {exc}") from exc
     return anchors.fingerprint_key
+
+
+def ensure_dev_approvers(data_dir: Path, user: str | None = None) -> tuple[DevApprovers, str]:
+    """The dev stack's decision keys, created on first use and kept: an approver key for the
+    local user (``user``, default the login name), a key the approvals service signs with for
+    whoever it authenticated, and a keyring that trusts both. Returns the paths and the user."""
+    approvers = dev_approvers(data_dir)
+    user = user or getpass.getuser()
+    try:
+        approvers.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with (approvers.folder / ".lock").open("ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not approvers.keyring.exists():
+                mine = generate_key(approvers.approver_key).public_key()
+                service = generate_key(approvers.service_key).public_key()
+                keyring = Keyring(
+                    keys=[
+                        keyring_entry(user, mine, [user]),
+                        keyring_entry(SERVICE_KEY_NAME, service, [ANY_PRINCIPAL]),
+                    ]
+                )
+                write_keyring(approvers.keyring, keyring)
+    except (OSError, EvidenceUnavailable) as exc:
+        raise DevStackError(
+            f"cannot create the dev decision keys in {approvers.folder}: {exc}"
+        ) from exc
+    return approvers, user
 
 
 def running_dev_database(data_dir: Path) -> str | None:
@@ -685,6 +735,18 @@ class DevStack:
                 fingerprint = key_id(load_private_key(signing_key).public_key())
             except EvidenceUnavailable as exc:
                 raise DevStackError(str(exc)) from None
+        keyring, approver_key, service_key = (
+            settings.keyring,
+            settings.approver_key,
+            settings.service_key,
+        )
+        approver = None
+        if keyring is None:
+            # decisions are signed by default: a keyring configured is the tested configuration
+            approvers, approver = ensure_dev_approvers(self.data_dir)
+            keyring = approvers.keyring
+            approver_key = approver_key or approvers.approver_key
+            service_key = service_key or approvers.service_key
         return DevSetup(
             owner_database_url=owner,
             database_url=app,
@@ -694,6 +756,10 @@ class DevStack:
             key_id=fingerprint,
             key_created=created,
             fingerprint_key=settings.redact_key or ensure_dev_fingerprint_key(self.data_dir),
+            keyring=keyring,
+            approver_key=approver_key,
+            service_key=service_key,
+            approver=approver,
         )
 
     async def __aenter__(self) -> Endpoints:

@@ -180,6 +180,13 @@ class ApproverNotAllowed(ApprovalRefused):
     code = "approver_not_allowed"
 
 
+class DecisionUnsigned(ApprovalRefused):
+    """A keyring is configured and the decision cannot be signed as its principal: no key to
+    sign with, or a key the keyring does not trust for that principal."""
+
+    code = "decision_unsigned"
+
+
 class ApprovalConflict(ApprovalRefused):
     """The saga is not waiting for this decision.
 
@@ -210,6 +217,12 @@ class SuspectNotFound(ResolutionRefused):
     """The saga has no SUSPECT call at that seq (it runs, waits for something else, or another seq)."""
 
     code = "suspect_not_found"
+
+
+class ResolverNotAllowed(ResolutionRefused):
+    """The resolver may not resolve this tool's SUSPECT calls (``SAGACITY_RESOLVERS``)."""
+
+    code = "resolver_not_allowed"
 
 
 class SuspectConflict(ResolutionRefused):

@@ -26,7 +26,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from sagacity.errors import SettingsError
+from sagacity.errors import EvidenceUnavailable, SettingsError
+from sagacity.evidence.decisions import Keyring, Policy, load_keyring
 from sagacity.evidence.keys import load_fingerprint_key
 from sagacity.evidence.redaction import DEFAULT_RULES, Redactor, Rule, parse_rules
 
@@ -142,7 +143,40 @@ class Settings(BaseSettings):
     )
     approvers: Annotated[dict[str, list[str]] | None, NoDecode] = Field(
         default=None,
-        description="who may decide which tool via CLI/HTTP: `tool=alice|bob,*=carol`; unset: anyone",
+        description="who may decide which tool, on every route (the worker enforces it): "
+        "`tool=alice|bob,*=carol`; unset: anyone",
+    )
+    resolvers: Annotated[dict[str, list[str]] | None, NoDecode] = Field(
+        default=None,
+        description="who may resolve which tool's SUSPECT calls, on every route: "
+        "`tool=alice|bob,*=carol`; unset: anyone",
+    )
+    keyring: Path | None = Field(
+        default=None,
+        description="JSON file of the public keys decisions must be signed with, and whom each "
+        "may sign for; unset: unsigned decisions are taken (dev mode only)",
+    )
+    approver_key: Path | None = Field(
+        default=None,
+        description="Ed25519 private key (PEM) `sagacity approvals` signs decisions with",
+    )
+    service_key: Path | None = Field(
+        default=None,
+        description="Ed25519 private key (PEM) the approvals HTTP API signs decisions with, "
+        "on behalf of the principal it authenticated",
+    )
+    oidc_jwks_url: str | None = Field(
+        default=None,
+        description="JWKS URL of the OIDC provider whose JWT bearer tokens the approvals HTTP "
+        "API accepts (beside SAGACITY_APPROVAL_TOKENS); unset: none",
+    )
+    oidc_issuer: str | None = Field(default=None, description="the `iss` a JWT must carry")
+    oidc_audience: str | None = Field(default=None, description="the `aud` a JWT must carry")
+    oidc_algorithms: str = Field(
+        default="RS256,ES256", description="JWT signature algorithms accepted, comma-separated"
+    )
+    oidc_principal_claim: str = Field(
+        default="sub", description="the JWT claim that names the principal"
     )
 
     redact: Annotated[tuple[Rule, ...], NoDecode] = Field(
@@ -176,12 +210,25 @@ class Settings(BaseSettings):
         key = load_fingerprint_key(self.redact_key) if self.redact_key is not None else None
         return Redactor((*self.redact, *(DEFAULT_RULES if self.redact_defaults else ())), key=key)
 
+    def policy(self) -> Policy:
+        """Who may decide (``approvers``) and resolve (``resolvers``) which tool's calls."""
+        return Policy(approvers=self.approvers, resolvers=self.resolvers)
+
+    def load_keyring(self) -> Keyring | None:
+        """The keyring ``keyring`` names; None when unset; :class:`SettingsError` if unreadable."""
+        if self.keyring is None:
+            return None
+        try:
+            return load_keyring(self.keyring)
+        except EvidenceUnavailable as exc:
+            raise SettingsError(f"SAGACITY_KEYRING: {exc}") from None
+
     @field_validator("approval_tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: object) -> object:
         return (_pairs(value) or None) if isinstance(value, str) else value
 
-    @field_validator("approvers", mode="before")
+    @field_validator("approvers", "resolvers", mode="before")
     @classmethod
     def _parse_approvers(cls, value: object) -> object:
         if not isinstance(value, str):
@@ -215,6 +262,12 @@ class Settings(BaseSettings):
             self.signing_key = anchors.signing_key
         if self.database_url is None and self.redact_key is None and anchors.fingerprint_key.is_file():
             self.redact_key = anchors.fingerprint_key
+        approvers = dev_approvers(self.data_dir)
+        unset = (self.keyring, self.approver_key, self.service_key) == (None, None, None)
+        if self.database_url is None and unset and approvers.keyring.is_file():
+            self.keyring = approvers.keyring
+            self.approver_key = approvers.approver_key
+            self.service_key = approvers.service_key
         return self
 
     @classmethod
@@ -255,6 +308,27 @@ def dev_anchors(data_dir: Path) -> DevAnchors:
         public_key=folder / "signing-key.pem.pub",
         checkpoint_dir=folder / "checkpoints",
         fingerprint_key=folder / "fingerprint-key",
+    )
+
+
+@dataclass(frozen=True)
+class DevApprovers:
+    """The dev stack's decision keys: the local user's, the approvals service's, their keyring."""
+
+    folder: Path
+    keyring: Path
+    approver_key: Path
+    service_key: Path
+
+
+def dev_approvers(data_dir: Path) -> DevApprovers:
+    """The dev stack's decision key paths under ``data_dir`` (``<data_dir>/approvers/``)."""
+    folder = data_dir / "approvers"
+    return DevApprovers(
+        folder=folder,
+        keyring=folder / "keyring.json",
+        approver_key=folder / "approver-key.pem",
+        service_key=folder / "service-key.pem",
     )
 
 

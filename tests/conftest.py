@@ -10,7 +10,9 @@ Fixtures:
 
 * ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment, with this
   session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings, and
-  a fresh redaction fingerprint key, as the dev stack makes them.
+  a fresh redaction fingerprint key, as the dev stack makes them; its decision keys as
+  ``sagacity dev`` makes them (a keyring trusting an approver key for ``alice`` and a service key
+  that signs for anyone it authenticated).
 * ``dev_stack`` (session): the running :class:`~sagacity.devstack.DevStack` (chaos helpers).
 * ``endpoints`` (session): its :class:`~sagacity.devstack.Endpoints`.
 * ``owner_database_url`` (session): a fresh database ``sagacity_test_<random>``, created and
@@ -36,7 +38,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from sagacity.cli._exit import exit_at_shutdown
-from sagacity.devstack import DevStack, Endpoints
+from sagacity.devstack import DevStack, Endpoints, ensure_dev_approvers
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.keys import (
     generate_fingerprint_key,
@@ -63,12 +65,16 @@ def settings(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
     public.write_bytes(public_pem(generate_key(key).public_key()))
     fingerprint_key = anchors / "fingerprint-key"
     generate_fingerprint_key(fingerprint_key)
+    approvers, _ = ensure_dev_approvers(anchors, user="alice")
     return loaded.model_copy(
         update={
             "redact_key": fingerprint_key,
             "signing_key": key,
             "checkpoint_public_key": public,
             "checkpoint_dir": anchors / "checkpoints",
+            "keyring": approvers.keyring,
+            "approver_key": approvers.approver_key,
+            "service_key": approvers.service_key,
         }
     )
 

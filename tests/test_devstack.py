@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 import sagacity.devstack as devstack_module
 from sagacity.devstack import DevStack, Endpoints
+from sagacity.evidence.decisions import Signer, Statement, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database, with_database
@@ -373,6 +374,34 @@ def test_readme_documents_every_setting_with_its_default() -> None:
 
 
 # -- anchors ----------------------------------------------------------------------------------
+
+
+def test_dev_decision_keys_sign_for_the_local_user_and_are_the_default_settings(
+    tmp_path: Path,
+) -> None:
+    approvers, user = devstack_module.ensure_dev_approvers(tmp_path, user="renee")
+    keyring = load_keyring(approvers.keyring)
+    mine, service = Signer.open(approvers.approver_key), Signer.open(approvers.service_key)
+    assert approvers.approver_key.stat().st_mode & 0o777 == 0o600
+    statement = Statement("s", 5, "0" * 64, "approve", user)
+    assert keyring.refusal(statement, mine.sign(statement)) is None
+    as_someone_else = Statement("s", 5, "0" * 64, "approve", "mallory")
+    assert "may not sign for 'mallory'" in str(
+        keyring.refusal(as_someone_else, mine.sign(as_someone_else))
+    )
+    # the service key signs for whoever the API authenticated
+    assert keyring.refusal(as_someone_else, service.sign(as_someone_else)) is None
+    before = approvers.keyring.read_bytes()
+    assert devstack_module.ensure_dev_approvers(tmp_path, user="renee") == (approvers, user)
+    assert approvers.keyring.read_bytes() == before  # kept, not made again
+    dev = Settings(data_dir=tmp_path, database_url=None)
+    assert (dev.keyring, dev.approver_key, dev.service_key) == (
+        approvers.keyring,
+        approvers.approver_key,
+        approvers.service_key,
+    )
+    given = Settings(data_dir=tmp_path, database_url="postgresql://elsewhere/db")
+    assert given.keyring is None
 
 
 def test_dev_anchors_are_created_once_and_kept(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ checks that: a role that can rewrite the journal is logged as a warning, and ref
 ``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise. With the
 checkpoint settings (on by default under ``sagacity dev``) it also runs the transparency log's
 sequencer every ``SAGACITY_LOG_INTERVAL`` (10 s). Its redaction rules are ``SAGACITY_REDACT`` and
-``SAGACITY_REDACT_DEFAULTS``.
+``SAGACITY_REDACT_DEFAULTS``. With ``SAGACITY_KEYRING`` (on by default under ``sagacity dev``;
+required with ``SAGACITY_PRODUCTION``) every decision must be signed by a key in it, and
+``SAGACITY_APPROVERS`` / ``SAGACITY_RESOLVERS`` say who may decide and resolve, on every route.
 
 On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
 ``SAGACITY_GRACEFUL_SHUTDOWN``, then exits 0; the sagas it was running continue on another worker
@@ -152,6 +154,12 @@ async def _running(
             "no journal database: set SAGACITY_DATABASE_URL (or run `sagacity dev`)"
         )
     app = load_apps(apps)
+    keyring = settings.load_keyring()
+    if keyring is None and settings.production:
+        raise SettingsError(
+            "refusing to start: a production worker needs SAGACITY_KEYRING, or anyone who can "
+            "reach Temporal can approve as anyone"
+        )
     await check_journal_rights(settings, database_url)
     async with AsyncExitStack() as stack:
         pool = await open_pool(
@@ -171,6 +179,8 @@ async def _running(
             redactor=settings.redactor(),
             checkpoints=CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key),
             outage_window=settings.outage_window,
+            keyring=keyring,
+            policy=settings.policy(),
         )
         extra = [p for factory in app.plugin_factories for p in factory(settings)]
         client = await connect(

@@ -1,7 +1,9 @@
 """The approvals HTTP API: pending calls approved or rejected, SUSPECT calls resolved, by a principal.
 
-Every route needs ``Authorization: Bearer <token>``; the token names the principal, and the
-principal is the approver (or resolver) the journal records (a body cannot name one). The token
+Every route needs ``Authorization: Bearer <token>``: a static token (``SAGACITY_APPROVAL_TOKENS``),
+or with OIDC configured a JWT verified against the provider's JWKS (:mod:`.oidc`). The token
+names the principal, and the principal is the approver (or resolver) the journal records (a body
+cannot name one); the service signs each decision for that principal with its own key. The token
 is checked before anything else, the path and body included; bodies over :data:`MAX_BODY` bytes
 are refused unread. Errors share one JSON shape, :class:`ErrorBody`, whatever went wrong.
 ``sagacity approvals serve`` runs this app under uvicorn; the OpenAPI document is served at
@@ -26,6 +28,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, m
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sagacity.approvals.oidc import OidcVerifier
 from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
 from sagacity.approvals.suspects import Resolution, SagaView
 from sagacity.errors import (
@@ -33,9 +36,11 @@ from sagacity.errors import (
     ApprovalNotFound,
     ApprovalRefused,
     ApproverNotAllowed,
+    DecisionUnsigned,
     InvalidEntry,
     InvalidInput,
     ResolutionRefused,
+    ResolverNotAllowed,
     SagacityError,
     SagaNotFound,
     SagaUnavailable,
@@ -57,7 +62,10 @@ _PUBLIC = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"
 
 _log = logging.getLogger(__name__)
 
-_bearer = HTTPBearer(auto_error=False, description="A token from SAGACITY_APPROVAL_TOKENS.")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token from SAGACITY_APPROVAL_TOKENS, or a JWT from the configured OIDC provider.",
+)
 
 
 class ErrorBody(BaseModel):
@@ -172,6 +180,8 @@ _SUSPECT_ERRORS: dict[int | str, dict[str, Any]] = {
 
 _STATUS: list[tuple[type[SagacityError], int]] = [
     (ApproverNotAllowed, 403),
+    (ResolverNotAllowed, 403),
+    (DecisionUnsigned, 403),
     (ApprovalNotFound, 404),
     (SagaNotFound, 404),
     (SuspectNotFound, 404),
@@ -187,12 +197,18 @@ _STATUS: list[tuple[type[SagacityError], int]] = [
 
 
 def create_app(
-    service: ApprovalService, tokens: Mapping[str, str], *, max_body: int = MAX_BODY
+    service: ApprovalService,
+    tokens: Mapping[str, str],
+    *,
+    oidc: OidcVerifier | None = None,
+    max_body: int = MAX_BODY,
 ) -> FastAPI:
-    """The API over ``service``; ``tokens`` maps each bearer token to the principal it names."""
+    """The API over ``service``; ``tokens`` maps each bearer token to the principal it names,
+    and ``oidc`` (when given) accepts the JWTs of an OIDC provider as well."""
     app = _app()
     app.state.service = service
     app.state.tokens = dict(tokens)
+    app.state.oidc = oidc
     app.add_middleware(_Gate, max_body=max_body)
     return app
 
@@ -202,10 +218,10 @@ def openapi_document() -> dict[str, Any]:
     return _app().openapi()
 
 
-def _principal_of(request: Request, credentials: HTTPAuthorizationCredentials | None) -> str | None:
-    if credentials is None:
-        return None
-    return _lookup(request.app.state.tokens, credentials.credentials)
+def _principal_of(request: Request) -> str | None:
+    """The principal the gate authenticated for this request (None: none, or a public path)."""
+    principal: str | None = request.scope.get("state", {}).get("principal")
+    return principal
 
 
 def _lookup(tokens: Mapping[str, str], given: str) -> str | None:
@@ -219,14 +235,19 @@ def _lookup(tokens: Mapping[str, str], given: str) -> str | None:
     return found
 
 
-def _bearer_principal(scope: Scope) -> str | None:
-    """The principal of the request's ``Authorization: Bearer`` header, read from the raw scope."""
+async def _bearer_principal(scope: Scope) -> str | None:
+    """The principal of the request's ``Authorization: Bearer`` header, read from the raw scope:
+    a static token's, else (with OIDC) a verified JWT's."""
     header = Request(scope).headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
-    tokens: dict[str, str] = scope["app"].state.tokens
-    return _lookup(tokens, token.strip())
+    state = scope["app"].state
+    found = _lookup(state.tokens, token.strip())
+    oidc: OidcVerifier | None = state.oidc
+    if found is None and oidc is not None:
+        found = await oidc.principal_async(token.strip())
+    return found
 
 
 class _Gate:
@@ -244,9 +265,11 @@ class _Gate:
         if scope["type"] != "http" or scope["path"] in _PUBLIC:
             await self.app(scope, receive, send)
             return
-        if _bearer_principal(scope) is None:
+        principal = await _bearer_principal(scope)
+        if principal is None:
             await _unauthorized()(scope, receive, send)
             return
+        scope.setdefault("state", {})["principal"] = principal
         too_large = _error(
             413,
             ErrorBody(
@@ -285,8 +308,8 @@ class _Gate:
 async def _principal(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> str:
-    principal = _principal_of(request, credentials)
-    if principal is None:
+    principal = _principal_of(request)
+    if principal is None or credentials is None:
         raise _Unauthenticated
     return principal
 
@@ -335,7 +358,7 @@ def _app() -> FastAPI:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # the body is parsed before dependencies run: check the token first here too, so an
         # unauthenticated caller learns nothing about what the API expects
-        if _principal_of(request, await _bearer(request)) is None:
+        if _principal_of(request) is None:
             return _unauthorized()
         errors = jsonable_encoder(exc.errors(), exclude={"input", "ctx", "url"})
         summary = "; ".join(
@@ -347,7 +370,7 @@ def _app() -> FastAPI:
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         if (
             request.url.path not in _PUBLIC
-            and _principal_of(request, await _bearer(request)) is None
+            and _principal_of(request) is None
         ):
             return _unauthorized()
         if exc.status_code == 400:  # FastAPI could not parse the body

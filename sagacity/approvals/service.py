@@ -2,9 +2,12 @@
 
 A request is listed from ``sagacity_approval_request`` and joined with what its saga says now (the
 ``status`` query), so a stale or altered row is visible as such. A decision is checked here first
-(allow-list, seq, already decided, input hash) for a precise refusal, then sent as the ``decide``
-update, whose validator in the workflow has the last word; either way a refused decision changes
-nothing and raises an :class:`~sagacity.errors.ApprovalRefused` subclass.
+(allow-list, seq, already decided, input hash) for a precise refusal, signed (with a
+:class:`~sagacity.evidence.decisions.Signer`: the approver's own key, or the service's on behalf
+of the principal it authenticated) over the input hash the saga waits with, then sent as the
+``decide`` update, whose validator in the workflow has the last word (its keyring and policy);
+either way a refused decision changes nothing and raises an
+:class:`~sagacity.errors.ApprovalRefused` subclass.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ from sagacity.errors import (
     ApprovalNotFound,
     ApprovalRefused,
     ApproverNotAllowed,
+    DecisionUnsigned,
     SagaUnavailable,
 )
+from sagacity.evidence.decisions import Keyring, Signer, Statement, allowed, signer_refusal
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.inputs import invalid
 from sagacity.journal import Phase, input_hash
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import Decision, SagaState, SagaStatus
+from sagacity.temporal.models import Decision, PendingApproval, SagaState, SagaStatus
 
 __all__ = ["ApprovalService", "DecisionResult", "PendingRequest"]
 
@@ -81,19 +86,22 @@ class DecisionResult(BaseModel):
     reason: str | None = None
 
 
-def may_decide(rules: Mapping[str, Sequence[str]] | None, approver: str, tool: str) -> bool:
-    """Whether ``rules`` (tool or ``"*"`` to identities; None: anyone) let ``approver`` decide."""
-    if rules is None:
-        return True
-    return approver in rules.get(tool, ()) or approver in rules.get("*", ())
+def check_signer(signer: Signer | None, keyring: Keyring | None, principal: str) -> None:
+    """:class:`DecisionUnsigned` when ``keyring`` would refuse what ``signer`` signs as
+    ``principal``."""
+    why = signer_refusal(signer, keyring, principal)
+    if why is not None:
+        raise DecisionUnsigned(why)
 
 
 class ApprovalService:
     """Lists pending approvals and takes decisions on them, as a named approver.
 
-    ``approvers`` is the allow-list applied to decisions taken here (CLI, HTTP): tool name or
-    ``"*"`` to identities; None lets any named approver decide. A saga started with
-    ``SagaOptions.approvers`` also enforces its own list, for every route including raw signals.
+    ``approvers`` and ``resolvers`` are the policy checked here for a precise early refusal
+    (tool name or ``"*"`` to identities; None lets anyone); the worker enforces the same policy
+    (``SAGACITY_APPROVERS``, ``SAGACITY_RESOLVERS``) for every route, raw signals included, and a
+    saga started with ``SagaOptions.approvers`` its own list too. ``signer`` signs each decision
+    and resolution; with ``keyring``, one it cannot sign as the keyring requires is refused here.
 
     It also shows a saga's SUSPECT call and sends a resolution of it (:meth:`saga`,
     :meth:`resolve`); with ``journal``, the call's input is read from its INTENT row (redacted)
@@ -106,6 +114,9 @@ class ApprovalService:
         approvals: ApprovalStore,
         *,
         approvers: Mapping[str, Sequence[str]] | None = None,
+        resolvers: Mapping[str, Sequence[str]] | None = None,
+        signer: Signer | None = None,
+        keyring: Keyring | None = None,
         journal: JournalStore | None = None,
         concurrency: int = 32,
         rpc_timeout: timedelta = timedelta(seconds=5),
@@ -114,6 +125,9 @@ class ApprovalService:
         self._store = approvals
         self._journal = journal
         self.approvers = approvers
+        self.resolvers = resolvers
+        self.signer = signer
+        self.keyring = keyring
         self._concurrency = concurrency
         self._rpc_timeout = rpc_timeout
         # resolutions of one saga are sent one at a time, so the second of two identical
@@ -188,6 +202,9 @@ class ApprovalService:
                     result=result,
                     journal=self._journal,
                     rpc_timeout=self._rpc_timeout,
+                    resolvers=self.resolvers,
+                    signer=self.signer,
+                    keyring=self.keyring,
                 )
         finally:
             lock, users = self._resolving[saga_id]
@@ -208,7 +225,9 @@ class ApprovalService:
             raise ApprovalConflict(
                 "not_waiting", f"saga {saga_id!r} has ended ({live.workflow_status})"
             )
-        tool = self._check(saga_id, live.status, decision)
+        pending = self._check(saga_id, live.status, decision)
+        tool = pending.tool_name
+        decision = self._signed(saga_id, decision, pending)
         handle = self._client.get_workflow_handle(saga_id)
         try:
             outcome = await handle.execute_update("decide", decision, result_type=str)
@@ -227,12 +246,30 @@ class ApprovalService:
             reason=None if decision.approve else decision.reason,
         )
 
-    def _check(self, saga_id: str, status: SagaStatus, decision: Decision) -> str:
-        """The tool awaiting this decision, or the refusal the workflow would give."""
+    def _signed(self, saga_id: str, decision: Decision, pending: PendingApproval) -> Decision:
+        """``decision`` signed over the input hash the saga waits with (unchanged without a
+        signer); :class:`DecisionUnsigned` when the keyring would refuse it."""
+        check_signer(self.signer, self.keyring, decision.approver)
+        if self.signer is None:
+            return decision
+        statement = Statement(
+            saga_id=saga_id,
+            seq=decision.journal_seq,
+            input_hash=pending.input_hash,
+            decision="approve" if decision.approve else "reject",
+            principal=decision.approver,
+            reason="" if decision.approve else decision.reason,
+        )
+        return decision.model_copy(
+            update={"input_hash": pending.input_hash, "signature": self.signer.sign(statement)}
+        )
+
+    def _check(self, saga_id: str, status: SagaStatus, decision: Decision) -> PendingApproval:
+        """The request awaiting this decision, or the refusal the workflow would give."""
         seq = decision.journal_seq
         pending = status.pending_approval
         if pending is not None and pending.journal_seq == seq:
-            if not may_decide(self.approvers, decision.approver, pending.tool_name):
+            if not allowed(self.approvers, decision.approver, pending.tool_name):
                 raise ApproverNotAllowed(
                     f"{decision.approver!r} may not decide {pending.tool_name!r} calls"
                 )
@@ -241,7 +278,7 @@ class ApprovalService:
                     "input_hash_mismatch",
                     f"input_hash does not match the call saga {saga_id!r} waits to run at seq {seq}",
                 )
-            return pending.tool_name
+            return pending
         if any(r.seq == seq and r.phase is Phase.AWAITING_APPROVAL for r in status.rows):
             raise ApprovalConflict(
                 "already_decided",
@@ -301,6 +338,8 @@ def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused:
     kind = str(details[0]) if details else None
     if kind == "not_allowed":
         return ApproverNotAllowed(message)
+    if kind in {"unsigned", "bad_signature"}:
+        return DecisionUnsigned(f"saga {saga_id!r} refused the decision: {message}")
     if kind in {"already_decided", "not_waiting", "unknown_seq", "input_hash_mismatch"}:
         return ApprovalConflict(kind, f"saga {saga_id!r}: {message}")
     return ApprovalRefused(f"saga {saga_id!r} refused the decision: {message}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -22,16 +23,19 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.live import Live, live_status
 from sagacity.errors import (
+    DecisionUnsigned,
     InvalidInput,
+    ResolverNotAllowed,
     SagaNotFound,
     SagaUnavailable,
     SuspectConflict,
     SuspectNotFound,
 )
+from sagacity.evidence.decisions import Keyring, Signer, allowed, signer_refusal
 from sagacity.inputs import check_json, check_name, invalid
 from sagacity.journal import Phase
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import Resolve, SagaState, SagaStatus
+from sagacity.temporal.models import Resolve, SagaState, SagaStatus, resolution_statement
 
 __all__ = ["Resolution", "SagaView", "SuspectView", "resolve_suspect", "saga_view"]
 
@@ -145,6 +149,9 @@ async def resolve_suspect(
     journal: JournalStore | None = None,
     wait: timedelta = RESOLVE_WAIT,
     rpc_timeout: timedelta = timedelta(seconds=5),
+    resolvers: Mapping[str, Sequence[str]] | None = None,
+    signer: Signer | None = None,
+    keyring: Keyring | None = None,
 ) -> Resolution:
     """Tell the saga whether its SUSPECT call at ``call_seq`` took effect, and see it taken.
 
@@ -153,6 +160,8 @@ async def resolve_suspect(
     resolved, the saga ended, or it refused the resolution) and :class:`SagaUnavailable` (the
     saga did not answer, or has not taken the resolution within ``wait``: it will when a
     worker runs it). ``outcome`` is read from ``journal`` when given, else from the saga.
+    ``resolvers`` is the policy checked first (:class:`ResolverNotAllowed`); ``signer`` signs
+    the resolution over the SUSPECT call's INTENT row hash, as ``keyring`` requires.
     """
     check_resolution(resolver, happened, result)
     try:
@@ -163,6 +172,14 @@ async def resolve_suspect(
     status = _running(saga_id, live)
     assert status is not None
     suspect = _suspect_at(saga_id, call_seq, status)
+    if not allowed(resolvers, resolver, suspect.tool_name):
+        raise ResolverNotAllowed(f"{resolver!r} may not resolve {suspect.tool_name!r} calls")
+    unsigned = signer_refusal(signer, keyring, resolver)
+    if unsigned is not None:
+        raise DecisionUnsigned(unsigned)
+    if signer is not None and status.suspect is not None:
+        statement = resolution_statement(saga_id, status.suspect.intent_hash, resolution)
+        resolution = resolution.model_copy(update={"signature": signer.sign(statement)})
     seen_refusals = len(status.refused_decisions)
     try:
         await client.get_workflow_handle(saga_id).signal(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 
 from sagacity.errors import InvalidInput, SagacityError
+from sagacity.evidence.decisions import Keyring, Signer
 from sagacity.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -40,3 +42,11 @@ def run_or_exit(work: Coroutine[Any, Any, T]) -> T:
     except SagacityError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def decision_keys_or_exit(key: Path | None, settings: Settings) -> tuple[Signer | None, Keyring | None]:
+    """The key decisions are signed with (``key``) and the keyring, or exit 2 if unreadable."""
+    try:
+        return (Signer.open(key) if key is not None else None), settings.load_keyring()
+    except SagacityError as exc:
+        raise fail(str(exc)) from None

@@ -1,16 +1,21 @@
 """``sagacity approvals``: list pending IRREVERSIBLE calls, approve or reject them, serve the HTTP API.
 
 Decisions go through :class:`~sagacity.approvals.ApprovalService`, so ``SAGACITY_APPROVERS``
-applies here as it does over HTTP. ``--as`` names the approver the journal records.
+applies here as it does over HTTP. ``--as`` names the approver the journal records; each decision
+is signed with ``SAGACITY_APPROVER_KEY`` (the worker refuses it unless ``SAGACITY_KEYRING`` trusts
+that key for that approver). ``serve`` signs with ``SAGACITY_SERVICE_KEY`` on behalf of the
+principal each request authenticated as.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import json
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -20,9 +25,11 @@ from rich.table import Table
 
 from sagacity.approvals import ApprovalService, DecisionResult, PendingRequest
 from sagacity.approvals.http import create_app, openapi_document
-from sagacity.cli._common import run_or_exit
+from sagacity.approvals.oidc import OidcVerifier
+from sagacity.cli._common import decision_keys_or_exit, fail, run_or_exit
 from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
+from sagacity.evidence.decisions import ANY_PRINCIPAL
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
@@ -45,7 +52,13 @@ SeqArg = Annotated[
     ),
 ]
 Approver = Annotated[
-    str, typer.Option("--as", help="Who decides: recorded in the journal.", show_default=False)
+    str | None,
+    typer.Option(
+        "--as",
+        help="Who decides: recorded in the journal. Default: whom SAGACITY_APPROVER_KEY signs "
+        "for in the keyring, else your user name.",
+        show_default=False,
+    ),
 ]
 
 
@@ -71,16 +84,34 @@ def _settings() -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def _service(settings: Settings) -> AsyncIterator[ApprovalService]:
+async def _service(settings: Settings, key: Path | None = None) -> AsyncIterator[ApprovalService]:
+    """The service, signing decisions with ``key`` (default: the approver's own key)."""
     assert settings.database_url
+    signer, keyring = decision_keys_or_exit(key or settings.approver_key, settings)
     pool = await open_pool(settings.database_url, min_size=1, max_size=4)
     try:
         client = await connect(settings, SagacityPlugin())
         yield ApprovalService(
-            client, ApprovalStore(pool), approvers=settings.approvers, journal=JournalStore(pool)
+            client,
+            ApprovalStore(pool),
+            approvers=settings.approvers,
+            resolvers=settings.resolvers,
+            signer=signer,
+            keyring=keyring,
+            journal=JournalStore(pool),
         )
     finally:
         await pool.close()
+
+
+def _me(service: ApprovalService) -> str:
+    """The approver a command names when ``--as`` is not given: the one identity the keyring
+    lets the approver key sign for, else the user name of the login."""
+    keyring, signer = service.keyring, service.signer
+    entry = keyring.find(signer.key_id) if keyring and signer else None
+    if entry is not None and len(entry.principals) == 1 and entry.principals[0] != ANY_PRINCIPAL:
+        return entry.principals[0]
+    return getpass.getuser()
 
 
 def _print_json(value: BaseModel | Sequence[BaseModel]) -> None:
@@ -181,7 +212,7 @@ def _report(result: DecisionResult, as_json: bool) -> None:
 def approve_command(
     saga_id: SagaArg,
     seq: SeqArg,
-    approver: Approver,
+    approver: Approver = None,
     input_hash: Annotated[
         str | None,
         typer.Option("--input-hash", help="Approve only if this is the hash of the input to run."),
@@ -193,7 +224,8 @@ def approve_command(
 
     async def work() -> DecisionResult:
         async with _service(settings) as service:
-            return await service.approve(saga_id, seq, approver=approver, input_hash=input_hash)
+            who = approver or _me(service)
+            return await service.approve(saga_id, seq, approver=who, input_hash=input_hash)
 
     _report(run_or_exit(work()), as_json)
 
@@ -203,8 +235,8 @@ def approve_command(
 def reject_command(
     saga_id: SagaArg,
     seq: SeqArg,
-    approver: Approver,
     reason: Annotated[str, typer.Option("--reason", help="Journaled with REJECTED.")],
+    approver: Approver = None,
     as_json: AsJson = False,
 ) -> None:
     """Reject the call; the saga compensates what ran before it."""
@@ -212,7 +244,9 @@ def reject_command(
 
     async def work() -> DecisionResult:
         async with _service(settings) as service:
-            return await service.reject(saga_id, seq, approver=approver, reason=reason)
+            return await service.reject(
+                saga_id, seq, approver=approver or _me(service), reason=reason
+            )
 
     _report(run_or_exit(work()), as_json)
 
@@ -223,7 +257,8 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8080,
 ) -> None:
-    """Run the HTTP API until Ctrl-C or SIGTERM (bearer tokens from SAGACITY_APPROVAL_TOKENS)."""
+    """Run the HTTP API until Ctrl-C or SIGTERM (bearer tokens from SAGACITY_APPROVAL_TOKENS,
+    JWTs with SAGACITY_OIDC_*; decisions signed with SAGACITY_SERVICE_KEY)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -241,17 +276,36 @@ def serve_command(
                     loop.remove_signal_handler(sig)
 
     settings = _settings()
-    tokens = settings.approval_tokens
-    if not tokens:
-        typer.echo("error: set SAGACITY_APPROVAL_TOKENS (token=principal,...)", err=True)
-        raise typer.Exit(2)
+    tokens = settings.approval_tokens or {}
+    oidc = _oidc(settings)
+    if not tokens and oidc is None:
+        raise fail(
+            "set SAGACITY_APPROVAL_TOKENS (token=principal,...) or SAGACITY_OIDC_JWKS_URL"
+        )
+    if settings.keyring is not None and settings.service_key is None:
+        raise fail("a keyring is configured: set SAGACITY_SERVICE_KEY, the key the API signs with")
 
     async def work() -> None:
-        async with _service(settings) as service:
-            api = create_app(service, tokens)
+        async with _service(settings, settings.service_key) as service:
+            api = create_app(service, tokens, oidc=oidc)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     run_or_exit(work())
+
+
+def _oidc(settings: Settings) -> OidcVerifier | None:
+    """The JWT verifier the OIDC settings describe; exit 2 when they are incomplete."""
+    if settings.oidc_jwks_url is None:
+        return None
+    if not (settings.oidc_issuer and settings.oidc_audience):
+        raise fail("SAGACITY_OIDC_JWKS_URL needs SAGACITY_OIDC_ISSUER and SAGACITY_OIDC_AUDIENCE")
+    return OidcVerifier(
+        settings.oidc_jwks_url,
+        issuer=settings.oidc_issuer,
+        audience=settings.oidc_audience,
+        algorithms=[a.strip() for a in settings.oidc_algorithms.split(",") if a.strip()],
+        principal_claim=settings.oidc_principal_claim,
+    )
 
 
 @app.command("openapi")

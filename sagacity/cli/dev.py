@@ -38,6 +38,9 @@ def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
             ("SAGACITY_CHECKPOINT_PUBLIC_KEY", setup.public_key),
             ("SAGACITY_CHECKPOINT_DIR", setup.checkpoint_dir),
             ("SAGACITY_REDACT_KEY", setup.fingerprint_key),
+            ("SAGACITY_KEYRING", setup.keyring),
+            ("SAGACITY_APPROVER_KEY", setup.approver_key),
+            ("SAGACITY_SERVICE_KEY", setup.service_key),
         ):
             if value is not None:
                 lines.append(f"export {name}={shlex.quote(str(value))}")
@@ -58,6 +61,10 @@ def _say_anchors(setup: DevSetup) -> None:
     typer.echo(
         f"anchors: checkpoints in {setup.checkpoint_dir}, signed by key {setup.key_id}", err=True
     )
+    if setup.keyring is not None:
+        who = f"; your key {setup.approver_key} signs as {setup.approver!r}"
+        who = who if setup.approver else ""
+        typer.echo(f"decisions: must be signed by a key in {setup.keyring}{who}", err=True)
 
 
 async def _run(stack: DevStack) -> None:

@@ -73,6 +73,7 @@ async def _export(
     until: datetime | None,
     checkpoints: CheckpointDir | None,
     signing_key: Ed25519PrivateKey | None,
+    keyring: Path | None,
 ) -> dict[str, Any]:
     async with await JournalStore.open(url, max_size=2) as journal:
         chosen = sagas or await _window(journal, since, until)
@@ -81,7 +82,13 @@ async def _export(
             for name, at in (("since", since), ("until", until))
         }
         return await export_bundle(
-            journal, out, chosen, checkpoints=checkpoints, signing_key=signing_key, note=note
+            journal,
+            out,
+            chosen,
+            checkpoints=checkpoints,
+            signing_key=signing_key,
+            note=note,
+            keyring=keyring,
         )
 
 
@@ -104,12 +111,21 @@ def _unanchored(manifest: dict[str, Any]) -> list[str]:
 
 
 async def _retain(
-    url: str, out: Path, older_than: timedelta, writer: CheckpointWriter | None
+    url: str,
+    out: Path,
+    older_than: timedelta,
+    writer: CheckpointWriter | None,
+    keyring: Path | None,
 ) -> dict[str, Any]:
     pool = await open_pool(url, max_size=2)
     try:
         run = await run_retention(
-            JournalStore(pool), RetentionStore(pool), out, older_than=older_than, checkpoints=writer
+            JournalStore(pool),
+            RetentionStore(pool),
+            out,
+            older_than=older_than,
+            checkpoints=writer,
+            keyring=keyring,
         )
     finally:
         await pool.close()
@@ -177,7 +193,7 @@ def export(
         if purge:
             writer = CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key)
             period = _period(older_than, settings.retention_period)
-            result = asyncio.run(_retain(url, out, period, writer))
+            result = asyncio.run(_retain(url, out, period, writer, settings.keyring))
         else:
             key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
             folder = settings.checkpoint_dir
@@ -186,7 +202,9 @@ def export(
                 None if settings.signing_key is None else load_private_key(settings.signing_key)
             )
             manifest = asyncio.run(
-                _export(url, out, list(sagas or []), since, until, checkpoints, signer)
+                _export(
+                    url, out, list(sagas or []), since, until, checkpoints, signer, settings.keyring
+                )
             )
             rows = sum(s["rows"] for s in manifest["sagas"])
             result = {

@@ -7,7 +7,19 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from sagacity.cli import anchors, approvals, db, demo, dev, export, saga, tlog, verify, worker
+from sagacity.cli import (
+    anchors,
+    approvals,
+    db,
+    demo,
+    dev,
+    export,
+    keyring,
+    saga,
+    tlog,
+    verify,
+    worker,
+)
 
 
 class _Root(TyperGroup):
@@ -44,6 +56,7 @@ app.command("demo")(demo.demo)
 app.command("dev")(dev.dev)
 app.command("export")(export.export)
 app.command("keygen")(export.keygen)
+app.add_typer(keyring.app, name="keyring")
 app.add_typer(tlog.app, name="log")
 app.command("prove")(tlog.prove)
 app.add_typer(saga.app, name="saga")

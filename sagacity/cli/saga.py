@@ -38,6 +38,7 @@ from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import InvalidInput, SagacityError, SagaNotFound
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.decisions import Signer
 from sagacity.evidence.keys import verifying_key
 from sagacity.evidence.report import SagaReport, Source, saga_report
 from sagacity.inputs import check_name, invalid, load_json
@@ -487,6 +488,8 @@ def resolve(
                 typer.echo(f"saga {saga} already ended: {current.status.value}", err=True)
                 return 1
             journal = await _journal(settings)
+            key = settings.approver_key
+            signer, keyring = (Signer.open(key) if key else None), settings.load_keyring()
             try:
                 done = await resolve_suspect(
                     client,
@@ -497,6 +500,9 @@ def resolve(
                     result=value,
                     journal=journal,
                     wait=timedelta(seconds=timeout),
+                    resolvers=settings.resolvers,
+                    signer=signer,
+                    keyring=keyring,
                 )
             finally:
                 if journal is not None:

@@ -31,6 +31,7 @@ from sagacity.errors import SagacityError
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.bundle import BundleVerdict, BundleVerifier, judge
 from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.decisions import Keyring, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key, verifying_key
 from sagacity.evidence.report import AnchorCheck, SagaReport
 from sagacity.settings import Settings, load_settings
@@ -147,10 +148,15 @@ def _key(public_key: Path | None, settings: Settings) -> Ed25519PublicKey | None
 
 
 def _bundle(
-    path: Path, key: Ed25519PublicKey | None, out: Output, *, allow_unanchored: bool
+    path: Path,
+    key: Ed25519PublicKey | None,
+    out: Output,
+    *,
+    allow_unanchored: bool,
+    keyring: Keyring | None = None,
 ) -> int:
     """Verify a bundle, streaming its sagas, and end with the verdict word and what it means."""
-    verifier = BundleVerifier(path, public_key=key)
+    verifier = BundleVerifier(path, public_key=key, keyring=keyring)
     problems = list(verifier.files())
     if not out.as_json:
         claimed = verifier.manifest.get("anchors")
@@ -253,6 +259,7 @@ async def _live(
     checkpoints: CheckpointDir | None,
     temporal: bool,
     out: Output,
+    keyring: Keyring | None,
 ) -> int:
     # two connections: one streams rows while the other fetches rows anchors point at
     async with (
@@ -260,7 +267,7 @@ async def _live(
         _temporal(settings, temporal) as client,
     ):
         reports = verify_journal(
-            journal, saga_ids=saga_ids, checkpoints=checkpoints, temporal=client
+            journal, saga_ids=saga_ids, checkpoints=checkpoints, temporal=client, keyring=keyring
         )
         async with aclosing(reports) as stream:
             async for report in stream:
@@ -324,10 +331,20 @@ def verify(
         bool,
         typer.Option("--temporal", help="Also ask each saga's Temporal workflow for its head."),
     ] = False,
+    keyring_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--keyring",
+            help="The keyring decisions' signatures are checked with (default: SAGACITY_KEYRING; "
+            "for a bundle, else the keyring it carries).",
+        ),
+    ] = None,
 ) -> None:
-    """Recompute hash chains and compare them with checkpoints and Temporal."""
+    """Recompute hash chains and compare them with checkpoints, Temporal and decision keys."""
     try:
         settings = load_settings()
+        keyring_path = keyring_file or settings.keyring
+        keyring = None if keyring_path is None else load_keyring(keyring_path)
     except SagacityError as exc:
         raise _usage(str(exc)) from None
     out = Output(as_json=as_json, verbose=verbose or bool(sagas))
@@ -337,7 +354,9 @@ def verify(
                 "--bundle verifies the whole bundle; it takes no saga ids, --all or --temporal"
             )
         key = _key(public_key, settings)
-        raise typer.Exit(_bundle(bundle, key, out, allow_unanchored=allow_unanchored))
+        raise typer.Exit(
+            _bundle(bundle, key, out, allow_unanchored=allow_unanchored, keyring=keyring)
+        )
     if allow_unanchored:
         raise _usage("--allow-unanchored goes with --bundle")
     saga_ids = _saga_ids(sagas, all_)
@@ -360,7 +379,7 @@ def verify(
         if not as_json:
             typer.echo(f"checkpoints {folder}: key {key_id(key)}", err=True)
     try:
-        status = asyncio.run(_live(url, settings, saga_ids, checkpoints, temporal, out))
+        status = asyncio.run(_live(url, settings, saga_ids, checkpoints, temporal, out, keyring))
     except SagacityError as exc:
         raise _usage(str(exc)) from None
     raise typer.Exit(status)

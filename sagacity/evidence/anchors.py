@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.decisions import DecisionCheck, Keyring
 from sagacity.evidence.report import (
     Agreement,
     Anchor,
@@ -27,6 +28,7 @@ from sagacity.evidence.report import (
     Source,
     checkpoint_probe,
     compare,
+    decision_checks,
     saga_report,
     settle_async,
 )
@@ -45,12 +47,14 @@ async def verify_journal(
     saga_ids: Sequence[str] | None = None,
     checkpoints: CheckpointDir | None = None,
     temporal: Client | None = None,
+    keyring: Keyring | None = None,
 ) -> AsyncGenerator[SagaReport, None]:
     """One report per saga: ``saga_ids`` in order, or every saga in the journal.
 
     Checking every saga also reports each saga that has checkpoints but no rows left (deleted).
     The journal's pool needs two connections: one streams rows while the other looks up the
-    rows anchors point at.
+    rows anchors point at. With ``keyring``, each saga's decision rows are read again and
+    their signatures checked.
     """
     # every saga's id is kept only when deleted sagas are looked for (all sagas, checkpoints)
     seen: set[str] | None = set() if saga_ids is None and checkpoints is not None else None
@@ -58,12 +62,12 @@ async def verify_journal(
         async for verdict in verdicts:
             if seen is not None:
                 seen.add(verdict.saga_id)
-            yield await _report(journal, verdict, checkpoints, temporal)
+            yield await _report(journal, verdict, checkpoints, temporal, keyring)
     if seen is not None and checkpoints is not None:
         for saga_id in checkpoints.saga_ids():
             if saga_id not in seen:
                 empty = Verdict(saga_id, 0, 0, GENESIS_HASH, None)
-                yield await _report(journal, empty, checkpoints, temporal)
+                yield await _report(journal, empty, checkpoints, temporal, keyring)
 
 
 async def _report(
@@ -71,6 +75,7 @@ async def _report(
     verdict: Verdict,
     checkpoints: CheckpointDir | None,
     temporal: Client | None,
+    keyring: Keyring | None = None,
 ) -> SagaReport:
     async def stored_hash(seq: int) -> str | None:
         row = await journal.get(verdict.saga_id, seq)
@@ -93,6 +98,12 @@ async def _report(
             checks += await settle_async(probe, stored_hash)
             if found.ended and log is not None and log.latest() and log.seal() is None:
                 notes.append(_unsealed(found))
+    if keyring is not None and verdict.rows:
+        decisions = DecisionCheck(verdict.saga_id, keyring)
+        async with aclosing(journal.stream(verdict.saga_id)) as rows:
+            async for entry in rows:
+                decisions.feed(entry)
+        checks += decision_checks(decisions)
     return saga_report(verdict, checks, notes)
 
 

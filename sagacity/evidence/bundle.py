@@ -7,6 +7,7 @@ Layout (``docs/evidence.md`` gives every field)::
     journal.jsonl       every exported row, one JSON object a line, by saga then seq
     checkpoints/*.jsonl the exported sagas' signed checkpoint logs, as written
     public_key.pem      the key the signatures were made with
+    keyring.json        the keys decisions are signed with, when the exporter had a keyring
 
 A bundle proves something only against a key the auditor trusts, and only as far as its anchors
 reach: the verdict (:class:`BundleVerdict`) says which. Verification reads nothing but the
@@ -36,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointLog, log_name
+from sagacity.evidence.decisions import DecisionCheck, Keyring, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key, public_pem
 from sagacity.evidence.report import (
     Agreement,
@@ -43,6 +45,7 @@ from sagacity.evidence.report import (
     SagaReport,
     Source,
     checkpoint_probe,
+    decision_checks,
     saga_report,
     settle,
 )
@@ -76,6 +79,7 @@ MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 JOURNAL = "journal.jsonl"
 PUBLIC_KEY = "public_key.pem"
+KEYRING = "keyring.json"
 CHECKPOINTS = "checkpoints"
 #: Prefix of the bytes a manifest signature covers; a checkpoint's prefix differs, so neither
 #: signature can pass for the other.
@@ -203,13 +207,15 @@ async def export_bundle(
     checkpoints: CheckpointDir | None = None,
     signing_key: Ed25519PrivateKey | None = None,
     note: dict[str, Any] | None = None,
+    keyring: Path | None = None,
 ) -> dict[str, Any]:
     """Write the rows of ``saga_ids`` (and their checkpoints) as a bundle in ``out``; return the manifest.
 
     The manifest lists the anchors the bundle carries (``checkpoints``, ``signature``; none:
     unanchored) and, per saga, whether it has a checkpoint log. ``signing_key`` signs the
-    manifest; it must be the key the checkpoints are signed with. Rows are exported as stored,
-    broken chains included: evidence of tampering is evidence too. ``out`` must not exist yet,
+    manifest; it must be the key the checkpoints are signed with. ``keyring`` (the decision
+    keyring's file) is copied in, so decisions' signatures can be checked offline; the manifest
+    covers it like every file. Rows are exported as stored, broken chains included: evidence of tampering is evidence too. ``out`` must not exist yet,
     or be an empty directory.
     """
     key = checkpoints.key if checkpoints is not None else None
@@ -253,6 +259,8 @@ async def export_bundle(
         anchors.append("signature")
     if key is not None:
         (out / PUBLIC_KEY).write_bytes(public_pem(key))
+    if keyring is not None:
+        shutil.copyfile(keyring, out / KEYRING)
     files = {
         path.relative_to(out).as_posix(): {"sha256": _sha256(path), "bytes": path.stat().st_size}
         for path in sorted(out.rglob("*"))
@@ -317,8 +325,17 @@ class BundleVerifier:
     consistent with itself (:attr:`BundleVerdict.UNTRUSTED`).
     """
 
-    def __init__(self, path: Path, *, public_key: Ed25519PublicKey | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        public_key: Ed25519PublicKey | None = None,
+        keyring: Keyring | None = None,
+    ) -> None:
         self.path = path
+        #: the keyring decisions are checked with: the verifier's, else the bundle's own
+        #: (as trusted as the manifest signature that covers it)
+        self.keyring = keyring
         self.problems: list[str] = []
         self.manifest: dict[str, Any] = {}
         self.key: Ed25519PublicKey | None = public_key
@@ -355,6 +372,11 @@ class BundleVerifier:
         self._check_key(manifest.get("key_id"))
         self._check_signature(raw)
         self._check_claims(manifest)
+        if self.keyring is None and (self.path / KEYRING).is_file():
+            try:
+                self.keyring = load_keyring(self.path / KEYRING)
+            except EvidenceUnavailable as exc:
+                self.problems.append(f"{KEYRING}: {exc}")
         return self.problems
 
     def _check_digests(self, listed: dict[str, Any]) -> None:
@@ -530,10 +552,13 @@ class BundleVerifier:
         wanted = log.seqs
         stored: dict[int, str] = {}
         verifier = ChainVerifier(saga_id)
+        decisions = None if self.keyring is None else DecisionCheck(saga_id, self.keyring)
         count, last = 0, None
         for entry in rows:
             # every row is read, past a chain fault too: anchors and the manifest need the tail
             verifier.feed(entry)
+            if decisions is not None:
+                decisions.feed(entry)
             count, last = count + 1, entry
             if entry.seq in wanted:
                 stored.setdefault(entry.seq, entry.hash)
@@ -547,6 +572,8 @@ class BundleVerifier:
                 checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.MISSING, detail))
         else:
             checks += settle(checkpoint_probe(log, verdict), stored.get)
+        if decisions is not None:
+            checks += decision_checks(decisions)
         return saga_report(verdict, checks)
 
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from sagacity.evidence.checkpoints import Checkpoint, CheckpointLog, Kind
+from sagacity.evidence.decisions import DecisionCheck
 from sagacity.journal import Verdict
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Source",
     "checkpoint_probe",
     "compare",
+    "decision_checks",
     "saga_report",
     "settle",
     "settle_async",
@@ -43,6 +45,7 @@ class Source(StrEnum):
     CHECKPOINT = "checkpoint"  # signed checkpoints outside the database
     TEMPORAL = "temporal"  # the saga workflow's own record of its head
     MANIFEST = "manifest"  # an export bundle's manifest
+    DECISION = "decision"  # the signatures of the approvers' decisions
 
 
 class Agreement(StrEnum):
@@ -149,6 +152,18 @@ class SagaReport:
             "anchors": [c.to_dict() for c in self.checks],
             "warnings": [w.to_dict() for w in self.warnings()],
         }
+
+
+def decision_checks(decisions: DecisionCheck) -> list[AnchorCheck]:
+    """A saga's decision signatures as report findings: each bad one fatal, else one that agrees."""
+    found = [
+        AnchorCheck(Source.DECISION, Agreement.DISAGREES, why, seq, fatal=True)
+        for seq, why in decisions.problems
+    ]
+    if not found and decisions.checked:
+        detail = f"{decisions.checked} signed decision(s) verify with the keyring"
+        found.append(AnchorCheck(Source.DECISION, Agreement.AGREES, detail))
+    return found
 
 
 def saga_report(

@@ -48,8 +48,10 @@ async def run_retention(
     older_than: timedelta = MIN_RETENTION,
     checkpoints: CheckpointWriter | None = None,
     now: datetime | None = None,
+    keyring: Path | None = None,
 ) -> RetentionRun:
-    """Export every saga idle for ``older_than`` into the new bundle ``out``, then purge them."""
+    """Export every saga idle for ``older_than`` into the new bundle ``out`` (with the decision
+    ``keyring`` file, when given), then purge them."""
     if older_than < MIN_RETENTION:
         raise RetentionRefused(
             f"a retention period of {older_than} is shorter than the minimum {MIN_RETENTION.days} days"
@@ -72,6 +74,7 @@ async def run_retention(
         checkpoints=reader,
         signing_key=None if checkpoints is None else checkpoints.key,
         note=note,
+        keyring=keyring,
     )
     report = verify_bundle(out, public_key=None if reader is None else reader.key)
     if report.problems:

@@ -39,6 +39,7 @@ from sagacity.errors import (
     UnknownTool,
 )
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed
 from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
@@ -57,6 +58,7 @@ from sagacity.temporal.models import (
     JournalRow,
     Resolved,
     ResolveRequest,
+    RowDraft,
     RowRef,
     SagaOpen,
     SagaOpened,
@@ -64,6 +66,7 @@ from sagacity.temporal.models import (
     SealRequest,
     ToolSpec,
     failure_payload,
+    resolution_statement,
 )
 from sagacity.temporal.names import (
     APPEND,
@@ -186,6 +189,8 @@ class SagaActivities:
         redactor: Redactor | None = None,
         checkpoints: CheckpointWriter | None = None,
         outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
+        keyring: Keyring | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.journal = journal
         self.approvals = approvals
@@ -193,6 +198,8 @@ class SagaActivities:
         self.redactor = redactor or Redactor()
         self.checkpoints = checkpoints
         self.outage_window = outage_window
+        self.keyring = keyring
+        self.policy = policy or Policy()
 
     async def _outlast(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run a database operation, waiting out an outage of up to ``outage_window``.
@@ -371,6 +378,8 @@ class SagaActivities:
             seals=self.checkpoints is not None,
             seals_in_calls=self.checkpoints is not None,
             brief=True,
+            keyring=self.keyring,
+            policy=self.policy if self.policy != Policy() else None,
         )
 
     @activity.defn(name=APPEND)
@@ -530,7 +539,10 @@ class SagaActivities:
         elif stored.tool_name != req.tool_name:
             reason = "the approved request names another tool"
         else:
-            return None
+            refused = self._decision_refused(req)
+            if refused is None:
+                return None
+            reason = f"the approval does not hold: {refused}"
         rejected = self._draft(
             req.saga_id,
             req.tool_name,
@@ -545,6 +557,23 @@ class SagaActivities:
             error=ErrorInfo(type="ApprovalRefused", message=f"{VERIFICATION_REFUSED}: {reason}"),
             rows=[_ref(row)],
         )
+
+    def _decision_refused(self, req: CallRequest) -> str | None:
+        """Why the approval the call runs under does not hold here, whatever the workflow took:
+        the policy, and with a keyring a signature by a key allowed to sign for the approver."""
+        approver = req.approver or ""
+        if not allowed(self.policy.approvers, approver, req.tool_name):
+            return f"{approver!r} may not approve {req.tool_name!r}"
+        if self.keyring is None:
+            return None
+        statement = Statement(
+            saga_id=req.saga_id,
+            seq=req.approval_seq or 0,
+            input_hash=req.approved_request_hash or "",
+            decision="approve",
+            principal=approver,
+        )
+        return self.keyring.refusal(statement, req.approval_signature)
 
     async def _run(self, req: CallRequest, intent_row: Entry) -> CallOutcome:
         try:
@@ -665,14 +694,39 @@ class SagaActivities:
         if existing is not None:
             outcome = _outcome_from_row(intent_row, existing, input_json=req.row.input)
             return Resolved(outcome=outcome, recorded=False)
+        row_draft = req.row
+        refused = self._resolution_refused(req, intent_row)
+        if refused is not None:
+            # the human's word does not hold here: the outcome stays unknown, so the call is
+            # compensated, and the row says why
+            error = ErrorInfo(type="ResolutionRefused", message=f"resolution refused: {refused}")
+            row_draft = RowDraft(
+                tool_name=intent_row.tool_name,
+                phase=Phase.FAILED,
+                input=req.row.input,
+                payload=failure_payload(error, effect_unknown=True),
+            )
         draft = self._draft(
-            req.saga_id, intent_row.tool_name, req.row.phase, req.row.input, req.row.payload
+            req.saga_id, intent_row.tool_name, row_draft.phase, row_draft.input, row_draft.payload
         )
         row = await self._append_at(draft, seq=req.call_seq + 1, prev_hash=intent_row.hash)
         outcome = _outcome_from_row(
-            intent_row, row, input_json=req.row.input, payload=req.row.payload
+            intent_row, row, input_json=row_draft.input, payload=row_draft.payload
         )
         return Resolved(outcome=outcome, recorded=True)
+
+    def _resolution_refused(self, req: ResolveRequest, intent_row: Entry) -> str | None:
+        """Why a human's resolution may not be written: the policy, or (with a keyring) its
+        signature over this very INTENT row."""
+        resolution = req.resolution
+        if resolution is None:
+            return None
+        if not allowed(self.policy.resolvers, resolution.resolver, intent_row.tool_name):
+            return f"{resolution.resolver!r} may not resolve {intent_row.tool_name!r} calls"
+        if self.keyring is None:
+            return None
+        statement = resolution_statement(req.saga_id, intent_row.hash, resolution)
+        return self.keyring.refusal(statement, resolution.signature)
 
     @activity.defn(name=SEAL_SAGA)
     @_typed

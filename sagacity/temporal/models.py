@@ -6,8 +6,9 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement
 from sagacity.journal.canonical import to_json
 from sagacity.journal.chain import GENESIS_HASH
 from sagacity.journal.phases import Phase
@@ -87,6 +88,9 @@ class CallRequest(BaseModel):
     approved_request_hash: str | None = None
     #: the saga ends in this state if the call executes: its outcome row is sealed as the end
     seal_as: SagaState | None = None
+    #: who approved, and their signature: checked against the worker's keyring before INTENT
+    approver: str | None = None
+    approval_signature: Signature | None = None
 
     @cached_property
     def input_json(self) -> str:
@@ -102,6 +106,9 @@ class ResolveRequest(BaseModel):
     row: RowDraft
     #: the approval request the call ran under, consumed with the resolution
     approval_seq: int | None = None
+    #: the human's resolution ``row`` records, checked against the worker's keyring and policy
+    #: before it is written; None when no human spoke (an abort, a lost attempt)
+    resolution: Resolve | None = None
 
 
 def failure_payload(error: ErrorInfo, *, effect_unknown: bool) -> str:
@@ -299,6 +306,10 @@ class SagaOpened(BaseModel):
     #: a call or compensation that writes the saga's last row seals it in the same activity, so
     #: the end needs no local activity (absent in older histories: they seal with one)
     seals_in_calls: bool = False
+    #: the keys decisions must be signed with; None: unsigned decisions are taken (dev mode)
+    keyring: Keyring | None = None
+    #: who may decide and resolve, as the worker is configured (absent in older histories)
+    policy: Policy | None = None
 
 
 class SagaState(StrEnum):
@@ -436,6 +447,8 @@ class Suspect(BaseModel):
     #: the call's input as its INTENT row journaled it (secrets redacted)
     input_json: str
     reason: str
+    #: the INTENT row's chain hash: what a signed resolution names (empty when not known)
+    intent_hash: str = ""
 
 
 class SagaStatus(BaseModel):
@@ -482,16 +495,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class Approve(_Strict):
+class _Signed(_Strict):
+    """A decision that may carry a signature (``docs/decisions.md``); a signed one names the
+    input hash it was made for, which the signature covers."""
+
+    #: the input hash the approver saw; must match when given, and is required with a signature
+    input_hash: InputHash | None = None
+    signature: Signature | None = None
+
+    @model_validator(mode="after")
+    def _hash_with_signature(self) -> _Signed:
+        if self.signature is not None and self.input_hash is None:
+            raise ValueError("a signed decision must name the input_hash it was made for")
+        return self
+
+
+class Approve(_Signed):
     """Signal ``approve``: a human allows the call awaiting approval at ``journal_seq``."""
 
     journal_seq: int = Field(ge=1)
     approver: Identity
-    #: optional: the input hash the approver saw; must match when given
-    input_hash: InputHash | None = None
 
 
-class Reject(_Strict):
+class Reject(_Signed):
     """Signal ``reject``: a human refuses the call awaiting approval at ``journal_seq``."""
 
     journal_seq: int = Field(ge=1)
@@ -499,14 +525,30 @@ class Reject(_Strict):
     reason: Reason = "rejected"
 
 
-class Decision(_Strict):
+class Decision(_Signed):
     """Update ``decide``: approve or reject, answered at once (refusals raise)."""
 
     journal_seq: int = Field(ge=1)
     approver: Identity
     approve: bool
     reason: Reason = "rejected"
-    input_hash: InputHash | None = None
+
+    def as_signal(self) -> Approve | Reject:
+        """The same decision as the ``approve`` or ``reject`` signal would carry it."""
+        if self.approve:
+            return Approve.model_construct(
+                journal_seq=self.journal_seq,
+                approver=self.approver,
+                input_hash=self.input_hash,
+                signature=self.signature,
+            )
+        return Reject.model_construct(
+            journal_seq=self.journal_seq,
+            approver=self.approver,
+            input_hash=self.input_hash,
+            signature=self.signature,
+            reason=self.reason,
+        )
 
 
 class Resolve(_Strict):
@@ -517,6 +559,20 @@ class Resolve(_Strict):
     happened: bool
     #: what the call returned, when it happened and a later step needs it
     result: Any = None
+    #: required with a keyring: the signature over the resolution, naming the INTENT row's hash
+    signature: Signature | None = None
+
+
+def resolution_statement(saga_id: str, intent_hash: str, resolution: Resolve) -> Statement:
+    """What a signed resolution vouches for: the call whose INTENT row hashed ``intent_hash``."""
+    return Statement(
+        saga_id=saga_id,
+        seq=resolution.call_seq,
+        input_hash=intent_hash,
+        decision="happened" if resolution.happened else "not_happened",
+        principal=resolution.resolver,
+        result=to_json(resolution.result) if resolution.happened else "",
+    )
 
 
 class Abort(_Strict):
@@ -529,6 +585,7 @@ class Abort(_Strict):
 DecisionKind = Literal["approve", "reject"]
 
 
+ResolveRequest.model_rebuild()
 SagaCarry.model_rebuild()
 SagaProgress.model_rebuild()
 SagaSpec.model_rebuild()

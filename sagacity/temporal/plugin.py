@@ -13,6 +13,7 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.evidence.redaction import Redactor
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
@@ -25,15 +26,19 @@ def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
     """The workflow sandbox a worker with this plugin runs sandboxed workflows in.
 
     Sagacity's own modules are deterministic and stateless at import: loaded once per worker
-    rather than once per workflow run. A sandbox another plugin configured keeps its own
-    passthroughs; an unsandboxed runner is left as its owner chose.
+    rather than once per workflow run. `cryptography` too: the saga checks decisions' signatures
+    in workflow code, and its Rust extension cannot be imported again inside each run. A sandbox
+    another plugin configured keeps its own passthroughs; an unsandboxed runner is left as its
+    owner chose.
     """
     if existing is None:
         existing = SandboxedWorkflowRunner()
     if not isinstance(existing, SandboxedWorkflowRunner):
         return existing
     return dataclasses.replace(
-        existing, restrictions=existing.restrictions.with_passthrough_modules("sagacity")
+        existing, restrictions=existing.restrictions.with_passthrough_modules(
+            "sagacity", "cryptography", "_cffi_backend"
+        )
     )
 
 
@@ -46,7 +51,10 @@ class SagacityPlugin(SimplePlugin):
     ``redactor`` (default: secrets by name) rewrites inputs and results before they are
     journaled, and scrubs tools' exception text; ``checkpoints`` signs the chain head each
     activity leaves, and each ended saga's seal, into a directory outside Postgres;
-    ``outage_window`` is how long activities wait out a journal database outage.
+    ``outage_window`` is how long activities wait out a journal database outage. With
+    ``keyring`` every decision (approval, rejection, resolution) must be signed by a key in it;
+    ``policy`` says who may decide and resolve which tool's calls. Both hold on every route, raw
+    signals included.
     """
 
     def __init__(
@@ -59,6 +67,8 @@ class SagacityPlugin(SimplePlugin):
         redactor: Redactor | None = None,
         checkpoints: CheckpointWriter | None = None,
         outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
+        keyring: Keyring | None = None,
+        policy: Policy | None = None,
     ) -> None:
         registry = ToolRegistry(tools)
         if (journal is None) != (approvals is None):
@@ -72,6 +82,8 @@ class SagacityPlugin(SimplePlugin):
                 redactor=redactor,
                 checkpoints=checkpoints,
                 outage_window=outage_window,
+                keyring=keyring,
+                policy=policy,
             ).all()
         super().__init__(
             "sagacity.SagacityPlugin",

@@ -36,6 +36,7 @@ from sagacity.errors import (
     SagacityError,
     ToolFailed,
 )
+from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed, signed_row
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
@@ -79,6 +80,7 @@ from sagacity.temporal.models import (
     Suspect,
     ToolSpec,
     failure_payload,
+    resolution_statement,
 )
 from sagacity.tools import Reversibility
 
@@ -93,6 +95,8 @@ RefusalKind = Literal[
     "unknown_seq",
     "input_hash_mismatch",
     "not_allowed",
+    "unsigned",
+    "bad_signature",
     "invalid",
 ]
 
@@ -185,6 +189,11 @@ class Saga:
         self._cancelled = False
         self._pending: PendingApproval | None = None
         self._decision: Approve | Reject | None = None
+        #: the approval the next call runs under: its approver and signature go to the worker
+        self._approval: Approve | None = None
+        #: the worker's keyring and policy, as ``open_saga`` recorded them in the history
+        self._keyring: Keyring | None = None
+        self._policy = Policy()
         #: the seq of the approval request being opened, and decisions that arrived meanwhile
         self._opening: int | None = None
         self._early_decisions: list[tuple[Approve | Reject, str | None]] = []
@@ -341,6 +350,8 @@ class Saga:
             if self._catalog is None or self._brief:  # a described catalog is kept
                 self._catalog, self._brief = {s.name: s for s in opened.tools}, opened.brief
             self._seals, self._seals_in_calls = opened.seals, opened.seals_in_calls
+            self._keyring = opened.keyring
+            self._policy = opened.policy or Policy()
             self._unpack_carry()
             self._fold(opened.rows)
             if not opened.more:
@@ -594,6 +605,10 @@ class Saga:
             approved_request_hash=self._approved_request_hash if approval_seq is not None else None,
             # the saga completes after this call, unless a failure was swallowed or it aborted
             seal_as=None if self.failures or self.aborted else self._seal_as(SagaState.COMPLETED),
+            approver=self._approval.approver if approval_seq and self._approval else None,
+            approval_signature=self._approval.signature
+            if approval_seq and self._approval
+            else None,
         )
         idempotent = spec is not None and spec.idempotent
         self._running = tool
@@ -669,11 +684,16 @@ class Saga:
         return resolved.outcome
 
     async def _record_outcome(
-        self, seq: int, row: RowDraft, approval_seq: int | None
+        self, seq: int, row: RowDraft, approval_seq: int | None, resolution: Resolve | None = None
     ) -> Resolved:
-        """Write the outcome of the call at ``seq`` unless it has one (which is returned)."""
+        """Write the outcome of the call at ``seq`` unless it has one (which is returned);
+        ``resolution``: the human's word the row records, which the worker checks first."""
         request = ResolveRequest(
-            saga_id=self.saga_id, call_seq=seq, row=row, approval_seq=approval_seq
+            saga_id=self.saga_id,
+            call_seq=seq,
+            row=row,
+            approval_seq=approval_seq,
+            resolution=resolution,
         )
         resolved: Resolved = await self._journal_activity(names.RESOLVE_CALL, request, Resolved)
         return resolved
@@ -716,10 +736,16 @@ class Saga:
         """
         self.state = SagaState.SUSPECT
         self._suspect = Suspect(
-            call_seq=seq, tool_name=tool, input_json=shown or input_json, reason=reason
+            call_seq=seq,
+            tool_name=tool,
+            input_json=shown or input_json,
+            reason=reason,
+            intent_hash=intent_hash,
         )
         early, self._early_resolution = self._early_resolution, None
-        self._resolution = early if early is not None and early.call_seq == seq else None
+        self._resolution = None
+        if early is not None:
+            self._take_resolution(early)
         workflow.logger.warning("saga %s: call seq %d of %s is SUSPECT", self.saga_id, seq, tool)
         await self._wait(lambda: self._resolution is not None or self._abort is not None)
         resolution = self._resolution or Resolve(
@@ -729,6 +755,7 @@ class Saga:
             result=None,
         )
         unknown = self._resolution is None  # aborted before anyone knew
+        spoken = self._resolution
         self._suspect = None
         self.state = SagaState.RUNNING
         intent = RowRef(seq=seq, tool_name=tool, phase=Phase.INTENT, hash=intent_hash)
@@ -755,8 +782,12 @@ class Saga:
                 payload=failure_payload(error, effect_unknown=unknown),
             )
             status = CallStatus.FAILED
-        resolved = await self._record_outcome(seq, row, approval_seq)
+        resolved = await self._record_outcome(seq, row, approval_seq, spoken)
         self._track(resolved.outcome.rows[1:])
+        written = resolved.outcome.error
+        if written is not None and written.type == "ResolutionRefused":
+            # the worker refused the human's word (its keyring or policy): effect unknown
+            return resolved.outcome
         if not resolved.recorded:
             # the lost attempt had finished after all: its own outcome row stands
             workflow.logger.warning(
@@ -784,7 +815,7 @@ class Saga:
     async def _await_approval(self, spec: ToolSpec, input_json: str) -> int:
         """Journal AWAITING_APPROVAL, wait for a decision or the deadline; return the request seq."""
         seq = self.head.seq + 1
-        self._decision = None
+        self._decision = self._approval = None
         self._opening = seq
         try:
             opened: ApprovalOpened = await self._journal_activity(
@@ -834,7 +865,7 @@ class Saga:
                 reason=f"aborted: {self._abort.reason if self._abort else ''}",
             )
         self._decided.add(seq)
-        self._pending = None
+        pending, self._pending = self._pending, None
         self.state = SagaState.RUNNING
         if isinstance(decision, Approve):
             await self._append(
@@ -843,11 +874,13 @@ class Saga:
                         tool_name=APPROVAL_GATE,
                         phase=Phase.APPROVED,
                         input=input_json,
-                        payload=f"approver={decision.approver}",
+                        payload=self._decision_payload(decision, pending)
+                        or f"approver={decision.approver}",
                     )
                 ]
             )
             if self._abort is None:
+                self._approval = decision
                 return seq
             # aborted while the approval was being journaled: the approved call never starts
             decision = Reject(
@@ -861,7 +894,8 @@ class Saga:
                     tool_name=APPROVAL_GATE,
                     phase=Phase.REJECTED,
                     input=input_json,
-                    payload=to_json({"by": decision.approver, "reason": decision.reason}),
+                    payload=self._decision_payload(decision, pending)
+                    or to_json({"by": decision.approver, "reason": decision.reason}),
                 )
             ]
         )
@@ -876,11 +910,33 @@ class Saga:
         request = ApprovalClose(saga_id=self.saga_id, journal_seq=journal_seq)
         await self._journal_activity(names.CLOSE_APPROVAL, request, bool)
 
+    def _statement(self, decision: Approve | Reject, pending: PendingApproval) -> Statement:
+        """What a signature on ``decision`` must vouch for: this saga, the request, its hash."""
+        return Statement(
+            saga_id=self.saga_id,
+            seq=pending.journal_seq,
+            input_hash=pending.input_hash,
+            decision="approve" if isinstance(decision, Approve) else "reject",
+            principal=decision.approver,
+            reason=decision.reason if isinstance(decision, Reject) else "",
+        )
+
+    def _decision_payload(
+        self, decision: Approve | Reject, pending: PendingApproval | None
+    ) -> str | None:
+        """A signed decision's row payload (statement and signature); None for an unsigned one."""
+        if decision.signature is None or pending is None or self._keyring is None:
+            return None
+        signer = self._keyring.find(decision.signature.key_id)
+        name = signer.name if signer is not None else ""
+        return signed_row(self._statement(decision, pending), decision.signature, name)
+
     def _refusal(
-        self, journal_seq: int, approver: str, given_hash: str | None
+        self, decision: Approve | Reject, given_hash: str | None
     ) -> tuple[RefusalKind, str] | None:
         """Why a decision cannot be taken (a stable kind and a sentence), or None when it can."""
         pending = self._pending
+        journal_seq, approver = decision.journal_seq, decision.approver
         if not approver.strip():
             return "no_approver", "a decision must name its approver"
         if journal_seq in self._decided or (
@@ -899,16 +955,17 @@ class Saga:
             )
         if given_hash is not None and given_hash != pending.input_hash:
             return "input_hash_mismatch", "input_hash does not match the request awaiting approval"
-        allowed = self._allowed_approvers(pending.tool_name)
-        if allowed is not None and approver not in allowed:
-            return "not_allowed", f"{approver!r} may not approve {pending.tool_name!r}"
+        tool = pending.tool_name
+        if not (
+            allowed(self.options.approvers, approver, tool)
+            and allowed(self._policy.approvers, approver, tool)
+        ):
+            return "not_allowed", f"{approver!r} may not approve {tool!r}"
+        if self._keyring is not None:
+            why = self._keyring.refusal(self._statement(decision, pending), decision.signature)
+            if why is not None:
+                return ("unsigned" if decision.signature is None else "bad_signature"), why
         return None
-
-    def _allowed_approvers(self, tool: str) -> set[str] | None:
-        policy = self.options.approvers
-        if policy is None:
-            return None
-        return set(policy.get(tool, [])) | set(policy.get("*", []))
 
     def _refuse(self, who: str, why: str) -> None:
         # a signal is in history, so this note survives replay; the sender is not told
@@ -937,7 +994,7 @@ class Saga:
         if self._pending is None and self._opening == decision.journal_seq:
             self._early_decisions.append((decision, given_hash))
             return
-        refusal = self._refusal(decision.journal_seq, decision.approver, given_hash)
+        refusal = self._refusal(decision, given_hash)
         if refusal is not None:
             self._refuse(decision.approver, refusal[1])
             return
@@ -951,7 +1008,7 @@ class Saga:
     def _on_reject(self, *payloads: Any) -> None:
         decision = self._parse("reject", Reject, payloads)
         if decision is not None:
-            self._take(decision, None)
+            self._take(decision, decision.input_hash)
 
     def _validate_decision(self, *payloads: Any) -> None:
         # a rejected update leaves no history event and validators must not change state: the
@@ -972,7 +1029,7 @@ class Saga:
                 type="ApprovalRefused",
                 non_retryable=True,
             ) from None
-        refusal = self._refusal(decision.journal_seq, decision.approver, decision.input_hash)
+        refusal = self._refusal(decision.as_signal(), decision.input_hash)
         if refusal is not None:
             kind, message = refusal
             workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, message)
@@ -980,12 +1037,7 @@ class Saga:
 
     async def _on_decide(self, *payloads: Any) -> str:
         decision = Decision.model_validate(payloads[0])  # the validator passed it
-        if decision.approve:
-            self._decision = Approve(journal_seq=decision.journal_seq, approver=decision.approver)
-        else:
-            self._decision = Reject(
-                journal_seq=decision.journal_seq, approver=decision.approver, reason=decision.reason
-            )
+        self._decision = decision.as_signal()
         seq = decision.journal_seq
         await workflow.wait_condition(lambda: self.head.seq > seq)
         # what was journaled: an abort in the same moment turns an approval into REJECTED
@@ -1010,7 +1062,12 @@ class Saga:
             # signal first (a worker replaying history): keep it for when the call goes SUSPECT
             self._early_resolution = resolution
             return
-        if self._suspect is None or self._suspect.call_seq != resolution.call_seq:
+        self._take_resolution(resolution)
+
+    def _take_resolution(self, resolution: Resolve) -> None:
+        """Take a resolution of the SUSPECT call, or refuse it (recorded) and change nothing."""
+        suspect = self._suspect
+        if suspect is None or suspect.call_seq != resolution.call_seq:
             self._refuse(resolution.resolver, f"no SUSPECT call at seq {resolution.call_seq}")
             return
         if self._resolution is not None:
@@ -1021,6 +1078,20 @@ class Saga:
                 f"by {self._resolution.resolver}",
             )
             return
+        if not allowed(self._policy.resolvers, resolution.resolver, suspect.tool_name):
+            self._refuse(
+                resolution.resolver,
+                f"{resolution.resolver!r} may not resolve {suspect.tool_name!r} calls",
+            )
+            return
+        if self._keyring is not None:
+            why = self._keyring.refusal(
+                resolution_statement(self.saga_id, suspect.intent_hash, resolution),
+                resolution.signature,
+            )
+            if why is not None:
+                self._refuse(resolution.resolver, f"resolution refused: {why}")
+                return
         self._resolution = resolution
 
     def _raise_if_aborted(self) -> None:

@@ -25,7 +25,9 @@ from typer.testing import CliRunner
 
 from sagacity.cli.main import app as main_app
 from sagacity.devstack import Endpoints
+from sagacity.evidence.decisions import Signer, Statement
 from sagacity.settings import Settings
+from sagacity.temporal.models import Approve, PendingApproval
 from tests.approvals import conftest as cli_fixtures
 from tests.temporal import conftest as saga_fixtures
 
@@ -60,13 +62,30 @@ def stack_env(endpoints: Endpoints, database_url: str, task_queue: str) -> dict[
 
 
 def anchor_env(settings: Settings) -> dict[str, str]:
-    """The session's anchor settings and fingerprint key, as a dev stack worker process has them."""
+    """The session's anchors, fingerprint key and decision keyring, as a dev stack worker has them."""
     return {
         "SAGACITY_SIGNING_KEY": str(settings.signing_key),
         "SAGACITY_CHECKPOINT_PUBLIC_KEY": str(settings.checkpoint_public_key),
         "SAGACITY_CHECKPOINT_DIR": str(settings.checkpoint_dir),
         "SAGACITY_REDACT_KEY": str(settings.redact_key),
+        "SAGACITY_KEYRING": str(settings.keyring),
     }
+
+
+def signed_approval(
+    settings: Settings, saga_id: str, pending: PendingApproval, who: str
+) -> Approve:
+    """The ``approve`` signal for ``pending``, signed as ``who``: alice with her own key, anyone
+    else by the session's service key (which signs for whoever it authenticated)."""
+    key = settings.approver_key if who == "alice" else settings.service_key
+    assert key is not None
+    statement = Statement(saga_id, pending.journal_seq, pending.input_hash, "approve", who)
+    return Approve(
+        journal_seq=pending.journal_seq,
+        approver=who,
+        input_hash=pending.input_hash,
+        signature=Signer.open(key).sign(statement),
+    )
 
 
 class WorkerProcess:
@@ -172,12 +191,14 @@ StartWorker = Callable[..., Coroutine[Any, Any, WorkerProcess]]
 async def start_worker(
     endpoints: Endpoints, database_url: str, task_queue: str, tmp_path: Path, settings: Settings
 ) -> AsyncIterator[StartWorker]:
-    """Start ``sagacity worker`` processes on the test's task queue, logged in as sagacity_app
-    and signing checkpoints; all stopped at the end."""
+    """Start ``sagacity worker`` processes on the test's task queue, logged in as sagacity_app,
+    signing checkpoints and checking decisions against the session's keyring; all stopped at the
+    end. A setting given as ``""`` is left unset."""
     started: list[WorkerProcess] = []
 
     async def start(**env: str) -> WorkerProcess:
         full = {**stack_env(endpoints, database_url, task_queue), **anchor_env(settings), **env}
+        full = {name: value for name, value in full.items() if value != "" or name not in env}
         process = WorkerProcess(full, tmp_path / f"worker-{len(started)}.log")
         started.append(process)
         return await process.start()

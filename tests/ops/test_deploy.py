@@ -213,3 +213,41 @@ async def test_workers_key_redaction_fingerprints_with_a_key_the_deployment_make
     mounted = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     secret = {v["name"]: v for v in pod["volumes"]}[mounted[str(path.parent)]]["secret"]
     assert path.name in k8s("Secret", secret["secretName"])["stringData"]
+
+
+def test_workers_check_decisions_against_a_keyring_and_the_api_signs_with_its_own_key() -> None:
+    services = compose()["services"]
+    worker, api = services["worker"], services["approvals"]
+    keyring = Path(worker["environment"]["SAGACITY_KEYRING"])
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in worker["volumes"]}
+    assert mounts[str(keyring.parent)] == "sagacity-decisions"
+    assert api["environment"]["SAGACITY_KEYRING"] == str(keyring)
+    assert Path(api["environment"]["SAGACITY_SERVICE_KEY"]).parent == keyring.parent
+    assert f"sagacity keyring init {keyring.parent}" in services["keys"]["command"][-1]
+    assert api["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+    for name in ("worker", "approvals"):
+        assert services[name]["environment"]["SAGACITY_APPROVERS"], name
+
+    config = k8s("ConfigMap", "sagacity-config")["data"]
+    keyring = Path(config["SAGACITY_KEYRING"])
+    assert config["SAGACITY_APPROVERS"] and config["SAGACITY_RESOLVERS"]
+    secret = k8s("Secret", "sagacity-decision-keys")["stringData"]
+    for kind, name in (("Deployment", "sagacity-worker"), ("Deployment", "sagacity-approvals")):
+        pod = k8s(kind, name)["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        mounted = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volume = {v["name"]: v for v in pod["volumes"]}[mounted[str(keyring.parent)]]
+        assert volume["secret"]["secretName"] == "sagacity-decision-keys"
+        assert keyring.name in secret
+    worker_volume = next(
+        v
+        for v in k8s("Deployment", "sagacity-worker")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "decision-keys"
+    )
+    # the worker gets the keyring only; the service key stays with the API
+    assert [i["key"] for i in worker_volume["secret"]["items"]] == [keyring.name]
+    (api_container,) = k8s("Deployment", "sagacity-approvals")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    service_key = Path(_env(api_container)["SAGACITY_SERVICE_KEY"])
+    assert service_key.parent == keyring.parent and service_key.name in secret

@@ -16,9 +16,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client, WorkflowHandle
 
+from sagacity.settings import Settings
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Approve, SagaResult, SagaState
-from tests.ops.conftest import Cli, StartWorker
+from sagacity.temporal.models import SagaResult, SagaState
+from tests.ops.conftest import Cli, StartWorker, signed_approval
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
@@ -52,6 +53,7 @@ async def test_sigterm_mid_call_lets_it_finish_and_a_new_worker_completes_the_sa
     task_queue: str,
     shop: Shop,
     journal: JournalStore,
+    settings: Settings,
 ) -> None:
     first = await start_worker(
         SAGACITY_GRACEFUL_SHUTDOWN=str(GRACE_S),
@@ -83,7 +85,7 @@ async def test_sigterm_mid_call_lets_it_finish_and_a_new_worker_completes_the_sa
     waiting = await wait_for(handle, awaiting_approval, timeout=60)
     assert waiting.pending_approval is not None
     await handle.signal(
-        "approve", Approve(journal_seq=waiting.pending_approval.journal_seq, approver="alice")
+        "approve", signed_approval(settings, sid, waiting.pending_approval, "alice")
     )
     result = await handle.result()
 
@@ -117,7 +119,11 @@ def value(
 
 
 async def test_metrics_count_sagas_tool_calls_and_compensations(
-    start_worker: StartWorker, temporal_client: Client, task_queue: str, shop: Shop
+    start_worker: StartWorker,
+    temporal_client: Client,
+    task_queue: str,
+    shop: Shop,
+    settings: Settings,
 ) -> None:
     observed = await start_worker(SAGACITY_METRICS_ADDRESS="127.0.0.1:0")
     assert observed.get("/healthz") == (200, "ok\n")
@@ -135,7 +141,7 @@ async def test_metrics_count_sagas_tool_calls_and_compensations(
     )
     assert waiting.pending_approval is not None
     await handle.signal(
-        "approve", Approve(journal_seq=waiting.pending_approval.journal_seq, approver="bob")
+        "approve", signed_approval(settings, handle.id, waiting.pending_approval, "bob")
     )
     result = await handle.result()
     assert result.status is SagaState.COMPENSATED

@@ -42,3 +42,11 @@ async def test_production_starts_one_when_explicitly_allowed(
         SAGACITY_ALLOW_WRITABLE_JOURNAL="true",
     )
     assert "WRITABLE JOURNAL (allowed by SAGACITY_ALLOW_WRITABLE_JOURNAL)" in worker.text()
+
+
+async def test_production_refuses_a_worker_without_a_decision_keyring(
+    start_worker: StartWorker,
+) -> None:
+    with pytest.raises(RuntimeError, match="worker exited early") as refused:
+        await start_worker(SAGACITY_PRODUCTION="true", SAGACITY_KEYRING="")
+    assert "a production worker needs SAGACITY_KEYRING" in str(refused.value)

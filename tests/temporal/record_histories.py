@@ -65,8 +65,9 @@ from sagacity.agents import (
     agent_plugins,
     with_plugins,
 )
-from sagacity.devstack import DevStack, Endpoints
+from sagacity.devstack import DevStack, Endpoints, ensure_dev_approvers
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.decisions import Policy, Signer, Statement, load_keyring
 from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
@@ -154,6 +155,25 @@ class Rig:
     queue: str  # the saga worker: sagacity.Saga and order.PlaceOrder
     agent_queue: str  # the agent worker: sagacity.AgentSaga
     scratch: Path
+    #: a saga worker with a keyring (alice's key) and a policy, as `sagacity dev` sets one up
+    signed_queue: str
+    signer: Signer
+
+    async def order(
+        self,
+        name: str,
+        options: SagaOptions | None = None,
+        *,
+        task_queue: str | None = None,
+        saga_id: str | None = None,
+    ) -> WorkflowHandle[Any, SagaResult]:
+        return await self.client.start_workflow(
+            "order.PlaceOrder",
+            OrderRequest(options=options or SagaOptions()),
+            id=saga_id or self.new_id(name),
+            task_queue=task_queue or self.queue,
+            result_type=SagaResult,
+        )
 
     def new_id(self, name: str) -> str:
         return f"rec-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
@@ -172,17 +192,6 @@ class Rig:
             SagaSpec(steps=steps, options=options or SagaOptions()),
             id=saga_id or self.new_id(name),
             task_queue=task_queue or self.queue,
-            result_type=SagaResult,
-        )
-
-    async def order(
-        self, name: str, options: SagaOptions | None = None
-    ) -> WorkflowHandle[Any, SagaResult]:
-        return await self.client.start_workflow(
-            "order.PlaceOrder",
-            OrderRequest(options=options or SagaOptions()),
-            id=self.new_id(name),
-            task_queue=self.queue,
             result_type=SagaResult,
         )
 
@@ -636,6 +645,31 @@ async def order_malformed_signals(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "order_malformed_signals")
 
 
+@recording("order_approved_signed")
+async def order_approved_signed(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder on a worker with a keyring: unsigned and unallowed approvals refused,
+    then approved by signal ``approve`` signed with alice's key; completed."""
+    # signatures name the saga, and a replayed history's workflow id is its file's name
+    handle = await rig.order(
+        "order_approved_signed", task_queue=rig.signed_queue, saga_id="order_approved_signed"
+    )
+    status: SagaStatus = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    seq, input_hash = status.pending_approval.journal_seq, status.pending_approval.input_hash
+
+    def signed_by_alice(who: str) -> Approve:
+        statement = Statement(handle.id, seq, input_hash, "approve", who)
+        signature = rig.signer.sign(statement)
+        return Approve(journal_seq=seq, approver=who, input_hash=input_hash, signature=signature)
+
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    await handle.signal("approve", signed_by_alice("bob"))  # her key may not sign for bob
+    await wait_for(handle, lambda s: len(s.refused_decisions) == 2)
+    await handle.signal("approve", signed_by_alice("alice"))
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "order_approved_signed")
+
+
 @recording("order_approved_with_its_gate")
 async def order_approved_with_its_gate(rig: Rig) -> dict[str, WorkflowHistory]:
     """order.PlaceOrder: approved the moment a query shows the gate, in the gate's own task.
@@ -794,22 +828,28 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
         # anchors on, as a new user's workers have them
         checkpoints = CheckpointWriter(scratch / "checkpoints", Ed25519PrivateKey.generate())
         # set up as `sagacity worker` sets up its worker: plugin, app workflows, interceptor
-        queue, agent_queue = (f"record-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("saga", "agent"))
-        saga_worker = Worker(
-            client,
-            task_queue=queue,
-            plugins=[
-                SagacityPlugin(
-                    journal=journal,
-                    approvals=approvals,
-                    tools=TOOLS,
-                    workflows=order_app.WORKFLOWS,
-                    checkpoints=checkpoints,
-                )
-            ],
-            interceptors=[ObservabilityInterceptor()],
-            graceful_shutdown_timeout=timedelta(seconds=1),
+        queue, agent_queue, signed_queue = (
+            f"record-{kind}-{uuid.uuid4().hex[:8]}" for kind in ("saga", "agent", "signed")
         )
+
+        def saga_worker_on(task_queue: str, **decisions: Any) -> Worker:
+            plugin = SagacityPlugin(
+                journal=journal,
+                approvals=approvals,
+                tools=TOOLS,
+                workflows=order_app.WORKFLOWS,
+                checkpoints=checkpoints,
+                **decisions,
+            )
+            return Worker(
+                client,
+                task_queue=task_queue,
+                plugins=[plugin],
+                interceptors=[ObservabilityInterceptor()],
+                graceful_shutdown_timeout=timedelta(seconds=1),
+            )
+
+        saga_worker = saga_worker_on(queue)
         agent_worker = Worker(
             with_plugins(
                 client,
@@ -827,8 +867,16 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
             interceptors=[ObservabilityInterceptor()],
             graceful_shutdown_timeout=timedelta(seconds=1),
         )
+        # a worker with a keyring and a policy, as `sagacity dev` sets decisions up
+        approvers, _ = ensure_dev_approvers(scratch, user="alice")
+        signed_worker = saga_worker_on(
+            signed_queue,
+            keyring=load_keyring(approvers.keyring),
+            policy=Policy(approvers={"*": ["alice"]}),
+        )
         await stack.enter_async_context(saga_worker)
         await stack.enter_async_context(agent_worker)
+        await stack.enter_async_context(signed_worker)
         yield Rig(
             client=client,
             endpoints=endpoints,
@@ -838,6 +886,8 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
             queue=queue,
             agent_queue=agent_queue,
             scratch=scratch,
+            signed_queue=signed_queue,
+            signer=Signer.open(approvers.approver_key),
         )
 
 
