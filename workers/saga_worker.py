@@ -11,7 +11,7 @@ checks that: a role that can rewrite the journal is logged as a warning, and ref
 ``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise. With the
 checkpoint settings (on by default under ``sagacity dev``) it also runs the transparency log's
 sequencer every ``SAGACITY_LOG_INTERVAL`` (10 s). Its redaction rules are ``SAGACITY_REDACT`` and
-``SAGACITY_REDACT_DEFAULTS``.
+``SAGACITY_REDACT_DEFAULTS``; its payload codec keys ``SAGACITY_CODEC_KEYS`` (or ``_FILE``).
 
 On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
 ``SAGACITY_GRACEFUL_SHUTDOWN``, then exits 0; the sagas it was running continue on another worker
@@ -171,6 +171,7 @@ async def _running(
             redactor=settings.redactor(),
             checkpoints=CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key),
             outage_window=settings.outage_window,
+            codec=settings.payload_codec(),
         )
         extra = [p for factory in app.plugin_factories for p in factory(settings)]
         client = await connect(

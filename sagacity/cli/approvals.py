@@ -75,7 +75,7 @@ async def _service(settings: Settings) -> AsyncIterator[ApprovalService]:
     assert settings.database_url
     pool = await open_pool(settings.database_url, min_size=1, max_size=4)
     try:
-        client = await connect(settings, SagacityPlugin())
+        client = await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
         yield ApprovalService(
             client, ApprovalStore(pool), approvers=settings.approvers, journal=JournalStore(pool)
         )

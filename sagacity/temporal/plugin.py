@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import PayloadCodec
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
+from sagacity.settings import load_settings
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
+from sagacity.temporal.codec import data_converter
 from sagacity.temporal.workflow import SagaWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
 
@@ -37,6 +40,17 @@ def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
     )
 
 
+class _FromSettings(enum.Enum):
+    CODEC = "the codec the settings name"
+
+
+#: ``SagacityPlugin(codec=...)``'s default: the codec of ``SAGACITY_CODEC_KEYS`` (or
+#: ``SAGACITY_CODEC_KEYS_FILE``, or the dev stack's keys), none when no key is set
+CODEC_FROM_SETTINGS: Literal[_FromSettings.CODEC] = _FromSettings.CODEC
+#: what a ``codec=`` argument may be: a codec, None (no codec), or the settings' codec
+CodecChoice = PayloadCodec | None | Literal[_FromSettings.CODEC]
+
+
 class SagacityPlugin(SimplePlugin):
     """Add to ``Client.connect(plugins=[...])``; workers built from that client get the rest.
 
@@ -46,7 +60,10 @@ class SagacityPlugin(SimplePlugin):
     ``redactor`` (default: secrets by name) rewrites inputs and results before they are
     journaled, and scrubs tools' exception text; ``checkpoints`` signs the chain head each
     activity leaves, and each ended saga's seal, into a directory outside Postgres;
-    ``outage_window`` is how long activities wait out a journal database outage.
+    ``outage_window`` is how long activities wait out a journal database outage. ``codec``
+    encrypts every payload (:mod:`sagacity.temporal.codec`); by default it is the one the
+    settings name, so clients and workers configured alike read each other's payloads; ``None``
+    turns it off.
     """
 
     def __init__(
@@ -59,7 +76,12 @@ class SagacityPlugin(SimplePlugin):
         redactor: Redactor | None = None,
         checkpoints: CheckpointWriter | None = None,
         outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
+        codec: CodecChoice = CODEC_FROM_SETTINGS,
     ) -> None:
+        if codec is CODEC_FROM_SETTINGS:
+            # every process of a deployment (worker, CLI, approvals service, the user's own
+            # client) must encrypt with the same keys, and they all read these settings
+            codec = load_settings().payload_codec()
         registry = ToolRegistry(tools)
         if (journal is None) != (approvals is None):
             raise TypeError("a worker plugin needs both journal= and approvals=")
@@ -75,9 +97,10 @@ class SagacityPlugin(SimplePlugin):
             ).all()
         super().__init__(
             "sagacity.SagacityPlugin",
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter(codec),
             activities=activities,
             workflows=[SagaWorkflow, *workflows] if journal is not None else None,
             workflow_runner=sandbox,
         )
         self.tools = registry
+        self.codec = codec
