@@ -4,8 +4,9 @@ Every route needs ``Authorization: Bearer <token>``; the token names the princip
 principal is the approver (or resolver) the journal records (a body cannot name one). The token
 is checked before anything else, the path and body included; bodies over :data:`MAX_BODY` bytes
 are refused unread. Errors share one JSON shape, :class:`ErrorBody`, whatever went wrong.
-``sagacity approvals serve`` runs this app under uvicorn; the OpenAPI document is served at
-``/openapi.json`` and kept in ``docs/approvals-openapi.json``.
+``sagacity approvals serve`` runs this app under uvicorn, with the codec server's routes
+(:mod:`.codec_server`); the OpenAPI document is served at ``/openapi.json`` and kept in
+``docs/approvals-openapi.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, m
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sagacity.approvals import codec_server
+from sagacity.approvals.codec_server import CodecCors, CodecServer, codec_router
 from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
 from sagacity.approvals.suspects import Resolution, SagaView
 from sagacity.errors import (
@@ -33,6 +36,7 @@ from sagacity.errors import (
     ApprovalNotFound,
     ApprovalRefused,
     ApproverNotAllowed,
+    DecodeNotAllowed,
     InvalidEntry,
     InvalidInput,
     ResolutionRefused,
@@ -172,6 +176,7 @@ _SUSPECT_ERRORS: dict[int | str, dict[str, Any]] = {
 
 _STATUS: list[tuple[type[SagacityError], int]] = [
     (ApproverNotAllowed, 403),
+    (DecodeNotAllowed, 403),
     (ApprovalNotFound, 404),
     (SagaNotFound, 404),
     (SuspectNotFound, 404),
@@ -187,13 +192,22 @@ _STATUS: list[tuple[type[SagacityError], int]] = [
 
 
 def create_app(
-    service: ApprovalService, tokens: Mapping[str, str], *, max_body: int = MAX_BODY
+    service: ApprovalService,
+    tokens: Mapping[str, str],
+    *,
+    max_body: int = MAX_BODY,
+    codec: CodecServer | None = None,
 ) -> FastAPI:
-    """The API over ``service``; ``tokens`` maps each bearer token to the principal it names."""
+    """The API over ``service``; ``tokens`` maps each bearer token to the principal it names.
+
+    ``codec``: the codec server's routes decode and encode with it (:mod:`.codec_server`).
+    """
     app = _app()
     app.state.service = service
     app.state.tokens = dict(tokens)
+    app.state.codec = codec
     app.add_middleware(_Gate, max_body=max_body)
+    app.add_middleware(CodecCors, origins=codec.cors_origins if codec else ())
     return app
 
 
@@ -247,15 +261,17 @@ class _Gate:
         if _bearer_principal(scope) is None:
             await _unauthorized()(scope, receive, send)
             return
+        codec = scope["path"].startswith(codec_server.PREFIX + "/")
+        max_body = codec_server.MAX_BODY if codec else self.max_body
         too_large = _error(
             413,
             ErrorBody(
                 error="payload_too_large",
-                detail=f"the request body is over {self.max_body:,} bytes",
+                detail=f"the request body is over {max_body:,} bytes",
             ),
         )
         declared = Request(scope).headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body:
+        if declared.isdigit() and int(declared) > max_body:
             await too_large(scope, receive, send)
             return
         body = bytearray()
@@ -264,7 +280,7 @@ class _Gate:
             if message["type"] != "http.request":
                 return  # the client left
             body += message.get("body", b"")
-            if len(body) > self.max_body:
+            if len(body) > max_body:
                 await too_large(scope, receive, send)
                 return
             if not message.get("more_body", False):
@@ -442,4 +458,5 @@ def _app() -> FastAPI:
             saga_id, seq, resolver=principal, happened=body.happened, result=body.result
         )
 
+    app.include_router(codec_router(_principal))
     return app

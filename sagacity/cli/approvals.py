@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sagacity.approvals import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.codec_server import CodecServer
 from sagacity.approvals.http import create_app, openapi_document
 from sagacity.cli._common import run_or_exit
 from sagacity.cli._exit import hard_exit
@@ -222,7 +223,8 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8080,
 ) -> None:
-    """Run the HTTP API until Ctrl-C or SIGTERM (bearer tokens from SAGACITY_APPROVAL_TOKENS)."""
+    """Run the HTTP API and the codec server until Ctrl-C or SIGTERM (bearer tokens from
+    SAGACITY_APPROVAL_TOKENS)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -246,8 +248,17 @@ def serve_command(
         raise typer.Exit(2)
 
     async def work() -> None:
+        payload_codec = settings.payload_codec()
+        codec = None
+        if payload_codec is not None:
+            codec = CodecServer(
+                payload_codec,
+                decoders=settings.codec_decoders,
+                namespace=settings.temporal_namespace,
+                cors_origins=settings.codec_cors_origins,
+            )
         async with _service(settings) as service:
-            api = create_app(service, tokens)
+            api = create_app(service, tokens, codec=codec)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     run_or_exit(work())

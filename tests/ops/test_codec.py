@@ -1,0 +1,213 @@
+"""Secrets out of Temporal history: a tool argument is encrypted by the payload codec on its way
+into history, read back through the codec server by an authorized principal only, and never
+printed by the ``sagacity worker`` process (a real process, its log captured)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from temporalio.client import Client
+
+from sagacity.approvals import ApprovalService
+from sagacity.approvals.codec_server import CodecServer
+from sagacity.approvals.http import create_app
+from sagacity.devstack import Endpoints
+from sagacity.settings import Settings
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.workflow import WORKFLOW_NAME
+from tests.ops.conftest import Cli
+from tests.temporal.conftest import phases
+from tests.temporal.test_crash import WorkerProcess
+
+TEMPORAL = str(Path(sys.executable).parent / "temporal")
+SECRET = f"s3cr3t-{uuid.uuid4().hex}"
+TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
+
+
+def payload_texts(history: Any) -> list[str]:
+    """Every payload ``data`` in a history's JSON, decoded from base64 as it would be read."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if key == "data" and isinstance(item, str):
+                    found.append(base64.b64decode(item).decode(errors="replace"))
+                else:
+                    walk(item)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(history)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def codec_server(
+    temporal_client: Client, approvals: ApprovalStore, settings: Settings
+) -> AsyncIterator[str]:
+    """``sagacity approvals serve``'s app under uvicorn: alice may decode, bob may not."""
+    codec = settings.payload_codec()
+    assert codec is not None, "the test session runs with the codec on"
+    app = create_app(
+        ApprovalService(temporal_client, approvals),
+        TOKENS,
+        codec=CodecServer(codec, decoders=frozenset({"alice"})),
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def workflow_show(
+    endpoints: Endpoints, saga_id: str, *codec: str
+) -> subprocess.CompletedProcess[str]:
+    args = [
+        TEMPORAL, "workflow", "show", "--output", "json", "--workflow-id", saga_id,
+        "--address", endpoints.temporal_address, "--namespace", endpoints.temporal_namespace,
+        *codec,
+    ]  # fmt: skip
+    return await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True, timeout=60)
+
+
+async def test_a_secret_tool_argument_is_in_no_history_or_worker_log_and_decodes_for_alice_only(
+    endpoints: Endpoints,
+    database_url: str,
+    task_queue: str,
+    tmp_path: Path,
+    temporal_client: Client,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    settings: Settings,
+    sagacity: Cli,
+) -> None:
+    # `sagacity worker` in a process of its own, with the session's codec keys as a deployment
+    # has them (the environment), serving tools that take a secret and fail
+    assert settings.payload_codec() is not None
+    worker = WorkerProcess(
+        endpoints,
+        database_url,
+        task_queue,
+        tmp_path / "worker.log",
+        apps=("tests.temporal.sample_tools",),
+    )
+    worker.env["PYTHONPATH"] = str(Path(__file__).parents[2])  # the tools live in tests/
+    await worker.start()
+    try:
+        handle = await temporal_client.start_workflow(
+            WORKFLOW_NAME,
+            SagaSpec(
+                steps=[
+                    Step(tool="send_note", args={"text": SECRET}),
+                    Step(tool="explode", args={"reason": "the relay refused"}),
+                ],
+                options=SagaOptions(compensation_backoff_s=0.1),
+            ),
+            id=f"codec-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            result_type=SagaResult,
+        )
+        result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        worker.stop()
+
+    # the saga ran, compensated both calls, and its journal verifies
+    assert result.status is SagaState.COMPENSATED, result
+    rows = await phases(journal, handle.id)
+    assert ("send_note", "COMPENSATED") in rows and ("explode", "COMPENSATED") in rows, rows
+    verified = await sagacity("verify", handle.id)
+    assert verified.code == 0, verified.stderr
+
+    # nowhere in the history the plain `temporal` CLI prints: not as text, not inside a payload
+    shown = await workflow_show(endpoints, handle.id)
+    assert shown.returncode == 0, shown.stderr
+    history = json.loads(shown.stdout)
+    texts = payload_texts(history)
+    assert texts and SECRET not in shown.stdout and not any(SECRET in t for t in texts)
+    # every payload Sagacity wrote is encrypted; what is left clear is Temporal's bookkeeping
+    # (a patch marker and its search attribute, a local activity's marker: ids and times)
+    clear = {
+        (event["eventType"], base64.b64decode(p["data"]).decode())
+        for event in history["events"]
+        for p in _payloads(event)
+        if base64.b64decode(p["metadata"]["encoding"]) != b"binary/encrypted"
+    }
+    assert {kind for kind, _ in clear} <= {
+        "EVENT_TYPE_MARKER_RECORDED",
+        "EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES",
+    }, clear
+    assert len(texts) > 2 * len(clear)
+
+    # nor in the worker's log, which shows it ran the calls
+    log = worker.log.read_text(errors="replace")
+    assert "worker ready" in log and SECRET not in log
+    assert base64.b64encode(SECRET.encode()).decode()[:40] not in log
+
+    async with codec_server(temporal_client, approvals, settings) as url:
+        # the same CLI, pointed at the codec server with alice's token, shows the argument
+        decoded = await workflow_show(
+            endpoints,
+            handle.id,
+            "--codec-endpoint",
+            f"{url}/codec",
+            "--codec-auth",
+            "Bearer tok-alice",
+        )
+        assert decoded.returncode == 0, decoded.stderr
+        assert any(SECRET in t for t in payload_texts(json.loads(decoded.stdout)))
+
+        # bob is authenticated but may not decode; no token is no answer at all
+        sealed = {"payloads": [p for event in history["events"] for p in _payloads(event)][:3]}
+        async with httpx.AsyncClient(base_url=url) as http:
+            alice = await http.post("/codec/decode", json=sealed, headers=_auth("tok-alice"))
+            bob = await http.post("/codec/decode", json=sealed, headers=_auth("tok-bob"))
+            nobody = await http.post("/codec/decode", json=sealed)
+            forged = await http.post("/codec/decode", json=sealed, headers=_auth("tok-carol"))
+        assert alice.status_code == 200
+        assert any(SECRET in t for t in payload_texts(alice.json())), alice.text
+        assert (bob.status_code, bob.json()["error"]) == (403, "decode_not_allowed")
+        assert (nobody.status_code, nobody.json()["error"]) == (401, "unauthorized")
+        assert forged.status_code == 401
+        assert SECRET not in bob.text + nobody.text + forged.text
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "X-Namespace": "default"}
+
+
+def _payloads(node: Any) -> list[dict[str, Any]]:
+    """Every payload object (a dict with ``metadata`` and ``data``) inside ``node``."""
+    if isinstance(node, dict):
+        if "metadata" in node and "data" in node:
+            return [node]
+        return [p for item in node.values() for p in _payloads(item)]
+    if isinstance(node, list):
+        return [p for item in node for p in _payloads(item)]
+    return []
