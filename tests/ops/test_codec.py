@@ -1,40 +1,38 @@
 """Secrets out of Temporal history: a tool argument is encrypted by the payload codec on its way
 into history, read back through the codec server by an authorized principal only, and never
-printed by the ``sagacity worker`` process (a real process, its log captured)."""
+printed by the ``sagacity worker`` process (a real process, its log captured), nor by Temporal's
+SDK at DEBUG through the worker's log handler."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
-import socket
+import logging
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
+import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
-from sagacity.approvals import ApprovalService
-from sagacity.approvals.codec_server import CodecServer
-from sagacity.approvals.http import create_app
 from sagacity.devstack import Endpoints
+from sagacity.observability import configure_logging
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import WORKFLOW_NAME
+from tests.approvals.conftest import codec_server
 from tests.ops.conftest import Cli
 from tests.temporal.conftest import phases
 from tests.temporal.test_crash import WorkerProcess
 
 TEMPORAL = str(Path(sys.executable).parent / "temporal")
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
-TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
 
 
 def payload_texts(history: Any) -> list[str]:
@@ -54,36 +52,6 @@ def payload_texts(history: Any) -> list[str]:
 
     walk(history)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def codec_server(
-    temporal_client: Client, approvals: ApprovalStore, settings: Settings
-) -> AsyncIterator[str]:
-    """``sagacity approvals serve``'s app under uvicorn: alice may decode, bob may not."""
-    codec = settings.payload_codec()
-    assert codec is not None, "the test session runs with the codec on"
-    app = create_app(
-        ApprovalService(temporal_client, approvals),
-        TOKENS,
-        codec=CodecServer(codec, decoders=frozenset({"alice"})),
-    )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 async def workflow_show(
@@ -170,7 +138,7 @@ async def test_a_secret_tool_argument_is_in_no_history_or_worker_log_and_decodes
     assert "worker ready" in log and SECRET not in log
     assert base64.b64encode(SECRET.encode()).decode()[:40] not in log
 
-    async with codec_server(temporal_client, approvals, settings) as url:
+    async with codec_server(temporal_client, approvals) as url:
         # the same CLI, pointed at the codec server with alice's token, shows the argument
         decoded = await workflow_show(
             endpoints,
@@ -211,3 +179,25 @@ def _payloads(node: Any) -> list[dict[str, Any]]:
     if isinstance(node, list):
         return [p for item in node for p in _payloads(item)]
     return []
+
+
+def test_temporal_debug_lines_keep_their_words_but_not_their_payloads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # what temporalio logs at DEBUG when an activity heartbeats and completes: the details in
+    # clear, the completion as a protobuf message
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging("text", logging.DEBUG)
+        sdk = logging.getLogger("temporalio.worker._activity")
+        sdk.debug("Recording heartbeat with details %s", ({"api_key": SECRET},))
+        sdk.debug("Completing activity with completion: %s", Payload(data=SECRET.encode()))
+        sdk.debug("Running activity %s (token %s)", "call_tool", 7)
+    finally:
+        root.handlers, root.level = saved
+    printed = capsys.readouterr().err
+    assert "Recording heartbeat with details <tuple>" in printed
+    assert "Completing activity with completion: <Payload>" in printed
+    assert "Running activity call_tool (token 7)" in printed
+    assert SECRET not in printed

@@ -190,3 +190,22 @@ def test_workers_sign_checkpoints_with_a_key_and_a_folder_on_volumes_of_their_ow
     assert k8s("PersistentVolumeClaim", "sagacity-checkpoints")["spec"]["accessModes"] == [
         "ReadWriteMany"
     ]
+
+
+def test_workers_and_the_approvals_api_hold_the_payload_codec_keys() -> None:
+    services = compose()["services"]
+    keys_job = services["keys"]["command"][-1]
+    for name in ("worker", "approvals"):
+        service = services[name]
+        path = Path(service["environment"]["SAGACITY_CODEC_KEYS_FILE"])
+        mounts = {m.split(":")[1]: m.split(":")[0] for m in service["volumes"]}
+        assert mounts[str(path.parent)] == "sagacity-keys", name
+        assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+        assert f"> {path}" in keys_job
+    assert services["approvals"]["environment"]["SAGACITY_CODEC_DECODERS"]
+
+    secret = k8s("Secret", "sagacity-secrets")["stringData"]
+    assert "codec-keys" in secret
+    for name in ("sagacity-worker", "sagacity-approvals"):
+        (container,) = k8s("Deployment", name)["spec"]["template"]["spec"]["containers"]
+        assert _env(container)["SAGACITY_CODEC_KEYS"]["secretKeyRef"]["key"] == "codec-keys"

@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import pytest
-from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -28,6 +27,7 @@ from sagacity.temporal.codec import KEY_ID, AesGcmCodec, CodecKey, data_converte
 from sagacity.temporal.models import Approve, SagaResult, SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.history import payloads_in
 from workflows.order import app as order_app
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
@@ -134,29 +134,10 @@ async def test_a_saga_started_under_key_a_waits_out_a_worker_without_a_and_compl
     key_ids = {
         p.metadata[KEY_ID]
         for e in (await handle.fetch_history()).events
-        for p in _payloads(e)
+        for p in payloads_in(e)
         if KEY_ID in p.metadata
     }
     assert key_ids == {b"key-a", b"key-b"}
-
-
-def _payloads(message: Message) -> list[Payload]:
-    """Every payload anywhere inside ``message`` (an event: inputs, results, markers, memos)."""
-    if isinstance(message, Payload):
-        return [message]
-    found: list[Payload] = []
-    for field, value in message.ListFields():
-        if field.type != field.TYPE_MESSAGE:
-            continue
-        if isinstance(value, Message):
-            items = [value]
-        elif field.message_type.GetOptions().map_entry:
-            items = [v for v in value.values() if isinstance(v, Message)]
-        else:
-            items = list(value)
-        for item in items:
-            found.extend(_payloads(item))
-    return found
 
 
 async def test_keys_rotate_and_tampering_is_refused() -> None:
