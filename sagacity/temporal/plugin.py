@@ -103,4 +103,3 @@ class SagacityPlugin(SimplePlugin):
             workflow_runner=sandbox,
         )
         self.tools = registry
-        self.codec = codec
