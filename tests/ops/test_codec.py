@@ -27,7 +27,8 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from tests.approvals.conftest import codec_server
-from tests.ops.conftest import Cli
+from tests.ops.conftest import Cli, stack_env
+from tests.ops.conftest import WorkerProcess as SagacityWorker
 from tests.temporal.conftest import phases
 from tests.temporal.test_crash import WorkerProcess
 
@@ -135,7 +136,7 @@ async def test_a_secret_tool_argument_is_in_no_history_or_worker_log_and_decodes
 
     # nor in the worker's log, which shows it ran the calls
     log = worker.log.read_text(errors="replace")
-    assert "worker ready" in log and SECRET not in log
+    assert "payload codec on: encrypting with key session" in log and SECRET not in log
     assert base64.b64encode(SECRET.encode()).decode()[:40] not in log
 
     async with codec_server(temporal_client, approvals) as url:
@@ -201,3 +202,22 @@ def test_temporal_debug_lines_keep_their_words_but_not_their_payloads(
     assert "Completing activity with completion: <Payload>" in printed
     assert "Running activity call_tool (token 7)" in printed
     assert SECRET not in printed
+
+
+async def test_a_worker_without_codec_keys_says_so_and_production_refuses_it(
+    endpoints: Endpoints, database_url: str, task_queue: str, tmp_path: Path
+) -> None:
+    env = {
+        k: v
+        for k, v in stack_env(endpoints, database_url, task_queue).items()
+        if not k.startswith("SAGACITY_CODEC_KEYS")
+    }
+    dev = await SagacityWorker(env, tmp_path / "dev.log").start()
+    try:
+        assert "PAYLOADS IN CLEAR (dev mode)" in dev.text()
+    finally:
+        dev.stop()
+    production = SagacityWorker({**env, "SAGACITY_PRODUCTION": "true"}, tmp_path / "prod.log")
+    with pytest.raises(RuntimeError, match="worker exited early") as refused:
+        await production.start()
+    assert "refusing to start" in str(refused.value) and "SAGACITY_CODEC_KEYS" in str(refused.value)
