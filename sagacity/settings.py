@@ -30,6 +30,7 @@ from sagacity.errors import EvidenceUnavailable, SettingsError
 from sagacity.evidence.decisions import Keyring, Policy, load_keyring
 from sagacity.evidence.keys import load_fingerprint_key
 from sagacity.evidence.redaction import DEFAULT_RULES, Redactor, Rule, parse_rules
+from sagacity.temporal.codec import AesGcmCodec, parse_keys
 
 
 class Settings(BaseSettings):
@@ -195,6 +196,62 @@ class Settings(BaseSettings):
         "`redact`; false: only `redact`'s",
     )
 
+    codec_keys: SecretStr | None = Field(
+        default=None,
+        description="AES-256 keys of the payload codec, `id=<base64 of 32 bytes>`, comma-separated "
+        "(a list in TOML); the first encrypts, all decrypt",
+    )
+    codec_keys_file: Path | None = Field(
+        default=None, description="a file of codec keys, one `id=<base64>` a line, first encrypts"
+    )
+    codec_decoders: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(),
+        description="principals of the approvals API who may decode payloads at /codec/decode",
+    )
+    codec_cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), description="browser origins (the Temporal UI) allowed to call /codec/*"
+    )
+
+    @field_validator("codec_keys", mode="before")
+    @classmethod
+    def _keys_text(cls, value: object) -> object:
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return ",".join(value)
+        return value
+
+    @field_validator("codec_keys")
+    @classmethod
+    def _parse_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not parse_keys(value.get_secret_value()):
+            raise ValueError("no keys: expected id=<base64 of 32 bytes>[,id=...]")
+        return value
+
+    @field_validator("codec_decoders", "codec_cors_origins", mode="before")
+    @classmethod
+    def _names(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    def payload_codec(self) -> AesGcmCodec | None:
+        """The payload codec of ``codec_keys`` or ``codec_keys_file``; None when neither is set.
+
+        :class:`SettingsError` when both are set, or the file cannot be read or holds no keys.
+        """
+        if self.codec_keys is not None and self.codec_keys_file is not None:
+            raise SettingsError("set SAGACITY_CODEC_KEYS or SAGACITY_CODEC_KEYS_FILE, not both")
+        if self.codec_keys is not None:
+            return AesGcmCodec(parse_keys(self.codec_keys.get_secret_value()))
+        if self.codec_keys_file is None:
+            return None
+        try:
+            keys = parse_keys(self.codec_keys_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise SettingsError(f"SAGACITY_CODEC_KEYS_FILE: {exc}") from None
+        if not keys:
+            raise SettingsError(f"SAGACITY_CODEC_KEYS_FILE: no keys in {self.codec_keys_file}")
+        return AesGcmCodec(keys)
+
     @field_validator("redact", mode="before")
     @classmethod
     def _parse_redact(cls, value: object) -> object:
@@ -270,6 +327,15 @@ class Settings(BaseSettings):
             self.service_key = approvers.service_key
         return self
 
+    @model_validator(mode="after")
+    def _dev_codec_keys(self) -> Settings:
+        """On the dev stack's database, its codec keys, once created, are the default keys."""
+        dev = dev_codec_keys(self.data_dir)
+        given = self.codec_keys is not None or self.codec_keys_file is not None
+        if self.database_url is None and not given and dev.is_file():
+            self.codec_keys_file = dev
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -330,6 +396,11 @@ def dev_approvers(data_dir: Path) -> DevApprovers:
         approver_key=folder / "approver-key.pem",
         service_key=folder / "service-key.pem",
     )
+
+
+def dev_codec_keys(data_dir: Path) -> Path:
+    """The dev stack's codec key file, ``<data_dir>/codec-keys``."""
+    return data_dir / "codec-keys"
 
 
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:

@@ -8,6 +8,9 @@ server on a free port. Set either to test against your own server instead.
 
 Fixtures:
 
+* ``codec_keys`` (session, autouse): a payload codec key file of this session's own, exported as
+  ``SAGACITY_CODEC_KEYS_FILE`` the way ``sagacity dev`` exports its own, so every Temporal
+  client, worker and ``sagacity`` process of the session encrypts its payloads.
 * ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment, with this
   session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings, and
   a fresh redaction fingerprint key, as the dev stack makes them; its decision keys as
@@ -23,19 +26,20 @@ Fixtures:
 * ``redactor`` (session): the settings' redactor, keyed with the session's fingerprint key.
 * ``checkpoint_writer`` (session): signs into the session's checkpoint folder, for in-process
   workers.
-* ``temporal_client`` (session): a client with the pydantic data converter.
+* ``temporal_client`` (session): a client with the pydantic data converter and the session's codec.
 * ``task_queue`` (function): a fresh ``tq-<uuid>`` per test, so tests never share workers.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from sagacity.cli._exit import exit_at_shutdown
 from sagacity.devstack import DevStack, Endpoints, ensure_dev_approvers
@@ -50,6 +54,24 @@ from sagacity.evidence.redaction import Redactor
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import provision
+from sagacity.temporal.codec import data_converter, new_codec_key
+
+CODEC_ENV = ("SAGACITY_CODEC_KEYS", "SAGACITY_CODEC_KEYS_FILE")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def codec_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    keys = tmp_path_factory.mktemp("codec") / "codec-keys"
+    keys.write_text(new_codec_key("session") + "\n")
+    saved = {name: os.environ.pop(name, None) for name in CODEC_ENV}
+    os.environ["SAGACITY_CODEC_KEYS_FILE"] = str(keys)
+    try:
+        yield keys
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +162,7 @@ async def temporal_client(endpoints: Endpoints, settings: Settings) -> Client:
         namespace=endpoints.temporal_namespace,
         api_key=settings.temporal_api_key,
         tls=settings.temporal_tls or None,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(settings.payload_codec()),
     )
 
 

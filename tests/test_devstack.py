@@ -29,6 +29,7 @@ from sagacity.evidence.decisions import Signer, Statement, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database, with_database
+from sagacity.temporal.codec import parse_keys
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -229,7 +230,9 @@ def _sagacity_exe() -> str:
 
 
 def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path) -> None:
-    env = {**os.environ, "SAGACITY_DATA_DIR": str(private_data_dir)}
+    # a fresh clone's environment: no codec keys of the test session's
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_CODEC_KEYS")}
+    env["SAGACITY_DATA_DIR"] = str(private_data_dir)
     proc = subprocess.Popen(
         [_sagacity_exe(), "dev", "--port", "0"],
         stdin=subprocess.DEVNULL,
@@ -261,6 +264,11 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
         fingerprint_key = Path(exports["SAGACITY_REDACT_KEY"].strip("'"))
         assert fingerprint_key.stat().st_mode & 0o777 == 0o600
         assert load_settings(redact_key=fingerprint_key).redactor().key is not None
+        # the payload codec on: one key, owner-only, beside the anchors
+        codec_keys = Path(exports["SAGACITY_CODEC_KEYS_FILE"].strip("'"))
+        assert codec_keys == private_data_dir / "codec-keys"
+        assert codec_keys.stat().st_mode & 0o777 == 0o600
+        assert len(parse_keys(codec_keys.read_text())) == 1
         if "SAGACITY_DATABASE_URL" not in os.environ:
             # no exports pasted: verify finds the running embedded database and its anchors
             found = subprocess.run(
@@ -402,6 +410,20 @@ def test_dev_decision_keys_sign_for_the_local_user_and_are_the_default_settings(
     )
     given = Settings(data_dir=tmp_path, database_url="postgresql://elsewhere/db")
     assert given.keyring is None
+
+
+def test_dev_codec_keys_are_created_once_and_are_the_dev_stacks_default(tmp_path: Path) -> None:
+    path = devstack_module.ensure_dev_codec_keys(tmp_path)
+    first = path.read_text()
+    assert devstack_module.ensure_dev_codec_keys(tmp_path) == path and path.read_text() == first
+    assert path.stat().st_mode & 0o777 == 0o600
+    (key,) = parse_keys(first)
+    dev = Settings(data_dir=tmp_path, database_url=None, codec_keys_file=None).payload_codec()
+    assert dev is not None and dev.key_ids == (key.id,)
+    elsewhere = Settings(
+        data_dir=tmp_path, database_url="postgresql://elsewhere/db", codec_keys_file=None
+    )
+    assert elsewhere.payload_codec() is None
 
 
 def test_dev_anchors_are_created_once_and_kept(tmp_path: Path) -> None:

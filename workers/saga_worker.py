@@ -11,8 +11,10 @@ checks that: a role that can rewrite the journal is logged as a warning, and ref
 ``SAGACITY_PRODUCTION`` unless ``SAGACITY_ALLOW_WRITABLE_JOURNAL`` says otherwise. With the
 checkpoint settings (on by default under ``sagacity dev``) it also runs the transparency log's
 sequencer every ``SAGACITY_LOG_INTERVAL`` (10 s). Its redaction rules are ``SAGACITY_REDACT`` and
-``SAGACITY_REDACT_DEFAULTS``. With ``SAGACITY_KEYRING`` (on by default under ``sagacity dev``;
-required with ``SAGACITY_PRODUCTION``) every decision must be signed by a key in it, and
+``SAGACITY_REDACT_DEFAULTS``; its payload codec keys ``SAGACITY_CODEC_KEYS`` (or ``_FILE``):
+without them it logs ``PAYLOADS IN CLEAR``, and with ``SAGACITY_PRODUCTION`` refuses to start.
+With ``SAGACITY_KEYRING`` (on by default under ``sagacity dev``; required with
+``SAGACITY_PRODUCTION``) every decision must be signed by a key in it, and
 ``SAGACITY_APPROVERS`` / ``SAGACITY_RESOLVERS`` say who may decide and resolve, on every route.
 
 On SIGTERM or SIGINT the worker stops polling, lets in-flight activities finish for up to
@@ -36,6 +38,7 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.client import Interceptor as ClientInterceptor
+from temporalio.converter import PayloadCodec
 from temporalio.plugin import SimplePlugin
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker
@@ -109,6 +112,20 @@ async def connect(
     )
 
 
+def worker_codec(settings: Settings) -> PayloadCodec | None:
+    """The worker's payload codec. Without keys, say loudly that payloads reach Temporal's
+    history in clear; :class:`SettingsError` in production, where keys are required."""
+    codec = settings.payload_codec()
+    if codec is not None:
+        log.info("payload codec on: encrypting with key %s", codec.key_ids[0])
+        return codec
+    message = "no SAGACITY_CODEC_KEYS: tool arguments and results reach Temporal's history in clear"
+    if settings.production:
+        raise SettingsError(f"refusing to start: {message}; set SAGACITY_CODEC_KEYS (or _FILE)")
+    log.warning("PAYLOADS IN CLEAR (dev mode): %s", message)
+    return None
+
+
 async def check_journal_rights(settings: Settings, database_url: str) -> None:
     """Say loudly when the worker's role can rewrite the journal; refuse it in production.
 
@@ -160,6 +177,7 @@ async def _running(
             "refusing to start: a production worker needs SAGACITY_KEYRING, or anyone who can "
             "reach Temporal can approve as anyone"
         )
+    codec = worker_codec(settings)
     await check_journal_rights(settings, database_url)
     async with AsyncExitStack() as stack:
         pool = await open_pool(
@@ -181,6 +199,7 @@ async def _running(
             outage_window=settings.outage_window,
             keyring=keyring,
             policy=settings.policy(),
+            codec=codec,
         )
         extra = [p for factory in app.plugin_factories for p in factory(settings)]
         client = await connect(

@@ -11,7 +11,8 @@ Order matters, and so does one thing between them:
   the wrapper temporalio 1.35 puts around payload converters, so only the default gets through).
   Its converter is pydantic JSON too (leaving unset fields out, lenient with OpenAI payloads), so
   Sagacity's models round-trip through it unchanged: a small plugin between the two hands the
-  Agents SDK plugin a default converter (codec and failure converter kept) for it to upgrade.
+  Agents SDK plugin a default converter (codec and failure converter kept) for it to upgrade,
+  so the model's activities' payloads are encrypted like the rest.
   Clients that only start, signal and query sagas may keep Sagacity's converter: both write the
   same JSON payloads.
 """
@@ -36,7 +37,7 @@ from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.plugin import CODEC_FROM_SETTINGS, CodecChoice, SagacityPlugin
 from sagacity.tools import CompensableTool
 
 __all__ = ["agent_plugins", "openai_agents_plugins", "with_plugins"]
@@ -86,11 +87,13 @@ def agent_plugins(
     redactor: Redactor | None = None,
     model_timeout: timedelta = timedelta(seconds=120),
     model_attempts: int = 5,
+    codec: CodecChoice = CODEC_FROM_SETTINGS,
 ) -> list[SimplePlugin]:
     """All plugins of a client whose workers run agent sagas (and the plain saga workflow).
 
     ``checkpoints`` signs the chain head each activity leaves and ``redactor`` keeps secrets
-    out of what is written, as a plain worker's do.
+    out of what is written, as a plain worker's do; ``codec`` encrypts every payload, the model's
+    conversation included, as :class:`SagacityPlugin`'s does.
     """
     others = [w for w in workflows if w is not AgentSagaWorkflow]
     return [
@@ -101,6 +104,7 @@ def agent_plugins(
             workflows=[AgentSagaWorkflow, *others],
             redactor=redactor,
             checkpoints=checkpoints,
+            codec=codec,
         ),
         *openai_agents_plugins(
             model_provider, model_timeout=model_timeout, model_attempts=model_attempts

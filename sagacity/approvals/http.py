@@ -6,8 +6,9 @@ names the principal, and the principal is the approver (or resolver) the journal
 cannot name one); the service signs each decision for that principal with its own key. The token
 is checked before anything else, the path and body included; bodies over :data:`MAX_BODY` bytes
 are refused unread. Errors share one JSON shape, :class:`ErrorBody`, whatever went wrong.
-``sagacity approvals serve`` runs this app under uvicorn; the OpenAPI document is served at
-``/openapi.json`` and kept in ``docs/approvals-openapi.json``.
+``sagacity approvals serve`` runs this app under uvicorn, with the codec server's routes
+(:mod:`.codec_server`); the OpenAPI document is served at ``/openapi.json`` and kept in
+``docs/approvals-openapi.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, m
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sagacity.approvals import codec_server
+from sagacity.approvals.codec_server import CodecCors, CodecServer, codec_router
 from sagacity.approvals.oidc import OidcVerifier
 from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
 from sagacity.approvals.suspects import Resolution, SagaView
@@ -37,6 +40,7 @@ from sagacity.errors import (
     ApprovalRefused,
     ApproverNotAllowed,
     DecisionUnsigned,
+    DecodeNotAllowed,
     InvalidEntry,
     InvalidInput,
     ResolutionRefused,
@@ -182,6 +186,7 @@ _STATUS: list[tuple[type[SagacityError], int]] = [
     (ApproverNotAllowed, 403),
     (ResolverNotAllowed, 403),
     (DecisionUnsigned, 403),
+    (DecodeNotAllowed, 403),
     (ApprovalNotFound, 404),
     (SagaNotFound, 404),
     (SuspectNotFound, 404),
@@ -202,14 +207,20 @@ def create_app(
     *,
     oidc: OidcVerifier | None = None,
     max_body: int = MAX_BODY,
+    codec: CodecServer | None = None,
 ) -> FastAPI:
     """The API over ``service``; ``tokens`` maps each bearer token to the principal it names,
-    and ``oidc`` (when given) accepts the JWTs of an OIDC provider as well."""
+    and ``oidc`` (when given) accepts the JWTs of an OIDC provider as well.
+
+    ``codec``: the codec server's routes decode and encode with it (:mod:`.codec_server`).
+    """
     app = _app()
     app.state.service = service
     app.state.tokens = dict(tokens)
     app.state.oidc = oidc
+    app.state.codec = codec
     app.add_middleware(_Gate, max_body=max_body)
+    app.add_middleware(CodecCors, origins=codec.cors_origins if codec else ())
     return app
 
 
@@ -270,15 +281,17 @@ class _Gate:
             await _unauthorized()(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
+        codec = scope["path"].startswith(codec_server.PREFIX + "/")
+        max_body = codec_server.MAX_BODY if codec else self.max_body
         too_large = _error(
             413,
             ErrorBody(
                 error="payload_too_large",
-                detail=f"the request body is over {self.max_body:,} bytes",
+                detail=f"the request body is over {max_body:,} bytes",
             ),
         )
         declared = Request(scope).headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body:
+        if declared.isdigit() and int(declared) > max_body:
             await too_large(scope, receive, send)
             return
         body = bytearray()
@@ -287,7 +300,7 @@ class _Gate:
             if message["type"] != "http.request":
                 return  # the client left
             body += message.get("body", b"")
-            if len(body) > self.max_body:
+            if len(body) > max_body:
                 await too_large(scope, receive, send)
                 return
             if not message.get("more_body", False):
@@ -465,4 +478,5 @@ def _app() -> FastAPI:
             saga_id, seq, resolver=principal, happened=body.happened, result=body.result
         )
 
+    app.include_router(codec_router(_principal))
     return app

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sagacity.approvals import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.codec_server import CodecServer
 from sagacity.approvals.http import create_app, openapi_document
 from sagacity.approvals.oidc import OidcVerifier
 from sagacity.cli._common import decision_keys_or_exit, fail, run_or_exit
@@ -90,7 +91,7 @@ async def _service(settings: Settings, key: Path | None = None) -> AsyncIterator
     signer, keyring = decision_keys_or_exit(key or settings.approver_key, settings)
     pool = await open_pool(settings.database_url, min_size=1, max_size=4)
     try:
-        client = await connect(settings, SagacityPlugin())
+        client = await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
         yield ApprovalService(
             client,
             ApprovalStore(pool),
@@ -257,8 +258,8 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8080,
 ) -> None:
-    """Run the HTTP API until Ctrl-C or SIGTERM (bearer tokens from SAGACITY_APPROVAL_TOKENS,
-    JWTs with SAGACITY_OIDC_*; decisions signed with SAGACITY_SERVICE_KEY)."""
+    """Run the HTTP API and the codec server until Ctrl-C or SIGTERM (bearer tokens from
+    SAGACITY_APPROVAL_TOKENS, JWTs with SAGACITY_OIDC_*; decisions signed with SAGACITY_SERVICE_KEY)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -286,8 +287,17 @@ def serve_command(
         raise fail("a keyring is configured: set SAGACITY_SERVICE_KEY, the key the API signs with")
 
     async def work() -> None:
+        payload_codec = settings.payload_codec()
+        codec = None
+        if payload_codec is not None:
+            codec = CodecServer(
+                payload_codec,
+                decoders=settings.codec_decoders,
+                namespace=settings.temporal_namespace,
+                cors_origins=settings.codec_cors_origins,
+            )
         async with _service(settings, settings.service_key) as service:
-            api = create_app(service, tokens, oidc=oidc)
+            api = create_app(service, tokens, oidc=oidc, codec=codec)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     run_or_exit(work())

@@ -3,7 +3,8 @@
 Starts a file-backed Temporal dev server and the embedded Postgres under the data folder (whatever
 ``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` do not already point at), sets up the journal as
 its owner (migrations, the append-only ``sagacity_app`` role) and the anchors (a signing key and a
-checkpoint folder under ``<data_dir>/anchors``, created once), prints the ``export`` lines another
+checkpoint folder under ``<data_dir>/anchors``, created once) and the payload codec's keys
+(``<data_dir>/codec-keys``, created once), prints the ``export`` lines another
 terminal needs, and stops both cleanly on Ctrl-C or SIGTERM.
 """
 
@@ -41,6 +42,7 @@ def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
             ("SAGACITY_KEYRING", setup.keyring),
             ("SAGACITY_APPROVER_KEY", setup.approver_key),
             ("SAGACITY_SERVICE_KEY", setup.service_key),
+            ("SAGACITY_CODEC_KEYS_FILE", setup.codec_keys_file),
         ):
             if value is not None:
                 lines.append(f"export {name}={shlex.quote(str(value))}")

@@ -118,7 +118,9 @@ def _run(work: Coroutine[Any, Any, int]) -> NoReturn:
 async def _client(settings: Settings) -> AsyncIterator[Client]:
     with tracing(settings, "sagacity-cli") as interceptors:
         try:
-            client = await connect(settings, SagacityPlugin(), interceptors=interceptors)
+            client = await connect(
+                settings, SagacityPlugin(codec=settings.payload_codec()), interceptors=interceptors
+            )
         except SagacityError as exc:
             raise _Usage(str(exc)) from None
         except RuntimeError as exc:  # the SDK's "Failed client connect: …"

@@ -246,7 +246,7 @@ async def _temporal(settings: Settings, wanted: bool) -> AsyncIterator[Client | 
         yield None
         return
     try:
-        client = await connect(settings, SagacityPlugin())
+        client = await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
     except RuntimeError as exc:  # no address configured
         raise _usage(str(exc)) from None
     yield client

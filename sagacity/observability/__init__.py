@@ -2,12 +2,13 @@
 
 from sagacity.observability.http import ProbeServer
 from sagacity.observability.interceptor import ObservabilityInterceptor
-from sagacity.observability.logs import configure_logging, log_context
+from sagacity.observability.logs import PayloadFilter, configure_logging, log_context
 from sagacity.observability.metrics import TimedJournalStore, temporal_runtime
 from sagacity.observability.tracing import tracing
 
 __all__ = [
     "ObservabilityInterceptor",
+    "PayloadFilter",
     "ProbeServer",
     "TimedJournalStore",
     "configure_logging",

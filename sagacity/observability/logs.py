@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from temporalio import activity, workflow
 
-__all__ = ["ContextFilter", "JsonFormatter", "configure_logging", "log_context"]
+__all__ = ["ContextFilter", "JsonFormatter", "PayloadFilter", "configure_logging", "log_context"]
 
 #: the fields a record may carry, in the order they are shown
 FIELDS = ("saga_id", "seq", "tool", "activity", "attempt", "workflow")
@@ -55,6 +55,21 @@ class ContextFilter(logging.Filter):
                 record.saga_id = workflow.get("workflow_id")
             if not hasattr(record, "workflow"):
                 record.workflow = workflow.get("workflow_type")
+        return True
+
+
+class PayloadFilter(logging.Filter):
+    """Keep values out of Temporal's DEBUG lines: its SDK logs heartbeat details (in clear),
+    activity completions and workflow activations with their payloads. The line stays; each
+    argument that is not a plain scalar (an id, a name) shows as its type instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        temporal = record.name.startswith("temporalio")
+        if temporal and record.levelno < logging.INFO and isinstance(record.args, tuple):
+            record.args = tuple(
+                a if isinstance(a, str | int | float | None) else f"<{type(a).__name__}>"
+                for a in record.args
+            )
         return True
 
 
@@ -93,9 +108,11 @@ class TextFormatter(logging.Formatter):
 
 
 def configure_logging(fmt: Literal["text", "json"], level: int = logging.INFO) -> None:
-    """Send every logger's records to stderr, as text or JSON, with the saga context."""
+    """Send every logger's records to stderr, as text or JSON, with the saga context and no
+    payload values (:class:`PayloadFilter`)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
+    handler.addFilter(PayloadFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers = [handler]

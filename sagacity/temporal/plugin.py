@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import PayloadCodec
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -15,9 +16,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.evidence.redaction import Redactor
+from sagacity.settings import load_settings
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
+from sagacity.temporal.codec import data_converter
 from sagacity.temporal.workflow import SagaWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
 
@@ -42,6 +45,17 @@ def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
     )
 
 
+class _FromSettings(enum.Enum):
+    CODEC = "the codec the settings name"
+
+
+#: ``SagacityPlugin(codec=...)``'s default: the codec of ``SAGACITY_CODEC_KEYS`` (or
+#: ``SAGACITY_CODEC_KEYS_FILE``, or the dev stack's keys), none when no key is set
+CODEC_FROM_SETTINGS: Literal[_FromSettings.CODEC] = _FromSettings.CODEC
+#: what a ``codec=`` argument may be: a codec, None (no codec), or the settings' codec
+CodecChoice = PayloadCodec | None | Literal[_FromSettings.CODEC]
+
+
 class SagacityPlugin(SimplePlugin):
     """Add to ``Client.connect(plugins=[...])``; workers built from that client get the rest.
 
@@ -54,7 +68,9 @@ class SagacityPlugin(SimplePlugin):
     ``outage_window`` is how long activities wait out a journal database outage. With
     ``keyring`` every decision (approval, rejection, resolution) must be signed by a key in it;
     ``policy`` says who may decide and resolve which tool's calls. Both hold on every route, raw
-    signals included.
+    signals included. ``codec`` encrypts every payload (:mod:`sagacity.temporal.codec`); by default it is the one the
+    settings name, so clients and workers configured alike read each other's payloads; ``None``
+    turns it off.
     """
 
     def __init__(
@@ -69,7 +85,12 @@ class SagacityPlugin(SimplePlugin):
         outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
         keyring: Keyring | None = None,
         policy: Policy | None = None,
+        codec: CodecChoice = CODEC_FROM_SETTINGS,
     ) -> None:
+        if codec is CODEC_FROM_SETTINGS:
+            # every process of a deployment (worker, CLI, approvals service, the user's own
+            # client) must encrypt with the same keys, and they all read these settings
+            codec = load_settings().payload_codec()
         registry = ToolRegistry(tools)
         if (journal is None) != (approvals is None):
             raise TypeError("a worker plugin needs both journal= and approvals=")
@@ -87,7 +108,7 @@ class SagacityPlugin(SimplePlugin):
             ).all()
         super().__init__(
             "sagacity.SagacityPlugin",
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter(codec),
             activities=activities,
             workflows=[SagaWorkflow, *workflows] if journal is not None else None,
             workflow_runner=sandbox,

@@ -21,6 +21,7 @@ from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaOptions, SagaState
 from tests.agents.conftest import WorkerFactory, start_agent
 from tests.temporal import sample_tools
+from tests.temporal.history import decrypted
 from workflows.order.shop import Shop
 
 TURNS = 8
@@ -40,13 +41,17 @@ async def _chat(handle: WorkflowHandle[object, AgentSagaResult], turns: int) -> 
 
 
 async def _model_inputs(client: Client, workflow_id: str) -> tuple[list[str], list[str]]:
-    """Per run: the inputs of its model calls, and its continue-as-new input."""
+    """Per run: the inputs of its model calls, and its continue-as-new input, as the codec's key
+    holder reads them."""
     calls: list[str] = []
     handed: list[str] = []
     first = (await client.get_workflow_handle(workflow_id).describe()).raw_description
     run: str | None = first.workflow_execution_info.first_run_id
     while run:
-        history = await client.get_workflow_handle(workflow_id, run_id=run).fetch_history()
+        history = await decrypted(
+            await client.get_workflow_handle(workflow_id, run_id=run).fetch_history(),
+            client.data_converter.payload_codec,
+        )
         run = None
         for event in history.events:
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:

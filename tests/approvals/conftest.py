@@ -1,5 +1,6 @@
 """Fixtures for approval tests: the saga fixtures of ``tests/temporal``, the service, the CLI,
-and sagas with a SUSPECT call (a worker process killed mid-call).
+sagas with a SUSPECT call (a worker process killed mid-call), and the API serving as the codec
+server of the ``temporal`` CLI.
 
 Everything runs against the session's real Temporal server and Postgres.
 """
@@ -7,8 +8,10 @@ Everything runs against the session's real Temporal server and Postgres.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -17,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from sagacity.approvals import ApprovalService
+from sagacity.approvals.codec_server import CodecServer
+from sagacity.approvals.http import create_app
 from sagacity.devstack import Endpoints
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaState, SagaStatus
@@ -197,3 +203,33 @@ def cli(endpoints: Endpoints, database_url: str) -> Cli:
         return CliResult(proc.returncode, out.decode(), err.decode())
 
     return run
+
+
+#: the codec server's callers: alice may decode, bob holds a token but may not
+CODEC_TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
+
+
+@contextlib.asynccontextmanager
+async def codec_server(temporal_client: Client, approvals: ApprovalStore) -> AsyncIterator[str]:
+    """``sagacity approvals serve``'s app under uvicorn with the session's codec; its base URL."""
+    codec = temporal_client.data_converter.payload_codec
+    assert codec is not None, "the test session runs with the codec on"
+    app = create_app(
+        ApprovalService(temporal_client, approvals),
+        CODEC_TOKENS,
+        codec=CodecServer(codec, decoders=frozenset({"alice"})),
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -18,7 +18,7 @@ from sagacity.devstack import Endpoints, find_temporal_executable
 from sagacity.journal import input_hash
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaState, SagaStatus
-from tests.approvals.conftest import GATE_SEQ, START, Cli, StartOrder
+from tests.approvals.conftest import GATE_SEQ, START, Cli, StartOrder, codec_server
 from tests.temporal.conftest import phases
 from workflows.order.shop import Shop
 
@@ -34,6 +34,7 @@ async def test_list_shows_the_waiting_call_and_a_temporal_signal_approves_it(
     start_order: StartOrder,
     cli: Cli,
     endpoints: Endpoints,
+    temporal_client: Client,
     journal: JournalStore,
     approvals: ApprovalStore,
     shop: Shop,
@@ -70,11 +71,14 @@ async def test_list_shows_the_waiting_call_and_a_temporal_signal_approves_it(
         assert proc.returncode is not None
         return proc.returncode, out.decode()
 
-    # the decide update answers at once; a refused one changes nothing
+    # the decide update answers at once; a refused one changes nothing. Its answer is
+    # encrypted: the CLI reads it through the approvals API's codec server
     wrong = {"journal_seq": 99, "approver": "alice", "approve": True}
-    code, out = await temporal(
-        "update", "execute", "--name", "decide", "--input", json.dumps(wrong)
-    )
+    async with codec_server(temporal_client, approvals) as url:
+        code, out = await temporal(
+            "update", "execute", "--name", "decide", "--input", json.dumps(wrong),
+            "--codec-endpoint", f"{url}/codec", "--codec-auth", "Bearer tok-alice",
+        )  # fmt: skip
     assert code != 0 and "no request awaits a decision at seq 99" in out
 
     approve = {"journal_seq": waiting.seq, "approver": "alice"}

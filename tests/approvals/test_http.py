@@ -206,4 +206,6 @@ async def test_openapi_document_is_served_and_committed_current(api: httpx.Async
         ("/approvals/{saga_id}/{seq}/reject", "post"),
         ("/sagas/{saga_id}", "get"),
         ("/sagas/{saga_id}/suspects/{seq}/resolve", "post"),
+        ("/codec/encode", "post"),
+        ("/codec/decode", "post"),
     }

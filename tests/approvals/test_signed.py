@@ -40,7 +40,7 @@ from sagacity.journal import Phase
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaResult, SagaState, SagaStatus
-from tests.approvals.conftest import Cli, CliResult
+from tests.approvals.conftest import Cli, CliResult, codec_server
 from tests.evidence.test_default_config_tamper import Owner
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from tests.temporal.test_crash import OPTIONS, WorkerProcess
@@ -156,6 +156,7 @@ async def test_with_a_keyring_unsigned_or_forged_decisions_are_refused_and_a_sig
     keys: Keys,
     shop: Shop,
     journal: JournalStore,
+    approvals: ApprovalStore,
     cli: Cli,
 ) -> None:
     handle, status = await start_order(temporal_client, task_queue)
@@ -181,10 +182,14 @@ async def test_with_a_keyring_unsigned_or_forged_decisions_are_refused_and_a_sig
             "--input", json.dumps(body),
         )  # fmt: skip
         assert signal.code == 0, signal.stderr
-    update = await temporal(
-        endpoints, "workflow", "update", "execute", "--workflow-id", handle.id, "--name", "decide",
-        "--input", json.dumps({"journal_seq": seq, "approver": "alice", "approve": True}),
-    )  # fmt: skip
+    # the update's answer is encrypted: the CLI reads it through the codec server
+    async with codec_server(temporal_client, approvals) as url:
+        update = await temporal(
+            endpoints, "workflow", "update", "execute", "--workflow-id", handle.id,
+            "--name", "decide",
+            "--input", json.dumps({"journal_seq": seq, "approver": "alice", "approve": True}),
+            "--codec-endpoint", f"{url}/codec", "--codec-auth", "Bearer tok-alice",
+        )  # fmt: skip
     assert update.code != 0
     assert "unsigned" in update.stderr + update.stdout
 
@@ -309,10 +314,12 @@ async def test_a_principal_the_policy_does_not_allow_cannot_decide_on_any_route(
     assert sent.code == 0, sent.stderr
     assert "'mallory' may not approve 'send_confirmation'" in (await refusals(handle, 1))[0]
     # update
-    decided = await temporal(
-        endpoints, "workflow", "update", "execute", "--workflow-id", handle.id, "--name", "decide",
-        "--input", json.dumps({**body, "approve": True}),
-    )  # fmt: skip
+    async with codec_server(temporal_client, approvals) as url:
+        decided = await temporal(
+            endpoints, "workflow", "update", "execute", "--workflow-id", handle.id,
+            "--name", "decide", "--input", json.dumps({**body, "approve": True}),
+            "--codec-endpoint", f"{url}/codec", "--codec-auth", "Bearer tok-alice",
+        )  # fmt: skip
     assert decided.code != 0 and "may not approve" in decided.stderr + decided.stdout
     # CLI, with no policy of its own: the worker refuses
     by_cli = await cli(

@@ -74,8 +74,11 @@ class WorkerProcess:
         self.starts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGACITY_", "TEMPORAL_"))}
+        # the session's payload codec keys: the worker reads what the test's client writes
+        codec = {k: v for k, v in os.environ.items() if k.startswith("SAGACITY_CODEC_KEYS")}
         self._env = {
             **env,
+            **codec,
             "SAGACITY_DATABASE_URL": database_url,
             "TEMPORAL_ADDRESS": temporal_address or client.service_client.config.target_host,
             "TEMPORAL_NAMESPACE": client.namespace,

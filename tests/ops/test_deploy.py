@@ -251,3 +251,22 @@ def test_workers_check_decisions_against_a_keyring_and_the_api_signs_with_its_ow
     ]
     service_key = Path(_env(api_container)["SAGACITY_SERVICE_KEY"])
     assert service_key.parent == keyring.parent and service_key.name in secret
+
+
+def test_workers_and_the_approvals_api_hold_the_payload_codec_keys() -> None:
+    services = compose()["services"]
+    keys_job = services["keys"]["command"][-1]
+    for name in ("worker", "approvals"):
+        service = services[name]
+        path = Path(service["environment"]["SAGACITY_CODEC_KEYS_FILE"])
+        mounts = {m.split(":")[1]: m.split(":")[0] for m in service["volumes"]}
+        assert mounts[str(path.parent)] == "sagacity-keys", name
+        assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+        assert f"> {path}" in keys_job
+    assert services["approvals"]["environment"]["SAGACITY_CODEC_DECODERS"]
+
+    secret = k8s("Secret", "sagacity-secrets")["stringData"]
+    assert "codec-keys" in secret
+    for name in ("sagacity-worker", "sagacity-approvals"):
+        (container,) = k8s("Deployment", name)["spec"]["template"]["spec"]["containers"]
+        assert _env(container)["SAGACITY_CODEC_KEYS"]["secretKeyRef"]["key"] == "codec-keys"

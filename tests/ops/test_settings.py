@@ -10,6 +10,7 @@ import pytest
 
 from sagacity.errors import SettingsError
 from sagacity.settings import load_settings
+from sagacity.temporal.codec import new_codec_key
 from tests.ops.conftest import Cli
 
 NAMES = ("SAGACITY_TASK_QUEUE", "SAGACITY_LOG_FORMAT", "SAGACITY_GRACEFUL_SHUTDOWN")
@@ -87,3 +88,49 @@ async def test_a_metrics_port_in_use_is_named_at_start(cli: Cli) -> None:
         refused = await cli("worker", extra_env={"SAGACITY_METRICS_ADDRESS": address})
     assert refused.code == 2
     assert f"SAGACITY_METRICS_ADDRESS: cannot listen on {address}" in refused.stderr
+
+
+def test_codec_keys_come_from_the_environment_a_toml_list_or_a_key_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = new_codec_key("k2"), new_codec_key("k1")
+    monkeypatch.delenv("SAGACITY_CODEC_KEYS_FILE")
+    monkeypatch.setenv("SAGACITY_CODEC_KEYS", f"{first},{second}")
+    codec = load_settings().payload_codec()
+    assert codec is not None and codec.key_ids == ("k2", "k1")  # the first encrypts
+    monkeypatch.delenv("SAGACITY_CODEC_KEYS")
+
+    toml = tmp_path / "sagacity.toml"
+    toml.write_text(f"codec_keys = [{first!r}, {second!r}]\n".replace("'", '"'))
+    monkeypatch.setenv("SAGACITY_SETTINGS_FILE", str(toml))
+    codec = load_settings().payload_codec()
+    assert codec is not None and codec.key_ids == ("k2", "k1")
+    monkeypatch.delenv("SAGACITY_SETTINGS_FILE")
+
+    keys = tmp_path / "codec-keys"
+    keys.write_text(f"# rotated on 2026-12-03\n{first}\n{second}  # retired\n")
+    monkeypatch.setenv("SAGACITY_CODEC_KEYS_FILE", str(keys))
+    codec = load_settings().payload_codec()
+    assert codec is not None and codec.key_ids == ("k2", "k1")
+
+
+def test_a_wrong_codec_key_names_its_setting_and_never_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "c2VjcmV0LWJ1dC10b28tc2hvcnQ="
+    monkeypatch.setenv("SAGACITY_CODEC_KEYS", f"k1={secret}")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "SAGACITY_CODEC_KEYS" in str(caught.value) and secret not in str(caught.value)
+
+    monkeypatch.setenv("SAGACITY_CODEC_KEYS", new_codec_key("k1"))
+    with pytest.raises(SettingsError, match="not both"):
+        load_settings().payload_codec()  # the session's key file is set too
+
+    monkeypatch.delenv("SAGACITY_CODEC_KEYS")
+    keys = tmp_path / "codec-keys"
+    keys.write_text(f"k1={secret}\n")
+    monkeypatch.setenv("SAGACITY_CODEC_KEYS_FILE", str(keys))
+    with pytest.raises(SettingsError) as caught:
+        load_settings().payload_codec()
+    assert "SAGACITY_CODEC_KEYS_FILE" in str(caught.value) and secret not in str(caught.value)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -800,6 +801,10 @@ def files_of(name: str, tag: str | None) -> list[Path]:
 
 @asynccontextmanager
 async def rig(scratch: Path) -> AsyncIterator[Rig]:
+    # the corpus is recorded in clear: it is committed and replayed by anyone, and a codec key
+    # cannot be (the replayer reads clear payloads whatever its keys); worker processes inherit
+    for name in ("SAGACITY_CODEC_KEYS", "SAGACITY_CODEC_KEYS_FILE"):
+        os.environ.pop(name, None)
     settings = load_settings()
     if not settings.data_dir.is_absolute():
         repo = Path(__file__).resolve().parents[2]
@@ -839,6 +844,7 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
                 tools=TOOLS,
                 workflows=order_app.WORKFLOWS,
                 checkpoints=checkpoints,
+                codec=None,
                 **decisions,
             )
             return Worker(
@@ -861,6 +867,7 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
                     workflows=order_app.WORKFLOWS,
                     checkpoints=checkpoints,
                     model_attempts=2,
+                    codec=None,
                 ),
             ),
             task_queue=agent_queue,

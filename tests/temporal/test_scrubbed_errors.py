@@ -25,6 +25,7 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from tests.temporal import sample_tools
+from tests.temporal.history import decrypted
 from workflows.order.shop import Shop
 
 
@@ -32,9 +33,11 @@ def leaks(text: str) -> list[str]:
     return [secret for secret in sample_tools.LEAKED_SECRETS if secret in text]
 
 
-async def history_json(handle: WorkflowHandle[Any, Any]) -> str:
-    """The saga's history as JSON, each payload's data decoded from base64 where it sits."""
-    history = json.loads((await handle.fetch_history()).to_json())
+async def history_json(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
+    """The saga's history as JSON as the codec's key holder reads it, each payload's data
+    decoded from base64 where it sits."""
+    clear = await decrypted(await handle.fetch_history(), client.data_converter.payload_codec)
+    history = json.loads(clear.to_json())
 
     def decode(node: Any) -> Any:
         if isinstance(node, dict):
@@ -100,7 +103,7 @@ async def test_failed_call_and_failed_compensations_are_scrubbed(
     assert leaks(result.model_dump_json()) == []
     status = await handle.query("status", result_type=SagaStatus)
     assert leaks(status.model_dump_json()) == []
-    history = await history_json(handle)
+    history = await history_json(temporal_client, handle)
     # the failures themselves, and the outcomes and rows the workflow was given
     assert "undo refused" in history and "'X-Request-Id': 'r-1'" in history
     assert leaks(history) == []
@@ -125,7 +128,7 @@ async def test_a_retried_idempotent_call_leaves_no_secret_in_history(
 
     assert result.status is SagaState.COMPLETED and len(sample_tools.LEAK_CALLS) == 2
     # the first attempt's failure is kept in history with the second attempt's start
-    history = await history_json(handle)
+    history = await history_json(temporal_client, handle)
     assert "api_key=[redacted]" in history and leaks(history) == []
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert leaks(logged) == []
