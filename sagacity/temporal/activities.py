@@ -90,8 +90,10 @@ from sagacity.tools import (
 )
 
 
-def _ref(entry: Entry) -> RowRef:
-    return RowRef(seq=entry.seq, tool_name=entry.tool_name, phase=entry.phase, hash=entry.hash)
+def _ref(entry: Entry, *, sealed: bool = False) -> RowRef:
+    return RowRef(
+        seq=entry.seq, tool_name=entry.tool_name, phase=entry.phase, hash=entry.hash, sealed=sealed
+    )
 
 
 def _non_retryable(exc: SagacityError, *details: Any) -> ApplicationError:
@@ -236,12 +238,11 @@ class SagaActivities:
         prev_hash: str,
         exclusive: bool = False,
         anchor: bool = True,
-        seal_as: SagaState | None = None,
     ) -> Entry:
         """Append at ``seq``; a different row there means the journal moved on without us.
 
         ``anchor``: checkpoint the new head (off for a row the same activity follows with
-        another); ``seal_as``: seal it as the saga's end instead.
+        another, or seals itself).
         """
         try:
             entry = await self._outlast(
@@ -254,7 +255,7 @@ class SagaActivities:
         except SeqConflict as exc:
             raise JournalAhead(str(exc)) from exc
         if anchor:
-            self._checkpoint(entry, seal_as)
+            self._checkpoint(entry)
         return entry
 
     async def _at_tail(self, entry: Entry) -> None:
@@ -266,20 +267,23 @@ class SagaActivities:
                 f"(the journal goes on to seq {head.seq})"
             )
 
-    def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> None:
+    def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> bool:
+        """Sign ``entry`` as the head, or seal it as the end; whether a seal was written."""
         # the head also lives outside Postgres, signed, so a rewrite or a cut tail shows; a seal
         # is a checkpoint too, that also says no row may follow
         if self.checkpoints is None:
-            return
+            return False
         try:
             if seal_as is None:
                 self.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
-            else:
-                self.checkpoints.seal(entry.saga_id, entry.seq, entry.hash, seal_as.value)
+                return False
+            self.checkpoints.seal(entry.saga_id, entry.seq, entry.hash, seal_as.value)
         except EvidenceUnavailable as exc:
             # the row is written; failing now would make its retry guess what happened. The
             # next row's checkpoint covers this head too.
             _log.error("checkpoint of saga %s seq %d not written: %s", entry.saga_id, entry.seq, exc)
+            return False
+        return True
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:
         return [
@@ -377,6 +381,7 @@ class SagaActivities:
             more=more,
             seals=self.checkpoints is not None,
             seals_in_calls=self.checkpoints is not None,
+            seals_reported=True,
             brief=True,
             keyring=self.keyring,
             policy=self.policy if self.policy != Policy() else None,
@@ -456,7 +461,11 @@ class SagaActivities:
             # the outcome's checkpoint covers INTENT through the chain; a worker that dies
             # mid-call leaves it to the transparency log's next pass
             intent_row = await self._append_at(
-                intent, seq=req.seq, prev_hash=req.prev_hash, exclusive=True, anchor=False
+                intent,
+                seq=req.seq,
+                prev_hash=req.prev_hash,
+                exclusive=True,
+                anchor=req.anchor_intent,
             )
         except SeqTaken:
             # an overlapping attempt of this call wrote INTENT first: the call is its own
@@ -489,10 +498,12 @@ class SagaActivities:
         if outcome_row is not None:
             await self._at_tail(outcome_row)
             # the attempt that wrote it may have died before its checkpoint or seal
-            self._checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
+            sealed = self._checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
             await self._consume_approval(req)
             # the attempt that wrote it is gone: the result is what the journal holds
-            return _outcome_from_row(intent_row, outcome_row, input_json=req.input_json)
+            return _outcome_from_row(
+                intent_row, outcome_row, input_json=req.input_json, sealed=sealed
+            )
         await self._at_tail(intent_row)
         details = activity.info().heartbeat_details
         if details:
@@ -664,7 +675,7 @@ class SagaActivities:
             beats.outcome = (status.value, payload)
         try:
             row = await self._append_at(
-                draft, seq=req.seq + 1, prev_hash=intent_row.hash, seal_as=_seal_as(req, phase)
+                draft, seq=req.seq + 1, prev_hash=intent_row.hash, anchor=False
             )
         except InvalidEntry as exc:
             if status is not CallStatus.EXECUTED:
@@ -673,7 +684,10 @@ class SagaActivities:
             # is journaled all the same, so it is compensated
             kept = to_json({"unjournalable_result": str(exc)[:500]})
             return await self._record(req, intent_row, status, kept)
-        return _outcome_from_row(intent_row, row, input_json=req.input_json, payload=payload)
+        sealed = self._checkpoint(row, _seal_as(req, phase))
+        return _outcome_from_row(
+            intent_row, row, input_json=req.input_json, payload=payload, sealed=sealed
+        )
 
     @activity.defn(name=RESOLVE_CALL)
     @_typed
@@ -789,9 +803,9 @@ class SagaActivities:
                         return written
                     await self._undo(req, tool)
                     row = await self._append_at(
-                        done, seq=req.seq, prev_hash=req.prev_hash, seal_as=req.seal_as
+                        done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
                     )
-                    return [_ref(row)]
+                    return [_ref(row, sealed=self._checkpoint(row, req.seal_as))]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
 
@@ -823,8 +837,7 @@ class SagaActivities:
             )
         await self._at_tail(existing)
         # the attempt that wrote it may have died before its checkpoint or seal
-        self._checkpoint(existing, req.seal_as)
-        return [_ref(existing)]
+        return [_ref(existing, sealed=self._checkpoint(existing, req.seal_as))]
 
     async def _undo(self, req: CompensateRequest, tool: RegisteredTool) -> None:
         assert tool.compensation is not None
@@ -870,12 +883,18 @@ def _idempotent_attempts() -> int:
 
 
 def _outcome_from_row(
-    intent_row: Entry, row: Entry, *, input_json: str | None = None, payload: str | None = None
+    intent_row: Entry,
+    row: Entry,
+    *,
+    input_json: str | None = None,
+    payload: str | None = None,
+    sealed: bool = False,
 ) -> CallOutcome:
     """The call's outcome from its rows; ``payload``: the unredacted outcome, whose result the
     workflow gets; ``input_json``: the unredacted input. Where redaction changed either, the
-    outcome also says how the journal holds the call (``journaled``)."""
-    refs = [_ref(intent_row), _ref(row)]
+    outcome also says how the journal holds the call (``journaled``). ``sealed``: the outcome
+    row was sealed as the saga's end."""
+    refs = [_ref(intent_row), _ref(row, sealed=sealed)]
     body = json.loads(row.payload) if row.payload else None
     executed = row.phase is Phase.EXECUTED
     journaled = None

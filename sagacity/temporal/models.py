@@ -6,7 +6,15 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement
 from sagacity.journal.canonical import to_json
@@ -39,6 +47,16 @@ class RowRef(BaseModel):
     tool_name: str
     phase: Phase
     hash: str
+    #: the activity that wrote the row sealed it as the saga's end (said only when true)
+    sealed: bool = False
+
+    @model_serializer(mode="wrap")
+    def _without_unsealed(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # most rows are not seals: leave the flag out of every payload and view that holds rows
+        data: dict[str, Any] = handler(self)
+        if not self.sealed:
+            data.pop("sealed", None)
+        return data
 
 
 class Head(BaseModel):
@@ -88,6 +106,9 @@ class CallRequest(BaseModel):
     approved_request_hash: str | None = None
     #: the saga ends in this state if the call executes: its outcome row is sealed as the end
     seal_as: SagaState | None = None
+    #: the head this call follows was sealed, or written by an earlier run: checkpoint INTENT,
+    #: so a verifier never sees it as a row after the end while the call runs
+    anchor_intent: bool = False
     #: who approved, and their signature: checked against the worker's keyring before INTENT
     approver: str | None = None
     approval_signature: Signature | None = None
@@ -306,6 +327,9 @@ class SagaOpened(BaseModel):
     #: a call or compensation that writes the saga's last row seals it in the same activity, so
     #: the end needs no local activity (absent in older histories: they seal with one)
     seals_in_calls: bool = False
+    #: those activities say whether they sealed (``RowRef.sealed``): a seal asked of an activity
+    #: that did not write it (an older worker, a refused write) is left to the local activity
+    seals_reported: bool = False
     #: the keys decisions must be signed with; None: unsigned decisions are taken (dev mode)
     keyring: Keyring | None = None
     #: who may decide and resolve, as the worker is configured (absent in older histories)

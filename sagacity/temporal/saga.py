@@ -179,6 +179,9 @@ class Saga:
         #: row, as ``open_saga`` recorded it in the history
         self._seals = False
         self._seals_in_calls = False
+        self._seals_reported = False
+        #: checkpoint the next call's INTENT: the head it follows is sealed, or another run's
+        self._anchor_next = False
         #: the saga is ending: the next call (``call_last``) or compensation may be its last row
         self._ending = False
         #: the head and state an activity sealed as the saga's end
@@ -350,6 +353,9 @@ class Saga:
             if self._catalog is None or self._brief:  # a described catalog is kept
                 self._catalog, self._brief = {s.name: s for s in opened.tools}, opened.brief
             self._seals, self._seals_in_calls = opened.seals, opened.seals_in_calls
+            self._seals_reported = opened.seals_reported
+            # rows another run wrote: the next call's INTENT is checkpointed, lifting a seal
+            self._anchor_next = self._anchor_next or bool(opened.rows)
             self._keyring = opened.keyring
             self._policy = opened.policy or Policy()
             self._unpack_carry()
@@ -605,6 +611,8 @@ class Saga:
             approved_request_hash=self._approved_request_hash if approval_seq is not None else None,
             # the saga completes after this call, unless a failure was swallowed or it aborted
             seal_as=None if self.failures or self.aborted else self._seal_as(SagaState.COMPLETED),
+            anchor_intent=self._anchor_next
+            or (self._sealed is not None and self._sealed[0] == self.head.seq),
             approver=self._approval.approver if approval_seq and self._approval else None,
             approval_signature=self._approval.signature
             if approval_seq and self._approval
@@ -650,7 +658,9 @@ class Saga:
         if early is not None:
             self._refuse(early.resolver, f"the call at seq {seq} finished by itself; not SUSPECT")
         self._track(outcome.rows)
-        if request.seal_as is not None and outcome.status is CallStatus.EXECUTED:
+        self._anchor_next = False
+        executed = outcome.status is CallStatus.EXECUTED
+        if request.seal_as is not None and executed and self._did_seal(outcome.rows):
             self._sealed = (self.head.seq, request.seal_as)
         return outcome
 
@@ -1235,7 +1245,7 @@ class Saga:
                 await self._journal_compensation_failed(effect, input_json, err)
                 return False
             self._track(rows)
-            if seal_as is not None:
+            if seal_as is not None and self._did_seal(rows):
                 self._sealed = (self.head.seq, seal_as)
             return True
 
@@ -1337,6 +1347,11 @@ class Saga:
                 )
         await self._seal()
         return self.result(value, error=error, compensated=compensated, failed=failed, live=live)
+
+    def _did_seal(self, rows: list[RowRef]) -> bool:
+        """Whether the activity that wrote ``rows`` sealed the last one, as it reports (workers
+        from before the report: as asked; histories recorded then replay as they ran)."""
+        return bool(rows) and (rows[-1].sealed or not self._seals_reported)
 
     def _seal_as(self, state: SagaState) -> SagaState | None:
         """``state``, when the saga is ending and the worker seals in the last row's activity."""

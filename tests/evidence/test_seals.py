@@ -636,3 +636,86 @@ async def test_verify_all_with_no_flags_finds_a_row_appended_after_a_saga_comple
         f"FAILED  {result.saga_id}",
         f"  checkpoint seq 5      disagrees: {fault['detail']}",
     ]
+
+
+@workflow.defn(name="tests.CallAfterLast", sandboxed=False)
+class CallAfterLast:
+    """A body that calls again after ``call_last``: the sealed end is lifted, then sealed anew."""
+
+    @workflow.run
+    async def run(self) -> SagaResult:
+        saga = Saga()
+
+        async def body() -> None:
+            await saga.call_last("set_flag", name="first end")
+            await saga.call("slow_note", text="after the end", seconds=2)
+
+        return await saga.run(body)
+
+
+async def test_a_call_after_a_sealed_end_never_reads_as_a_row_after_the_end(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    checkpoint_writer: CheckpointWriter,
+    settings: Settings,
+    shop: Shop,
+) -> None:
+    plugin = SagacityPlugin(
+        journal=journal,
+        approvals=approvals,
+        tools=sample_tools.TOOLS,
+        workflows=[CallAfterLast],
+        checkpoints=checkpoint_writer,
+    )
+    checkpoints = session_checkpoints(settings)
+    saga_id = f"ev-seal-after-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal_client,
+        task_queue=task_queue,
+        plugins=[plugin],
+        graceful_shutdown_timeout=timedelta(seconds=1),
+    ):
+        handle = await temporal_client.start_workflow(
+            CallAfterLast.run, id=saga_id, task_queue=task_queue, result_type=SagaResult
+        )
+        while await journal.get(saga_id, 3) is None:
+            await asyncio.sleep(0.05)
+        # mid-call: the INTENT after the sealed row 2 is signed as a head, lifting the seal
+        during = await report_of(journal, saga_id, checkpoints)
+        result = await handle.result()
+
+    assert during.ok, during.faults()
+    assert result.status is SagaState.COMPLETED and result.head.seq == 4
+    assert [(cp.seq, cp.kind) for cp in lines_of(checkpoints, saga_id)] == [
+        (2, Kind.SEALED),
+        (3, Kind.HEAD),
+        (4, Kind.HEAD),
+        (4, Kind.SEALED),
+    ]
+    assert (await report_of(journal, saga_id, checkpoints)).ok
+
+
+async def test_a_seal_the_last_rows_activity_could_not_write_is_left_to_the_local_activity(
+    temporal_client: Client, worker: Worker, settings: Settings
+) -> None:
+    """The workflow takes the activity's word for the seal: a write the checkpoint folder
+    refused (as an older worker that ignores the request would not write one either) means the
+    end is sealed by the local activity, which tries again."""
+    checkpoints = session_checkpoints(settings)
+    saga_id = f"ev-seal-refused-{uuid.uuid4().hex[:8]}"
+    checkpoints.log_path(saga_id).mkdir(parents=True)  # every write to the log fails
+    result = await temporal_client.execute_workflow(
+        WORKFLOW_NAME,
+        SagaSpec(steps=[Step(tool="set_flag", args={"name": "refused"})]),
+        id=saga_id,
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+
+    assert result.status is SagaState.COMPLETED
+    assert await local_activities(temporal_client, saga_id) == [
+        "sagacity.open_saga",
+        "sagacity.seal_saga",
+    ]

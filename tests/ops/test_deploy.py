@@ -260,10 +260,13 @@ def test_workers_and_the_approvals_api_hold_the_payload_codec_keys() -> None:
         service = services[name]
         path = Path(service["environment"]["SAGACITY_CODEC_KEYS_FILE"])
         mounts = {m.split(":")[1]: m.split(":")[0] for m in service["volumes"]}
-        assert mounts[str(path.parent)] == "sagacity-keys", name
+        assert mounts[str(path.parent)] == "sagacity-codec", name
         assert service["depends_on"]["keys"]["condition"] == "service_completed_successfully"
         assert f"> {path}" in keys_job
     assert services["approvals"]["environment"]["SAGACITY_CODEC_DECODERS"]
+    # the internet-facing API holds neither the checkpoint signing key nor the fingerprint key
+    api_volumes = {m.split(":")[0] for m in services["approvals"]["volumes"]}
+    assert "sagacity-keys" not in api_volumes
 
     secret = k8s("Secret", "sagacity-secrets")["stringData"]
     assert "codec-keys" in secret
