@@ -85,10 +85,11 @@ def _settings() -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def _service(settings: Settings, key: Path | None = None) -> AsyncIterator[ApprovalService]:
-    """The service, signing decisions with ``key`` (default: the approver's own key)."""
+async def _service(settings: Settings, key: Path | None) -> AsyncIterator[ApprovalService]:
+    """The service, signing decisions with ``key``: the approver's own for the CLI, the
+    service's for the HTTP API (never a person's key for decisions others made)."""
     assert settings.database_url
-    signer, keyring = decision_keys_or_exit(key or settings.approver_key, settings)
+    signer, keyring = decision_keys_or_exit(key, settings)
     pool = await open_pool(settings.database_url, min_size=1, max_size=4)
     try:
         client = await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
@@ -140,7 +141,7 @@ def list_command(
     settings = _settings()
 
     async def work() -> list[PendingRequest]:
-        async with _service(settings) as service:
+        async with _service(settings, settings.approver_key) as service:
             return await service.list(saga_id=saga)
 
     requests = run_or_exit(work())
@@ -171,7 +172,7 @@ def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None
     settings = _settings()
 
     async def work() -> PendingRequest:
-        async with _service(settings) as service:
+        async with _service(settings, settings.approver_key) as service:
             return await service.get(saga_id, seq)
 
     request = run_or_exit(work())
@@ -224,7 +225,7 @@ def approve_command(
     settings = _settings()
 
     async def work() -> DecisionResult:
-        async with _service(settings) as service:
+        async with _service(settings, settings.approver_key) as service:
             who = approver or _me(service)
             return await service.approve(saga_id, seq, approver=who, input_hash=input_hash)
 
@@ -244,7 +245,7 @@ def reject_command(
     settings = _settings()
 
     async def work() -> DecisionResult:
-        async with _service(settings) as service:
+        async with _service(settings, settings.approver_key) as service:
             return await service.reject(
                 saga_id, seq, approver=approver or _me(service), reason=reason
             )
