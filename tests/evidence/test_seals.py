@@ -481,6 +481,16 @@ def forget_intrusion(ctx: CompensationContext) -> None:
     del ctx
 
 
+def sealing_worker(client: Client, task_queue: str, plugin: SagacityPlugin) -> Worker:
+    """A worker of the test's own plugin (its tools and workflows, the session's checkpoints)."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        plugins=[plugin],
+        graceful_shutdown_timeout=timedelta(seconds=1),
+    )
+
+
 @workflow.defn(name="tests.IntrudedBySaga", sandboxed=False)
 class IntrudedBySaga:
     """The intrusion as an app's own workflow writes it: plain calls, so a local activity seals."""
@@ -518,12 +528,7 @@ async def test_a_row_ahead_of_the_end_is_named_and_never_sealed_over(
         workflows=[IntrudedBySaga],
         checkpoints=checkpoint_writer,
     )
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        plugins=[plugin],
-        graceful_shutdown_timeout=timedelta(seconds=1),
-    ):
+    async with sealing_worker(temporal_client, task_queue, plugin):
         saga_id = f"ev-seal-{uuid.uuid4().hex[:8]}"
         if ended_by == "last call":
             spec = SagaSpec(steps=[Step(tool="set_flag", args={"name": "a"}), Step(tool="intrude")])
@@ -671,12 +676,7 @@ async def test_a_call_after_a_sealed_end_never_reads_as_a_row_after_the_end(
     )
     checkpoints = session_checkpoints(settings)
     saga_id = f"ev-seal-after-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        temporal_client,
-        task_queue=task_queue,
-        plugins=[plugin],
-        graceful_shutdown_timeout=timedelta(seconds=1),
-    ):
+    async with sealing_worker(temporal_client, task_queue, plugin):
         handle = await temporal_client.start_workflow(
             CallAfterLast.run, id=saga_id, task_queue=task_queue, result_type=SagaResult
         )
