@@ -23,7 +23,26 @@ from sagacity.journal.phases import Phase
 from sagacity.tools import Reversibility
 
 
-class ToolSpec(BaseModel):
+class Lean(BaseModel):
+    """A model that travels in workflow history: its payloads leave out the fields that hold
+    their default, which read back as that default.
+
+    Most of a call's optional fields are unset on most calls; left in, they were a third of the
+    bytes each tool call adds to history.
+    """
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name, field in type(self).model_fields.items():
+            if not field.is_required() and getattr(self, name) == field.get_default(
+                call_default_factory=True, validated_data={}
+            ):
+                data.pop(name, None)
+        return data
+
+
+class ToolSpec(Lean):
     """What workflow code may know of a tool: enough to gate, order and describe it.
 
     ``description`` and ``params_schema`` are empty in the brief catalog a saga opens with;
@@ -40,7 +59,7 @@ class ToolSpec(BaseModel):
     heartbeat_timeout_s: float
 
 
-class RowRef(BaseModel):
+class RowRef(Lean):
     """A journal row as the workflow tracks it (the full row lives in Postgres)."""
 
     seq: int
@@ -49,14 +68,6 @@ class RowRef(BaseModel):
     hash: str
     #: the activity that wrote the row sealed it as the saga's end (said only when true)
     sealed: bool = False
-
-    @model_serializer(mode="wrap")
-    def _without_unsealed(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # most rows are not seals: leave the flag out of every payload and view that holds rows
-        data: dict[str, Any] = handler(self)
-        if not self.sealed:
-            data.pop("sealed", None)
-        return data
 
 
 class Head(BaseModel):
@@ -89,7 +100,7 @@ class ErrorInfo(BaseModel):
     message: str
 
 
-class CallRequest(BaseModel):
+class CallRequest(Lean):
     """One tool call: INTENT at ``seq``, its outcome at ``seq + 1``."""
 
     saga_id: str
@@ -157,7 +168,7 @@ class Journaled(BaseModel):
     result: Any = None
 
 
-class CallOutcome(BaseModel):
+class CallOutcome(Lean):
     """How a call ended. ``result`` is what the tool returned, secrets and all (later steps and
     compensations get it); ``journaled`` is set when redaction changed the call's input or
     result, and is what the saga shows of it."""
@@ -178,7 +189,7 @@ class Resolved(BaseModel):
     recorded: bool
 
 
-class CompensateRequest(BaseModel):
+class CompensateRequest(Lean):
     saga_id: str
     seq: int
     prev_hash: str
@@ -289,7 +300,7 @@ class Original(BaseModel):
     result: Any = None
 
 
-class SagaOpen(BaseModel):
+class SagaOpen(Lean):
     """Claim ``saga_id``'s journal for this workflow's run chain and read it after ``after_seq``."""
 
     saga_id: str
@@ -314,7 +325,7 @@ class JournalRow(BaseModel):
     payload: str
 
 
-class SagaOpened(BaseModel):
+class SagaOpened(Lean):
     """The worker's tool catalog and the journal rows this run has not seen."""
 
     tools: list[ToolSpec]
