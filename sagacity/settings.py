@@ -317,7 +317,11 @@ class Settings(BaseSettings):
         if dev and anchors.signing_key.is_file():
             self.checkpoint_dir = anchors.checkpoint_dir
             self.signing_key = anchors.signing_key
-        if self.database_url is None and self.redact_key is None and anchors.fingerprint_key.is_file():
+        if (
+            self.database_url is None
+            and self.redact_key is None
+            and anchors.fingerprint_key.is_file()
+        ):
             self.redact_key = anchors.fingerprint_key
         approvers = dev_approvers(self.data_dir)
         unset = (self.keyring, self.approver_key, self.service_key) == (None, None, None)

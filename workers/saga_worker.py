@@ -237,6 +237,7 @@ async def _running(
                     with contextlib.suppress(asyncio.CancelledError):
                         await running
 
+
 @contextlib.asynccontextmanager
 async def running_worker(
     settings: Settings, apps: Sequence[str] = (DEFAULT_APP,), *, graceful_s: float | None = None

@@ -182,8 +182,10 @@ class StoredConversationModel(_TemporalModelStub):
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
         params = self.model_params
-        if isinstance(input, str) or params.use_local_activity or not workflow.patched(
-            CONVERSATION_PATCH
+        if (
+            isinstance(input, str)
+            or params.use_local_activity
+            or not workflow.patched(CONVERSATION_PATCH)
         ):
             return await super().get_response(
                 system_instructions,
@@ -235,7 +237,9 @@ class StoredConversationModel(_TemporalModelStub):
         return reply.response
 
 
-async def load_conversation(saga_id: str, version: str, model: StoredConversationModel) -> list[Any]:
+async def load_conversation(
+    saga_id: str, version: str, model: StoredConversationModel
+) -> list[Any]:
     """In the workflow: the stored conversation up to ``version``, and ``model`` set to go on."""
     params = model.model_params
     items: list[Any] = await workflow.execute_activity(

@@ -381,10 +381,7 @@ def _app() -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        if (
-            request.url.path not in _PUBLIC
-            and _principal_of(request) is None
-        ):
+        if request.url.path not in _PUBLIC and _principal_of(request) is None:
             return _unauthorized()
         if exc.status_code == 400:  # FastAPI could not parse the body
             why = {

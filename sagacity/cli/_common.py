@@ -44,7 +44,9 @@ def run_or_exit(work: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(1) from None
 
 
-def decision_keys_or_exit(key: Path | None, settings: Settings) -> tuple[Signer | None, Keyring | None]:
+def decision_keys_or_exit(
+    key: Path | None, settings: Settings
+) -> tuple[Signer | None, Keyring | None]:
     """The key decisions are signed with (``key``) and the keyring, or exit 2 if unreadable."""
     try:
         return (Signer.open(key) if key is not None else None), settings.load_keyring()

@@ -229,7 +229,9 @@ async def run_demo(
             redactor=settings.model_copy(update={"redact_key": setup.fingerprint_key}).redactor(),
             codec=settings.payload_codec(),
         )
-        client = with_plugins(await connect(settings, SagacityPlugin(codec=settings.payload_codec())), plugins)
+        client = with_plugins(
+            await connect(settings, SagacityPlugin(codec=settings.payload_codec())), plugins
+        )
         # a queue of its own, so workers of other apps on the default queue never see it
         task_queue = f"sagacity-demo-{uuid.uuid4().hex[:8]}"
         saga_id = f"demo-order-{uuid.uuid4().hex[:8]}"

@@ -281,9 +281,7 @@ def serve_command(
     tokens = settings.approval_tokens or {}
     oidc = _oidc(settings)
     if not tokens and oidc is None:
-        raise fail(
-            "set SAGACITY_APPROVAL_TOKENS (token=principal,...) or SAGACITY_OIDC_JWKS_URL"
-        )
+        raise fail("set SAGACITY_APPROVAL_TOKENS (token=principal,...) or SAGACITY_OIDC_JWKS_URL")
     if settings.keyring is not None and settings.service_key is None:
         raise fail("a keyring is configured: set SAGACITY_SERVICE_KEY, the key the API signs with")
 

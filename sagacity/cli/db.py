@@ -46,8 +46,6 @@ OwnerUrl = Annotated[
 ]
 
 
-
-
 def journal_url_or_exit(given: str | None) -> str:
     """The journal URL a command uses, or exit 2 saying how to give one.
 

@@ -39,10 +39,6 @@ __all__ = ["export", "keygen"]
 _PAGE = 1000
 
 
-
-
-
-
 def _period(text: str | None, default: timedelta) -> timedelta:
     if text is None:
         return default

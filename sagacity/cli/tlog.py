@@ -63,10 +63,6 @@ PublicKey = Annotated[
 ]
 
 
-
-
-
-
 def _folder(given: Path | None, settings: Settings) -> Path:
     folder = given or settings.checkpoint_dir
     if folder is None:
@@ -84,9 +80,7 @@ def _public_key(given: Path | None, settings: Settings) -> Ed25519PublicKey:
     except SagacityError as exc:
         raise fail(str(exc)) from None
     if key is None:
-        raise fail(
-            "no key to check tree heads with: pass --public-key or set SAGACITY_SIGNING_KEY"
-        )
+        raise fail("no key to check tree heads with: pass --public-key or set SAGACITY_SIGNING_KEY")
     return key
 
 

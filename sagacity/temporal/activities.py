@@ -281,7 +281,9 @@ class SagaActivities:
         except EvidenceUnavailable as exc:
             # the row is written; failing now would make its retry guess what happened. The
             # next row's checkpoint covers this head too.
-            _log.error("checkpoint of saga %s seq %d not written: %s", entry.saga_id, entry.seq, exc)
+            _log.error(
+                "checkpoint of saga %s seq %d not written: %s", entry.saga_id, entry.seq, exc
+            )
             return False
         return True
 
@@ -509,9 +511,7 @@ class SagaActivities:
         if details:
             # the tool returned, but its outcome row was not written: write it now
             recorded = json.loads(str(details[0]))
-            outcome = await self._record(
-                req, intent_row, recorded["status"], recorded["payload"]
-            )
+            outcome = await self._record(req, intent_row, recorded["status"], recorded["payload"])
             await self._consume_approval(req)
             return outcome
         spec = self.tools.get(req.tool_name) if req.tool_name in self.tools else None
@@ -821,7 +821,9 @@ class SagaActivities:
         return req.model_copy(
             update={
                 "input_json": intent.input,
-                "result": json.loads(outcome.payload) if executed and outcome and outcome.payload else None,
+                "result": json.loads(outcome.payload)
+                if executed and outcome and outcome.payload
+                else None,
                 "by_ref": False,
             }
         )

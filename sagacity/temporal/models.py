@@ -518,7 +518,9 @@ def _named(value: str) -> str:
 
 
 #: who decided: a non-empty name or principal, as the journal will hold it
-Identity = Annotated[str, Field(max_length=200), AfterValidator(_plain_text), AfterValidator(_named)]
+Identity = Annotated[
+    str, Field(max_length=200), AfterValidator(_plain_text), AfterValidator(_named)
+]
 #: a reason given with a decision
 Reason = Annotated[str, Field(max_length=2000), AfterValidator(_plain_text)]
 #: a sha-256 in hex, as ``input_hash`` is stored

@@ -39,9 +39,10 @@ def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
     if not isinstance(existing, SandboxedWorkflowRunner):
         return existing
     return dataclasses.replace(
-        existing, restrictions=existing.restrictions.with_passthrough_modules(
+        existing,
+        restrictions=existing.restrictions.with_passthrough_modules(
             "sagacity", "cryptography", "_cffi_backend"
-        )
+        ),
     )
 
 

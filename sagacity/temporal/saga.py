@@ -367,7 +367,9 @@ class Saga:
     def _fold(self, rows: list[JournalRow]) -> None:
         """Take rows an earlier run (or a lost attempt) wrote into this run's view."""
         for row in rows:
-            self._track([RowRef(seq=row.seq, tool_name=row.tool_name, phase=row.phase, hash=row.hash)])
+            self._track(
+                [RowRef(seq=row.seq, tool_name=row.tool_name, phase=row.phase, hash=row.hash)]
+            )
             if row.phase is Phase.INTENT:
                 self._open_intent = row
             elif row.phase in (Phase.EXECUTED, Phase.FAILED):

@@ -158,4 +158,3 @@ async def test_a_changed_conversation_stops_the_agent_and_compensates(
     assert "ConversationTampered" in result.saga.error.message
     assert "changed after it was written" in result.saga.error.message
     assert sample_tools.EFFECTS == ["set t0", "set t1", "unset t1", "unset t0"]
-

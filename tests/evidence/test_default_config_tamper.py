@@ -437,9 +437,7 @@ class JournalCase:
 
 
 REWRITTEN = r"row {seq} is hashed \w+… in the journal but \w+… by the checkpoint \(signed [^)]+\): the journal was rewritten"
-REMOVED = (
-    r"the checkpoint \((?:signed|sealed) [^)]+\) has row {seq} hashed \w+…, but the journal has no row {seq}"
-)
+REMOVED = r"the checkpoint \((?:signed|sealed) [^)]+\) has row {seq} hashed \w+…, but the journal has no row {seq}"
 ALTERED = r"FAILED  saga '{saga}' seq {seq}: the journal's row hashes \w+…, the log holds \w+… \(leaf \d+\): altered after it was logged"
 DELETED = r"FAILED  saga '{saga}' seq {seq}: logged \(leaf \d+\) but gone from the journal: deleted"
 

@@ -32,7 +32,10 @@ from workers.saga_worker import running_worker
         ("https://u:p@ss@host/", "https://[redacted]@host/"),
         # query parameters named by the rules; others kept
         ("GET /v1?api_key=sk-123&x=1#f", "GET /v1?api_key=[redacted]&x=1#f"),
-        ("?access_token=a.b.c&client_secret=zz", "?access_token=[redacted]&client_secret=[redacted]"),
+        (
+            "?access_token=a.b.c&client_secret=zz",
+            "?access_token=[redacted]&client_secret=[redacted]",
+        ),
         # credentials after a scheme, in or out of a header
         ("Authorization: Bearer abc.def", "Authorization: Bearer [redacted]"),
         ("authorization: basic dXNlcjpwYXNz==", "authorization: basic [redacted]"),

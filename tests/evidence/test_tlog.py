@@ -137,7 +137,8 @@ async def test_integrate_publish_prove_and_check_offline(log_db: LogDb, tmp_path
         assert (first.appended, first.size) == (12, 12)
         assert first.published is not None
         assert (
-            first.published.origin == f"sagacity.local/journal/{conninfo_to_dict(log_db.owner_url)['dbname']}"
+            first.published.origin
+            == f"sagacity.local/journal/{conninfo_to_dict(log_db.owner_url)['dbname']}"
         )
         again = await seq.integrate()
         assert (again.appended, again.published) == (0, None)

@@ -218,7 +218,11 @@ async def test_a_worker_without_codec_keys_says_so_and_production_refuses_it(
     finally:
         dev.stop()
     # a keyring, as production requires: the codec keys are all it lacks
-    production_env = {**env, "SAGACITY_PRODUCTION": "true", "SAGACITY_KEYRING": str(settings.keyring)}
+    production_env = {
+        **env,
+        "SAGACITY_PRODUCTION": "true",
+        "SAGACITY_KEYRING": str(settings.keyring),
+    }
     production = SagacityWorker(production_env, tmp_path / "prod.log")
     with pytest.raises(RuntimeError, match="worker exited early") as refused:
         await production.start()

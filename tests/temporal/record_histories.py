@@ -412,7 +412,9 @@ async def saga_continued_as_new(rig: Rig) -> dict[str, WorkflowHistory]:
     return runs
 
 
-async def chain(rig: Rig, handle: WorkflowHandle[Any, Any], name: str) -> dict[str, WorkflowHistory]:
+async def chain(
+    rig: Rig, handle: WorkflowHandle[Any, Any], name: str
+) -> dict[str, WorkflowHistory]:
     """Every run of the chain ``handle`` started, first run first, as ``<name>-run<n>``."""
     runs: dict[str, WorkflowHistory] = {}
     run_id: str | None = handle.first_execution_run_id or handle.result_run_id

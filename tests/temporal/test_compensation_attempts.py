@@ -40,7 +40,11 @@ async def executed_call(journal: JournalStore, saga_id: str) -> str:
         [
             Draft(saga_id, "book", Phase.INTENT, to_json({"room": "12"})),
             Draft(
-                saga_id, "book", Phase.EXECUTED, to_json({"room": "12"}), to_json({"booking": "b-12"})
+                saga_id,
+                "book",
+                Phase.EXECUTED,
+                to_json({"room": "12"}),
+                to_json({"booking": "b-12"}),
             ),
         ],
         seq=1,
