@@ -32,7 +32,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from sagacity.approvals import codec_server
 from sagacity.approvals.codec_server import CodecCors, CodecServer, codec_router
 from sagacity.approvals.oidc import OidcVerifier
-from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.service import (
+    MAX_PAGE,
+    ApprovalService,
+    DecisionResult,
+    Inbox,
+    PendingRequest,
+    inbox_filter,
+)
 from sagacity.approvals.suspects import Resolution, SagaView
 from sagacity.errors import (
     ApprovalConflict,
@@ -61,6 +68,8 @@ MAX_BODY = 64 * 1024
 #: Temporal's default limit on a workflow id's length
 _ID_MAX = 1000
 _BIGINT_MAX = 2**63 - 1
+#: ages further back than a century are refused (a datetime cannot go back 2**63 seconds)
+_AGE_MAX_S = 100 * 365 * 24 * 3600
 #: served without a token: the API's own description
 _PUBLIC = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
@@ -99,6 +108,12 @@ def _plain(value: str) -> str:
 def _saga_id(value: str | None) -> str | None:
     if value is not None:
         check_name(value, what="a saga id", max_len=_ID_MAX)
+    return value
+
+
+def _tool_names(value: list[str] | None) -> list[str] | None:
+    for name in value or ():
+        check_name(name, what="a tool name", max_len=_ID_MAX)
     return value
 
 
@@ -416,9 +431,31 @@ def _app() -> FastAPI:
         saga_id: Annotated[
             str | None, Query(description="only this saga's requests"), AfterValidator(_saga_id)
         ] = None,
-    ) -> list[PendingRequest]:
-        """Pending approval requests, oldest first, with each saga's live status."""
-        return await service.list(saga_id=saga_id)
+        tool: Annotated[
+            list[str] | None,
+            Query(description="only requests to call these tools (repeat the parameter)"),
+            AfterValidator(_tool_names),
+        ] = None,
+        older_than_s: Annotated[
+            float | None,
+            Query(ge=0, le=_AGE_MAX_S, description="only requests waiting this long or longer"),
+        ] = None,
+        newer_than_s: Annotated[
+            float | None,
+            Query(ge=0, le=_AGE_MAX_S, description="only requests waiting at most this long"),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="requests per page")] = 50,
+        after: Annotated[
+            str | None,
+            Query(max_length=4096, description="the `next` of the previous page"),
+        ] = None,
+    ) -> Inbox:
+        """Pending approval requests a page at a time, oldest first, with counts; only the
+        page's sagas are asked their live status."""
+        where = inbox_filter(
+            tools=tool, saga_id=saga_id, older_than_s=older_than_s, newer_than_s=newer_than_s
+        )
+        return await service.inbox(where, after=after, limit=limit)
 
     @app.get(
         "/approvals/{saga_id}/{seq}",
