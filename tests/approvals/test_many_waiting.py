@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from temporalio.client import Client
 from temporalio.worker import Worker
 
