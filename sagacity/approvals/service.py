@@ -197,6 +197,11 @@ class ApprovalService:
             next=_encode_cursor(requests[-1]) if more else None,
         )
 
+    @property
+    def journal(self) -> JournalStore | None:
+        """The journal the service reads calls' inputs and outcomes from, when it has one."""
+        return self._journal
+
     def deciders(self, tool_name: str) -> builtins.list[str] | None:
         """Who may decide calls of ``tool_name`` here (None: anyone the keyring accepts)."""
         return permitted(self.approvers, tool_name)
