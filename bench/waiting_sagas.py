@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from uuid import uuid4
 
 import httpx
@@ -163,7 +164,7 @@ async def main_async(args: argparse.Namespace) -> int:
             stack.temporal_address, namespace=stack.temporal_namespace, plugins=[SagacityPlugin()]
         )
         port = free_port()
-        serve = [sys.executable, "-m", "sagacity.cli.main", "approvals", "serve"]
+        serve = [str(Path(sys.executable).with_name("sagacity")), "approvals", "serve"]
         with tempfile.TemporaryFile() as log:
             worker = subprocess.Popen(
                 [sys.executable, "-m", "workers.saga_worker"],

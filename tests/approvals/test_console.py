@@ -123,6 +123,7 @@ async def test_inbox_request_and_approval_run_the_call_once(
 
     saga = await web.get(approved.headers["location"])
     assert saga.status_code == 200 and "Your decision was taken: approved" in saga.text
+    assert '<dd data-testid="state">completed</dd>' in saga.text
     assert 'data-testid="node-gate" data-status="approved"' in saga.text
     assert "verified" in saga.text and "chain intact" in saga.text
     assert 'data-testid="node-compensation"' not in saga.text
@@ -149,6 +150,7 @@ async def test_a_rejection_draws_the_rollback_and_the_bundle_verifies(
     assert (await waiting.handle.result()).status is SagaState.COMPENSATED
 
     saga = await web.get(f"/console/sagas/{waiting.saga_id}")
+    assert '<dd data-testid="state">compensated</dd>' in saga.text
     assert 'data-testid="node-gate" data-status="rejected"' in saga.text
     assert saga.text.count('data-testid="node-compensation" data-status="compensated"') == 2
     assert saga.text.count('data-testid="node-call" data-status="executed"') == 2
