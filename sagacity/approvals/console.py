@@ -36,7 +36,14 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
 
 from sagacity.approvals.service import MAX_PAGE, ApprovalService, inbox_filter
-from sagacity.errors import ApprovalNotFound, InvalidInput, SagacityError
+from sagacity.approvals.suspects import SagaView
+from sagacity.errors import (
+    ApprovalNotFound,
+    InvalidInput,
+    SagacityError,
+    SagaNotFound,
+    SagaUnavailable,
+)
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.bundle import export_bundle
 from sagacity.evidence.checkpoints import CheckpointDir
@@ -262,11 +269,13 @@ def console_router(console: WebConsole) -> APIRouter:
 
     @router.get("/sagas/{saga_id}")
     async def saga_page(request: Request, saga_id: str, done: str = "") -> HTMLResponse:
-        view, (rows, total), report = await asyncio.gather(
-            console.service.saga(saga_id),
+        (view, missing), (rows, total), report = await asyncio.gather(
+            _view(console.service, saga_id),
             _rows(console.journal, saga_id),
             _verify(console, saga_id),
         )
+        if missing is not None and not rows:
+            return render(request, "error.html", 404, title="No such saga", message=missing)
         pending = None
         if view.pending_approval_seq is not None:
             pending = f"{PREFIX}/approvals/{quote(saga_id, safe='')}/{view.pending_approval_seq}"
@@ -354,8 +363,20 @@ def _local(target: str) -> str:
 
 async def _rows(journal: JournalStore, saga_id: str) -> tuple[list[Entry], int]:
     rows = await journal.after(saga_id, 0, limit=_ROWS_SHOWN)
-    head = rows[-1].seq if len(rows) < _ROWS_SHOWN else await _head(journal, saga_id)
-    return rows, head
+    if len(rows) < _ROWS_SHOWN:
+        return rows, rows[-1].seq if rows else 0
+    return rows, await _head(journal, saga_id)
+
+
+async def _view(service: ApprovalService, saga_id: str) -> tuple[SagaView, str | None]:
+    """What the saga says now; a journal outlives its workflow (retention, a lost worker), so
+    a saga that cannot answer is shown as such, with why."""
+    try:
+        return await service.saga(saga_id), None
+    except SagaNotFound as exc:
+        return SagaView(saga_id=saga_id, workflow_status="not_found"), str(exc)
+    except SagaUnavailable:
+        return SagaView(saga_id=saga_id, workflow_status="no_answer"), None
 
 
 async def _head(journal: JournalStore, saga_id: str) -> int:

@@ -174,3 +174,11 @@ async def test_bob_sees_the_request_but_may_not_decide_it(
     refused = await web.post(f"{page}/approve", data={"csrf": csrf})
     assert refused.status_code == 409 and "bob" in refused.text
     assert (await web.get(page)).status_code == 200  # still waiting
+
+
+async def test_an_unknown_saga_is_a_page_saying_so(web: httpx.AsyncClient) -> None:
+    await sign_in(web, "tok-alice")
+    missing = await web.get("/console/sagas/no-such-saga")
+    assert missing.status_code == 404 and "No such saga" in missing.text
+    request = await web.get("/console/approvals/no-such-saga/5")
+    assert request.status_code == 404 and "No such request" in request.text
