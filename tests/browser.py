@@ -1,4 +1,4 @@
-"""Browser tests: Debian's Chromium driven through Playwright's async API, and a page server.
+"""Browser tests: Debian's Chromium driven through Playwright's async API, screenshots as artifacts.
 
 Chromium is the system's ``/usr/bin/chromium`` (``make test`` installs it with apt-get when run as
 root); Playwright never downloads a browser of its own here. Without it, every test that asks for
@@ -12,28 +12,21 @@ Fixtures (``tests/conftest.py`` shares them by name, so any test can ask for the
 * ``page`` (function): a page in a fresh browser context (no cookies or storage shared between
   tests). When the test fails, a screenshot of it is saved as an artifact.
 
-Helpers:
+Pages are served with :func:`tests.serving.serve`. Helpers:
 
-* :func:`serve`: an ASGI app (a Starlette or FastAPI app) under uvicorn on a free localhost port,
-  for the test's lifetime; yields its base URL.
 * :func:`save_screenshot`: ``artifacts/screenshots/<name>.png`` under the repository (git-ignored,
   for CI to keep); prints the path.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import re
-import socket
 from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from playwright.async_api import Browser, Page, async_playwright
-from starlette.types import ASGIApp
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -111,28 +104,3 @@ async def save_screenshot(page: Page, name: str) -> Path:
     await page.screenshot(path=path, full_page=True)
     print(f"screenshot: {path}")
     return path
-
-
-@contextlib.asynccontextmanager
-async def serve(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1 on a free port in this event loop; yield its base URL.
-
-    The socket is bound here and handed to uvicorn, so no other process can take the port between
-    choosing it and serving on it.
-    """
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = int(sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("uvicorn stopped before it started serving")
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()

@@ -9,7 +9,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
-from tests.browser import SCREENSHOTS, save_screenshot, serve
+from tests.browser import SCREENSHOTS, save_screenshot
+from tests.serving import serve
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>smoke</title></head>
