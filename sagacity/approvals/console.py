@@ -451,7 +451,7 @@ def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:
 
 # -- the saga as a picture ------------------------------------------------------------------------
 
-_STEP = 150
+_STEP = 175
 _FORWARD_Y = 30
 _ROLLBACK_Y = 150
 
