@@ -248,7 +248,7 @@ def console_router(console: WebConsole) -> APIRouter:
                 saga_id, seq, approver=principal, input_hash=form.get("input_hash") or None
             )
         except SagacityError as exc:
-            return await _request_view(request, saga_id, seq, error=str(exc), status=409)
+            return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
         return _to_saga(saga_id, "approved")
 
     @router.post("/approvals/{saga_id}/{seq}/reject")
@@ -264,7 +264,7 @@ def console_router(console: WebConsole) -> APIRouter:
                 saga_id, seq, approver=request.state.principal, reason=reason
             )
         except SagacityError as exc:
-            return await _request_view(request, saga_id, seq, error=str(exc), status=409)
+            return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
         return _to_saga(saga_id, "rejected")
 
     @router.get("/sagas/{saga_id}")
@@ -322,14 +322,24 @@ def static_files() -> StaticFiles:
     return StaticFiles(directory=str(_ASSETS / "static"))
 
 
+def _status(refusal: SagacityError) -> int:
+    """A decision's refusal as a status: bad input 422, anything else the saga refused 409."""
+    return 422 if isinstance(refusal, InvalidInput) else 409
+
+
 def _to_saga(saga_id: str, done: str) -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/sagas/{quote(saga_id, safe='')}?done={done}", 303)
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """The urlencoded form a page posted (the gate has already capped its size)."""
-    body = (await request.body()).decode("utf-8", errors="replace")
-    return {k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items() if v}
+    """The urlencoded form a page posted (the gate has already capped its size);
+    :class:`InvalidInput` when it is not UTF-8 text."""
+    try:
+        body = (await request.body()).decode("ascii")
+        fields = parse_qs(body, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidInput("the form is not UTF-8 text") from None
+    return {k: v[0] for k, v in fields.items() if v}
 
 
 async def _checked_form(request: Request) -> dict[str, str] | None:

@@ -144,7 +144,7 @@ async def test_a_rejection_draws_the_rollback_and_the_bundle_verifies(
     page = f"/console/approvals/{waiting.saga_id}/{waiting.seq}"
 
     empty = await web.post(f"{page}/reject", data={"csrf": csrf, "reason": " "})
-    assert empty.status_code == 409 and "give a reason" in empty.text
+    assert empty.status_code == 422 and "give a reason" in empty.text
     rejected = await web.post(f"{page}/reject", data={"csrf": csrf, "reason": "wrong address"})
     assert rejected.status_code == 303
     assert (await waiting.handle.result()).status is SagaState.COMPENSATED
@@ -182,3 +182,32 @@ async def test_an_unknown_saga_is_a_page_saying_so(web: httpx.AsyncClient) -> No
     assert missing.status_code == 404 and "No such saga" in missing.text
     request = await web.get("/console/approvals/no-such-saga/5")
     assert request.status_code == 404 and "No such request" in request.text
+
+
+async def test_bad_input_to_the_console_is_a_4xx_and_changes_nothing(
+    web: httpx.AsyncClient, start_order: StartOrder, journal: JournalStore
+) -> None:
+    waiting = await start_order()
+    csrf = await sign_in(web, "tok-alice")
+    sid = waiting.saga_id
+    before = await journal.read(sid)
+    for method, url, body in [
+        ("GET", "/console/?tool=a%00b", None),
+        ("GET", "/console/?saga=%00", None),
+        ("GET", "/console/?age=forever", None),
+        ("GET", "/console/?after=bm90IGEgY3Vyc29y", None),
+        ("GET", "/console/?limit=x", None),
+        ("GET", "/console/sagas/a%00b", None),
+        ("GET", f"/console/approvals/{sid}/{2**70}", None),
+        ("GET", f"/console/approvals/{sid}/-1", None),
+        ("GET", "/console/approvals/a%00b/5", None),
+        ("GET", "/console/sagas/a%00b/bundle.zip", None),
+        ("POST", f"/console/approvals/{sid}/{waiting.seq}/reject", b"csrf=" + csrf.encode() + b"&reason=%FF%FE"),
+        ("POST", f"/console/approvals/{sid}/{waiting.seq}/reject", f"csrf={csrf}&reason=a%00b".encode()),
+        ("POST", f"/console/approvals/{sid}/{waiting.seq}/reject", f"csrf={csrf}&reason=" .encode() + b"x" * 70_000),
+        ("POST", "/console/sign-in", b"token=%ED%A0%80"),
+    ]:  # fmt: skip
+        answer = await web.request(method, url, content=body, headers={"Origin": ORIGIN})
+        assert 400 <= answer.status_code < 500, (method, url, answer.status_code, answer.text[:300])
+    assert await journal.read(sid) == before
+    assert (await web.get(f"/console/approvals/{sid}/{waiting.seq}")).status_code == 200
