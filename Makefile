@@ -1,14 +1,18 @@
 # Two commands: `make demo` and `make test`. Each sets up what it needs on a fresh clone:
 # a .venv (python3 -m venv) with the project installed editable, reinstalled only when
-# pyproject.toml changed since the last install.
+# pyproject.toml changed since the last install. `make test` also makes sure Debian's Chromium is at
+# /usr/bin/chromium for the browser tests: apt-get installs it when run as root; otherwise one line
+# says how, and the browser tests skip.
 #
 #   make test ARGS="-k store -x"     extra pytest arguments
 
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.sagacity-installed
-ARGS   ?=
+PYTHON   ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+STAMP    := $(VENV)/.sagacity-installed
+CHROMIUM := /usr/bin/chromium
+CHROMIUM_STAMP := $(VENV)/.chromium-installed
+ARGS     ?=
 
 .DEFAULT_GOAL := help
 
@@ -21,7 +25,7 @@ help:
 demo: $(STAMP)
 	$(BIN)/sagacity demo
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest $(ARGS)
@@ -32,3 +36,14 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -e '.[dev]'
 	@touch $@
+
+# Stamped only once Chromium is there: without root it is checked (and the line printed) each run.
+$(CHROMIUM_STAMP): | $(BIN)/python
+	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian's chromium for the browser tests (apt-get)"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends chromium >/dev/null || exit 1; \
+	fi; \
+	if [ -x $(CHROMIUM) ]; then touch $@; \
+	else echo "browser tests will skip: no $(CHROMIUM); install it as root with: apt-get install --no-install-recommends chromium"; fi

@@ -35,6 +35,7 @@ import contextlib
 import fcntl
 import getpass
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -130,6 +131,8 @@ class DevSetup:
     approver: str | None = None
     #: the payload codec's key file; None when the keys were given inline (SAGACITY_CODEC_KEYS)
     codec_keys_file: Path | None = None
+    #: ``token=user``: the local user's token for the approvals API and its console
+    console_token: Path | None = None
 
     def settings(self) -> dict[str, object]:
         """The settings that point a command at this set-up."""
@@ -209,6 +212,11 @@ def ensure_dev_approvers(data_dir: Path, user: str | None = None) -> tuple[DevAp
                     ]
                 )
                 write_keyring(approvers.keyring, keyring)
+            if not approvers.console_token.exists():
+                # the local user's token for `sagacity approvals serve` and its console
+                fd = os.open(approvers.console_token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(f"{secrets.token_urlsafe(24)}={user}\n")
     except (OSError, EvidenceUnavailable) as exc:
         raise DevStackError(
             f"cannot create the dev decision keys in {approvers.folder}: {exc}"
@@ -771,9 +779,11 @@ class DevStack:
             settings.service_key,
         )
         approver = None
+        console_token = None
         if keyring is None:
             # decisions are signed by default: a keyring configured is the tested configuration
             approvers, approver = ensure_dev_approvers(self.data_dir)
+            console_token = approvers.console_token
             keyring = approvers.keyring
             approver_key = approver_key or approvers.approver_key
             service_key = service_key or approvers.service_key
@@ -794,6 +804,7 @@ class DevStack:
             service_key=service_key,
             approver=approver,
             codec_keys_file=codec_keys_file,
+            console_token=console_token,
         )
 
     async def __aenter__(self) -> Endpoints:

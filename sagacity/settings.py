@@ -329,6 +329,12 @@ class Settings(BaseSettings):
             self.keyring = approvers.keyring
             self.approver_key = approvers.approver_key
             self.service_key = approvers.service_key
+        if (
+            self.database_url is None
+            and self.approval_tokens is None
+            and approvers.console_token.is_file()
+        ):
+            self.approval_tokens = _pairs(approvers.console_token.read_text(encoding="utf-8"))
         return self
 
     @model_validator(mode="after")
@@ -389,6 +395,8 @@ class DevApprovers:
     keyring: Path
     approver_key: Path
     service_key: Path
+    #: ``token=user``: the local user's bearer token for the approvals API and the console
+    console_token: Path
 
 
 def dev_approvers(data_dir: Path) -> DevApprovers:
@@ -399,6 +407,7 @@ def dev_approvers(data_dir: Path) -> DevApprovers:
         keyring=folder / "keyring.json",
         approver_key=folder / "approver-key.pem",
         service_key=folder / "service-key.pem",
+        console_token=folder / "console-token",
     )
 
 

@@ -28,6 +28,8 @@ Fixtures:
   workers.
 * ``temporal_client`` (session): a client with the pydantic data converter and the session's codec.
 * ``task_queue`` (function): a fresh ``tq-<uuid>`` per test, so tests never share workers.
+* ``browser`` (session), ``page`` (function): Debian's headless Chromium through Playwright, and a
+  page in a fresh context, screenshotted when its test fails (``tests/browser.py``).
 """
 
 from __future__ import annotations
@@ -55,8 +57,14 @@ from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import provision
 from sagacity.temporal.codec import data_converter, new_codec_key
+from tests import browser as browser_fixtures
 
 CODEC_ENV = ("SAGACITY_CODEC_KEYS", "SAGACITY_CODEC_KEYS_FILE")
+
+# browser tests, shared by name (the hook notes failures for ``page``'s screenshot)
+browser = browser_fixtures.browser
+page = browser_fixtures.page
+pytest_runtest_makereport = browser_fixtures.pytest_runtest_makereport
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -412,6 +412,22 @@ def test_dev_decision_keys_sign_for_the_local_user_and_are_the_default_settings(
     assert given.keyring is None
 
 
+def test_dev_console_token_is_the_local_users_made_once_and_private(tmp_path: Path) -> None:
+    approvers, _ = devstack_module.ensure_dev_approvers(tmp_path, user="renee")
+    token, _, who = approvers.console_token.read_text().strip().partition("=")
+    assert who == "renee" and len(token) >= 32
+    assert approvers.console_token.stat().st_mode & 0o777 == 0o600
+    devstack_module.ensure_dev_approvers(tmp_path, user="renee")
+    assert approvers.console_token.read_text().startswith(token)  # kept, not made again
+    assert Settings(data_dir=tmp_path, database_url=None, approval_tokens=None).approval_tokens == {
+        token: "renee"
+    }
+    elsewhere = Settings(
+        data_dir=tmp_path, database_url="postgresql://elsewhere/db", approval_tokens=None
+    )
+    assert elsewhere.approval_tokens is None
+
+
 def test_dev_codec_keys_are_created_once_and_are_the_dev_stacks_default(tmp_path: Path) -> None:
     path = devstack_module.ensure_dev_codec_keys(tmp_path)
     first = path.read_text()

@@ -3,15 +3,25 @@
 The gate itself lives in the saga engine (:mod:`sagacity.temporal.saga`); this package sits on it.
 """
 
-from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.service import (
+    ApprovalService,
+    DecisionResult,
+    Inbox,
+    InboxFilter,
+    PendingRequest,
+    inbox_filter,
+)
 from sagacity.approvals.suspects import Resolution, SagaView, SuspectView, resolve_suspect
 
 __all__ = [
     "ApprovalService",
     "DecisionResult",
+    "Inbox",
+    "InboxFilter",
     "PendingRequest",
     "Resolution",
     "SagaView",
     "SuspectView",
+    "inbox_filter",
     "resolve_suspect",
 ]

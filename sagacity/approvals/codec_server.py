@@ -13,7 +13,6 @@ serves these routes; the codec is the approvals service's own, from the settings
 from __future__ import annotations
 
 import base64
-import binascii
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -69,7 +68,7 @@ class PayloadsBody(BaseModel):
 def _bytes(text: str, where: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or text with characters outside ASCII
         raise InvalidInput(f"{where}: not base64") from None
 
 

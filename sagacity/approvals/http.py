@@ -19,20 +19,29 @@ import logging
 from collections.abc import Mapping
 from importlib.metadata import version
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, model_validator
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sagacity.approvals import codec_server
+from sagacity.approvals import codec_server, console
 from sagacity.approvals.codec_server import CodecCors, CodecServer, codec_router
+from sagacity.approvals.console import WebConsole, console_router
 from sagacity.approvals.oidc import OidcVerifier
-from sagacity.approvals.service import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals.service import (
+    MAX_PAGE,
+    ApprovalService,
+    DecisionResult,
+    Inbox,
+    PendingRequest,
+    inbox_filter,
+)
 from sagacity.approvals.suspects import Resolution, SagaView
 from sagacity.errors import (
     ApprovalConflict,
@@ -61,6 +70,8 @@ MAX_BODY = 64 * 1024
 #: Temporal's default limit on a workflow id's length
 _ID_MAX = 1000
 _BIGINT_MAX = 2**63 - 1
+#: ages further back than a century are refused (a datetime cannot go back 2**63 seconds)
+_AGE_MAX_S = 100 * 365 * 24 * 3600
 #: served without a token: the API's own description
 _PUBLIC = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
@@ -99,6 +110,12 @@ def _plain(value: str) -> str:
 def _saga_id(value: str | None) -> str | None:
     if value is not None:
         check_name(value, what="a saga id", max_len=_ID_MAX)
+    return value
+
+
+def _tool_names(value: list[str] | None) -> list[str] | None:
+    for name in value or ():
+        check_name(name, what="a tool name", max_len=_ID_MAX)
     return value
 
 
@@ -208,13 +225,23 @@ def create_app(
     oidc: OidcVerifier | None = None,
     max_body: int = MAX_BODY,
     codec: CodecServer | None = None,
+    web: WebConsole | None = None,
 ) -> FastAPI:
     """The API over ``service``; ``tokens`` maps each bearer token to the principal it names,
     and ``oidc`` (when given) accepts the JWTs of an OIDC provider as well.
 
     ``codec``: the codec server's routes decode and encode with it (:mod:`.codec_server`).
+    ``web``: the console's pages, under ``/console``, signed in with the same tokens.
     """
     app = _app()
+    if web is not None:
+
+        async def authenticate(token: str) -> str | None:
+            return await _token_principal(app, token)
+
+        web.authenticate = authenticate
+        app.include_router(console_router(web))
+        app.mount(f"{console.PREFIX}/static", console.static_files(), name="console-static")
     app.state.service = service
     app.state.tokens = dict(tokens)
     app.state.oidc = oidc
@@ -253,12 +280,22 @@ async def _bearer_principal(scope: Scope) -> str | None:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
-    state = scope["app"].state
-    found = _lookup(state.tokens, token.strip())
-    oidc: OidcVerifier | None = state.oidc
+    return await _token_principal(scope["app"], token.strip())
+
+
+async def _token_principal(app: FastAPI, token: str) -> str | None:
+    """The principal ``token`` names: a static token's, else (with OIDC) a verified JWT's."""
+    found = _lookup(app.state.tokens, token)
+    oidc: OidcVerifier | None = app.state.oidc
     if found is None and oidc is not None:
-        found = await oidc.principal_async(token.strip())
+        found = await oidc.principal_async(token)
     return found
+
+
+async def _console_principal(scope: Scope) -> str | None:
+    """The principal of the console's session cookie, checked as a bearer token is."""
+    token = Request(scope).cookies.get(console.COOKIE, "").strip()
+    return await _token_principal(scope["app"], token) if token else None
 
 
 class _Gate:
@@ -273,12 +310,21 @@ class _Gate:
         self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in _PUBLIC:
+        path = scope["path"] if scope["type"] == "http" else ""
+        if scope["type"] != "http" or path in _PUBLIC or console.is_public(path):
             await self.app(scope, receive, send)
             return
-        principal = await _bearer_principal(scope)
+        # the console's pages take its session cookie, and only they do: the API never
+        # reads a cookie, so no other site can ride a signed-in browser into it
+        in_console = path == console.PREFIX or path.startswith(console.PREFIX + "/")
+        principal = await (_console_principal if in_console else _bearer_principal)(scope)
         if principal is None:
-            await _unauthorized()(scope, receive, send)
+            if in_console:
+                target = quote(path if path != console.PREFIX else console.PREFIX + "/")
+                refusal = RedirectResponse(f"{console.PREFIX}/sign-in?next={target}", 303)
+                await refusal(scope, receive, send)
+            else:
+                await _unauthorized()(scope, receive, send)
             return
         scope.setdefault("state", {})["principal"] = principal
         codec = scope["path"].startswith(codec_server.PREFIX + "/")
@@ -416,9 +462,31 @@ def _app() -> FastAPI:
         saga_id: Annotated[
             str | None, Query(description="only this saga's requests"), AfterValidator(_saga_id)
         ] = None,
-    ) -> list[PendingRequest]:
-        """Pending approval requests, oldest first, with each saga's live status."""
-        return await service.list(saga_id=saga_id)
+        tool: Annotated[
+            list[str] | None,
+            Query(description="only requests to call these tools (repeat the parameter)"),
+            AfterValidator(_tool_names),
+        ] = None,
+        older_than_s: Annotated[
+            float | None,
+            Query(ge=0, le=_AGE_MAX_S, description="only requests waiting this long or longer"),
+        ] = None,
+        newer_than_s: Annotated[
+            float | None,
+            Query(ge=0, le=_AGE_MAX_S, description="only requests waiting at most this long"),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="requests per page")] = 50,
+        after: Annotated[
+            str | None,
+            Query(max_length=4096, description="the `next` of the previous page"),
+        ] = None,
+    ) -> Inbox:
+        """Pending approval requests a page at a time, oldest first, with counts; only the
+        page's sagas are asked their live status."""
+        where = inbox_filter(
+            tools=tool, saga_id=saga_id, older_than_s=older_than_s, newer_than_s=newer_than_s
+        )
+        return await service.inbox(where, after=after, limit=limit)
 
     @app.get(
         "/approvals/{saga_id}/{seq}",

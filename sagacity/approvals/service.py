@@ -13,9 +13,11 @@ either way a refused decision changes nothing and raises an
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import builtins
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -30,17 +32,33 @@ from sagacity.errors import (
     ApprovalRefused,
     ApproverNotAllowed,
     DecisionUnsigned,
+    InvalidInput,
     SagaUnavailable,
 )
-from sagacity.evidence.decisions import Keyring, Signer, Statement, allowed, signer_refusal
+from sagacity.evidence.decisions import (
+    Keyring,
+    Signer,
+    Statement,
+    allowed,
+    permitted,
+    signer_refusal,
+)
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.inputs import invalid
 from sagacity.journal import Phase, input_hash
-from sagacity.store.approvals import ApprovalRequest, ApprovalStore
+from sagacity.store.approvals import ApprovalRequest, ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.models import Decision, PendingApproval, SagaState, SagaStatus
 
-__all__ = ["ApprovalService", "DecisionResult", "PendingRequest"]
+__all__ = [
+    "MAX_PAGE",
+    "ApprovalService",
+    "DecisionResult",
+    "Inbox",
+    "InboxFilter",
+    "PendingRequest",
+    "inbox_filter",
+]
 
 
 class PendingRequest(BaseModel):
@@ -67,12 +85,29 @@ class PendingRequest(BaseModel):
     saga_state: SagaState | None = Field(description="the saga's state while it is running")
     waiting: bool = Field(description="the saga is waiting for a decision on this very request")
     deadline: datetime | None = Field(
-        description="about when the saga rejects the call as `timeout` (while waiting)"
+        description="about when the saga rejects the call as `timeout`; null when it waits "
+        "until decided, or for a request stored before deadlines were (then shown while waiting)"
+    )
+    deciders: list[str] | None = Field(
+        default=None,
+        description="who may decide this call (SAGACITY_APPROVERS for its tool); null: anyone "
+        "whose decision the keyring accepts",
     )
     intact: bool = Field(
         description="the stored input hashes to `input_hash`, which is the hash the saga waits "
         "for; false means the row was altered and approving it will not run it"
     )
+
+
+class Inbox(BaseModel):
+    """One page of waiting requests, oldest first, and how many the filter matches in all."""
+
+    requests: list[PendingRequest]
+    total: int = Field(description="requests the filter matches, on every page")
+    by_tool: dict[str, int] = Field(
+        description="requests per tool that the filter matches, whatever tools it names"
+    )
+    next: str | None = Field(description="pass as `after` for the next page; null on the last page")
 
 
 class DecisionResult(BaseModel):
@@ -134,9 +169,20 @@ class ApprovalService:
         # requests sees the first taken (409) instead of racing it to the saga
         self._resolving: dict[str, tuple[asyncio.Lock, int]] = {}
 
-    async def list(self, *, saga_id: str | None = None) -> builtins.list[PendingRequest]:
-        """Stored requests, oldest first, each with its saga's live status (one query per saga)."""
-        requests = await self._store.list(saga_id=saga_id)
+    async def inbox(
+        self, where: InboxFilter | None = None, *, after: str | None = None, limit: int = 50
+    ) -> Inbox:
+        """A page of the requests ``where`` matches, oldest first, from the cursor ``after`` (an
+        :attr:`Inbox.next`), with counts. Only the page's sagas are asked their live status, so
+        a page costs the same with ten requests waiting or ten thousand."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidInput(f"limit must be 1 to {MAX_PAGE}, got {limit}")
+        requests, counts = await asyncio.gather(
+            self._store.page(where, after=_cursor(after), limit=limit + 1),
+            self._store.counts(where),
+        )
+        more = len(requests) > limit
+        requests = requests[:limit]
         gate = asyncio.Semaphore(self._concurrency)
 
         async def ask(sid: str) -> tuple[str, Live]:
@@ -144,7 +190,21 @@ class ApprovalService:
                 return sid, await self._live(sid)
 
         lives = dict(await asyncio.gather(*(ask(sid) for sid in {r.saga_id for r in requests})))
-        return [_view(r, lives[r.saga_id]) for r in requests]
+        return Inbox(
+            requests=[self._view(r, lives[r.saga_id]) for r in requests],
+            total=counts.total,
+            by_tool=counts.by_tool,
+            next=_encode_cursor(requests[-1]) if more else None,
+        )
+
+    @property
+    def journal(self) -> JournalStore | None:
+        """The journal the service reads calls' inputs and outcomes from, when it has one."""
+        return self._journal
+
+    def deciders(self, tool_name: str) -> builtins.list[str] | None:
+        """Who may decide calls of ``tool_name`` here (None: anyone the keyring accepts)."""
+        return permitted(self.approvers, tool_name)
 
     async def get(self, saga_id: str, journal_seq: int) -> PendingRequest:
         """One stored request with its saga's live status; :class:`ApprovalNotFound` if none."""
@@ -153,7 +213,7 @@ class ApprovalService:
             raise ApprovalNotFound(
                 f"no approval request is pending for saga {saga_id!r} at seq {journal_seq}"
             )
-        return _view(request, await self._live(saga_id))
+        return self._view(request, await self._live(saga_id))
 
     async def approve(
         self, saga_id: str, journal_seq: int, *, approver: str, input_hash: str | None = None
@@ -295,6 +355,9 @@ class ApprovalService:
             f"saga {saga_id!r} is not waiting for an approval (state: {status.state.value})",
         )
 
+    def _view(self, request: ApprovalRequest, live: Live) -> PendingRequest:
+        return _view(request, live, self.deciders(request.tool_name))
+
     async def _live(self, saga_id: str) -> Live:
         return await live_status(self._client, saga_id, self._rpc_timeout)
 
@@ -307,13 +370,61 @@ def _decision(**fields: Any) -> Decision:
         raise invalid(exc, what="the decision") from None
 
 
-def _view(request: ApprovalRequest, live: Live) -> PendingRequest:
+#: the most requests one inbox page holds
+MAX_PAGE = 500
+
+
+def inbox_filter(
+    *,
+    tools: Sequence[str] | None = None,
+    saga_id: str | None = None,
+    older_than_s: float | None = None,
+    newer_than_s: float | None = None,
+) -> InboxFilter:
+    """The filter for requests to ``tools`` (any when empty), of ``saga_id``, that have waited
+    at least ``older_than_s`` and at most ``newer_than_s`` seconds until now."""
+    now = datetime.now(UTC)
+    return InboxFilter(
+        tool_names=tuple(tools or ()),
+        saga_id=saga_id,
+        requested_before=None if older_than_s is None else now - timedelta(seconds=older_than_s),
+        requested_after=None if newer_than_s is None else now - timedelta(seconds=newer_than_s),
+    )
+
+
+def _encode_cursor(request: ApprovalRequest) -> str:
+    at, saga_id, seq = request.cursor
+    text = f"{at.isoformat()}|{seq}|{saga_id}"
+    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def _cursor(text: str | None) -> tuple[datetime, str, int] | None:
+    """The position an :attr:`Inbox.next` names; :class:`InvalidInput` for anything else."""
+    if text is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+        at, seq, saga_id = raw.split("|", 2)
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return when, saga_id, int(seq)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidInput(
+            "after: not a cursor this inbox gave out (use the page's next)"
+        ) from None
+
+
+def _view(request: ApprovalRequest, live: Live, deciders: list[str] | None) -> PendingRequest:
     pending = live.status.pending_approval if live.status else None
     if pending is not None and pending.journal_seq != request.journal_seq:
         pending = None  # the saga waits, but for another request
     intact = request.input_hash == input_hash(request.input) and (
         pending is None or pending.input_hash == request.input_hash
     )
+    deadline = request.expires_at
+    if deadline is None and pending is not None:
+        deadline = request.created_at + timedelta(seconds=pending.deadline_s)
     return PendingRequest(
         saga_id=request.saga_id,
         journal_seq=request.journal_seq,
@@ -325,9 +436,8 @@ def _view(request: ApprovalRequest, live: Live) -> PendingRequest:
         workflow_status=live.workflow_status,
         saga_state=live.status.state if live.status else None,
         waiting=pending is not None,
-        deadline=None
-        if pending is None
-        else request.created_at + timedelta(seconds=pending.deadline_s),
+        deadline=deadline,
+        deciders=deciders,
         intact=intact,
     )
 

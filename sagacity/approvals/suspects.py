@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
-from temporalio.client import Client
+from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.live import Live, live_status
@@ -26,6 +26,7 @@ from sagacity.errors import (
     DecisionUnsigned,
     InvalidInput,
     ResolverNotAllowed,
+    SagacityError,
     SagaNotFound,
     SagaUnavailable,
     SuspectConflict,
@@ -67,6 +68,10 @@ class SagaView(BaseModel):
         "saga did not answer its status query (no worker polling its task queue)"
     )
     state: SagaState | None = Field(default=None, description="while running")
+    outcome: SagaState | None = Field(
+        default=None,
+        description="how the saga ended (completed, compensated, …), once its workflow completed",
+    )
     head_seq: int | None = Field(default=None, description="the journal's last seq, while running")
     running: str | None = Field(default=None, description="the tool whose call is in flight")
     pending_approval_seq: int | None = Field(
@@ -106,7 +111,10 @@ async def saga_view(
     live = await live_status(client, saga_id, rpc_timeout)
     status = _running(saga_id, live, closed_ok=True)
     if status is None:
-        return SagaView(saga_id=saga_id, workflow_status=live.workflow_status)
+        outcome = None
+        if live.workflow_status == "completed":
+            outcome = await _ended_as(client, saga_id, rpc_timeout)
+        return SagaView(saga_id=saga_id, workflow_status=live.workflow_status, outcome=outcome)
     suspect = None
     if status.suspect is not None:
         entry = None if journal is None else await journal.get(saga_id, status.suspect.call_seq)
@@ -128,6 +136,20 @@ async def saga_view(
         refused_decisions=status.refused_decisions,
         needs_attention=status.needs_attention,
     )
+
+
+async def _ended_as(client: Client, saga_id: str, rpc_timeout: timedelta) -> SagaState | None:
+    """The end state a completed saga's result names (a saga's, or an agent saga's ``saga``)."""
+    try:
+        handle = client.get_workflow_handle(saga_id, result_type=dict)
+        result: dict[str, Any] = await handle.result(rpc_timeout=rpc_timeout)
+    except (RPCError, WorkflowFailureError, RPCTimeoutOrCancelledError, SagacityError, ValueError):
+        return None  # not a saga's result, or unreadable here: the page says what Temporal says
+    found = result.get("status") or (result.get("saga") or {}).get("status")
+    try:
+        return SagaState(str(found))
+    except ValueError:
+        return None
 
 
 def check_resolution(resolver: str, happened: bool, result: Any) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from pydantic import TypeAdapter, ValidationError
 
 from sagacity.errors import InvalidInput, SagacityError
 from sagacity.evidence.decisions import Keyring, Signer
@@ -20,6 +22,17 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     """Say ``message`` on stderr; the exit to raise (2: usage or settings)."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
+
+
+def duration_or_exit(option: str, text: str) -> timedelta:
+    """``text`` (an ISO 8601 duration such as P183D or PT2H, or seconds) read for ``option``,
+    or exit 2 saying what to give."""
+    try:
+        return TypeAdapter(timedelta).validate_python(text)
+    except ValidationError:
+        raise fail(
+            f"{option} {text!r}: give an ISO 8601 duration (P183D, PT2H) or seconds"
+        ) from None
 
 
 def settings_or_exit() -> Settings:

@@ -23,14 +23,18 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from sagacity.approvals import ApprovalService, DecisionResult, PendingRequest
+from sagacity.approvals import ApprovalService, DecisionResult, Inbox, PendingRequest
 from sagacity.approvals.codec_server import CodecServer
+from sagacity.approvals.console import WebConsole
 from sagacity.approvals.http import create_app, openapi_document
 from sagacity.approvals.oidc import OidcVerifier
-from sagacity.cli._common import decision_keys_or_exit, fail, run_or_exit
+from sagacity.approvals.service import MAX_PAGE, inbox_filter
+from sagacity.cli._common import decision_keys_or_exit, duration_or_exit, fail, run_or_exit
 from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
+from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import ANY_PRINCIPAL
+from sagacity.evidence.keys import verifying_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
@@ -135,24 +139,43 @@ def _flags(req: PendingRequest) -> str:
 @hard_exit
 def list_command(
     saga: Annotated[str | None, typer.Option("--saga", help="Only this saga's requests.")] = None,
+    tool: Annotated[
+        list[str] | None, typer.Option("--tool", help="Only calls of this tool (repeatable).")
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Only requests waiting this long: PT2H, P1D, seconds."),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=MAX_PAGE, help="Requests per page.")
+    ] = 50,
+    after: Annotated[
+        str | None, typer.Option("--after", help="Where the previous page said to go on.")
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Pending requests, oldest first, with what each saga is doing now."""
+    """Pending requests a page at a time, oldest first, with what each saga is doing now."""
     settings = _settings()
+    age = None if older_than is None else duration_or_exit("--older-than", older_than)
+    where = inbox_filter(
+        tools=tool, saga_id=saga, older_than_s=None if age is None else age.total_seconds()
+    )
 
-    async def work() -> list[PendingRequest]:
+    async def work() -> Inbox:
         async with _service(settings, settings.approver_key) as service:
-            return await service.list(saga_id=saga)
+            return await service.inbox(where, after=after, limit=limit)
 
-    requests = run_or_exit(work())
+    inbox = run_or_exit(work())
     if as_json:
-        _print_json(requests)
+        _print_json(inbox)
         return
-    if not requests:
-        typer.echo("no approvals pending")
+    if not inbox.requests:
+        typer.echo("no approvals pending" if not inbox.total else "no more on this page")
         return
-    table = Table("saga", "seq", "tool", "input", "input hash", "requested (UTC)", "status")
-    for r in requests:
+    table = Table(
+        "saga", "seq", "tool", "input", "input hash", "requested (UTC)", "deadline (UTC)", "status"
+    )
+    for r in inbox.requests:
         table.add_row(
             r.saga_id,
             str(r.journal_seq),
@@ -160,9 +183,14 @@ def list_command(
             r.input,
             r.input_hash[:12] + "…",
             f"{r.requested_at:%Y-%m-%d %H:%M:%S}",
+            "-" if r.deadline is None else f"{r.deadline:%Y-%m-%d %H:%M:%S}",
             _flags(r),
         )
     Console().print(table)
+    tools = ", ".join(f"{name} {n}" for name, n in sorted(inbox.by_tool.items()))
+    typer.echo(f"{len(inbox.requests)} shown of {inbox.total} pending ({tools})")
+    if inbox.next is not None:
+        typer.echo(f"next page: --after {inbox.next}")
 
 
 @app.command("show")
@@ -259,8 +287,9 @@ def serve_command(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8080,
 ) -> None:
-    """Run the HTTP API and the codec server until Ctrl-C or SIGTERM (bearer tokens from
-    SAGACITY_APPROVAL_TOKENS, JWTs with SAGACITY_OIDC_*; decisions signed with SAGACITY_SERVICE_KEY)."""
+    """Run the HTTP API, the web console (/console) and the codec server until Ctrl-C or SIGTERM
+    (bearer tokens from SAGACITY_APPROVAL_TOKENS, JWTs with SAGACITY_OIDC_*; decisions signed
+    with SAGACITY_SERVICE_KEY)."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -296,10 +325,29 @@ def serve_command(
                 cors_origins=settings.codec_cors_origins,
             )
         async with _service(settings, settings.service_key) as service:
-            api = create_app(service, tokens, oidc=oidc, codec=codec)
+            assert service.journal is not None
+            web = WebConsole(
+                service,
+                service.journal,
+                checkpoints=_checkpoints(settings),
+                keyring_file=settings.keyring,
+            )
+            api = create_app(service, tokens, oidc=oidc, codec=codec, web=web)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     run_or_exit(work())
+
+
+def _checkpoints(settings: Settings) -> CheckpointDir | None:
+    """The checkpoint folder the console checks sagas against, when the settings name it and
+    a key to check with (the public key, or the signing key's); exit 2 when a key is unreadable."""
+    if settings.checkpoint_dir is None:
+        return None
+    try:
+        key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
+    except SagacityError as exc:
+        raise fail(str(exc)) from None
+    return None if key is None else CheckpointDir(settings.checkpoint_dir, key)
 
 
 def _oidc(settings: Settings) -> OidcVerifier | None:

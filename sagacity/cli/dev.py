@@ -67,6 +67,12 @@ def _say_anchors(setup: DevSetup) -> None:
         who = f"; your key {setup.approver_key} signs as {setup.approver!r}"
         who = who if setup.approver else ""
         typer.echo(f"decisions: must be signed by a key in {setup.keyring}{who}", err=True)
+    if setup.console_token is not None:
+        typer.echo(
+            "console: run `sagacity approvals serve`, open http://127.0.0.1:8080/console/ and sign "
+            f"in with the token before '=' in {setup.console_token}",
+            err=True,
+        )
 
 
 async def _run(stack: DevStack) -> None:

@@ -13,9 +13,8 @@ from typing import Annotated, Any
 
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import TypeAdapter, ValidationError
 
-from sagacity.cli._common import fail, settings_or_exit
+from sagacity.cli._common import duration_or_exit, fail, settings_or_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.bundle import NO_CHECKPOINTS, NO_SIGNATURE, export_bundle, manifest_digest
@@ -37,17 +36,6 @@ __all__ = ["export", "keygen"]
 
 # Sagas listed per query when exporting a time window.
 _PAGE = 1000
-
-
-def _period(text: str | None, default: timedelta) -> timedelta:
-    if text is None:
-        return default
-    try:
-        return TypeAdapter(timedelta).validate_python(text)
-    except ValidationError:
-        raise fail(
-            f"--older-than {text!r}: give an ISO 8601 duration (P183D) or seconds", 2
-        ) from None
 
 
 async def _window(
@@ -188,7 +176,11 @@ def export(
     try:
         if purge:
             writer = CheckpointWriter.open(settings.checkpoint_dir, settings.signing_key)
-            period = _period(older_than, settings.retention_period)
+            period = (
+                settings.retention_period
+                if older_than is None
+                else duration_or_exit("--older-than", older_than)
+            )
             result = asyncio.run(_retain(url, out, period, writer, settings.keyring))
         else:
             key = verifying_key(settings.checkpoint_public_key, settings.signing_key)

@@ -115,9 +115,15 @@ def message(statement: Statement, *, signed_at: str, key: str) -> bytes:
 
 def allowed(rules: Mapping[str, Sequence[str]] | None, who: str, tool: str) -> bool:
     """Whether ``rules`` (tool or ``"*"`` to identities; None: anyone) let ``who`` act on ``tool``."""
+    named = permitted(rules, tool)
+    return named is None or who in named
+
+
+def permitted(rules: Mapping[str, Sequence[str]] | None, tool: str) -> list[str] | None:
+    """Who ``rules`` let act on ``tool``, sorted (None: anyone; empty: no one)."""
     if rules is None:
-        return True
-    return who in rules.get(tool, ()) or who in rules.get("*", ())
+        return None
+    return sorted({*rules.get(tool, ()), *rules.get("*", ())})
 
 
 class Policy(BaseModel):

@@ -7,17 +7,19 @@ saga check that the input it is about to run is the input that was approved (``i
 from __future__ import annotations
 
 import builtins
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
+
+from psycopg import sql
 
 # input_hash lives in the journal core (pure); re-exported here beside the column it fills.
 from sagacity.journal import input_hash, utc_micros
 from sagacity.store.db import Pool, naive_utc, translate_errors
 
-__all__ = ["ApprovalRequest", "ApprovalStore", "input_hash"]
+__all__ = ["ApprovalRequest", "ApprovalStore", "InboxCounts", "InboxFilter", "input_hash"]
 
-_COLUMNS = "saga_id, journal_seq, tool_name, input, input_hash, created_at"
+_COLUMNS = "saga_id, journal_seq, tool_name, input, input_hash, created_at, expires_at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,33 @@ class ApprovalRequest:
     input: str
     input_hash: str
     created_at: datetime  # aware UTC when read back
+    #: when the saga rejects the call as timed out; None: it waits until decided
+    expires_at: datetime | None = None
+
+    @property
+    def cursor(self) -> tuple[datetime, str, int]:
+        """Where this request sits in the inbox's order: pass it as ``InboxFilter.after``."""
+        return (self.created_at, self.saga_id, self.journal_seq)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxFilter:
+    """Which waiting requests to list: every field narrows, None (or empty) leaves it open."""
+
+    tool_names: tuple[str, ...] = ()
+    saga_id: str | None = None
+    #: requested at or before this time (an age of at least ``now - requested_before``)
+    requested_before: datetime | None = None
+    #: requested at or after this time
+    requested_after: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboxCounts:
+    """How many requests a filter matches, and how many per tool (the tool filter left open)."""
+
+    total: int
+    by_tool: dict[str, int] = field(default_factory=dict)
 
 
 class ApprovalStore:
@@ -45,12 +74,13 @@ class ApprovalStore:
                 await conn.execute(
                     f"""
                     INSERT INTO sagacity_approval_request ({_COLUMNS})
-                    VALUES (%s, %s, %s, %s, %s, %s)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (saga_id, journal_seq) DO UPDATE SET
                         tool_name = EXCLUDED.tool_name,
                         input = EXCLUDED.input,
                         input_hash = EXCLUDED.input_hash,
-                        created_at = EXCLUDED.created_at
+                        created_at = EXCLUDED.created_at,
+                        expires_at = EXCLUDED.expires_at
                     """,
                     (
                         req.saga_id,
@@ -59,6 +89,7 @@ class ApprovalStore:
                         req.input,
                         req.input_hash,
                         naive_utc(req.created_at),
+                        None if req.expires_at is None else naive_utc(req.expires_at),
                     ),
                 )
 
@@ -86,6 +117,42 @@ class ApprovalStore:
                 )
                 return [_request(row) for row in await cur.fetchall()]
 
+    async def page(
+        self,
+        where: InboxFilter | None = None,
+        *,
+        after: tuple[datetime, str, int] | None = None,
+        limit: int = 50,
+    ) -> builtins.list[ApprovalRequest]:
+        """Up to ``limit`` requests ``where`` matches, oldest first, from just after ``after``
+        (a request's :attr:`~ApprovalRequest.cursor`): one index range scan, however many wait."""
+        conditions, params = _conditions(where)
+        if after is not None:
+            conditions.append(sql.SQL("(created_at, saga_id, journal_seq) > (%s, %s, %s)"))
+            params += [naive_utc(after[0]), after[1], after[2]]
+        query = sql.SQL(
+            "SELECT {columns} FROM sagacity_approval_request {where}"
+            " ORDER BY created_at, saga_id, journal_seq LIMIT %s"
+        ).format(columns=sql.SQL(_COLUMNS), where=_where(conditions))
+        with translate_errors("list approval requests"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query, [*params, limit])
+                return [_request(row) for row in await cur.fetchall()]
+
+    async def counts(self, where: InboxFilter | None = None) -> InboxCounts:
+        """How many requests ``where`` matches; per tool, how many it would match with any tool."""
+        where = where or InboxFilter()
+        conditions, params = _conditions(replace(where, tool_names=()))
+        query = sql.SQL(
+            "SELECT tool_name, count(*) FROM sagacity_approval_request {where} GROUP BY tool_name"
+        ).format(where=_where(conditions))
+        with translate_errors("count approval requests"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(query, params)
+                by_tool = {str(tool): int(n) for tool, n in await cur.fetchall()}
+        chosen = where.tool_names or tuple(by_tool)
+        return InboxCounts(sum(by_tool.get(t, 0) for t in set(chosen)), by_tool)
+
     async def delete(self, saga_id: str, journal_seq: int) -> bool:
         """Remove the request once decided; False when there was none."""
         with translate_errors(f"delete approval request {saga_id!r} seq {journal_seq}"):
@@ -97,6 +164,40 @@ class ApprovalStore:
                 return cur.rowcount == 1
 
 
+def _conditions(
+    where: InboxFilter | None,
+) -> tuple[builtins.list[sql.Composable], builtins.list[Any]]:
+    conditions: builtins.list[sql.Composable] = []
+    params: builtins.list[Any] = []
+    if where is None:
+        return conditions, params
+    if where.tool_names:
+        conditions.append(sql.SQL("tool_name = ANY(%s)"))
+        params.append(list(where.tool_names))
+    if where.saga_id is not None:
+        conditions.append(sql.SQL("saga_id = %s"))
+        params.append(where.saga_id)
+    if where.requested_before is not None:
+        conditions.append(sql.SQL("created_at <= %s"))
+        params.append(naive_utc(where.requested_before))
+    if where.requested_after is not None:
+        conditions.append(sql.SQL("created_at >= %s"))
+        params.append(naive_utc(where.requested_after))
+    return conditions, params
+
+
+def _where(conditions: builtins.list[sql.Composable]) -> sql.Composable:
+    return sql.SQL("WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
+
+
 def _request(row: tuple[Any, ...]) -> ApprovalRequest:
-    saga_id, journal_seq, tool_name, input_, hash_, created_at = row
-    return ApprovalRequest(saga_id, journal_seq, tool_name, input_, hash_, utc_micros(created_at))
+    saga_id, journal_seq, tool_name, input_, hash_, created_at, expires_at = row
+    return ApprovalRequest(
+        saga_id,
+        journal_seq,
+        tool_name,
+        input_,
+        hash_,
+        utc_micros(created_at),
+        None if expires_at is None else utc_micros(expires_at),
+    )

@@ -429,6 +429,9 @@ class SagaActivities:
             input=entry.input,
             input_hash=input_hash(entry.input),
             created_at=entry.timestamp,
+            expires_at=None
+            if req.deadline_s is None
+            else entry.timestamp + timedelta(seconds=req.deadline_s),
         )
         await self._outlast(lambda: self.approvals.put(request))
         return ApprovalOpened(

@@ -213,6 +213,8 @@ class ApprovalOpen(BaseModel):
     prev_hash: str
     tool_name: str
     input_json: str
+    #: how long the saga waits for a decision: the request shows its deadline without a query
+    deadline_s: float | None = None
 
 
 class ApprovalOpened(BaseModel):

@@ -838,6 +838,7 @@ class Saga:
                     prev_hash=self.head.hash,
                     tool_name=spec.name,
                     input_json=input_json,
+                    deadline_s=self.options.approval_deadline_s,
                 ),
                 ApprovalOpened,
             )

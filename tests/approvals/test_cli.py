@@ -44,7 +44,7 @@ async def test_list_shows_the_waiting_call_and_a_temporal_signal_approves_it(
 
     listed = await cli("approvals", "list", "--json", "--saga", waiting.saga_id)
     assert listed.code == 0, listed.stderr
-    (item,) = listed.json()
+    (item,) = listed.json()["requests"]
     assert item["tool_name"] == "send_confirmation"
     order_id = json.loads(item["input"])["order_id"]
     assert item["input"] == json.dumps({"order_id": order_id}, separators=(",", ":"))
@@ -207,7 +207,7 @@ async def test_serve_runs_the_http_api_until_sigterm(
                     await asyncio.sleep(0.1)
             assert anonymous.status_code == 401
             listed = await http.get("/approvals", headers={"Authorization": "Bearer tok-ops"})
-            assert listed.status_code == 200 and isinstance(listed.json(), list)
+            assert listed.status_code == 200 and isinstance(listed.json()["requests"], list)
     finally:
         if server.returncode is None:
             server.send_signal(signal.SIGTERM)

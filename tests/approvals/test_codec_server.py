@@ -89,6 +89,21 @@ async def test_bad_bodies_get_a_4xx_after_the_token(api: httpx.AsyncClient) -> N
     assert (await api.post("/codec/decode", json=big, headers=ALICE)).status_code == 200
 
 
+async def test_base64_with_characters_outside_ascii_is_a_422_not_a_500(
+    api: httpx.AsyncClient,
+) -> None:
+    """Found by the fuzz (tests/approvals/test_fuzz.py): base64 rejected such text with a
+    ValueError that was not a binascii.Error, so both routes answered 500."""
+    for body in (
+        {"payloads": [{"data": "\u0090J"}]},
+        {"payloads": [{"metadata": {"encoding": "json/pl\u00e1in"}, "data": ""}]},
+    ):
+        for route in ("/codec/encode", "/codec/decode"):
+            response = await api.post(route, json=body, headers=ALICE)
+            assert (response.status_code, response.json()["error"]) == (422, "invalid_request")
+            assert "not base64" in response.json()["detail"], response.text
+
+
 async def test_the_ui_origin_passes_the_preflight_and_others_do_not(
     api: httpx.AsyncClient,
 ) -> None:

@@ -52,14 +52,27 @@ async def test_approve_lists_then_runs_the_call_once_however_often_it_is_sent(
 
     listed = await api.get("/approvals", params={"saga_id": waiting.saga_id}, headers=BOB)
     assert listed.status_code == 200
-    (item,) = listed.json()
+    (item,) = listed.json()["requests"]
     assert (item["tool_name"], item["journal_seq"], item["waiting"]) == (
         "send_confirmation",
         waiting.seq,
         True,
     )
+    assert item["deadline"] is not None
     shown = await api.get(path, headers=ALICE)
     assert shown.status_code == 200 and shown.json() == item
+    # filters narrow the page and its counts; the per-tool counts ignore the tool filter
+    only = {"saga_id": waiting.saga_id}
+    for params, total in (
+        ({**only, "tool": ["send_confirmation", "wire"]}, 1),
+        ({**only, "tool": "wire"}, 0),
+        ({**only, "older_than_s": 3600}, 0),
+        ({**only, "newer_than_s": 3600}, 1),
+    ):
+        page = (await api.get("/approvals", params=params, headers=BOB)).json()
+        assert (page["total"], len(page["requests"]), page["next"]) == (total, total, None)
+        if "tool" in params:
+            assert page["by_tool"] == {"send_confirmation": 1}
 
     # two clicks at once: the saga takes one decision and refuses the other
     first, second = await asyncio.gather(
@@ -110,6 +123,14 @@ async def test_refused_requests_change_neither_journal_nor_saga(
         ("POST", f"{path}/reject", {"headers": ALICE, "json": {"reason": ""}}, 422, "invalid_request"),
         ("POST", f"/approvals/{sid}/zero/approve", {"headers": ALICE}, 422, "invalid_request"),
         ("POST", f"/approvals/{sid}/0/approve", {"headers": ALICE}, 422, "invalid_request"),
+        # the inbox's page and filters
+        ("GET", "/approvals", {"headers": ALICE, "params": {"limit": 0}}, 422, "invalid_request"),
+        ("GET", "/approvals", {"headers": ALICE, "params": {"limit": 501}}, 422, "invalid_request"),
+        ("GET", "/approvals", {"headers": ALICE, "params": {"after": "bm90IGEgY3Vyc29y"}}, 422, "invalid_request"),
+        ("GET", "/approvals", {"headers": ALICE, "params": {"after": "%%%"}}, 422, "invalid_request"),
+        ("GET", "/approvals", {"headers": ALICE, "params": {"older_than_s": 1e300}}, 422, "invalid_request"),
+        ("GET", "/approvals", {"headers": ALICE, "params": {"older_than_s": -1}}, 422, "invalid_request"),
+        ("GET", "/approvals", {"headers": ALICE, "params": {"tool": "a\x00b"}}, 422, "invalid_request"),
     ]  # fmt: skip
     for method, url, options, status, error in cases:
         response = await api.request(method, url, **options)

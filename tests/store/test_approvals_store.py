@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from sagacity.errors import InvalidEntry
 from sagacity.store import ApprovalRequest, ApprovalStore, input_hash
+from sagacity.store.approvals import InboxFilter
 
 
 def request(saga_id: str, seq: int, args: str, at: datetime) -> ApprovalRequest:
@@ -64,3 +67,44 @@ async def test_refused_values_are_invalid_entry(approvals: ApprovalStore, saga_i
     with pytest.raises(InvalidEntry):
         await approvals.put(request(saga_id, 1, '"\x00"', datetime.now(UTC)))
     assert await approvals.list(saga_id=saga_id) == []
+
+
+async def test_the_inbox_pages_through_ties_in_order_and_counts_by_tool(
+    approvals: ApprovalStore, saga_id: str
+) -> None:
+    # a minute of its own, far from other tests' rows: the window isolates this test's requests
+    at = datetime(2030, 1, 1, tzinfo=UTC) + timedelta(minutes=random.randrange(10**6))
+    window = InboxFilter(requested_after=at, requested_before=at + timedelta(seconds=59))
+    tools = ("wire", "charge")
+    # seven at one instant (ties go by saga, then seq), five later; two tools
+    reqs = [
+        ApprovalRequest(
+            f"{saga_id}-{i % 3}",
+            i,
+            tools[i % 2],
+            "{}",
+            input_hash("{}"),
+            at if i < 7 else at + timedelta(seconds=i),
+            at + timedelta(days=7),
+        )
+        for i in range(1, 13)
+    ]
+    for req in reversed(reqs):
+        await approvals.put(req)
+
+    seen: list[ApprovalRequest] = []
+    after = None
+    while page := await approvals.page(window, after=after, limit=5):
+        seen += page
+        after = page[-1].cursor
+    assert [r.cursor for r in seen] == sorted(r.cursor for r in reqs)  # each once, in order
+    assert seen[0].expires_at == at + timedelta(days=7)
+
+    wires = replace(window, tool_names=("wire",))
+    assert [r.tool_name for r in await approvals.page(wires, limit=50)] == ["wire"] * 6
+    counts = await approvals.counts(wires)
+    assert (counts.total, counts.by_tool) == (6, {"wire": 6, "charge": 6})
+    # waiting at least as long as the later ones have: the first instant's seven
+    early = replace(window, requested_before=at + timedelta(seconds=1))
+    assert (await approvals.counts(early)).total == 6
+    assert (await approvals.counts(replace(window, saga_id=f"{saga_id}-0"))).total == 4

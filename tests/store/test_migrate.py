@@ -61,6 +61,8 @@ async def test_schema_is_the_spec(owner: psycopg.AsyncConnection) -> None:
         ("sagacity_approval_request", "input", text, None, "NO", "''::text"),
         ("sagacity_approval_request", "input_hash", "character", 64, "NO", None),
         ("sagacity_approval_request", "created_at", stamp, None, "NO", None),
+        # beyond the spec: the deadline the inbox shows without asking the saga (0006)
+        ("sagacity_approval_request", "expires_at", stamp, None, "YES", None),
         ("side_effect_journal", "saga_id", text, None, "NO", None),
         ("side_effect_journal", "seq", big, None, "NO", None),
         ("side_effect_journal", "tool_name", text, None, "NO", None),

@@ -1,0 +1,555 @@
+"""The web console: an inbox of waiting calls, a request to decide, a saga's journal as a picture.
+
+Server-rendered pages (Jinja2, autoescaped) over the same :class:`ApprovalService` as the JSON API
+and the CLI; a small script only refreshes a running saga's page. Nothing is fetched from
+elsewhere: the stylesheet and the script are served from this package.
+
+Signing in takes the same bearer token the API takes (a static token, or with OIDC a JWT); the
+console keeps it in an ``HttpOnly``, ``SameSite=Strict`` cookie scoped to ``/console`` and checks
+it on every request exactly as the API checks its header, so a revoked token signs out at once.
+The JSON API never reads that cookie. Every form that changes something carries a token derived
+from the session (an HMAC keyed by it) and is refused from another origin, so another site cannot
+make a signed-in browser decide. Inputs are shown as the journal holds them: a redacted field is
+its keyed fingerprint, marked as hidden, never the value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import io
+import json
+import tempfile
+import zipfile
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.staticfiles import StaticFiles
+
+from sagacity.approvals.service import MAX_PAGE, ApprovalService, inbox_filter
+from sagacity.approvals.suspects import SagaView
+from sagacity.errors import (
+    ApprovalNotFound,
+    InvalidInput,
+    SagacityError,
+    SagaNotFound,
+    SagaUnavailable,
+)
+from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.bundle import export_bundle
+from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.report import SagaReport
+from sagacity.inputs import check_name
+from sagacity.journal import APPROVAL_GATE, Entry, Phase
+from sagacity.store.journal import JournalStore
+
+__all__ = [
+    "COOKIE",
+    "PREFIX",
+    "WebConsole",
+    "console_router",
+    "csrf_token",
+    "is_public",
+    "static_files",
+]
+
+PREFIX = "/console"
+#: the cookie that holds the signed-in token
+COOKIE = "sagacity_console"
+#: a session lasts a working day; the token's own expiry (a JWT's) ends it sooner
+_SESSION_S = 8 * 3600
+#: rows of a saga's journal a page shows
+_ROWS_SHOWN = 1000
+_PUBLIC = frozenset({f"{PREFIX}/sign-in"})
+_ASSETS = files("sagacity.approvals")
+_AGES = {"": None, "PT1H": 3600.0, "P1D": 86400.0, "P7D": 7 * 86400.0}
+
+
+def is_public(path: str) -> bool:
+    """Whether ``path`` is served without signing in: the sign-in page and the static files."""
+    return path in _PUBLIC or path.startswith(f"{PREFIX}/static/")
+
+
+def csrf_token(session: str) -> str:
+    """The token each of the session's forms carries: only its holder can compute it."""
+    return hmac.new(session.encode(), b"sagacity-console-form", hashlib.sha256).hexdigest()
+
+
+@dataclass
+class WebConsole:
+    """What the console reads besides the service: the journal, and the anchors to check."""
+
+    service: ApprovalService
+    journal: JournalStore
+    checkpoints: CheckpointDir | None = None
+    #: the decision keyring's file, copied into exported bundles
+    keyring_file: Path | None = None
+    #: checks a signing-in token: the principal it names, or None
+    authenticate: Callable[[str], Awaitable[str | None]] | None = field(default=None, repr=False)
+
+
+def console_router(console: WebConsole) -> APIRouter:
+    """The console's pages, under :data:`PREFIX`; authentication is the app's gate."""
+    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+    pages = Environment(
+        loader=FileSystemLoader(str(_ASSETS / "templates")),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    pages.filters["age"] = _age
+    pages.filters["when"] = _when
+
+    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        session = request.cookies.get(COOKIE, "")
+        html = pages.get_template(name).render(
+            principal=request.scope.get("state", {}).get("principal"),
+            csrf=csrf_token(session) if session else "",
+            prefix=PREFIX,
+            **context,
+        )
+        return HTMLResponse(
+            html,
+            status_code=status,
+            headers={
+                # nothing but this origin's own files; no framing, no referrer outside
+                "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+                "style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'",
+                "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "same-origin",
+                "Cache-Control": "no-store",
+            },
+        )
+
+    @router.get("/sign-in")
+    async def sign_in_page(request: Request, next: str = "") -> HTMLResponse:
+        return render(request, "sign_in.html", next=_local(next), failed=False)
+
+    @router.post("/sign-in")
+    async def sign_in(request: Request) -> Response:
+        form = await _form(request)
+        token, target = form.get("token", "").strip(), _local(form.get("next", ""))
+        principal = None
+        if token and console.authenticate is not None and _same_origin(request):
+            principal = await console.authenticate(token)
+        if principal is None:
+            return render(request, "sign_in.html", 401, next=target, failed=True)
+        done = RedirectResponse(target or f"{PREFIX}/", status_code=303)
+        done.set_cookie(
+            COOKIE,
+            token,
+            max_age=_SESSION_S,
+            path=PREFIX,
+            secure=request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
+        return done
+
+    def forged(request: Request) -> HTMLResponse:
+        return render(
+            request,
+            "error.html",
+            403,
+            title="Refused",
+            message="This form did not come from a console page of your session; nothing changed.",
+        )
+
+    @router.post("/sign-out")
+    async def sign_out(request: Request) -> Response:
+        if await _checked_form(request) is None:
+            return forged(request)
+        done = RedirectResponse(f"{PREFIX}/sign-in", status_code=303)
+        done.delete_cookie(COOKIE, path=PREFIX)
+        return done
+
+    @router.get("/")
+    async def inbox(
+        request: Request,
+        tool: str = "",
+        saga: str = "",
+        age: str = "",
+        after: str | None = None,
+        limit: int = 50,
+    ) -> HTMLResponse:
+        try:
+            if tool:
+                check_name(tool, what="a tool name")
+            if saga:
+                check_name(saga, what="a saga id")
+            if age not in _AGES:
+                raise InvalidInput(f"age: one of {', '.join(a for a in _AGES if a)}")
+            where = inbox_filter(
+                tools=[tool] if tool else None, saga_id=saga or None, older_than_s=_AGES[age]
+            )
+            page = await console.service.inbox(
+                where, after=after or None, limit=max(1, min(limit, MAX_PAGE))
+            )
+        except InvalidInput as exc:
+            return render(request, "error.html", 422, title="Bad filter", message=str(exc))
+        return render(
+            request,
+            "inbox.html",
+            page=page,
+            tools=sorted(page.by_tool.items()),
+            tool=tool,
+            saga=saga,
+            age=age,
+            ages=[a for a in _AGES if a],
+            now=datetime.now(UTC),
+        )
+
+    @router.get("/approvals/{saga_id}/{seq}")
+    async def request_page(request: Request, saga_id: str, seq: int) -> HTMLResponse:
+        return await _request_view(request, saga_id, seq)
+
+    async def _request_view(
+        request: Request, saga_id: str, seq: int, *, error: str | None = None, status: int = 200
+    ) -> HTMLResponse:
+        try:
+            pending = await console.service.get(saga_id, seq)
+        except ApprovalNotFound as exc:
+            return render(
+                request, "error.html", 404, title="No such request", message=str(exc), saga=saga_id
+            )
+        rows, total = await _rows(console.journal, saga_id)
+        principal = request.scope.get("state", {}).get("principal")
+        may = pending.deciders is None or principal in pending.deciders
+        return render(
+            request,
+            "request.html",
+            status,
+            req=pending,
+            input=_pretty(pending.input, pending.hidden),
+            rows=rows,
+            total=total,
+            may_decide=may,
+            error=error,
+            now=datetime.now(UTC),
+        )
+
+    @router.post("/approvals/{saga_id}/{seq}/approve")
+    async def approve(request: Request, saga_id: str, seq: int) -> Response:
+        form = await _checked_form(request)
+        if form is None:
+            return forged(request)
+        principal = request.state.principal
+        try:
+            await console.service.approve(
+                saga_id, seq, approver=principal, input_hash=form.get("input_hash") or None
+            )
+        except SagacityError as exc:
+            return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
+        return _to_saga(saga_id, "approved")
+
+    @router.post("/approvals/{saga_id}/{seq}/reject")
+    async def reject(request: Request, saga_id: str, seq: int) -> Response:
+        form = await _checked_form(request)
+        if form is None:
+            return forged(request)
+        reason = form.get("reason", "").strip()
+        try:
+            if not reason:
+                raise InvalidInput("give a reason: it is journaled with the rejection")
+            await console.service.reject(
+                saga_id, seq, approver=request.state.principal, reason=reason
+            )
+        except SagacityError as exc:
+            return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
+        return _to_saga(saga_id, "rejected")
+
+    @router.get("/sagas/{saga_id}")
+    async def saga_page(request: Request, saga_id: str, done: str = "") -> HTMLResponse:
+        (view, missing), (rows, total), report = await asyncio.gather(
+            _view(console.service, saga_id),
+            _rows(console.journal, saga_id),
+            _verify(console, saga_id),
+        )
+        if missing is not None and not rows:
+            return render(request, "error.html", 404, title="No such saga", message=missing)
+        pending = None
+        if view.pending_approval_seq is not None:
+            pending = f"{PREFIX}/approvals/{quote(saga_id, safe='')}/{view.pending_approval_seq}"
+        return render(
+            request,
+            "saga.html",
+            saga_id=saga_id,
+            view=view,
+            rows=rows,
+            total=total,
+            picture=timeline(rows),
+            report=report,
+            pending=pending,
+            done=done if done in {"approved", "rejected"} else "",
+            live=view.workflow_status == "running",
+        )
+
+    @router.get("/sagas/{saga_id}/bundle.zip")
+    async def bundle(saga_id: str) -> Response:
+        check_name(saga_id, what="a saga id")
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "bundle"
+            await export_bundle(
+                console.journal,
+                out,
+                [saga_id],
+                checkpoints=console.checkpoints,
+                keyring=console.keyring_file,
+                note={"exported_by": "sagacity console"},
+            )
+            data = _zip(out)
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in saga_id)[:100]
+        return Response(
+            data,
+            media_type="application/zip",
+            headers={"Content-Disposition": f'attachment; filename="{name}-evidence.zip"'},
+        )
+
+    return router
+
+
+def static_files() -> StaticFiles:
+    """The console's stylesheet and script, to mount at ``PREFIX/static``."""
+    return StaticFiles(directory=str(_ASSETS / "static"))
+
+
+def _status(refusal: SagacityError) -> int:
+    """A decision's refusal as a status: bad input 422, anything else the saga refused 409."""
+    return 422 if isinstance(refusal, InvalidInput) else 409
+
+
+def _to_saga(saga_id: str, done: str) -> RedirectResponse:
+    return RedirectResponse(f"{PREFIX}/sagas/{quote(saga_id, safe='')}?done={done}", 303)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The urlencoded form a page posted (the gate has already capped its size);
+    :class:`InvalidInput` when it is not UTF-8 text."""
+    try:
+        body = (await request.body()).decode("ascii")
+        fields = parse_qs(body, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidInput("the form is not UTF-8 text") from None
+    return {k: v[0] for k, v in fields.items() if v}
+
+
+async def _checked_form(request: Request) -> dict[str, str] | None:
+    """The form, if it comes from this origin with the session's form token; else None."""
+    form = await _form(request)
+    session = request.cookies.get(COOKIE, "")
+    given = form.get("csrf", "")
+    if not (session and _same_origin(request) and hmac.compare_digest(given, csrf_token(session))):
+        return None
+    return form
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether the browser says the request comes from this site (absent headers: a non-browser
+    client, which has no cookie another site could ride on)."""
+    host = request.headers.get("host", "")
+    for header in ("origin", "referer"):
+        given = request.headers.get(header)
+        if given:
+            return urlsplit(given).netloc == host
+    return True
+
+
+def _local(target: str) -> str:
+    """``target`` when it is a console path of this site, else nothing (no open redirects)."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not parts.path.startswith(f"{PREFIX}/"):
+        return ""
+    return target if "\\" not in target else ""
+
+
+async def _rows(journal: JournalStore, saga_id: str) -> tuple[list[Entry], int]:
+    rows = await journal.after(saga_id, 0, limit=_ROWS_SHOWN)
+    if len(rows) < _ROWS_SHOWN:
+        return rows, rows[-1].seq if rows else 0
+    return rows, await _head(journal, saga_id)
+
+
+async def _view(service: ApprovalService, saga_id: str) -> tuple[SagaView, str | None]:
+    """What the saga says now; a journal outlives its workflow (retention, a lost worker), so
+    a saga that cannot answer is shown as such, with why."""
+    try:
+        return await service.saga(saga_id), None
+    except SagaNotFound as exc:
+        return SagaView(saga_id=saga_id, workflow_status="not_found"), str(exc)
+    except SagaUnavailable:
+        return SagaView(saga_id=saga_id, workflow_status="no_answer"), None
+
+
+async def _head(journal: JournalStore, saga_id: str) -> int:
+    last = await journal.head(saga_id)
+    return 0 if last is None else last.seq
+
+
+async def _verify(console: WebConsole, saga_id: str) -> SagaReport | None:
+    """The saga's chain checked, and its checkpoints and decision signatures where configured."""
+    reports = verify_journal(
+        console.journal,
+        saga_ids=[saga_id],
+        checkpoints=console.checkpoints,
+        keyring=console.service.keyring,
+    )
+    async for report in reports:
+        return report
+    return None
+
+
+def _zip(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(folder.parent))
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Token:
+    """A piece of pretty-printed JSON: ``hidden`` marks a redacted field's marker."""
+
+    text: str
+    hidden: bool = False
+
+
+def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:
+    """The input indented for reading, each redaction marker a token of its own, marked."""
+    try:
+        value = json.loads(json_text)
+    except ValueError:
+        return [Token(json_text)]
+    if not hidden:
+        return [Token(json.dumps(value, indent=2, ensure_ascii=False))]
+    tokens: list[Token] = []
+
+    def emit(node: Any, at: str, indent: str) -> None:
+        if at in hidden:
+            tokens.append(Token(json.dumps(node, ensure_ascii=False), hidden=True))
+        elif isinstance(node, dict) and node:
+            tokens.append(Token("{\n"))
+            for i, (key, item) in enumerate(node.items()):
+                pointer = f"{at}/{str(key).replace('~', '~0').replace('/', '~1')}"
+                tokens.append(Token(f"{indent}  {json.dumps(key, ensure_ascii=False)}: "))
+                emit(item, pointer, indent + "  ")
+                tokens.append(Token(",\n" if i < len(node) - 1 else "\n"))
+            tokens.append(Token(f"{indent}}}"))
+        elif isinstance(node, list) and node:
+            tokens.append(Token("[\n"))
+            for i, item in enumerate(node):
+                tokens.append(Token(f"{indent}  "))
+                emit(item, f"{at}/{i}", indent + "  ")
+                tokens.append(Token(",\n" if i < len(node) - 1 else "\n"))
+            tokens.append(Token(f"{indent}]"))
+        else:
+            tokens.append(Token(json.dumps(node, ensure_ascii=False)))
+
+    emit(value, "", "")
+    return tokens
+
+
+# -- the saga as a picture ------------------------------------------------------------------------
+
+_STEP = 175
+_FORWARD_Y = 30
+_ROLLBACK_Y = 150
+
+
+@dataclass
+class Node:
+    """One box (or diamond) of the picture."""
+
+    kind: str  # call, gate, compensation
+    label: str
+    seq: int
+    status: str  # executed, failed, suspect, running, waiting, approved, rejected, compensated, …
+    x: int = 0
+    y: int = _FORWARD_Y
+    #: for a call: the compensation's node, once it is drawn
+    undone_by: Node | None = None
+
+
+@dataclass
+class Picture:
+    """The forward path left to right, and the rollback fork beneath it, right to left."""
+
+    forward: list[Node]
+    rollback: list[Node]
+    width: int
+    height: int
+
+
+def timeline(rows: Sequence[Entry]) -> Picture:
+    """The saga's calls, approvals and compensations as :class:`Picture` nodes, laid out."""
+    forward: list[Node] = []
+    rollback: list[Node] = []
+    open_calls: dict[int, tuple[Node, str]] = {}  # INTENT seq -> node, its input
+    done: list[tuple[Node, str]] = []  # calls that took (or may have taken) effect
+    gate: Node | None = None
+    for row in rows:
+        if row.phase is Phase.INTENT:
+            node = Node("call", row.tool_name, row.seq, "suspect")
+            forward.append(node)
+            open_calls[row.seq] = (node, row.input)
+        elif row.phase in (Phase.EXECUTED, Phase.FAILED):
+            found = next(
+                (s for s, (n, _) in reversed(open_calls.items()) if n.label == row.tool_name), None
+            )
+            if found is not None:
+                node, given = open_calls.pop(found)
+                node.status = "executed" if row.phase is Phase.EXECUTED else "failed"
+                done.append((node, given))
+        elif row.phase is Phase.AWAITING_APPROVAL:
+            gate = Node("gate", f"approve {row.tool_name}?", row.seq, "waiting")
+            forward.append(gate)
+        elif row.phase in (Phase.APPROVED, Phase.REJECTED):
+            if gate is not None and row.tool_name in (APPROVAL_GATE, gate.label[8:-1]):
+                gate.status = row.phase.value.lower()
+                gate = None
+        elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
+            undone = next(
+                (
+                    (n, g)
+                    for n, g in reversed(done)
+                    if n.label == row.tool_name and g == row.input and n.undone_by is None
+                ),
+                None,
+            )
+            status = "compensated" if row.phase is Phase.COMPENSATED else "compensation_failed"
+            comp = Node("compensation", f"undo {row.tool_name}", row.seq, status, y=_ROLLBACK_Y)
+            rollback.append(comp)
+            if undone is not None:
+                undone[0].undone_by = comp
+    for i, node in enumerate(forward):
+        node.x = 20 + i * _STEP
+    for i, comp in enumerate(rollback):
+        call = next((n for n in forward if n.undone_by is comp), None)
+        comp.x = call.x if call is not None else 20 + (len(forward) + i) * _STEP
+    right = max((n.x for n in (*forward, *rollback)), default=0)
+    return Picture(forward, rollback, right + _STEP, _ROLLBACK_Y + 70 if rollback else 110)
+
+
+def _age(value: datetime, now: datetime | None = None) -> str:
+    seconds = int(((now or datetime.now(UTC)) - value).total_seconds())
+    if seconds < 60:
+        return f"{max(seconds, 0)} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+def _when(value: datetime | None) -> str:
+    return "—" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
