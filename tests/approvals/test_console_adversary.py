@@ -301,8 +301,9 @@ async def test_a_saga_id_with_a_slash_cannot_point_its_inbox_row_at_another_requ
         )
         assert row is not None, "the attacker's row is listed"
         review = httpx.URL(urljoin(f"{http.base_url}/console/", row[1]))
+        # as the browser requests it (httpx's .path would show %2F decoded)
         assert (
-            review.path
+            review.raw_path.decode()
             == f"/console/approvals/{quote(sid, safe='')}/{status.pending_approval.journal_seq}"
         )
     finally:
