@@ -147,6 +147,7 @@ class DevSetup:
         }
         return {
             **({"codec_keys_file": self.codec_keys_file} if self.codec_keys_file else {}),
+            **({"approval_tokens_file": self.console_token} if self.console_token else {}),
             "database_url": self.database_url,
             **({"owner_database_url": self.owner_database_url} if self.owner_database_url else {}),
             "signing_key": self.signing_key,

@@ -142,6 +142,11 @@ class Settings(BaseSettings):
         repr=False,
         description="bearer tokens of the approvals HTTP API: `token=principal,token2=principal2`",
     )
+    approval_tokens_file: Path | None = Field(
+        default=None,
+        description="a file of approvals API tokens, `token=principal` a line, read when "
+        "SAGACITY_APPROVAL_TOKENS is unset",
+    )
     approvers: Annotated[dict[str, list[str]] | None, NoDecode] = Field(
         default=None,
         description="who may decide which tool, on every route (the worker enforces it): "
@@ -331,10 +336,16 @@ class Settings(BaseSettings):
             self.service_key = approvers.service_key
         if (
             self.database_url is None
-            and self.approval_tokens is None
+            and self.approval_tokens_file is None
             and approvers.console_token.is_file()
         ):
-            self.approval_tokens = _pairs(approvers.console_token.read_text(encoding="utf-8"))
+            self.approval_tokens_file = approvers.console_token
+        if self.approval_tokens is None and self.approval_tokens_file is not None:
+            try:
+                text = self.approval_tokens_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"SAGACITY_APPROVAL_TOKENS_FILE: {exc}") from None
+            self.approval_tokens = _pairs(",".join(text.splitlines())) or None
         return self
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ import hmac
 import io
 import json
 import tempfile
+import unicodedata
 import zipfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,10 +55,12 @@ from sagacity.store.journal import JournalStore
 
 __all__ = [
     "COOKIE",
+    "HEADERS",
     "PREFIX",
     "WebConsole",
     "console_router",
     "csrf_token",
+    "in_console",
     "is_public",
     "static_files",
 ]
@@ -72,6 +75,21 @@ _ROWS_SHOWN = 1000
 _PUBLIC = frozenset({f"{PREFIX}/sign-in"})
 _ASSETS = files("sagacity.approvals")
 _AGES = {"": None, "PT1H": 3600.0, "P1D": 86400.0, "P7D": 7 * 86400.0}
+
+
+#: what every console response carries (set by the app's gate, whoever made the response):
+#: nothing but this origin's own files, no framing, no referrer outside, nothing cached
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+    "script-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def in_console(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
 
 
 def is_public(path: str) -> bool:
@@ -108,6 +126,8 @@ def console_router(console: WebConsole) -> APIRouter:
     )
     pages.filters["age"] = _age
     pages.filters["when"] = _when
+    pages.filters["segment"] = lambda value: quote(str(value), safe="")
+    pages.filters["visible"] = visible
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         session = request.cookies.get(COOKIE, "")
@@ -117,18 +137,7 @@ def console_router(console: WebConsole) -> APIRouter:
             prefix=PREFIX,
             **context,
         )
-        return HTMLResponse(
-            html,
-            status_code=status,
-            headers={
-                # nothing but this origin's own files; no framing, no referrer outside
-                "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-                "style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'",
-                "X-Content-Type-Options": "nosniff",
-                "Referrer-Policy": "same-origin",
-                "Cache-Control": "no-store",
-            },
-        )
+        return HTMLResponse(html, status_code=status)
 
     @router.get("/sign-in")
     async def sign_in_page(request: Request, next: str = "") -> HTMLResponse:
@@ -149,7 +158,9 @@ def console_router(console: WebConsole) -> APIRouter:
             token,
             max_age=_SESSION_S,
             path=PREFIX,
-            secure=request.url.scheme == "https",
+            # always: behind a TLS proxy the scheme seen here is http, and browsers keep
+            # Secure cookies for http://localhost and 127.0.0.1, where the dev stack runs
+            secure=True,
             httponly=True,
             samesite="strict",
         )
@@ -347,7 +358,8 @@ async def _checked_form(request: Request) -> dict[str, str] | None:
     form = await _form(request)
     session = request.cookies.get(COOKIE, "")
     given = form.get("csrf", "")
-    if not (session and _same_origin(request) and hmac.compare_digest(given, csrf_token(session))):
+    expected = csrf_token(session).encode()
+    if not (session and _same_origin(request) and hmac.compare_digest(given.encode(), expected)):
         return None
     return form
 
@@ -416,6 +428,16 @@ def _zip(folder: Path) -> bytes:
     return buffer.getvalue()
 
 
+def visible(text: str) -> str:
+    """``text`` with every character that is invisible or reorders others (bidi controls,
+    zero-width marks, line separators, control and unassigned characters) written as its
+    ``\\uXXXX`` escape, so an approver reads what a tool receives, in its order."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in _HIDDEN else c for c in text)
+
+
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
 @dataclass(frozen=True)
 class Token:
     """A piece of pretty-printed JSON: ``hidden`` marks a redacted field's marker."""
@@ -429,19 +451,19 @@ def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:
     try:
         value = json.loads(json_text)
     except ValueError:
-        return [Token(json_text)]
+        return [Token(visible(json_text))]
     if not hidden:
-        return [Token(json.dumps(value, indent=2, ensure_ascii=False))]
+        return [Token(visible(json.dumps(value, indent=2, ensure_ascii=False)))]
     tokens: list[Token] = []
 
     def emit(node: Any, at: str, indent: str) -> None:
         if at in hidden:
-            tokens.append(Token(json.dumps(node, ensure_ascii=False), hidden=True))
+            tokens.append(Token(visible(json.dumps(node, ensure_ascii=False)), hidden=True))
         elif isinstance(node, dict) and node:
             tokens.append(Token("{\n"))
             for i, (key, item) in enumerate(node.items()):
                 pointer = f"{at}/{str(key).replace('~', '~0').replace('/', '~1')}"
-                tokens.append(Token(f"{indent}  {json.dumps(key, ensure_ascii=False)}: "))
+                tokens.append(Token(f"{indent}  {visible(json.dumps(key, ensure_ascii=False))}: "))
                 emit(item, pointer, indent + "  ")
                 tokens.append(Token(",\n" if i < len(node) - 1 else "\n"))
             tokens.append(Token(f"{indent}}}"))
@@ -453,7 +475,7 @@ def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:
                 tokens.append(Token(",\n" if i < len(node) - 1 else "\n"))
             tokens.append(Token(f"{indent}]"))
         else:
-            tokens.append(Token(json.dumps(node, ensure_ascii=False)))
+            tokens.append(Token(visible(json.dumps(node, ensure_ascii=False))))
 
     emit(value, "", "")
     return tokens

@@ -310,25 +310,55 @@ class _Gate:
         self.max_body = max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"] if scope["type"] == "http" else ""
-        if scope["type"] != "http" or path in _PUBLIC or console.is_public(path):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        # the console's pages take its session cookie, and only they do: the API never
-        # reads a cookie, so no other site can ride a signed-in browser into it
-        in_console = path == console.PREFIX or path.startswith(console.PREFIX + "/")
-        principal = await (_console_principal if in_console else _bearer_principal)(scope)
-        if principal is None:
-            if in_console:
-                target = quote(path if path != console.PREFIX else console.PREFIX + "/")
-                refusal = RedirectResponse(f"{console.PREFIX}/sign-in?next={target}", 303)
-                await refusal(scope, receive, send)
-            else:
-                await _unauthorized()(scope, receive, send)
+        path = scope["path"]
+        if console.in_console(path):
+            send = _with_headers(send, console.HEADERS)
+        if path in _PUBLIC:
+            await self.app(scope, receive, send)
             return
-        scope.setdefault("state", {})["principal"] = principal
-        codec = scope["path"].startswith(codec_server.PREFIX + "/")
-        max_body = codec_server.MAX_BODY if codec else self.max_body
+        if not console.is_public(path):
+            # the console's pages take its session cookie, and only they do: the API never
+            # reads a cookie, so no other site can ride a signed-in browser into it
+            if console.in_console(path):
+                principal = await _console_principal(scope)
+                target = quote(path if path != console.PREFIX else console.PREFIX + "/")
+                refusal: ASGIApp = RedirectResponse(f"{console.PREFIX}/sign-in?next={target}", 303)
+            else:
+                principal = await _bearer_principal(scope)
+                refusal = _unauthorized()
+            if principal is None:
+                await refusal(scope, receive, send)
+                return
+            scope.setdefault("state", {})["principal"] = principal
+        # every body is capped, the public sign-in form's included
+        codec = path.startswith(codec_server.PREFIX + "/")
+        await _capped(self.app, codec_server.MAX_BODY if codec else self.max_body)(
+            scope, receive, send
+        )
+
+
+def _with_headers(send: Send, headers: Mapping[str, str]) -> Send:
+    """``send``, adding ``headers`` to the response's start (where it does not set them)."""
+    extra = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            present = {name for name, _ in message.get("headers", [])}
+            added = [(k, v) for k, v in extra if k not in present]
+            message = {**message, "headers": [*message.get("headers", []), *added]}
+        await send(message)
+
+    return sending
+
+
+def _capped(app: ASGIApp, max_body: int) -> ASGIApp:
+    """``app`` behind a body read here, bounded (413 past ``max_body`` bytes) and handed on
+    whole, so nothing downstream reads more of it."""
+
+    async def capped(scope: Scope, receive: Receive, send: Send) -> None:
         too_large = _error(
             413,
             ErrorBody(
@@ -361,7 +391,9 @@ class _Gate:
             replayed = True
             return whole
 
-        await self.app(scope, replay, send)
+        await app(scope, replay, send)
+
+    return capped
 
 
 async def _principal(

@@ -406,10 +406,13 @@ def _cursor(text: str | None) -> tuple[datetime, str, int] | None:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
         at, seq, saga_id = raw.split("|", 2)
         when = datetime.fromisoformat(at)
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return when, saga_id, int(seq)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        # in UTC, as stored: a time near either end of the calendar does not convert
+        when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+        position = int(seq)
+        if not 0 <= position < 2**63:
+            raise ValueError(seq)
+        return when, saga_id, position
+    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
         raise InvalidInput(
             "after: not a cursor this inbox gave out (use the page's next)"
         ) from None

@@ -12,7 +12,9 @@ import typer
 from pydantic import TypeAdapter, ValidationError
 
 from sagacity.errors import InvalidInput, SagacityError
+from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring, Signer
+from sagacity.evidence.keys import verifying_key
 from sagacity.settings import Settings, load_settings
 
 T = TypeVar("T")
@@ -33,6 +35,18 @@ def duration_or_exit(option: str, text: str) -> timedelta:
         raise fail(
             f"{option} {text!r}: give an ISO 8601 duration (P183D, PT2H) or seconds"
         ) from None
+
+
+def checkpoints_or_exit(settings: Settings) -> CheckpointDir | None:
+    """The checkpoint folder the settings name, with a key to check it with (the public key, or
+    the signing key's half); None when none is named; exit 2 when a key is unreadable."""
+    if settings.checkpoint_dir is None:
+        return None
+    try:
+        key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
+    except SagacityError as exc:
+        raise fail(str(exc)) from None
+    return None if key is None else CheckpointDir(settings.checkpoint_dir, key)
 
 
 def settings_or_exit() -> Settings:

@@ -29,12 +29,16 @@ from sagacity.approvals.console import WebConsole
 from sagacity.approvals.http import create_app, openapi_document
 from sagacity.approvals.oidc import OidcVerifier
 from sagacity.approvals.service import MAX_PAGE, inbox_filter
-from sagacity.cli._common import decision_keys_or_exit, duration_or_exit, fail, run_or_exit
+from sagacity.cli._common import (
+    checkpoints_or_exit,
+    decision_keys_or_exit,
+    duration_or_exit,
+    fail,
+    run_or_exit,
+)
 from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
-from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import ANY_PRINCIPAL
-from sagacity.evidence.keys import verifying_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
@@ -329,25 +333,13 @@ def serve_command(
             web = WebConsole(
                 service,
                 service.journal,
-                checkpoints=_checkpoints(settings),
+                checkpoints=checkpoints_or_exit(settings),
                 keyring_file=settings.keyring,
             )
             api = create_app(service, tokens, oidc=oidc, codec=codec, web=web)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()
 
     run_or_exit(work())
-
-
-def _checkpoints(settings: Settings) -> CheckpointDir | None:
-    """The checkpoint folder the console checks sagas against, when the settings name it and
-    a key to check with (the public key, or the signing key's); exit 2 when a key is unreadable."""
-    if settings.checkpoint_dir is None:
-        return None
-    try:
-        key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
-    except SagacityError as exc:
-        raise fail(str(exc)) from None
-    return None if key is None else CheckpointDir(settings.checkpoint_dir, key)
 
 
 def _oidc(settings: Settings) -> OidcVerifier | None:

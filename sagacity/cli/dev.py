@@ -43,6 +43,7 @@ def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
             ("SAGACITY_APPROVER_KEY", setup.approver_key),
             ("SAGACITY_SERVICE_KEY", setup.service_key),
             ("SAGACITY_CODEC_KEYS_FILE", setup.codec_keys_file),
+            ("SAGACITY_APPROVAL_TOKENS_FILE", setup.console_token),
         ):
             if value is not None:
                 lines.append(f"export {name}={shlex.quote(str(value))}")

@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 from sagacity.cli import (
     anchors,
     approvals,
+    certify,
     db,
     demo,
     dev,
@@ -61,4 +62,5 @@ app.add_typer(tlog.app, name="log")
 app.command("prove")(tlog.prove)
 app.add_typer(saga.app, name="saga")
 app.command("verify")(verify.verify)
+app.command("certify")(certify.certify_command)
 app.command("worker")(worker.worker)

@@ -24,7 +24,7 @@ from sagacity.temporal.models import SagaState
 from tests.approvals.conftest import StartOrder
 
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
-ORIGIN = "http://approvals"
+ORIGIN = "https://approvals"
 
 
 @pytest.fixture
@@ -49,6 +49,7 @@ async def sign_in(web: httpx.AsyncClient, token: str) -> str:
     assert answer.status_code == 303 and answer.headers["location"] == "/console/"
     cookie = answer.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    assert "Secure" in cookie
     return csrf_token(token)
 
 

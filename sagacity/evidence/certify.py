@@ -1,0 +1,269 @@
+"""Certify sagas for CI: whatever a human must still look at, saga by saga, with the seq.
+
+A saga is certified when nothing about it needs a person: no effect left live after it rolled
+back, no compensation that failed for good, no call whose outcome is unknown, no approval waiting
+past its SLA, and its journal verifies against every anchor configured (chain, checkpoints,
+decision signatures). Each finding names its kind, the saga and the seq;
+:func:`junit_xml` writes them as JUnit XML, one test case per saga.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from xml.etree import ElementTree
+
+from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.decisions import Keyring
+from sagacity.journal import Entry, Phase
+from sagacity.store.approvals import ApprovalStore, InboxFilter
+from sagacity.store.journal import JournalStore
+
+__all__ = ["Certificate", "Finding", "Kind", "certify", "effect_findings", "junit_xml"]
+
+#: approvals read per page while looking for overdue ones
+_PAGE = 500
+
+
+class Kind(StrEnum):
+    """What a finding is about."""
+
+    #: an effect still live after the saga rolled back (an irreversible one, or one whose
+    #: compensation never ran), or a failed call that may have taken effect
+    LIVE_EFFECT = "live_effect"
+    #: a compensation that failed and was never retried to success
+    COMPENSATION_FAILED = "compensation_failed"
+    #: an INTENT with no outcome: the call may or may not have happened (SUSPECT)
+    UNKNOWN_OUTCOME = "unknown_outcome"
+    #: a call waiting for a decision longer than the SLA, or past its deadline
+    APPROVAL_OVERDUE = "approval_overdue"
+    #: the chain does not verify, or an anchor (checkpoint, seal, signature) disagrees
+    EVIDENCE = "evidence"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: Kind
+    saga_id: str
+    seq: int | None
+    detail: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind.value,
+            "saga_id": self.saga_id,
+            "seq": self.seq,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Certificate:
+    """One saga's findings; certified when there are none."""
+
+    saga_id: str
+    rows: int
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
+    """Live effects and failed compensations, read from a saga's rows alone.
+
+    A compensation row names its call by tool and input (as the saga engine matches them),
+    newest call first. A saga rolled back once it journals a rejection, an abort or any
+    compensation; then every call that took effect, or may have, must have been compensated.
+    """
+    effects: list[tuple[Entry, bool]] = []  # the INTENT, and whether the effect is certain
+    open_intent: Entry | None = None
+    undone: dict[int, Phase] = {}  # INTENT seq -> COMPENSATED or COMPENSATION_FAILED (last)
+    failed_at: dict[int, int] = {}  # INTENT seq -> seq of its COMPENSATION_FAILED row
+    rolled_back = False
+    for row in rows:
+        if row.phase is Phase.INTENT:
+            open_intent = row
+        elif row.phase in (Phase.EXECUTED, Phase.FAILED):
+            intent, open_intent = open_intent, None
+            if intent is None or intent.tool_name != row.tool_name:
+                continue
+            if row.phase is Phase.EXECUTED:
+                effects.append((intent, True))
+            elif _effect_unknown(row.payload):
+                effects.append((intent, False))
+        elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
+            rolled_back = True
+            match = next(
+                (
+                    i
+                    for i, _ in reversed(effects)
+                    if i.tool_name == row.tool_name
+                    and i.input == row.input
+                    and undone.get(i.seq) is not Phase.COMPENSATED
+                ),
+                None,
+            )
+            if match is not None:
+                undone[match.seq] = row.phase
+                if row.phase is Phase.COMPENSATION_FAILED:
+                    failed_at[match.seq] = row.seq
+        elif row.phase is Phase.REJECTED:
+            rolled_back = True
+    found = []
+    for intent, certain in effects:
+        state = undone.get(intent.seq)
+        if state is Phase.COMPENSATION_FAILED:
+            found.append(
+                Finding(
+                    Kind.COMPENSATION_FAILED,
+                    saga_id,
+                    failed_at[intent.seq],
+                    f"the compensation of {intent.tool_name} (INTENT seq {intent.seq}) failed "
+                    "and never ran to success: its effect is live",
+                )
+            )
+        elif state is None and rolled_back:
+            what = "took effect" if certain else "failed and may have taken effect"
+            found.append(
+                Finding(
+                    Kind.LIVE_EFFECT,
+                    saga_id,
+                    intent.seq,
+                    f"{intent.tool_name} {what} and was never compensated, though the saga "
+                    "rolled back",
+                )
+            )
+    return found
+
+
+def _effect_unknown(payload: str) -> bool:
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return True  # a FAILED row whose payload cannot be read says nothing of the effect
+    return not (isinstance(body, dict) and body.get("effect") == "none")
+
+
+async def certify(
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    *,
+    saga_ids: Sequence[str] | None = None,
+    since: datetime | None = None,
+    approval_sla: timedelta = timedelta(hours=24),
+    checkpoints: CheckpointDir | None = None,
+    keyring: Keyring | None = None,
+    now: datetime | None = None,
+) -> AsyncIterator[Certificate]:
+    """One certificate per saga in scope: ``saga_ids``, or every saga with a row since ``since``
+    (every saga when None), then one per saga whose only trace is an overdue approval."""
+    now = now or datetime.now(UTC)
+    overdue = await _overdue(approvals, saga_ids, approval_sla, now)
+    scope = list(saga_ids) if saga_ids is not None else await _active(journal, since)
+    async with aclosing(
+        verify_journal(journal, saga_ids=scope, checkpoints=checkpoints, keyring=keyring)
+    ) as reports:
+        async for report in reports:
+            cert = Certificate(report.saga_id, report.verdict.rows)
+            for fault in report.faults():
+                cert.findings.append(
+                    Finding(Kind.EVIDENCE, report.saga_id, fault.seq, fault.detail)
+                )
+            for dangling in report.verdict.dangling:
+                cert.findings.append(
+                    Finding(
+                        Kind.UNKNOWN_OUTCOME,
+                        report.saga_id,
+                        dangling.seq,
+                        f"INTENT of {dangling.tool_name} has no outcome: the call may or may "
+                        "not have happened",
+                    )
+                )
+            if report.verdict.ok:
+                cert.findings += effect_findings(report.saga_id, await journal.read(report.saga_id))
+            cert.findings += overdue.pop(report.saga_id, [])
+            yield cert
+    for saga_id, findings in overdue.items():
+        yield Certificate(saga_id, 0, findings)
+
+
+async def _active(journal: JournalStore, since: datetime | None) -> list[str]:
+    ids: list[str] = []
+    while True:
+        page = await journal.list_sagas(limit=_PAGE, offset=len(ids), since=since)
+        ids += [s.saga_id for s in page]
+        if len(page) < _PAGE:
+            return ids
+
+
+async def _overdue(
+    approvals: ApprovalStore,
+    saga_ids: Sequence[str] | None,
+    sla: timedelta,
+    now: datetime,
+) -> dict[str, list[Finding]]:
+    """Requests waiting longer than ``sla``, or past their deadline, by saga."""
+    found: dict[str, list[Finding]] = {}
+    wanted = None if saga_ids is None else set(saga_ids)
+    after = None
+    while True:
+        page = await approvals.page(InboxFilter(), after=after, limit=_PAGE)
+        for req in page:
+            if wanted is not None and req.saga_id not in wanted:
+                continue
+            waited = now - req.created_at
+            late = req.expires_at is not None and req.expires_at <= now
+            if waited > sla or late:
+                why = "is past its deadline" if late else f"has waited {_duration(waited)}"
+                found.setdefault(req.saga_id, []).append(
+                    Finding(
+                        Kind.APPROVAL_OVERDUE,
+                        req.saga_id,
+                        req.journal_seq,
+                        f"the approval of {req.tool_name} {why} (SLA {_duration(sla)})",
+                    )
+                )
+        if len(page) < _PAGE:
+            return found
+        after = page[-1].cursor
+
+
+def _duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds >= 86400:
+        return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+def junit_xml(certificates: Sequence[Certificate]) -> str:
+    """JUnit XML for CI systems: a test case per saga, a failure per finding."""
+    failing = sum(1 for c in certificates if not c.ok)
+    suite = ElementTree.Element(
+        "testsuite",
+        name="sagacity certify",
+        tests=str(len(certificates)),
+        failures=str(failing),
+        errors="0",
+    )
+    for cert in certificates:
+        case = ElementTree.SubElement(suite, "testcase", classname="saga", name=cert.saga_id)
+        for finding in cert.findings:
+            failure = ElementTree.SubElement(
+                case,
+                "failure",
+                type=finding.kind.value,
+                message=f"seq {finding.seq}: {finding.detail}" if finding.seq else finding.detail,
+            )
+            failure.text = finding.detail
+    suites = ElementTree.Element("testsuites")
+    suites.append(suite)
+    return ElementTree.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
