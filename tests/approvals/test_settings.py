@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sagacity.errors import SettingsError
@@ -17,8 +19,13 @@ def test_tokens_and_allow_list_from_the_environment(monkeypatch: pytest.MonkeyPa
     assert "s3cret" not in repr(settings)
 
 
-def test_unset_means_no_tokens_and_no_allow_list(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unset_means_no_tokens_and_no_allow_list(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a data folder the dev stack never set up: it would make the local user a token
+    monkeypatch.setenv("SAGACITY_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("SAGACITY_APPROVAL_TOKENS", raising=False)
+    monkeypatch.delenv("SAGACITY_APPROVAL_TOKENS_FILE", raising=False)
     monkeypatch.setenv("SAGACITY_APPROVERS", "")
     settings = load_settings()
     assert settings.approval_tokens is None and settings.approvers is None
