@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import typer
 from pydantic import TypeAdapter, ValidationError
 
-from sagacity.errors import InvalidInput, SagacityError
+from sagacity.errors import InvalidInput, SagacityError, SettingsError
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring, Signer
 from sagacity.evidence.keys import verifying_key
@@ -37,16 +37,26 @@ def duration_or_exit(option: str, text: str) -> timedelta:
         ) from None
 
 
-def checkpoints_or_exit(settings: Settings) -> CheckpointDir | None:
-    """The checkpoint folder the settings name, with a key to check it with (the public key, or
-    the signing key's half); None when none is named; exit 2 when a key is unreadable."""
+def configured_checkpoints(settings: Settings) -> CheckpointDir | None:
+    """The checkpoint folder the settings name, with the key to check it with (the public key,
+    or the signing key's half); None when none is named. :class:`SettingsError` when its key is
+    missing or unreadable: a folder nobody can check would weaken every verdict unseen."""
     if settings.checkpoint_dir is None:
         return None
+    key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
+    if key is None:
+        raise SettingsError(
+            "checkpoints need a key: set SAGACITY_CHECKPOINT_PUBLIC_KEY or SAGACITY_SIGNING_KEY"
+        )
+    return CheckpointDir(settings.checkpoint_dir, key)
+
+
+def checkpoints_or_exit(settings: Settings) -> CheckpointDir | None:
+    """:func:`configured_checkpoints`, or exit 2 saying what is wrong."""
     try:
-        key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
+        return configured_checkpoints(settings)
     except SagacityError as exc:
         raise fail(str(exc)) from None
-    return None if key is None else CheckpointDir(settings.checkpoint_dir, key)
 
 
 def settings_or_exit() -> Settings:

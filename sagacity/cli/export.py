@@ -34,20 +34,6 @@ from sagacity.store.retention import RetentionStore
 
 __all__ = ["export", "keygen"]
 
-# Sagas listed per query when exporting a time window.
-_PAGE = 1000
-
-
-async def _window(
-    journal: JournalStore, since: datetime | None, until: datetime | None
-) -> list[str]:
-    ids: list[str] = []
-    while True:
-        page = await journal.list_sagas(limit=_PAGE, offset=len(ids), since=since, until=until)
-        ids += [s.saga_id for s in page]
-        if len(page) < _PAGE:
-            return ids
-
 
 async def _export(
     url: str,
@@ -60,7 +46,7 @@ async def _export(
     keyring: Path | None,
 ) -> dict[str, Any]:
     async with await JournalStore.open(url, max_size=2) as journal:
-        chosen = sagas or await _window(journal, since, until)
+        chosen = sagas or await journal.saga_ids(since=since, until=until)
         note = {
             name: None if at is None else at.isoformat()
             for name, at in (("since", since), ("until", until))

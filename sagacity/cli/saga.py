@@ -33,13 +33,13 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.suspects import Resolution, resolve_suspect
+from sagacity.cli._common import configured_checkpoints
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import InvalidInput, SagacityError, SagaNotFound
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Signer
-from sagacity.evidence.keys import verifying_key
 from sagacity.evidence.report import SagaReport, Source, saga_report
 from sagacity.inputs import check_name, invalid, load_json
 from sagacity.journal import Entry, format_timestamp, verify_rows
@@ -586,17 +586,10 @@ def _clip(text: str, width: int = 48) -> str:
 
 def _anchors(settings: Settings) -> CheckpointDir | None:
     """The configured checkpoints, or None when there are none to compare with."""
-    if settings.checkpoint_dir is None:
-        return None
     try:
-        key = verifying_key(settings.checkpoint_public_key, settings.signing_key)
+        return configured_checkpoints(settings)
     except SagacityError as exc:
         raise _Usage(str(exc)) from None
-    if key is None:
-        raise _Usage(
-            "checkpoints need a key: set SAGACITY_CHECKPOINT_PUBLIC_KEY or SAGACITY_SIGNING_KEY"
-        )
-    return CheckpointDir(settings.checkpoint_dir, key)
 
 
 @app.command("journal")

@@ -166,7 +166,7 @@ async def certify(
     (every saga when None), then one per saga whose only trace is an overdue approval."""
     now = now or datetime.now(UTC)
     overdue = await _overdue(approvals, saga_ids, approval_sla, now)
-    scope = list(saga_ids) if saga_ids is not None else await _active(journal, since)
+    scope = list(saga_ids) if saga_ids is not None else await journal.saga_ids(since=since)
     async with aclosing(
         verify_journal(journal, saga_ids=scope, checkpoints=checkpoints, keyring=keyring)
     ) as reports:
@@ -192,15 +192,6 @@ async def certify(
             yield cert
     for saga_id, findings in overdue.items():
         yield Certificate(saga_id, 0, findings)
-
-
-async def _active(journal: JournalStore, since: datetime | None) -> list[str]:
-    ids: list[str] = []
-    while True:
-        page = await journal.list_sagas(limit=_PAGE, offset=len(ids), since=since)
-        ids += [s.saga_id for s in page]
-        if len(page) < _PAGE:
-            return ids
 
 
 async def _overdue(

@@ -405,6 +405,18 @@ class JournalStore:
                     )
                 ]
 
+    async def saga_ids(
+        self, *, since: datetime | None = None, until: datetime | None = None, batch: int = 1000
+    ) -> list[str]:
+        """Every saga with a row timestamped in ``[since, until)``, most recently active first
+        (:meth:`list_sagas`, ``batch`` at a time)."""
+        ids: list[str] = []
+        while True:
+            page = await self.list_sagas(limit=batch, offset=len(ids), since=since, until=until)
+            ids += [s.saga_id for s in page]
+            if len(page) < batch:
+                return ids
+
     async def verify(self, saga_id: str) -> Verdict:
         """Recompute the saga's chain from the stored rows; stops reading at the first bad row."""
         verifier = ChainVerifier(saga_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -34,12 +34,21 @@ class Lean(BaseModel):
     @model_serializer(mode="wrap")
     def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for name, field in type(self).model_fields.items():
-            if not field.is_required() and getattr(self, name) == field.get_default(
-                call_default_factory=True, validated_data={}
-            ):
+        for name, default in _defaults(type(self)):
+            if getattr(self, name) == default:
                 data.pop(name, None)
         return data
+
+
+@cache
+def _defaults(model: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
+    """``model``'s optional fields and their defaults, made once per class: every payload of a
+    tool call is serialized through :class:`Lean` (the defaults are compared, never handed out)."""
+    return tuple(
+        (name, field.get_default(call_default_factory=True, validated_data={}))
+        for name, field in model.model_fields.items()
+        if not field.is_required()
+    )
 
 
 class ToolSpec(Lean):
