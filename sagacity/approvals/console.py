@@ -50,7 +50,7 @@ from sagacity.evidence.bundle import export_bundle
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.report import SagaReport
 from sagacity.inputs import check_name
-from sagacity.journal import APPROVAL_GATE, Entry, Phase
+from sagacity.journal import APPROVAL_GATE, Entry, Phase, read_calls
 from sagacity.store.journal import JournalStore
 
 __all__ = [
@@ -514,24 +514,19 @@ class Picture:
 
 def timeline(rows: Sequence[Entry]) -> Picture:
     """The saga's calls, approvals and compensations as :class:`Picture` nodes, laid out."""
+    calls = read_calls(rows)
+    by_intent = {c.intent.seq: c for c in calls}
+    undoing = {u.seq: c for c in calls for u in c.undo}  # compensation row seq -> its call
+    nodes: dict[int, Node] = {}  # INTENT seq -> the call's node
     forward: list[Node] = []
     rollback: list[Node] = []
-    open_calls: dict[int, tuple[Node, str]] = {}  # INTENT seq -> node, its input
-    done: list[tuple[Node, str]] = []  # calls that took (or may have taken) effect
     gate: Node | None = None
     for row in rows:
         if row.phase is Phase.INTENT:
-            node = Node("call", row.tool_name, row.seq, "suspect")
-            forward.append(node)
-            open_calls[row.seq] = (node, row.input)
-        elif row.phase in (Phase.EXECUTED, Phase.FAILED):
-            found = next(
-                (s for s, (n, _) in reversed(open_calls.items()) if n.label == row.tool_name), None
-            )
-            if found is not None:
-                node, given = open_calls.pop(found)
-                node.status = "executed" if row.phase is Phase.EXECUTED else "failed"
-                done.append((node, given))
+            outcome = by_intent[row.seq].outcome
+            status = "suspect" if outcome is None else outcome.phase.value.lower()
+            nodes[row.seq] = Node("call", row.tool_name, row.seq, status)
+            forward.append(nodes[row.seq])
         elif row.phase is Phase.AWAITING_APPROVAL:
             gate = Node("gate", f"approve {row.tool_name}?", row.seq, "waiting")
             forward.append(gate)
@@ -540,24 +535,26 @@ def timeline(rows: Sequence[Entry]) -> Picture:
                 gate.status = row.phase.value.lower()
                 gate = None
         elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
-            undone = next(
-                (
-                    (n, g)
-                    for n, g in reversed(done)
-                    if n.label == row.tool_name and g == row.input and n.undone_by is None
-                ),
-                None,
+            comp = Node(
+                "compensation",
+                f"undo {row.tool_name}",
+                row.seq,
+                row.phase.value.lower(),
+                y=_ROLLBACK_Y,
             )
-            status = "compensated" if row.phase is Phase.COMPENSATED else "compensation_failed"
-            comp = Node("compensation", f"undo {row.tool_name}", row.seq, status, y=_ROLLBACK_Y)
             rollback.append(comp)
-            if undone is not None:
-                undone[0].undone_by = comp
+            call = undoing.get(row.seq)
+            if call is not None:
+                nodes[call.intent.seq].undone_by = comp  # the last one drawn links to its call
     for i, node in enumerate(forward):
         node.x = 20 + i * _STEP
     for i, comp in enumerate(rollback):
-        call = next((n for n in forward if n.undone_by is comp), None)
-        comp.x = call.x if call is not None else 20 + (len(forward) + i) * _STEP
+        # beneath its call, the compensation that settled it; an earlier failed attempt, or one
+        # that names no call, after the forward path
+        call = undoing.get(comp.seq)
+        settled = None if call is None else nodes[call.intent.seq]
+        under = settled is not None and settled.undone_by is comp
+        comp.x = settled.x if settled and under else 20 + (len(forward) + i) * _STEP
     right = max((n.x for n in (*forward, *rollback)), default=0)
     return Picture(forward, rollback, right + _STEP, _ROLLBACK_Y + 70 if rollback else 110)
 

@@ -20,7 +20,7 @@ from xml.etree import ElementTree
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring
-from sagacity.journal import Entry, Phase
+from sagacity.journal import Entry, Phase, read_calls
 from sagacity.store.approvals import ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
 
@@ -78,66 +78,41 @@ class Certificate:
 def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
     """Live effects and failed compensations, read from a saga's rows alone.
 
-    A compensation row names its call by tool and input (as the saga engine matches them),
-    newest call first. A saga rolled back once it journals a rejection, an abort or any
-    compensation; then every call that took effect, or may have, must have been compensated.
+    A saga rolled back once it journals a rejection, an abort or any compensation; then every
+    call that took effect, or may have, must have been compensated.
     """
-    effects: list[tuple[Entry, bool]] = []  # the INTENT, and whether the effect is certain
-    open_intent: Entry | None = None
-    undone: dict[int, Phase] = {}  # INTENT seq -> COMPENSATED or COMPENSATION_FAILED (last)
-    failed_at: dict[int, int] = {}  # INTENT seq -> seq of its COMPENSATION_FAILED row
-    rolled_back = False
-    for row in rows:
-        if row.phase is Phase.INTENT:
-            open_intent = row
-        elif row.phase in (Phase.EXECUTED, Phase.FAILED):
-            intent, open_intent = open_intent, None
-            if intent is None or intent.tool_name != row.tool_name:
-                continue
-            if row.phase is Phase.EXECUTED:
-                effects.append((intent, True))
-            elif _effect_unknown(row.payload):
-                effects.append((intent, False))
-        elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
-            rolled_back = True
-            match = next(
-                (
-                    i
-                    for i, _ in reversed(effects)
-                    if i.tool_name == row.tool_name
-                    and i.input == row.input
-                    and undone.get(i.seq) is not Phase.COMPENSATED
-                ),
-                None,
-            )
-            if match is not None:
-                undone[match.seq] = row.phase
-                if row.phase is Phase.COMPENSATION_FAILED:
-                    failed_at[match.seq] = row.seq
-        elif row.phase is Phase.REJECTED:
-            rolled_back = True
+    rolled_back = any(
+        r.phase in (Phase.REJECTED, Phase.COMPENSATED, Phase.COMPENSATION_FAILED) for r in rows
+    )
     found = []
-    for intent, certain in effects:
-        state = undone.get(intent.seq)
-        if state is Phase.COMPENSATION_FAILED:
+    for call in read_calls(rows):
+        outcome, tool, seq = call.outcome, call.intent.tool_name, call.intent.seq
+        if outcome is None or (
+            outcome.phase is Phase.FAILED and not _effect_unknown(outcome.payload)
+        ):
+            continue  # no outcome is reported as such; a call that failed without effect is done
+        if call.undone is Phase.COMPENSATION_FAILED:
             found.append(
                 Finding(
                     Kind.COMPENSATION_FAILED,
                     saga_id,
-                    failed_at[intent.seq],
-                    f"the compensation of {intent.tool_name} (INTENT seq {intent.seq}) failed "
-                    "and never ran to success: its effect is live",
+                    call.undo[-1].seq,
+                    f"the compensation of {tool} (INTENT seq {seq}) failed and never ran to "
+                    "success: its effect is live",
                 )
             )
-        elif state is None and rolled_back:
-            what = "took effect" if certain else "failed and may have taken effect"
+        elif call.undone is None and rolled_back:
+            what = (
+                "took effect"
+                if outcome.phase is Phase.EXECUTED
+                else "failed and may have taken effect"
+            )
             found.append(
                 Finding(
                     Kind.LIVE_EFFECT,
                     saga_id,
-                    intent.seq,
-                    f"{intent.tool_name} {what} and was never compensated, though the saga "
-                    "rolled back",
+                    seq,
+                    f"{tool} {what} and was never compensated, though the saga rolled back",
                 )
             )
     return found

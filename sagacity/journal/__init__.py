@@ -1,5 +1,6 @@
 """Journal core: phases, rows, the hash chain and its verifier. Pure: no I/O."""
 
+from sagacity.journal.calls import Call, read_calls
 from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
@@ -9,6 +10,7 @@ from sagacity.journal.verify import ChainVerifier, Dangling, Fault, Problem, Ver
 __all__ = [
     "APPROVAL_GATE",
     "GENESIS_HASH",
+    "Call",
     "ChainVerifier",
     "Dangling",
     "Draft",
@@ -22,6 +24,7 @@ __all__ = [
     "entry_hash",
     "format_timestamp",
     "input_hash",
+    "read_calls",
     "seal",
     "to_json",
     "utc_micros",

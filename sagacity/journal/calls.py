@@ -1,0 +1,60 @@
+"""Tool calls as a saga's rows tell them: each INTENT, its outcome, and the compensations of it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sagacity.journal.entry import Entry
+from sagacity.journal.phases import Phase
+
+__all__ = ["Call", "read_calls"]
+
+
+@dataclass
+class Call:
+    """One call: its INTENT row, its EXECUTED or FAILED row (None: unknown), and the
+    COMPENSATED / COMPENSATION_FAILED rows that name it, in journal order."""
+
+    intent: Entry
+    outcome: Entry | None = None
+    undo: list[Entry] = field(default_factory=list)
+
+    @property
+    def undone(self) -> Phase | None:
+        """The last compensation's phase; None while none was journaled."""
+        return self.undo[-1].phase if self.undo else None
+
+
+def read_calls(rows: Iterable[Entry]) -> list[Call]:
+    """The calls of a saga's rows, in order.
+
+    A compensation row names its call by tool and input, as the saga engine writes it: the
+    newest such call that has an outcome and is not compensated yet (a retried compensation
+    follows the one that failed).
+    """
+    calls: list[Call] = []
+    open_call: Call | None = None
+    for row in rows:
+        if row.phase is Phase.INTENT:
+            open_call = Call(row)
+            calls.append(open_call)
+        elif row.phase in (Phase.EXECUTED, Phase.FAILED):
+            if open_call is not None and open_call.intent.tool_name == row.tool_name:
+                open_call.outcome = row
+            open_call = None
+        elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
+            named = next(
+                (
+                    c
+                    for c in reversed(calls)
+                    if c.outcome is not None
+                    and c.intent.tool_name == row.tool_name
+                    and c.intent.input == row.input
+                    and c.undone is not Phase.COMPENSATED
+                ),
+                None,
+            )
+            if named is not None:
+                named.undo.append(row)
+    return calls
