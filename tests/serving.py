@@ -13,16 +13,17 @@ from starlette.types import ASGIApp
 
 
 @contextlib.asynccontextmanager
-async def serve(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve ``app`` on 127.0.0.1 on a free port in this event loop; yield its base URL.
+async def serve(app: ASGIApp, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` on ``host`` on a free port in this event loop, as ``sagacity approvals
+    serve`` configures uvicorn (its defaults otherwise); yield its base URL.
 
     The socket is bound here and handed to uvicorn, so no other process can take the port between
     choosing it and serving on it.
     """
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     port = int(sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
@@ -30,7 +31,7 @@ async def serve(app: ASGIApp) -> AsyncIterator[str]:
                 task.result()
                 raise RuntimeError("uvicorn stopped before it started serving")
             await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         await task

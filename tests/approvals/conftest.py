@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -30,6 +28,7 @@ from sagacity.approvals.http import create_app
 from sagacity.devstack import Endpoints
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaState, SagaStatus
+from tests.serving import serve
 from tests.temporal import conftest as saga_fixtures
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from tests.temporal.test_crash import OPTIONS, WorkerProcess
@@ -219,17 +218,5 @@ async def codec_server(temporal_client: Client, approvals: ApprovalStore) -> Asy
         CODEC_TOKENS,
         codec=CodecServer(codec, decoders=frozenset({"alice"})),
     )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    async with serve(app) as url:
+        yield url

@@ -7,9 +7,7 @@ over HTTP with httpx or in Debian's Chromium. Each docstring says what the attac
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import re
 import socket
 import uuid
@@ -18,7 +16,6 @@ from urllib.parse import quote, urljoin
 
 import httpx
 import pytest
-import uvicorn
 from playwright.async_api import Page, expect
 from starlette.types import ASGIApp
 from temporalio.client import Client
@@ -154,27 +151,6 @@ def _own_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-@contextlib.asynccontextmanager
-async def served_like_approvals_serve(app: ASGIApp, host: str) -> AsyncIterator[str]:
-    """``app`` under uvicorn configured as ``sagacity approvals serve`` configures it
-    (``uvicorn.Config(api, host=host, port=port)``: uvicorn's defaults otherwise)."""
-    sock = socket.socket()
-    sock.bind((host, 0))
-    port = int(sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.01)
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
-
-
 async def test_the_session_cookie_is_secure_behind_the_tls_proxy_the_readme_asks_for(
     temporal_client: Client, approvals: ApprovalStore, journal: JournalStore
 ) -> None:
@@ -190,7 +166,7 @@ async def test_the_session_cookie_is_secure_behind_the_tls_proxy_the_readme_asks
         pytest.skip("no non-loopback address to stand for the proxy's")
     app = console_app(temporal_client, approvals, journal)
     async with (
-        served_like_approvals_serve(app, address) as url,
+        serve(app, address) as url,
         httpx.AsyncClient(base_url=url) as proxy,
     ):
         # what a TLS-terminating proxy forwards for https://approvals.example/console/sign-in
