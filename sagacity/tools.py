@@ -5,6 +5,9 @@ A tool is a plain function (sync or async). Its declaration says how its effect 
 * REVERSIBLE: the compensation restores the prior state exactly (release a reservation);
 * COMPENSATABLE: the compensation is an imperfect, visible undo (a correction email);
 * IRREVERSIBLE: nothing undoes it, so a named human approves each call before it runs.
+
+Any tool may also declare a probe (``@tool.probe``): a read-only look at the external system that
+says whether a call's effect exists, which ``sagacity reconcile`` compares with the journal.
 """
 
 from __future__ import annotations
@@ -57,6 +60,36 @@ Compensation = Callable[[CompensationContext], Any | Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeContext:
+    """What a probe sees of the call whose effect it looks for in the external system."""
+
+    saga_id: str
+    #: journal seq of the call's INTENT row
+    seq: int
+    tool_name: str
+    #: the call's arguments, as journaled
+    input: dict[str, Any]
+    #: the call's result, as journaled, when it EXECUTED; None when it failed or has no outcome
+    #: (SUSPECT): look for the effect by what the call derives from ``saga_id`` and ``seq``
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A probe's answer "the effect exists", with what the call returned (as the tool would have).
+
+    A SUSPECT call resolved from it as happened gets ``result`` as its result: what later steps
+    and its compensation receive. A plain ``True`` says the effect exists and nothing more.
+    """
+
+    result: Any = None
+
+
+#: a read-only look in the external system: True (or :class:`Found`) when the call's effect exists
+Probe = Callable[[ProbeContext], bool | Found | Awaitable[bool | Found]]
+
+
+@dataclass(frozen=True, slots=True)
 class ToolOptions:
     """Per-tool execution settings; all optional."""
 
@@ -90,6 +123,7 @@ class CompensableTool(Generic[P, R]):
         self.reversibility = reversibility
         self.options = options
         self._by = by
+        self._probe: Probe | None = None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -104,9 +138,23 @@ class CompensableTool(Generic[P, R]):
         self._by = fn
         return fn
 
+    def probe(self, fn: Probe) -> Probe:
+        """Declare how to tell whether a call's effect exists: ``@create_order.probe``.
+
+        The probe gets a :class:`ProbeContext` and returns True (or :class:`Found`) when the
+        effect is there now, False when it is not; it must only read. ``sagacity reconcile``
+        runs it to compare the journal with the world.
+        """
+        self._probe = fn
+        return fn
+
     @property
     def declared_compensation(self) -> Compensation | str | None:
         return self._by
+
+    @property
+    def declared_probe(self) -> Probe | None:
+        return self._probe
 
     @property
     def is_async(self) -> bool:
@@ -177,6 +225,7 @@ class RegisteredTool:
     compensation: Compensation | None
     arguments: type[BaseModel]
     params_schema: dict[str, Any] = field(default_factory=dict)
+    probe: Probe | None = None
 
     @property
     def name(self) -> str:
@@ -247,9 +296,12 @@ def _register(tool: CompensableTool[..., Any]) -> RegisteredTool:
             "or declare reversibility=Reversibility.IRREVERSIBLE"
         )
     if compensation is not None:
-        _check_compensation_signature(tool.name, compensation)
+        _check_takes_context(tool.name, compensation, "compensation", "CompensationContext")
+    probe = tool.declared_probe
+    if probe is not None:
+        _check_takes_context(tool.name, probe, "probe", "ProbeContext")
     arguments = _arguments_model(tool)
-    return RegisteredTool(tool, compensation, arguments, arguments.model_json_schema())
+    return RegisteredTool(tool, compensation, arguments, arguments.model_json_schema(), probe)
 
 
 def _resolve_compensation(tool: CompensableTool[..., Any]) -> Compensation | None:
@@ -267,14 +319,15 @@ def _resolve_compensation(tool: CompensableTool[..., Any]) -> Compensation | Non
     return resolved
 
 
-def _check_compensation_signature(tool_name: str, compensation: Compensation) -> None:
+def _check_takes_context(tool_name: str, fn: Callable[..., Any], role: str, context: str) -> None:
     try:
-        inspect.signature(compensation).bind(object())
+        inspect.signature(fn).bind(object())
     except TypeError:
-        name = getattr(compensation, "__name__", repr(compensation))
+        name = getattr(fn, "__name__", repr(fn))
+        returns = "bool" if role == "probe" else "None"
         raise ToolDeclarationError(
-            f"compensation {name!r} of tool {tool_name!r} cannot take the context: "
-            f"declare it as def {name}(ctx: CompensationContext) -> None"
+            f"{role} {name!r} of tool {tool_name!r} cannot take the context: "
+            f"declare it as def {name}(ctx: {context}) -> {returns}"
         ) from None
 
 

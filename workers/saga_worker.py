@@ -76,6 +76,11 @@ class App:
     #: ``plugins(settings)`` callables: more client/worker plugins, added after Sagacity's
     plugin_factories: list[Any] = field(default_factory=list)
 
+    async def enter(self, stack: AsyncExitStack, database_url: str) -> None:
+        """Enter each app's lifespan on ``stack``: what its tools (and probes) need, a pool say."""
+        for lifespan in self.lifespans:
+            await stack.enter_async_context(lifespan(database_url))
+
 
 def load_apps(modules: Sequence[str]) -> App:
     app = App()
@@ -184,8 +189,7 @@ async def _running(
             database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
         )
         stack.push_async_callback(pool.close)
-        for lifespan in app.lifespans:
-            await stack.enter_async_context(lifespan(database_url))
+        await app.enter(stack, database_url)
         approvals = ApprovalStore(pool)
         journal = TimedJournalStore(pool)
         stack.push_async_callback(journal.close)  # after the worker, before the pool

@@ -16,6 +16,7 @@ from sagacity.cli import (
     dev,
     export,
     keyring,
+    reconcile,
     saga,
     tlog,
     verify,
@@ -60,6 +61,7 @@ app.command("keygen")(export.keygen)
 app.add_typer(keyring.app, name="keyring")
 app.add_typer(tlog.app, name="log")
 app.command("prove")(tlog.prove)
+app.command("reconcile")(reconcile.reconcile_command)
 app.add_typer(saga.app, name="saga")
 app.command("verify")(verify.verify)
 app.command("certify")(certify.certify_command)

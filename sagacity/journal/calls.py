@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -24,6 +25,18 @@ class Call:
     def undone(self) -> Phase | None:
         """The last compensation's phase; None while none was journaled."""
         return self.undo[-1].phase if self.undo else None
+
+    @property
+    def no_effect(self) -> bool:
+        """The call FAILED and its row says it did nothing (``"effect": "none"``); any other
+        FAILED row, one that cannot be read included, leaves the effect unknown."""
+        if self.outcome is None or self.outcome.phase is not Phase.FAILED:
+            return False
+        try:
+            body = json.loads(self.outcome.payload)
+        except ValueError:
+            return False
+        return isinstance(body, dict) and body.get("effect") == "none"
 
 
 def read_calls(rows: Iterable[Entry]) -> list[Call]:

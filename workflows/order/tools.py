@@ -10,6 +10,10 @@ and a lack of stock happen before anything is written, so the tools declare them
 ``no_effect_on``: such a failure needs no undo. Statements run through ``Shop.transact``, which
 waits out a database restart and tries again; each try first looks for the row an earlier one
 may have committed, so a statement cut off by an outage neither fails the call nor repeats it.
+
+Each tool has a probe, which ``sagacity reconcile`` runs: it looks for the call's row (by the
+same id) and finds the effect there while it is live (a held reservation, a placed order, a
+confirmation in the outbox), answering with what the tool would have returned.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from psycopg import AsyncConnection
 from sagacity import (
     CompensableTool,
     CompensationContext,
+    Found,
+    ProbeContext,
     Reversibility,
     compensable,
     current_call,
@@ -38,7 +44,14 @@ def effect_id(prefix: str, saga_id: str, seq: int) -> str:
     return f"{prefix}-{hashlib.sha256(f'{saga_id}:{seq}'.encode()).hexdigest()[:12]}"
 
 
-def _undo_id(prefix: str, field: str, ctx: CompensationContext) -> str:
+async def _look(query: str, *params: Any) -> tuple[Any, ...] | None:
+    """The first row ``query`` finds in the shop, for the probes (which only read)."""
+    async with current().pool.connection() as conn:
+        row: tuple[Any, ...] | None = await (await conn.execute(query, params)).fetchone()
+    return row
+
+
+def _undo_id(prefix: str, field: str, ctx: CompensationContext | ProbeContext) -> str:
     if isinstance(ctx.result, dict) and field in ctx.result:
         return str(ctx.result[field])
     return effect_id(prefix, ctx.saga_id, ctx.seq)
@@ -94,6 +107,19 @@ async def release_inventory(ctx: CompensationContext) -> None:
     await shop.transact(release)
 
 
+@reserve_inventory.probe
+async def reservation_held(ctx: ProbeContext) -> Found | bool:
+    """The reservation exists while it is held."""
+    reservation_id = _undo_id("res", "reservation_id", ctx)
+    row = await _look(
+        "SELECT product_id, quantity FROM reservations WHERE id = %s AND status = 'held'",
+        reservation_id,
+    )
+    if row is None:
+        return False
+    return Found({"reservation_id": reservation_id, "product_id": row[0], "quantity": row[1]})
+
+
 @compensable(by="cancel_order", no_effect_on=(InjectedFault,))
 async def create_order(
     product_id: str, quantity: int, reservation_id: str | None = None
@@ -129,6 +155,18 @@ async def cancel_order(ctx: CompensationContext) -> None:
     await shop.transact(cancel)
 
 
+@create_order.probe
+async def order_placed(ctx: ProbeContext) -> Found | bool:
+    """The order exists while it is placed (not cancelled)."""
+    order_id = _undo_id("ord", "order_id", ctx)
+    row = await _look(
+        "SELECT product_id, quantity FROM orders WHERE id = %s AND status = 'placed'", order_id
+    )
+    if row is None:
+        return False
+    return Found({"order_id": order_id, "product_id": row[0], "quantity": row[1]})
+
+
 @compensable(reversibility=Reversibility.IRREVERSIBLE, no_effect_on=(InjectedFault,))
 async def send_confirmation(order_id: str) -> dict[str, Any]:
     """Email the customer an order confirmation."""
@@ -154,6 +192,18 @@ async def send_confirmation(order_id: str) -> dict[str, Any]:
         return row[0]
 
     return {"message_id": await shop.transact(send), "order_id": order_id}
+
+
+@send_confirmation.probe
+async def confirmation_sent(ctx: ProbeContext) -> Found | bool:
+    """The confirmation exists once it is in the outbox."""
+    order_id = ctx.input.get("order_id")
+    row = await _look(
+        "SELECT id FROM outbox WHERE order_id = %s AND kind = 'confirmation' AND saga_id = %s",
+        order_id,
+        ctx.saga_id,
+    )
+    return False if row is None else Found({"message_id": row[0], "order_id": order_id})
 
 
 TOOLS: list[CompensableTool[..., Any]] = [reserve_inventory, create_order, send_confirmation]

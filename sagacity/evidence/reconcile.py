@@ -1,0 +1,183 @@
+"""Reconcile the journal with the world: ask each call's probe whether its effect exists.
+
+The journal claims, call by call, what should be out there: an EXECUTED call that was not
+compensated should exist (and so should one whose compensation failed); a COMPENSATED call, or
+one that FAILED without effect, should be gone. A tool's probe (``@tool.probe``) looks in the
+system the tool acts on; where the answer differs from the claim, that is drift. A call with no
+outcome (SUSPECT, or still running) claims nothing: the probe's answer is what a resolution can
+say. A call whose journaled input or result is redacted is not probed: the probe would be given
+markers, not the values the call used, and its answer would be a guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from sagacity.evidence.redaction import hidden_paths
+from sagacity.journal import Call, Phase, read_calls
+from sagacity.store.journal import JournalStore
+from sagacity.tools import Found, Probe, ProbeContext, ToolRegistry
+
+__all__ = ["Check", "Reconciliation", "Verdict", "reconcile"]
+
+#: how long one probe may take before it counts as failed
+PROBE_TIMEOUT_S = 30.0
+
+
+class Verdict(StrEnum):
+    """What comparing one call's journal claim with its probe found."""
+
+    #: the probe agrees with the journal
+    OK = "ok"
+    #: the probe contradicts the journal: an effect gone behind its back, or one still there
+    DRIFT = "drift"
+    #: the call has no outcome: the probe says whether it happened
+    SUSPECT = "suspect"
+    #: a SUSPECT call the saga took a resolution for, from the probe's answer
+    RESOLVED = "resolved"
+    #: the call FAILED with its effect unknown and was never undone: the probe says what is there
+    UNKNOWN = "unknown"
+    #: not probed: the journal hides part of the call's input or result
+    REDACTED = "redacted"
+    #: the probe raised, timed out or answered something other than a bool or Found
+    PROBE_FAILED = "probe_failed"
+
+
+#: verdicts a person must look at (or ``--resolve-suspects`` settle)
+NEEDS_A_PERSON = frozenset({Verdict.DRIFT, Verdict.SUSPECT, Verdict.PROBE_FAILED})
+
+
+@dataclass
+class Check:
+    """One probed call: the journal's claim, the probe's answer and the verdict."""
+
+    saga_id: str
+    seq: int
+    tool_name: str
+    #: the call as the journal tells it (``EXECUTED``, ``COMPENSATED``, ``no outcome``, …)
+    journal: str
+    #: whether the journal says the effect should exist; None when it cannot say
+    expected: bool | None
+    #: the probe's answer; None when there is none
+    exists: bool | None
+    verdict: Verdict
+    detail: str
+    #: what the probe found, for a resolution that says the call happened
+    found: Any = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "saga_id": self.saga_id,
+            "seq": self.seq,
+            "tool": self.tool_name,
+            "journal": self.journal,
+            "expected": self.expected,
+            "exists": self.exists,
+            "verdict": self.verdict.value,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Reconciliation:
+    """One saga's probed calls, and how many calls of tools without a probe it has."""
+
+    saga_id: str
+    checks: list[Check] = field(default_factory=list)
+    unprobed: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not any(c.verdict in NEEDS_A_PERSON for c in self.checks)
+
+
+async def reconcile(
+    journal: JournalStore, tools: ToolRegistry, saga_ids: Sequence[str]
+) -> AsyncIterator[Reconciliation]:
+    """Each saga's calls, probed where their tool has a probe, in journal order."""
+    for saga_id in saga_ids:
+        found = Reconciliation(saga_id)
+        for call in read_calls(await journal.read(saga_id)):
+            tool = call.intent.tool_name
+            probe = tools.get(tool).probe if tool in tools else None
+            if probe is None:
+                found.unprobed += 1
+            else:
+                found.checks.append(await _check(saga_id, call, probe))
+        yield found
+
+
+def _claim(call: Call) -> tuple[str, bool | None]:
+    """How the journal tells the call, and whether its effect should exist (None: unknown)."""
+    outcome, undone = call.outcome, call.undone
+    if outcome is None:
+        return "no outcome", None
+    told = outcome.phase.value if undone is None else f"{outcome.phase.value}, {undone.value}"
+    if undone is Phase.COMPENSATED or call.no_effect:
+        return (told + " (no effect)" if call.no_effect else told), False
+    if outcome.phase is Phase.EXECUTED:
+        return told, True  # never undone, or its undo failed: live
+    return told + " (effect unknown)", None
+
+
+async def _check(saga_id: str, call: Call, probe: Probe) -> Check:
+    journal, expected = _claim(call)
+    seq, tool = call.intent.seq, call.intent.tool_name
+    executed = call.outcome is not None and call.outcome.phase is Phase.EXECUTED
+    payload = call.outcome.payload if executed and call.outcome is not None else ""
+
+    def check(verdict: Verdict, detail: str, exists: bool | None = None) -> Check:
+        return Check(saga_id, seq, tool, journal, expected, exists, verdict, detail)
+
+    hidden = [*hidden_paths(call.intent.input), *(f"result{p}" for p in hidden_paths(payload))]
+    if hidden:
+        return check(
+            Verdict.REDACTED,
+            f"cannot probe (redacted): the journal hides {', '.join(hidden)}, so the probe "
+            "would not see what the call used",
+        )
+    try:
+        args = json.loads(call.intent.input or "{}")
+        ctx = ProbeContext(saga_id, seq, tool, args, _result(payload) if executed else None)
+    except ValueError as exc:
+        return check(Verdict.PROBE_FAILED, f"the journaled call is not JSON: {exc}")
+    try:
+        answer = probe(ctx)
+        if inspect.isawaitable(answer):
+            answer = await asyncio.wait_for(answer, PROBE_TIMEOUT_S)
+    except TimeoutError:
+        return check(Verdict.PROBE_FAILED, f"the probe took longer than {PROBE_TIMEOUT_S:g} s")
+    except Exception as exc:  # the user's probe: any failure is its answer
+        return check(Verdict.PROBE_FAILED, f"the probe raised {type(exc).__name__}: {exc}")
+    if not isinstance(answer, bool | Found):
+        return check(Verdict.PROBE_FAILED, f"the probe returned {answer!r}, not a bool or Found")
+    exists = answer is not False
+    there = "the effect exists" if exists else "the effect is gone"
+    if call.outcome is None:
+        result = check(Verdict.SUSPECT, f"no outcome journaled; {there}", exists)
+        result.found = answer.result if isinstance(answer, Found) else None
+        return result
+    if expected is None:
+        return check(Verdict.UNKNOWN, f"{journal}: {there}", exists)
+    if exists == expected:
+        return check(Verdict.OK, there, exists)
+    why = (
+        f"{journal} and never compensated, but the effect is gone"
+        if expected
+        else f"{journal}, but the effect still exists"
+    )
+    return check(Verdict.DRIFT, why, exists)
+
+
+def _result(payload: str) -> Any:
+    """The call's result as its EXECUTED row holds it: the tool's own, or a resolution's."""
+    result = json.loads(payload) if payload else None
+    if isinstance(result, dict) and set(result) == {"resolved_by", "result"}:
+        return result["result"]  # the row a resolution wrote: {"resolved_by": …, "result": …}
+    return result
