@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from sagacity import CompensationContext, Reversibility, ToolRegistry, compensable
+from sagacity import (
+    CompensationContext,
+    ProbeContext,
+    Reversibility,
+    ToolRegistry,
+    compensable,
+)
 from sagacity.errors import ToolArgumentsInvalid, ToolDeclarationError, UnknownTool
 from sagacity.temporal.plugin import SagacityPlugin
 
@@ -94,6 +100,36 @@ def test_decorator_form_attaches_the_compensation() -> None:
     def unlock_door(ctx: CompensationContext) -> None: ...
 
     assert ToolRegistry([lock_door]).get("lock_door").compensation is unlock_door
+
+
+def test_a_probe_is_declared_like_a_compensation_and_checked_the_same_way() -> None:
+    @compensable
+    def open_door(door: str) -> None: ...
+
+    @open_door.compensation
+    def close_door(ctx: CompensationContext) -> None: ...
+
+    @open_door.probe
+    def door_open(ctx: ProbeContext) -> bool:
+        return ctx.input["door"] == "front"
+
+    registered = ToolRegistry([open_door]).get("open_door")
+    assert (
+        registered.probe is door_open and ToolRegistry([book_room]).get("book_room").probe is None
+    )
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    def ring_bell(bell: str) -> None: ...
+
+    @ring_bell.probe
+    def heard(a: int, b: int) -> bool: ...
+
+    with pytest.raises(
+        ToolDeclarationError,
+        match=r"probe 'heard' of tool 'ring_bell' cannot take the context: "
+        r"declare it as def heard\(ctx: ProbeContext\) -> bool",
+    ):
+        ToolRegistry([ring_bell])
 
 
 def test_plain_function_is_refused() -> None:
