@@ -38,8 +38,8 @@ class Reversibility(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class CompensationContext:
-    """What a compensation sees of the call it undoes."""
+class _JournaledCall:
+    """A call as its journal rows tell it, to whoever acts on its effect."""
 
     saga_id: str
     #: journal seq of the call's INTENT row
@@ -47,8 +47,14 @@ class CompensationContext:
     tool_name: str
     #: the call's arguments, as journaled
     input: dict[str, Any]
-    #: the call's result, as journaled (JSON data)
+    #: the call's result, as journaled (JSON data); None when it did not execute
     result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationContext(_JournaledCall):
+    """What a compensation sees of the call it undoes."""
+
     #: which attempt at compensating this is (1 on the first try)
     attempt: int = 1
     #: the call FAILED and may or may not have taken effect (``result`` is None): undo whatever
@@ -60,18 +66,12 @@ Compensation = Callable[[CompensationContext], Any | Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
-class ProbeContext:
-    """What a probe sees of the call whose effect it looks for in the external system."""
+class ProbeContext(_JournaledCall):
+    """What a probe sees of the call whose effect it looks for in the external system.
 
-    saga_id: str
-    #: journal seq of the call's INTENT row
-    seq: int
-    tool_name: str
-    #: the call's arguments, as journaled
-    input: dict[str, Any]
-    #: the call's result, as journaled, when it EXECUTED; None when it failed or has no outcome
-    #: (SUSPECT): look for the effect by what the call derives from ``saga_id`` and ``seq``
-    result: Any = None
+    ``result`` is None when the call failed or has no outcome (SUSPECT): look for the effect by
+    what the call derives from ``saga_id`` and ``seq``.
+    """
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,13 +188,7 @@ def _probe_said(check: Check) -> str:
 def _print(sagas: list[Reconciliation], *, as_json: bool) -> None:
     if as_json:
         for found in sagas:
-            line = {
-                "saga_id": found.saga_id,
-                "reconciled": found.clean,
-                "unprobed": found.unprobed,
-                "calls": [c.to_dict() for c in found.checks],
-            }
-            typer.echo(json.dumps(line, ensure_ascii=False))
+            typer.echo(json.dumps(found.to_dict(), ensure_ascii=False))
     shown = [c for s in sagas for c in s.checks if c.verdict is not Verdict.OK]
     if shown and not as_json:
         table = Table("saga", "seq", "tool", "journal", "probe", "verdict", "detail")

@@ -96,6 +96,14 @@ class Reconciliation:
     def clean(self) -> bool:
         return not any(c.verdict in NEEDS_A_PERSON for c in self.checks)
 
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "saga_id": self.saga_id,
+            "reconciled": self.clean,
+            "unprobed": self.unprobed,
+            "calls": [c.to_dict() for c in self.checks],
+        }
+
 
 async def reconcile(
     journal: JournalStore, tools: ToolRegistry, saga_ids: Sequence[str]
