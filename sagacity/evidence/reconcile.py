@@ -168,7 +168,9 @@ async def _check(saga_id: str, call: Call, probe: Probe) -> Check:
     exists = answer is not False
     there = "the effect exists" if exists else "the effect is gone"
     if call.outcome is None:
-        result = check(Verdict.SUSPECT, f"no outcome journaled; {there}", exists)
+        result = check(
+            Verdict.SUSPECT, f"no outcome journaled (SUSPECT, or still running); {there}", exists
+        )
         result.found = answer.result if isinstance(answer, Found) else None
         return result
     if expected is None:

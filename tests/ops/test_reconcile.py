@@ -7,21 +7,28 @@ installed executable loading ``workflows.order.app``.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
+
 from sagacity.devstack import Endpoints
 from sagacity.journal import Draft, Phase
+from sagacity.settings import Settings
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Approve, Reject, SagaState
+from sagacity.temporal.models import Approve, Reject, SagaResult, SagaState, SagaStatus
 from tests.approvals import conftest as approval_fixtures
 from tests.approvals.conftest import MakeSuspects, StartOrder
 from tests.conftest import scratch_database
-from tests.ops.conftest import Cli, CliResult
+from tests.ops.conftest import Cli, CliResult, StartWorker
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.test_crash import OPTIONS
 from workflows.order.shop import Shop
 from workflows.order.tools import effect_id
+from workflows.order.workflows import OrderRequest
 
 start_order = approval_fixtures.start_order
 
@@ -153,6 +160,58 @@ async def test_suspect_calls_are_resolved_from_the_probe_and_the_saga_goes_on(
     assert rows[seq].phase is Phase.FAILED
     assert "probe:create_order: the call did not happen" in rows[seq].payload
     assert (await shop.snapshot()).available["p-1"] == 10
+
+
+async def test_with_a_keyring_the_resolution_is_signed_by_a_key_trusted_for_the_probe(
+    start_worker: StartWorker,
+    temporal_client: Client,
+    task_queue: str,
+    cli: Cli,
+    shop: Shop,
+    journal: JournalStore,
+    settings: Settings,
+) -> None:
+    """Workers that check decisions against the keyring take ``probe:create_order``'s word only
+    when a key trusted for it signed; the session's approver key is alice's alone."""
+    await shop.arm_fault("create_order", "", delay_s=60)
+    first = await start_worker()
+    handle = await temporal_client.start_workflow(
+        "order.PlaceOrder",
+        OrderRequest(options=OPTIONS),
+        id=f"reconcile-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=SagaResult,
+    )
+    for _ in range(300):
+        if ("create_order", "INTENT") in await phases(journal, handle.id):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise TimeoutError("create_order never started")
+    assert first.proc is not None
+    first.proc.kill()  # mid-call: create_order's INTENT has no outcome
+    first.proc.wait()
+    await start_worker()
+    status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
+    assert status.suspect is not None and status.suspect.tool_name == "create_order"
+    keyring = {"SAGACITY_KEYRING": str(settings.keyring)}
+
+    alices = await cli(
+        "reconcile", handle.id, "--resolve-suspects",
+        extra_env={**keyring, "SAGACITY_APPROVER_KEY": str(settings.approver_key)},
+    )  # fmt: skip
+    assert alices.code == 1, alices.stdout + alices.stderr
+    assert "not resolved" in alices.stdout and "probe:create_order" in alices.stdout
+    assert (await handle.query("status", result_type=SagaStatus)).state is SagaState.SUSPECT
+
+    services = await cli(
+        "reconcile", handle.id, "--resolve-suspects", "--json",
+        extra_env={**keyring, "SAGACITY_APPROVER_KEY": str(settings.service_key)},
+    )  # fmt: skip
+    assert services.code == 0, services.stdout + services.stderr
+    assert (await handle.result()).status is SagaState.COMPENSATED  # no order: did not happen
+    row = (await journal.read(handle.id))[status.suspect.call_seq]
+    assert row.phase is Phase.FAILED and "probe:create_order" in row.payload
 
 
 async def test_bad_input_is_a_clear_error_and_changes_nothing(
