@@ -15,6 +15,7 @@ from sagacity.cli import (
     demo,
     dev,
     export,
+    halt,
     keyring,
     saga,
     tlog,
@@ -56,11 +57,16 @@ app.add_typer(db.app, name="db")
 app.command("demo")(demo.demo)
 app.command("dev")(dev.dev)
 app.command("export")(export.export)
+app.command("halt")(halt.halt)
+app.command("halts")(halt.halts)
 app.command("keygen")(export.keygen)
 app.add_typer(keyring.app, name="keyring")
 app.add_typer(tlog.app, name="log")
 app.command("prove")(tlog.prove)
+app.command("resume")(halt.resume)
 app.add_typer(saga.app, name="saga")
+saga.app.command("quarantine")(halt.quarantine)
+saga.app.command("release")(halt.release)
 app.command("verify")(verify.verify)
 app.command("certify")(certify.certify_command)
 app.command("worker")(worker.worker)

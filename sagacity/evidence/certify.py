@@ -9,7 +9,6 @@ decision signatures). Each finding names its kind, the saga and the seq;
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from xml.etree import ElementTree
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring
-from sagacity.journal import Entry, Phase, read_calls
+from sagacity.journal import Entry, Phase, effect_unknown, read_calls
 from sagacity.store.approvals import ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
 
@@ -88,7 +87,7 @@ def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
     for call in read_calls(rows):
         outcome, tool, seq = call.outcome, call.intent.tool_name, call.intent.seq
         if outcome is None or (
-            outcome.phase is Phase.FAILED and not _effect_unknown(outcome.payload)
+            outcome.phase is Phase.FAILED and not effect_unknown(outcome.payload)
         ):
             continue  # no outcome is reported as such; a call that failed without effect is done
         if call.undone is Phase.COMPENSATION_FAILED:
@@ -116,14 +115,6 @@ def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
                 )
             )
     return found
-
-
-def _effect_unknown(payload: str) -> bool:
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        return True  # a FAILED row whose payload cannot be read says nothing of the effect
-    return not (isinstance(body, dict) and body.get("effect") == "none")
 
 
 async def certify(

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import psycopg
 
-from sagacity.errors import InvalidInput, SagacityError, StoreUnavailable
+from sagacity.errors import InvalidInput, StoreUnavailable
 from sagacity.journal import utc_micros
 from sagacity.store.db import Pool, translate_errors
 
@@ -44,7 +44,7 @@ WHERE id = 1
 """
 
 
-class HaltNotFound(SagacityError, LookupError):
+class HaltNotFound(InvalidInput, LookupError):
     """No active halt has that id (it never existed, or it is lifted already)."""
 
     code = "halt_not_found"

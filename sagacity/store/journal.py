@@ -345,6 +345,20 @@ class JournalStore:
                     row = await cur.fetchone()
                 return SagaOwner(saga_id, row[0], row[1], claimed_now=row[2], had_rows=row[3])
 
+    async def owners(
+        self, *, saga_ids: Sequence[str] = (), workflow_ids: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """``(saga_id, workflow_id)`` of the claimed sagas among ``saga_ids``, and of those the
+        workflows ``workflow_ids`` claimed, ordered by saga id."""
+        with translate_errors("read saga owners"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT saga_id, workflow_id FROM sagacity_saga_owner"
+                    " WHERE saga_id = ANY(%s) OR workflow_id = ANY(%s) ORDER BY saga_id",
+                    (list(saga_ids), list(workflow_ids)),
+                )
+                return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
+
     @contextlib.asynccontextmanager
     async def exclusive(self, saga_id: str, seq: int) -> AsyncIterator[bool]:
         """Hold a lock on (saga, seq) while the body runs; yields False if another holder has it.
