@@ -116,6 +116,8 @@ class HaltService:
         still running then is reported ``in_flight``).
         """
         _check_text(reason=reason, operator=operator)
+        if scope.task_queue is not None:
+            _quoted(scope.task_queue)  # refused before anything is written
         statement = _statement(kind, scope, policy, "halt", operator, reason)
         signature = self._sign(statement, operator)
         halt = await self._halts.halt(
