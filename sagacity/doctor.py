@@ -80,6 +80,13 @@ class Diagnosis:
     def clean(self) -> bool:
         return not self.findings
 
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "clean": self.clean,
+            "role": self.role,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
 
 def check_settings(settings: Settings) -> list[Finding]:
     """The findings the settings alone show (the configured key files are read).

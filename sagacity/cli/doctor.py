@@ -18,8 +18,8 @@ from rich.table import Column, Table
 
 from sagacity.cli._common import fail, settings_or_exit
 from sagacity.cli._exit import hard_exit
-from sagacity.cli.db import journal_url_or_exit
-from sagacity.doctor import Diagnosis, diagnose
+from sagacity.cli.db import DatabaseUrl, journal_url_or_exit
+from sagacity.doctor import diagnose
 from sagacity.errors import SagacityError, StoreUnavailable
 
 __all__ = ["doctor"]
@@ -33,14 +33,7 @@ def doctor(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the role checked and the findings as JSON.")
     ] = False,
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            "--database-url",
-            help="The worker's journal database (default: SAGACITY_DATABASE_URL, else the "
-            "running dev stack's).",
-        ),
-    ] = None,
+    database_url: DatabaseUrl = None,
 ) -> None:
     """Exit 1 naming each setting or grant that silently weakens the guarantees, and its fix:
     a worker login that can rewrite the journal, anchors, keyring, redaction or payload codec
@@ -56,7 +49,7 @@ def doctor(
     except SagacityError as exc:
         raise fail(f"cannot check the settings: {exc}") from None
     if as_json:
-        typer.echo(json.dumps(_as_dict(diagnosis), ensure_ascii=False))
+        typer.echo(json.dumps(diagnosis.to_dict(), ensure_ascii=False))
     elif diagnosis.findings:
         # fold, never cut: a setting's name in a fix must stay whole to be of use
         table = Table(
@@ -73,11 +66,3 @@ def doctor(
         err=as_json,
     )
     raise typer.Exit(0 if diagnosis.clean else 1)
-
-
-def _as_dict(diagnosis: Diagnosis) -> dict[str, object]:
-    return {
-        "clean": diagnosis.clean,
-        "role": diagnosis.role,
-        "findings": [f.to_dict() for f in diagnosis.findings],
-    }

@@ -12,7 +12,6 @@ import json
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +68,23 @@ def owner_url(doctor_database: tuple[str, str]) -> str:
 
 
 @pytest.fixture
+async def owner(owner_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async with await psycopg.AsyncConnection.connect(owner_url, autocommit=True) as conn:
+        yield conn
+
+
+async def doctor_while(
+    owner: psycopg.AsyncConnection[Any], change: str, undo: str, env: Mapping[str, str | None]
+) -> Ran:
+    """``sagacity doctor --json`` while the owner's ``change`` holds; ``undo`` puts it back."""
+    await owner.execute(change)
+    try:
+        return await doctor(env, "--json")
+    finally:
+        await owner.execute(undo)
+
+
+@pytest.fixture
 def env(settings: Settings, doctor_database: tuple[str, str]) -> dict[str, str | None]:
     """A worker's settings as ``sagacity dev`` exports them: the app login, anchors, keyring,
     fingerprint key and (from the session) codec keys."""
@@ -113,14 +129,14 @@ async def test_a_worker_logged_in_as_the_tables_owner_fails(
 
 
 async def test_an_app_login_that_may_rewrite_another_append_only_table_fails(
-    env: dict[str, str | None], owner_url: str
+    env: dict[str, str | None], owner: psycopg.AsyncConnection[Any]
 ) -> None:
-    async with await psycopg.AsyncConnection.connect(owner_url, autocommit=True) as owner:
-        await owner.execute("GRANT UPDATE ON sagacity_tlog_leaf TO sagacity_app")
-        try:
-            ran = await doctor(env, "--json")
-        finally:
-            await owner.execute("REVOKE UPDATE ON sagacity_tlog_leaf FROM sagacity_app")
+    ran = await doctor_while(
+        owner,
+        "GRANT UPDATE ON sagacity_tlog_leaf TO sagacity_app",
+        "REVOKE UPDATE ON sagacity_tlog_leaf FROM sagacity_app",
+        env,
+    )
     assert ran.code == 1 and ran.ids() == {"writable_journal"}, ran
     (finding,) = ran.report()["findings"]
     assert "role sagacity_app may UPDATE (as sagacity_app) on sagacity_tlog_leaf" in finding["what"]
@@ -168,30 +184,27 @@ async def test_a_pool_that_cannot_notice_a_vanished_server_fails(
 
 
 async def test_a_journal_nobody_can_purge_or_nobody_purges_fails(
-    env: dict[str, str | None], owner_url: str
+    env: dict[str, str | None], owner: psycopg.AsyncConnection[Any]
 ) -> None:
-    async with await psycopg.AsyncConnection.connect(owner_url, autocommit=True) as owner:
-        await owner.execute("REVOKE DELETE ON side_effect_journal FROM sagacity_retention")
-        try:
-            ran = await doctor(env, "--json")
-        finally:
-            await owner.execute("GRANT DELETE ON side_effect_journal TO sagacity_retention")
-        assert ran.code == 1 and ran.ids() == {"retention_role_missing"}, ran
+    ran = await doctor_while(
+        owner,
+        "REVOKE DELETE ON side_effect_journal FROM sagacity_retention",
+        "GRANT DELETE ON side_effect_journal TO sagacity_retention",
+        env,
+    )
+    assert ran.code == 1 and ran.ids() == {"retention_role_missing"}, ran
 
-        # a saga idle for a year, past the 183-day default: retention does not run
-        old = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=365)
-        await owner.execute(
-            "INSERT INTO side_effect_journal (saga_id, seq, tool_name, phase, input, payload,"
-            " timestamp, hash) VALUES ('doctor-old', 1, 'a', 'INTENT', '{}', '', %s, 'x')",
-            (old,),
-        )
-        try:
-            ran = await doctor(env, "--json")
-            longer = await doctor({**env, "SAGACITY_RETENTION_PERIOD": "P400D"}, "--json")
-        finally:
-            await owner.execute("DELETE FROM side_effect_journal WHERE saga_id = 'doctor-old'")
+    # a saga idle for a year, past the 183-day default: retention does not run
+    old_saga = (
+        "INSERT INTO side_effect_journal (saga_id, seq, tool_name, phase, timestamp, hash)"
+        " VALUES ('doctor-old', 1, 'a', 'INTENT', now() AT TIME ZONE 'UTC' - interval '365 days',"
+        " repeat('0', 64))",
+        "DELETE FROM side_effect_journal WHERE saga_id = 'doctor-old'",
+    )
+    ran = await doctor_while(owner, *old_saga, env)
     assert ran.code == 1 and ran.ids() == {"retention_overdue"}, ran
     assert ran.report()["findings"][0]["what"].startswith("1 sagas idle longer")
+    longer = await doctor_while(owner, *old_saga, {**env, "SAGACITY_RETENTION_PERIOD": "P400D"})
     assert longer.code == 0, longer
 
 
