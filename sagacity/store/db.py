@@ -115,6 +115,8 @@ def keepalives_off(conninfo: str) -> bool:
         options = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
         raise InvalidInput(f"the database URL does not parse: {exc}") from None
+    except UnicodeEncodeError:  # bytes of the environment that are not UTF-8
+        raise InvalidInput("the database URL is not UTF-8 text") from None
     return str(options.get("keepalives", "1")).strip() == "0"
 
 

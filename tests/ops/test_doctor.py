@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -23,6 +24,7 @@ from typer.testing import CliRunner
 from sagacity.cli.main import app as main_app
 from sagacity.devstack import DevStack, Endpoints
 from sagacity.settings import Settings
+from sagacity.store.databases import drop_database, ensure_database
 from tests import test_devstack
 from tests.conftest import scratch_database
 from tests.ops.conftest import anchor_env
@@ -208,7 +210,9 @@ async def test_a_journal_nobody_can_purge_or_nobody_purges_fails(
     assert longer.code == 0, longer
 
 
-async def test_what_it_cannot_check_is_a_clear_error(env: dict[str, str | None]) -> None:
+async def test_what_it_cannot_check_is_a_clear_error(
+    env: dict[str, str | None], endpoints: Endpoints
+) -> None:
     unknown = await doctor(env, "--jsn")
     assert unknown.code == 2 and "No such option" in unknown.stderr
     unreachable = await doctor(
@@ -216,11 +220,20 @@ async def test_what_it_cannot_check_is_a_clear_error(env: dict[str, str | None])
     )
     assert unreachable.code == 3
     assert "cannot check the worker's database login and retention" in unreachable.stderr
+    name = f"sagacity_unmigrated_{uuid4().hex[:8]}"
+    try:
+        empty = await ensure_database(endpoints.database_url, name)
+        unmigrated = await doctor({**env, "SAGACITY_DATABASE_URL": empty})
+    finally:
+        await drop_database(endpoints.database_url, name)
+    assert unmigrated.code == 3 and "run `sagacity db migrate` first" in unmigrated.stderr
     malformed = await doctor({**env, "SAGACITY_OUTAGE_WINDOW": "soon"})
     assert malformed.code == 2 and "SAGACITY_OUTAGE_WINDOW" in malformed.stderr
     not_a_url = await doctor({**env, "SAGACITY_DATABASE_URL": "no such thing"})
     assert not_a_url.code == 2 and "database URL" in not_a_url.stderr
+    not_utf8 = await doctor({**env, "SAGACITY_DATABASE_URL": "postgresql://a@h/\udcff"})
+    assert not_utf8.code == 2 and "database URL is not UTF-8" in not_utf8.stderr
     no_keyring = await doctor({**env, "SAGACITY_KEYRING": "/nonexistent/keyring.json"})
     assert no_keyring.code == 2 and "SAGACITY_KEYRING" in no_keyring.stderr
-    for ran in (unreachable, malformed, not_a_url, no_keyring):
+    for ran in (unreachable, unmigrated, malformed, not_a_url, not_utf8, no_keyring):
         assert ran.stdout == "" and ran.stderr.startswith("error: ")
