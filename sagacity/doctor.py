@@ -180,9 +180,7 @@ def check_settings(settings: Settings) -> list[Finding]:
     return found
 
 
-async def diagnose(
-    settings: Settings, database_url: str, *, now: datetime | None = None
-) -> Diagnosis:
+async def diagnose(settings: Settings, database_url: str) -> Diagnosis:
     """Every finding: :func:`check_settings`, then what the worker's login (``database_url``)
     may do, its pool's connection settings, and retention in that database.
 
@@ -215,13 +213,14 @@ async def diagnose(
                 Finding(
                     Check.RETENTION_ROLE_MISSING,
                     Severity.ERROR,
-                    f"no role {RETENTION_ROLE} with DELETE on the journal: retention can never "
-                    "purge, and nothing else may",
-                    f"run `sagacity db migrate` as a role with CREATEROLE, or create {RETENTION_ROLE} "
-                    "NOLOGIN and GRANT SELECT, DELETE ON side_effect_journal to it",
+                    f"no role {RETENTION_ROLE} with DELETE on the journal: `sagacity export "
+                    "--purge` cannot delete, so sagas are kept past the retention period",
+                    f"CREATE ROLE {RETENTION_ROLE} NOLOGIN (needs CREATEROLE; `sagacity db "
+                    "migrate` skipped it without), then as the tables' owner GRANT SELECT, "
+                    f"DELETE ON side_effect_journal TO {RETENTION_ROLE}",
                 )
             )
-        cutoff = (now or datetime.now(UTC)) - settings.retention_period
+        cutoff = datetime.now(UTC) - settings.retention_period
         overdue = await retention.count_expired(cutoff)
     finally:
         await pool.close()
@@ -233,8 +232,8 @@ async def diagnose(
                 f"{overdue} sagas idle longer than SAGACITY_RETENTION_PERIOD "
                 f"({settings.retention_period.days} days) are still in the journal: no retention "
                 "runs",
-                f"schedule `sagacity export --purge BUNDLE` as a member of {RETENTION_ROLE} "
-                "(a cron job), keeping the bundles",
+                f"schedule `sagacity export --purge --out FOLDER` as a login in {RETENTION_ROLE} "
+                "(a cron job), and keep the bundles it writes",
             )
         )
     return Diagnosis(rights[0].role, found)
