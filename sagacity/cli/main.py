@@ -14,6 +14,7 @@ from sagacity.cli import (
     db,
     demo,
     dev,
+    doctor,
     export,
     halt,
     keyring,
@@ -56,6 +57,7 @@ app.add_typer(approvals.app, name="approvals")
 app.add_typer(db.app, name="db")
 app.command("demo")(demo.demo)
 app.command("dev")(dev.dev)
+app.command("doctor")(doctor.doctor)
 app.command("export")(export.export)
 app.command("halt")(halt.halt)
 app.command("halts")(halt.halts)
