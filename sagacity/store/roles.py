@@ -34,6 +34,8 @@ APPEND_ONLY_TABLES = (
     "sagacity_tlog_leaf",
     "sagacity_tlog_node",
     "sagacity_conversation",
+    # the worker only reads halts: one that could lift them would defeat the kill switch
+    "sagacity_halt",
 )
 
 # One row: the session's role, whether it is a superuser, and, for each of REWRITES, the roles
