@@ -120,6 +120,19 @@ class SuspectCall(SagacityError):
     code = "suspect_call"
 
 
+class Halted(SagacityError):
+    """An operator's halt or quarantine covers this call or compensation: it did not start.
+
+    ``halt_id`` names the halt (``sagacity halt list``); the saga waits until it is lifted.
+    """
+
+    code = "halted"
+
+    def __init__(self, message: str, halt_id: int) -> None:
+        super().__init__(message)
+        self.halt_id = halt_id
+
+
 class CompensationFailed(SagacityError):
     """A compensation kept failing after its retry bound; the effect is still live."""
 

@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     )
     owner_database_url: str | None = Field(
         default=None,
-        description="Postgres URL of the tables' owner, for migrations and grants; "
+        description="Postgres URL of the tables' owner, for migrations, grants and halts; "
         "unset = database_url",
     )
     production: bool = Field(

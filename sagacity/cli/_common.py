@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
@@ -13,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sagacity.errors import InvalidInput, SagacityError, SettingsError
 from sagacity.evidence.checkpoints import CheckpointDir
-from sagacity.evidence.decisions import Keyring, Signer
+from sagacity.evidence.decisions import ANY_PRINCIPAL, Keyring, Signer
 from sagacity.evidence.keys import verifying_key
 from sagacity.settings import Settings, load_settings
 
@@ -89,3 +90,28 @@ def decision_keys_or_exit(
         return (Signer.open(key) if key is not None else None), settings.load_keyring()
     except SagacityError as exc:
         raise fail(str(exc)) from None
+
+
+def service_settings_or_exit() -> Settings:
+    """Settings with a journal database and a Temporal address, or exit 2 saying what is missing."""
+    settings = settings_or_exit()
+    missing = [
+        name
+        for name, value in (
+            ("SAGACITY_DATABASE_URL", settings.database_url),
+            ("TEMPORAL_ADDRESS", settings.temporal_address),
+        )
+        if not value
+    ]
+    if missing:
+        raise fail(f"set {' and '.join(missing)} (or run `sagacity dev`)")
+    return settings
+
+
+def signing_identity(signer: Signer | None, keyring: Keyring | None) -> str:
+    """Who a command acts as when ``--as`` is not given: the one identity the keyring lets the
+    signing key sign for, else the user name of the login."""
+    entry = keyring.find(signer.key_id) if keyring and signer else None
+    if entry is not None and len(entry.principals) == 1 and entry.principals[0] != ANY_PRINCIPAL:
+        return entry.principals[0]
+    return getpass.getuser()

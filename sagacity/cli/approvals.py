@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import json
 import signal
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -35,11 +34,11 @@ from sagacity.cli._common import (
     duration_or_exit,
     fail,
     run_or_exit,
+    service_settings_or_exit,
+    signing_identity,
 )
 from sagacity.cli._exit import hard_exit
-from sagacity.errors import SagacityError
-from sagacity.evidence.decisions import ANY_PRINCIPAL
-from sagacity.settings import Settings, load_settings
+from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.plugin import SagacityPlugin
 from workers.saga_worker import connect
@@ -71,27 +70,6 @@ Approver = Annotated[
 ]
 
 
-def _settings() -> Settings:
-    """Settings with a journal database and a Temporal address, or exit 2 saying what is missing."""
-    try:
-        settings = load_settings()
-    except SagacityError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    missing = [
-        name
-        for name, value in (
-            ("SAGACITY_DATABASE_URL", settings.database_url),
-            ("TEMPORAL_ADDRESS", settings.temporal_address),
-        )
-        if not value
-    ]
-    if missing:
-        typer.echo(f"error: set {' and '.join(missing)} (or run `sagacity dev`)", err=True)
-        raise typer.Exit(2)
-    return settings
-
-
 @contextlib.asynccontextmanager
 async def _service(settings: Settings, key: Path | None) -> AsyncIterator[ApprovalService]:
     """The service, signing decisions with ``key``: the approver's own for the CLI, the
@@ -112,16 +90,6 @@ async def _service(settings: Settings, key: Path | None) -> AsyncIterator[Approv
         )
     finally:
         await pool.close()
-
-
-def _me(service: ApprovalService) -> str:
-    """The approver a command names when ``--as`` is not given: the one identity the keyring
-    lets the approver key sign for, else the user name of the login."""
-    keyring, signer = service.keyring, service.signer
-    entry = keyring.find(signer.key_id) if keyring and signer else None
-    if entry is not None and len(entry.principals) == 1 and entry.principals[0] != ANY_PRINCIPAL:
-        return entry.principals[0]
-    return getpass.getuser()
 
 
 def _print_json(value: BaseModel | Sequence[BaseModel]) -> None:
@@ -159,7 +127,7 @@ def list_command(
     as_json: AsJson = False,
 ) -> None:
     """Pending requests a page at a time, oldest first, with what each saga is doing now."""
-    settings = _settings()
+    settings = service_settings_or_exit()
     age = None if older_than is None else duration_or_exit("--older-than", older_than)
     where = inbox_filter(
         tools=tool, saga_id=saga, older_than_s=None if age is None else age.total_seconds()
@@ -201,7 +169,7 @@ def list_command(
 @hard_exit
 def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None:
     """One request in full: its input, hash, deadline and whether the saga still waits for it."""
-    settings = _settings()
+    settings = service_settings_or_exit()
 
     async def work() -> PendingRequest:
         async with _service(settings, settings.approver_key) as service:
@@ -254,11 +222,11 @@ def approve_command(
     as_json: AsJson = False,
 ) -> None:
     """Approve the call; it runs once APPROVED is journaled."""
-    settings = _settings()
+    settings = service_settings_or_exit()
 
     async def work() -> DecisionResult:
         async with _service(settings, settings.approver_key) as service:
-            who = approver or _me(service)
+            who = approver or signing_identity(service.signer, service.keyring)
             return await service.approve(saga_id, seq, approver=who, input_hash=input_hash)
 
     _report(run_or_exit(work()), as_json)
@@ -274,12 +242,15 @@ def reject_command(
     as_json: AsJson = False,
 ) -> None:
     """Reject the call; the saga compensates what ran before it."""
-    settings = _settings()
+    settings = service_settings_or_exit()
 
     async def work() -> DecisionResult:
         async with _service(settings, settings.approver_key) as service:
             return await service.reject(
-                saga_id, seq, approver=approver or _me(service), reason=reason
+                saga_id,
+                seq,
+                approver=approver or signing_identity(service.signer, service.keyring),
+                reason=reason,
             )
 
     _report(run_or_exit(work()), as_json)
@@ -310,7 +281,7 @@ def serve_command(
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
 
-    settings = _settings()
+    settings = service_settings_or_exit()
     tokens = settings.approval_tokens or {}
     oidc = _oidc(settings)
     if not tokens and oidc is None:

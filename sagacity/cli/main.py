@@ -14,7 +14,9 @@ from sagacity.cli import (
     db,
     demo,
     dev,
+    doctor,
     export,
+    halt,
     keyring,
     reconcile,
     saga,
@@ -56,13 +58,19 @@ app.add_typer(approvals.app, name="approvals")
 app.add_typer(db.app, name="db")
 app.command("demo")(demo.demo)
 app.command("dev")(dev.dev)
+app.command("doctor")(doctor.doctor)
 app.command("export")(export.export)
+app.command("halt")(halt.halt)
+app.command("halts")(halt.halts)
 app.command("keygen")(export.keygen)
 app.add_typer(keyring.app, name="keyring")
 app.add_typer(tlog.app, name="log")
 app.command("prove")(tlog.prove)
 app.command("reconcile")(reconcile.reconcile_command)
+app.command("resume")(halt.resume)
 app.add_typer(saga.app, name="saga")
+saga.app.command("quarantine")(halt.quarantine)
+saga.app.command("release")(halt.release)
 app.command("verify")(verify.verify)
 app.command("certify")(certify.certify_command)
 app.command("worker")(worker.worker)

@@ -60,8 +60,11 @@ DOMAIN = b"sagacity-decision-v1\n"
 #: In a keyring entry's ``principals``: a service key that may sign for anyone it authenticated
 ANY_PRINCIPAL = "*"
 
-#: ``approve``/``reject`` an approval request; ``happened``/``not_happened`` resolve a SUSPECT call
-DecisionKind = Literal["approve", "reject", "happened", "not_happened"]
+#: ``approve``/``reject`` an approval request; ``happened``/``not_happened`` resolve a SUSPECT call;
+#: ``halt``/``resume`` and ``halt_report`` are an operator's halt, its lifting and its blast radius
+DecisionKind = Literal[
+    "approve", "reject", "happened", "not_happened", "halt", "resume", "halt_report"
+]
 
 _TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 

@@ -127,11 +127,12 @@ def _claim(call: Call) -> tuple[str, bool | None]:
     if outcome is None:
         return "no outcome", None
     told = outcome.phase.value if undone is None else f"{outcome.phase.value}, {undone.value}"
-    if undone is Phase.COMPENSATED or call.no_effect:
-        return (told + " (no effect)" if call.no_effect else told), False
-    if outcome.phase is Phase.EXECUTED:
-        return told, True  # never undone, or its undo failed: live
-    return told + " (effect unknown)", None
+    live = call.live
+    if live is None:  # compensated, or failed without effect
+        return (told if undone is Phase.COMPENSATED else f"{told} (no effect)"), False
+    if live == "executed":
+        return told, True  # never undone, or its undo failed
+    return f"{told} (effect unknown)", None
 
 
 async def _check(saga_id: str, call: Call, probe: Probe) -> Check:

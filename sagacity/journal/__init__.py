@@ -1,6 +1,6 @@
 """Journal core: phases, rows, the hash chain and its verifier. Pure: no I/O."""
 
-from sagacity.journal.calls import Call, read_calls
+from sagacity.journal.calls import Call, effect_unknown, read_calls
 from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
@@ -21,6 +21,7 @@ __all__ = [
     "Verdict",
     "canonical_bytes",
     "check_draft",
+    "effect_unknown",
     "entry_hash",
     "format_timestamp",
     "input_hash",

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from sagacity.journal.entry import Entry
 from sagacity.journal.phases import Phase
 
-__all__ = ["Call", "read_calls"]
+__all__ = ["Call", "effect_unknown", "read_calls"]
+
+#: how a call's effect stands: it took effect, it may have, or it is running (no outcome yet)
+Liveness = Literal["executed", "effect_unknown", "in_flight"]
 
 
 @dataclass
@@ -27,16 +31,25 @@ class Call:
         return self.undo[-1].phase if self.undo else None
 
     @property
-    def no_effect(self) -> bool:
-        """The call FAILED and its row says it did nothing (``"effect": "none"``); any other
-        FAILED row, one that cannot be read included, leaves the effect unknown."""
-        if self.outcome is None or self.outcome.phase is not Phase.FAILED:
-            return False
-        try:
-            body = json.loads(self.outcome.payload)
-        except ValueError:
-            return False
-        return isinstance(body, dict) and body.get("effect") == "none"
+    def live(self) -> Liveness | None:
+        """Whether the call's effect may still be in the world; None: it is not (it failed
+        without effect, or its compensation ran)."""
+        if self.undone is Phase.COMPENSATED:
+            return None
+        if self.outcome is None:
+            return "in_flight"
+        if self.outcome.phase is Phase.EXECUTED:
+            return "executed"
+        return "effect_unknown" if effect_unknown(self.outcome.payload) else None
+
+
+def effect_unknown(payload: str) -> bool:
+    """Whether a FAILED row's payload leaves open that the call took effect."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return True  # a FAILED row whose payload cannot be read says nothing of the effect
+    return not (isinstance(body, dict) and body.get("effect") == "none")
 
 
 def read_calls(rows: Iterable[Entry]) -> list[Call]:

@@ -78,10 +78,11 @@ class TimedJournalStore(JournalStore):
         seq: int,
         prev_hash: str | None = None,
         exclusive: bool = False,
+        task_queue: str | None = None,
     ) -> list[Entry]:
         with JOURNAL_APPEND_SECONDS.time():
             return await super().append_batch_at(
-                drafts, seq=seq, prev_hash=prev_hash, exclusive=exclusive
+                drafts, seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
             )
 
 

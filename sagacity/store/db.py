@@ -9,11 +9,12 @@ from datetime import datetime
 from typing import Any, TypeAlias
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import ConnStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from sagacity.errors import InvalidEntry, StoreUnavailable
+from sagacity.errors import InvalidEntry, InvalidInput, StoreUnavailable
 from sagacity.journal import utc_micros
 
 #: The pool type every store takes: plain async connections returning tuples.
@@ -102,6 +103,21 @@ def new_pool(
         open=False,
     )
     return pool
+
+
+def keepalives_off(conninfo: str) -> bool:
+    """True when ``conninfo`` turns TCP keepalives off (``keepalives=0``).
+
+    Then a connection whose server vanished without closing it never becomes readable, so
+    :func:`new_pool`'s check takes it for alive. :class:`InvalidInput` if it does not parse.
+    """
+    try:
+        options = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInput(f"the database URL does not parse: {exc}") from None
+    except UnicodeEncodeError:  # bytes of the environment that are not UTF-8
+        raise InvalidInput("the database URL is not UTF-8 text") from None
+    return str(options.get("keepalives", "1")).strip() == "0"
 
 
 def _quiet(conn: psycopg.AsyncConnection[TupleRow]) -> bool:

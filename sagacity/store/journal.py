@@ -14,7 +14,7 @@ from typing import Any, Self, cast
 
 import psycopg
 
-from sagacity.errors import AppendContention, InvalidEntry, SeqConflict, SeqTaken
+from sagacity.errors import AppendContention, Halted, InvalidEntry, SeqConflict, SeqTaken
 from sagacity.journal import (
     GENESIS_HASH,
     ChainVerifier,
@@ -34,8 +34,19 @@ _SELECT_SAGA = f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s O
 # One statement checks the predecessor and inserts, so an append at a known seq costs one round
 # trip. `prev` is the stored hash of row seq-1 (the genesis hash for seq 1, NULL when missing);
 # the row goes in only when it matches the caller's prev_hash and seq is still free.
+# Insert a row if its seq is free and it follows prev_hash: (inserted, the stored predecessor's
+# hash, the halt that refused it). A guarded row (a call's INTENT) first takes a share lock on
+# the halt gate (schema 0007): a halt being written makes it wait, then it sees that halt.
 _INSERT = f"""
-WITH prev AS (
+WITH halt AS (
+    SELECT (SELECT (h->>'id')::bigint FROM jsonb_array_elements(g.halts) AS h
+            WHERE (NOT h ? 'tool' OR h->>'tool' = %(tool_name)s)
+              AND (NOT h ? 'task_queue' OR h->>'task_queue' = %(task_queue)s)
+              AND (NOT h ? 'sagas' OR h->'sagas' ? %(saga_id)s)
+            LIMIT 1) AS id
+    FROM sagacity_halt_gate AS g WHERE g.id = 1 AND %(guarded)s
+    FOR SHARE OF g
+), prev AS (
     SELECT COALESCE(
         (SELECT hash FROM side_effect_journal WHERE saga_id = %(saga_id)s AND seq = %(seq)s - 1),
         CASE WHEN %(seq)s = 1 THEN %(genesis)s END
@@ -45,10 +56,11 @@ WITH prev AS (
     SELECT %(saga_id)s, %(seq)s, %(tool_name)s, %(phase)s, %(input)s, %(payload)s,
            %(timestamp)s, %(hash)s
     FROM prev WHERE prev.hash = %(prev_hash)s
+        AND NOT EXISTS (SELECT FROM halt WHERE halt.id IS NOT NULL)
     ON CONFLICT (saga_id, seq) DO NOTHING
     RETURNING seq
 )
-SELECT EXISTS (SELECT FROM ins), prev.hash FROM prev
+SELECT EXISTS (SELECT FROM ins), prev.hash, (SELECT id FROM halt) FROM prev
 """
 
 # Claim a saga for a run chain (first_run_id), or read who holds it: (workflow_id, first_run_id,
@@ -217,7 +229,7 @@ class JournalStore:
                     prev_hash = GENESIS_HASH if tail is None else tail.hash
                     seq = 1 if tail is None else tail.seq + 1
                     entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
-                    inserted, _ = await _try_insert(conn, entry, prev_hash)
+                    inserted, _ = await _try_insert(conn, entry, prev_hash, None)
                 if inserted:
                     return entry
         raise AppendContention(
@@ -226,7 +238,13 @@ class JournalStore:
         )
 
     async def append_at(
-        self, draft: Draft, *, seq: int, prev_hash: str | None = None, exclusive: bool = False
+        self,
+        draft: Draft,
+        *,
+        seq: int,
+        prev_hash: str | None = None,
+        exclusive: bool = False,
+        task_queue: str | None = None,
     ) -> Entry:
         """Append ``draft`` at ``seq`` exactly; idempotent, for callers that choose seqs.
 
@@ -236,9 +254,13 @@ class JournalStore:
         different row there, or a predecessor whose hash is not ``prev_hash``, is a
         :class:`SeqConflict`. With ``prev_hash`` given this is one round trip; without, the
         predecessor is read first.
+
+        ``task_queue``: the draft is a call's INTENT that a worker of that task queue is about to
+        act on; when an operator's halt covers it, nothing is written and :class:`Halted` is
+        raised. The check and the insert are one statement, so no INTENT follows a halt.
         """
         (entry,) = await self.append_batch_at(
-            [draft], seq=seq, prev_hash=prev_hash, exclusive=exclusive
+            [draft], seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
         )
         return entry
 
@@ -249,6 +271,7 @@ class JournalStore:
         seq: int,
         prev_hash: str | None = None,
         exclusive: bool = False,
+        task_queue: str | None = None,
     ) -> list[Entry]:
         """Append ``drafts`` at ``seq``, ``seq + 1``, …: all of them or, on any conflict, none.
 
@@ -276,7 +299,9 @@ class JournalStore:
                         prev_hash = await _predecessor_hash(conn, saga_id, seq)
                     entries = []
                     for offset, draft in enumerate(drafts):
-                        entry = await _insert_at(conn, draft, seq + offset, prev_hash, exclusive)
+                        entry = await _insert_at(
+                            conn, draft, seq + offset, prev_hash, exclusive, task_queue
+                        )
                         entries.append(entry)
                         prev_hash = entry.hash
                     return entries
@@ -319,6 +344,20 @@ class JournalStore:
                     cur = await conn.execute(_CLAIM, params)
                     row = await cur.fetchone()
                 return SagaOwner(saga_id, row[0], row[1], claimed_now=row[2], had_rows=row[3])
+
+    async def owners(
+        self, *, saga_ids: Sequence[str] = (), workflow_ids: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """``(saga_id, workflow_id)`` of the claimed sagas among ``saga_ids``, and of those the
+        workflows ``workflow_ids`` claimed, ordered by saga id."""
+        with translate_errors("read saga owners"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT saga_id, workflow_id FROM sagacity_saga_owner"
+                    " WHERE saga_id = ANY(%s) OR workflow_id = ANY(%s) ORDER BY saga_id",
+                    (list(saga_ids), list(workflow_ids)),
+                )
+                return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
 
     @contextlib.asynccontextmanager
     async def exclusive(self, saga_id: str, seq: int) -> AsyncIterator[bool]:
@@ -535,12 +574,14 @@ async def _predecessor_hash(conn: psycopg.AsyncConnection[Any], saga_id: str, se
 
 
 async def _try_insert(
-    conn: psycopg.AsyncConnection[Any], entry: Entry, prev_hash: str
+    conn: psycopg.AsyncConnection[Any], entry: Entry, prev_hash: str, task_queue: str | None
 ) -> tuple[bool, str | None]:
-    """Insert ``entry`` if its seq is free and row seq-1 hashes to ``prev_hash``.
+    """Insert ``entry`` if its seq is free and row seq-1 hashes to ``prev_hash``, and, for an
+    INTENT guarded by ``task_queue``, no halt covers it (else :class:`Halted`).
 
     Returns whether it went in, and the stored predecessor hash (None: no such row).
     """
+    guarded = task_queue is not None and entry.phase is Phase.INTENT
     cur = await conn.execute(
         _INSERT,
         {
@@ -554,18 +595,31 @@ async def _try_insert(
             "hash": entry.hash,
             "prev_hash": prev_hash,
             "genesis": GENESIS_HASH,
+            "guarded": guarded,
+            "task_queue": task_queue or "",
         },
     )
     row = await cur.fetchone()
     assert row is not None  # the statement always returns exactly one row
+    if row[2] is not None:
+        raise Halted(
+            f"saga {entry.saga_id!r}: the call of {entry.tool_name!r} at seq {entry.seq} did not "
+            f"start: halt {row[2]} covers it",
+            int(row[2]),
+        )
     return row[0], row[1]
 
 
 async def _insert_at(
-    conn: psycopg.AsyncConnection[Any], draft: Draft, seq: int, prev_hash: str, exclusive: bool
+    conn: psycopg.AsyncConnection[Any],
+    draft: Draft,
+    seq: int,
+    prev_hash: str,
+    exclusive: bool,
+    task_queue: str | None,
 ) -> Entry:
     entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
-    inserted, stored_prev = await _try_insert(conn, entry, prev_hash)
+    inserted, stored_prev = await _try_insert(conn, entry, prev_hash, task_queue)
     if inserted:
         return entry
     where = f"saga {draft.saga_id!r} seq {seq}"

@@ -20,16 +20,30 @@ __all__ = ["RETENTION_ROLE", "ExpiredSaga", "RetentionStore"]
 
 RETENTION_ROLE = "sagacity_retention"
 
-_EXPIRED = """
-WITH s AS (
+# The sagas whose newest row is older than the cutoff.
+_IDLE = """
     SELECT saga_id, count(*) AS rows, max(seq) AS head_seq, max(timestamp) AS last_at
     FROM side_effect_journal
     GROUP BY saga_id
     HAVING max(timestamp) < %(cutoff)s
-)
+"""
+
+_EXPIRED = f"""
+WITH s AS ({_IDLE})
 SELECT s.saga_id, s.rows, s.head_seq, j.hash, s.last_at
 FROM s JOIN side_effect_journal j ON j.saga_id = s.saga_id AND j.seq = s.head_seq
 ORDER BY s.last_at, s.saga_id
+"""
+
+_EXPIRED_COUNT = f"SELECT count(*) FROM ({_IDLE}) s"
+
+# Whether the retention role exists and holds DELETE on the journal (a migrator without
+# CREATEROLE skips it, and nothing can purge then).
+_ROLE_CAN_PURGE = """
+SELECT EXISTS (
+    SELECT FROM pg_roles
+    WHERE rolname = %s AND has_table_privilege(oid, 'side_effect_journal'::regclass, 'DELETE')
+)
 """
 
 # Deletes the sagas whose current head is the given one; a saga that moved on is left alone.
@@ -80,6 +94,22 @@ class RetentionStore:
                     ExpiredSaga(saga_id, rows, head_seq, head_hash, utc_micros(last_at))
                     for saga_id, rows, head_seq, head_hash, last_at in await cur.fetchall()
                 ]
+
+    async def count_expired(self, cutoff: datetime) -> int:
+        """How many sagas have no row at or after ``cutoff``."""
+        with translate_errors("count sagas past the retention period"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(_EXPIRED_COUNT, {"cutoff": naive_utc(cutoff)})
+                row = await cur.fetchone()
+        assert row is not None  # count(*) always answers
+        return int(row[0])
+
+    async def role_can_purge(self) -> bool:
+        """True when the purging role exists and may delete journal rows."""
+        with translate_errors(f"look up the role {self._role}"):
+            async with self._pool.connection() as conn:
+                row = await (await conn.execute(_ROLE_CAN_PURGE, (self._role,))).fetchone()
+        return bool(row and row[0])
 
     async def purge(self, heads: Sequence[tuple[str, int, str]]) -> dict[str, int]:
         """Delete each ``(saga_id, head_seq, head_hash)`` saga whose head is still that one.

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import (
     EvidenceUnavailable,
+    Halted,
     InvalidEntry,
     JournalAhead,
     NoEffect,
@@ -43,6 +44,7 @@ from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed
 from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
+from sagacity.store.halts import HaltStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.models import (
     AppendRequest,
@@ -54,6 +56,7 @@ from sagacity.temporal.models import (
     CallStatus,
     CompensateRequest,
     ErrorInfo,
+    HaltNotice,
     Journaled,
     JournalRow,
     Resolved,
@@ -202,6 +205,7 @@ class SagaActivities:
         self.outage_window = outage_window
         self.keyring = keyring
         self.policy = policy or Policy()
+        self.halts = HaltStore(journal.pool)
 
     async def _outlast(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run a database operation, waiting out an outage of up to ``outage_window``.
@@ -238,18 +242,23 @@ class SagaActivities:
         prev_hash: str,
         exclusive: bool = False,
         anchor: bool = True,
+        guarded: bool = False,
     ) -> Entry:
         """Append at ``seq``; a different row there means the journal moved on without us.
 
         ``anchor``: checkpoint the new head (off for a row the same activity follows with
-        another, or seals itself).
+        another, or seals itself). ``guarded``: a call's INTENT, refused while a halt covers
+        it (raised as a non-retryable ``Halted`` the saga waits on).
         """
+        task_queue = activity.info().task_queue if guarded else None
         try:
             entry = await self._outlast(
                 lambda: self.journal.append_at(
-                    draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive
+                    draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
                 )
             )
+        except Halted as exc:
+            raise await self._halted(exc) from None
         except SeqTaken:
             raise
         except SeqConflict as exc:
@@ -266,6 +275,21 @@ class SagaActivities:
                 f"saga {entry.saga_id!r}: seq {entry.seq} was written before this run "
                 f"(the journal goes on to seq {head.seq})"
             )
+
+    async def _halted(self, exc: Halted) -> ApplicationError:
+        """The error a saga holds on: the halt's id, kind and policy, and who halted why."""
+        halt = await self._outlast(lambda: self.halts.get(exc.halt_id))
+        notice = HaltNotice(
+            halt_id=exc.halt_id,
+            kind=halt.kind if halt else "halt",
+            policy=halt.policy if halt else "keep",
+            reason=halt.reason if halt else "",
+            operator=halt.operator if halt else "",
+        )
+        message = f"{exc}: {notice.describe()}"
+        return ApplicationError(
+            message, notice.model_dump(mode="json"), type="Halted", non_retryable=True
+        )
 
     def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> bool:
         """Sign ``entry`` as the head, or seal it as the end; whether a seal was written."""
@@ -471,6 +495,7 @@ class SagaActivities:
                 prev_hash=req.prev_hash,
                 exclusive=True,
                 anchor=req.anchor_intent,
+                guarded=True,
             )
         except SeqTaken:
             # an overlapping attempt of this call wrote INTENT first: the call is its own
@@ -804,6 +829,7 @@ class SagaActivities:
                     written = await self._compensated(req, done)
                     if written is not None:
                         return written
+                    await self._unless_held(req)
                     await self._undo(req, tool)
                     row = await self._append_at(
                         done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
@@ -811,6 +837,21 @@ class SagaActivities:
                     return [_ref(row, sealed=self._checkpoint(row, req.seal_as))]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
+
+    async def _unless_held(self, req: CompensateRequest) -> None:
+        """Raise ``Halted`` when a freezing halt or a quarantine covers this compensation."""
+        task_queue = activity.info().task_queue
+        halt = await self._outlast(
+            lambda: self.halts.holding(req.saga_id, req.tool_name, task_queue)
+        )
+        if halt is not None:
+            raise await self._halted(
+                Halted(
+                    f"saga {req.saga_id!r}: the compensation of {req.tool_name!r} (call seq "
+                    f"{req.call_seq}) did not start: halt {halt.id} holds it",
+                    halt.id,
+                )
+            )
 
     async def _from_journal(self, req: CompensateRequest) -> CompensateRequest:
         """An effect carried by reference: its input and result, as the journal holds them."""

@@ -367,6 +367,8 @@ class SagaState(StrEnum):
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
     ABORTED = "aborted"
+    #: an operator's halt or quarantine holds the saga before its next call or compensation
+    HALTED = "halted"
 
 
 #: rows (and effects) the ``status`` query returns, newest last; the journal has them all
@@ -512,6 +514,8 @@ class SagaStatus(BaseModel):
     refused_decisions: list[str] = Field(default_factory=list)
     needs_attention: str | None = None
     executed_count: int = 0
+    #: the halt or quarantine the saga waits on, if any
+    halted: HaltNotice | None = None
 
 
 def _plain_text(value: str) -> str:
@@ -536,6 +540,37 @@ Identity = Annotated[
 Reason = Annotated[str, Field(max_length=2000), AfterValidator(_plain_text)]
 #: a sha-256 in hex, as ``input_hash`` is stored
 InputHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class HaltNotice(BaseModel):
+    """An operator's halt, as a saga meets it: from an activity it refused, or by signal.
+
+    ``keep``: the saga waits before its next call or compensation until the halt is lifted.
+    ``compensate``: it aborts, undoing what it can (a call waiting for approval stays waiting).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    #: 0: a halt the worker could not name
+    halt_id: int = Field(ge=0)
+    kind: Literal["halt", "quarantine"] = "halt"
+    policy: Literal["keep", "compensate"] = "keep"
+    reason: Reason = ""
+    operator: Identity | None = None
+
+    def describe(self) -> str:
+        who = f" by {self.operator}" if self.operator else ""
+        why = f": {self.reason}" if self.reason else ""
+        return f"{self.kind} {self.halt_id}{who} ({self.policy}){why}"
+
+
+class Resume(BaseModel):
+    """The ``resume`` signal: a halt was lifted, so a held saga tries its next step again."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    halt_id: int | None = Field(default=None, ge=1)
+    operator: Identity | None = None
 
 
 class _Strict(BaseModel):

@@ -58,6 +58,7 @@ from sagacity.temporal.models import (
     Effect,
     EffectRefs,
     ErrorInfo,
+    HaltNotice,
     Head,
     Journaled,
     JournalRow,
@@ -67,6 +68,7 @@ from sagacity.temporal.models import (
     Resolve,
     Resolved,
     ResolveRequest,
+    Resume,
     RowDraft,
     RowRef,
     SagaCarry,
@@ -107,6 +109,10 @@ OPEN_PATCH = "sagacity-open-saga"
 #: journal row (after a reset): the row could not equal the call's real input
 ADOPT_REDACTED_PATCH = "sagacity-adopt-redacted"
 
+#: how long a held saga waits before it looks at its halt again, doubling up to the maximum
+_HALT_RECHECK = timedelta(seconds=30)
+_HALT_RECHECK_MAX = timedelta(minutes=10)
+
 #: who a Temporal cancel is journaled as
 CANCELLED_BY = "temporal-cancel"
 
@@ -144,6 +150,22 @@ def _problems(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in e['loc']) or '(payload)'}: {e['msg']}" for e in exc.errors()
     )
+
+
+def _halt_notice(err: ActivityError) -> HaltNotice | None:
+    """The halt that refused an activity, or None when it failed otherwise."""
+    if _error_type(err) != "Halted":
+        return None
+    cause = err.cause
+    details = cause.details if isinstance(cause, ApplicationError) else ()
+    try:
+        return HaltNotice.model_validate(details[0] if details else {}, strict=False)
+    except ValidationError:
+        return HaltNotice(halt_id=0)  # a halt this worker cannot read: held all the same
+
+
+def _halt_abort(notice: HaltNotice) -> Abort:
+    return Abort(reason=f"halted: {notice.describe()}"[:2000], by=notice.operator)
 
 
 def _loads(text: str) -> Any:
@@ -190,6 +212,11 @@ class Saga:
         self._brief = False
         self._abort: Abort | None = None
         self._cancelled = False
+        #: the operator's halt the saga waits on, and how many ``resume`` signals came so far
+        self._halt: HaltNotice | None = None
+        self._resumes = 0
+        #: looks at a halt since the last resume: the wait between them doubles
+        self._halt_looks = 0
         self._pending: PendingApproval | None = None
         self._decision: Approve | Reject | None = None
         #: the approval the next call runs under: its approver and signature go to the worker
@@ -230,6 +257,8 @@ class Saga:
         workflow.set_signal_handler("approve", self._on_approve)
         workflow.set_signal_handler("reject", self._on_reject)
         workflow.set_signal_handler("resolve", self._on_resolve)
+        workflow.set_signal_handler("halt", self._on_halt)
+        workflow.set_signal_handler("resume", self._on_resume)
         workflow.set_update_handler("decide", self._on_decide, validator=self._validate_decision)
         workflow.set_query_handler("status", self.status)
 
@@ -620,26 +649,22 @@ class Saga:
             if approval_seq and self._approval
             else None,
         )
-        idempotent = spec is not None and spec.idempotent
         self._running = tool
         try:
-            outcome: CallOutcome = await self._shielded(
-                workflow.start_activity(
-                    names.CALL_TOOL,
-                    request,
-                    result_type=CallOutcome,
-                    # the tool's own limit is enforced inside; this one leaves room to wait
-                    # out a journal outage
-                    start_to_close_timeout=timedelta(seconds=spec.timeout_s if spec else 60)
-                    + _OUTAGE_ALLOWANCE,
-                    heartbeat_timeout=self._heartbeat_timeout(spec),
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(seconds=1),
-                        maximum_interval=timedelta(seconds=10),
-                        maximum_attempts=self.options.idempotent_attempts if idempotent else 0,
-                    ),
-                )
-            )
+            while True:
+                try:
+                    outcome = await self._shielded(self._start_call(spec, request))
+                    break
+                except ActivityError as err:
+                    notice = _halt_notice(err)
+                    if notice is None:
+                        raise
+                # nothing was written: the same call goes at the same seq once the halt lifts
+                await self._held(notice, forward=True)
+                if self.aborted:
+                    if approval_seq is not None:
+                        await self._close_request(approval_seq)
+                    self._raise_if_aborted()
         except ActivityError as err:
             kind = _error_type(err)
             if kind == "SuspectCall":
@@ -665,6 +690,24 @@ class Saga:
         if request.seal_as is not None and executed and self._did_seal(outcome.rows):
             self._sealed = (self.head.seq, request.seal_as)
         return outcome
+
+    def _start_call(self, spec: ToolSpec | None, request: CallRequest) -> Awaitable[CallOutcome]:
+        idempotent = spec is not None and spec.idempotent
+        return workflow.start_activity(
+            names.CALL_TOOL,
+            request,
+            result_type=CallOutcome,
+            # the tool's own limit is enforced inside; this one leaves room to wait out a
+            # journal outage
+            start_to_close_timeout=timedelta(seconds=spec.timeout_s if spec else 60)
+            + _OUTAGE_ALLOWANCE,
+            heartbeat_timeout=self._heartbeat_timeout(spec),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_interval=timedelta(seconds=10),
+                maximum_attempts=self.options.idempotent_attempts if idempotent else 0,
+            ),
+        )
 
     async def _recover_call(
         self,
@@ -1066,6 +1109,48 @@ class Saga:
         if abort is not None and self._abort is None:
             self._abort = abort
 
+    def _on_halt(self, *payloads: Any) -> None:
+        """An operator halted this saga: under ``compensate`` it aborts now (unless it waits for
+        an approval, which stays waiting); under ``keep`` its next call is held anyway."""
+        notice = self._parse("halt", HaltNotice, payloads)
+        if notice is None:
+            return
+        if notice.policy == "compensate" and self._pending is None and self._abort is None:
+            self._abort = _halt_abort(notice)
+
+    def _on_resume(self, *payloads: Any) -> None:
+        if self._parse("resume", Resume, payloads or ({},)) is not None:
+            self._resumes += 1
+
+    async def _held(self, notice: HaltNotice, *, forward: bool) -> None:
+        """Wait out a halt that refused a call (``forward``) or a compensation.
+
+        A call under a ``compensate`` halt aborts the saga instead. The wait ends at a
+        ``resume`` signal, an abort, or the next look: the activity checks the halt again, so a
+        lost signal only delays the saga.
+        """
+        if forward and notice.policy == "compensate":
+            if self._abort is None:
+                self._abort = _halt_abort(notice)
+            return
+        if forward and self.aborted:
+            return
+        before, self.state, self._halt = self.state, SagaState.HALTED, notice
+        seen = self._resumes
+        looks = self._halt_looks
+        self._halt_looks += 1
+        try:
+            await self._wait(
+                lambda: self._resumes != seen or (forward and self.aborted),
+                timeout=min(_HALT_RECHECK * 2**looks, _HALT_RECHECK_MAX),
+            )
+        except TimeoutError:
+            pass
+        finally:
+            self.state, self._halt = before, None
+            if self._resumes != seen:
+                self._halt_looks = 0
+
     def _on_resolve(self, *payloads: Any) -> None:
         resolution = self._parse("resolve", Resolve, payloads)
         if resolution is None:
@@ -1237,6 +1322,10 @@ class Saga:
                     )
                 )
             except ActivityError as err:
+                notice = _halt_notice(err)
+                if notice is not None:
+                    await self._held(notice, forward=False)
+                    continue
                 if _error_type(err) in _AHEAD:
                     # another run wrote past this one; if it undid this effect, it is done
                     self.executed.append(effect)
@@ -1438,4 +1527,5 @@ class Saga:
             suspect=self._suspect,
             refused_decisions=self._refused,
             needs_attention=self.needs_attention,
+            halted=self._halt,
         )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from importlib.resources import files
+
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -9,6 +12,7 @@ from psycopg.conninfo import conninfo_to_dict
 from sagacity.errors import StoreUnavailable
 from sagacity.store import journal_rights, migrate
 from sagacity.store.databases import with_user
+from sagacity.store.roles import APPEND_ONLY_TABLES, append_only_rights
 
 
 async def test_the_app_login_is_append_only(database_url: str) -> None:
@@ -16,6 +20,20 @@ async def test_the_app_login_is_append_only(database_url: str) -> None:
     assert rights.role == "sagacity_app"
     assert rights.append_only and not rights.superuser
     assert rights.rewrites == {"UPDATE": [], "DELETE": [], "TRUNCATE": []}
+
+
+def test_the_append_only_tables_are_those_the_grants_revoke_rewrites_on() -> None:
+    grants = (files("sagacity.store") / "schema" / "grants.sql").read_text(encoding="utf-8")
+    revoked = re.findall(r"REVOKE UPDATE, DELETE, TRUNCATE ON ([^;]+) FROM", grants)
+    assert sorted(t.strip() for found in revoked for t in found.split(",")) == sorted(
+        APPEND_ONLY_TABLES
+    )
+
+
+async def test_the_app_login_may_rewrite_no_append_only_table(database_url: str) -> None:
+    rights = await append_only_rights(database_url)
+    assert [r.table for r in rights] == list(APPEND_ONLY_TABLES)
+    assert all(r.append_only for r in rights)
 
 
 async def test_the_owner_login_can_rewrite_it(owner_database_url: str) -> None:

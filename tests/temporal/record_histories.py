@@ -73,13 +73,16 @@ from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.store.databases import drop_database, ensure_database
+from sagacity.store.halts import HaltKind, HaltPolicy, HaltScope, HaltStore
 from sagacity.store.migrate import migrate
 from sagacity.temporal.models import (
     Abort,
     Approve,
     Decision,
+    HaltNotice,
     Reject,
     Resolve,
+    Resume,
     SagaOptions,
     SagaResult,
     SagaSpec,
@@ -616,6 +619,66 @@ async def order_cancelled(rig: Rig) -> dict[str, WorkflowHistory]:
     done = await result(handle, SagaState.ABORTED)
     expect(done.error is not None and done.error.type == "SagaCancelled", str(done.error))
     return await one(handle, "order_cancelled")
+
+
+async def halted(
+    rig: Rig, handle: WorkflowHandle[Any, Any], kind: HaltKind, policy: HaltPolicy
+) -> int:
+    """Halt (or quarantine) the saga as ``sagacity halt`` does: the gate, then the signal."""
+    halt = await HaltStore(rig.journal.pool).halt(
+        kind=kind,
+        scope=HaltScope(sagas=(handle.id,)),
+        policy=policy,
+        reason="recorded",
+        operator="olivia",
+        signature=None,
+    )
+    notice = HaltNotice(halt_id=halt.id, kind=kind, policy=policy, operator="olivia")
+    await handle.signal("halt", notice.model_dump(mode="json", exclude_none=True))
+    return halt.id
+
+
+async def resumed(rig: Rig, handle: WorkflowHandle[Any, Any], halt_id: int) -> None:
+    await HaltStore(rig.journal.pool).lift(halt_id, by="olivia", reason="done", signature=None)
+    await handle.signal("resume", Resume(halt_id=halt_id, operator="olivia"))
+
+
+@recording("order_halted_resumed")
+async def order_halted_resumed(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: halted mid-call (keep), held before its next call, resumed; completed."""
+    await rig.shop.arm_fault("reserve_inventory", "", delay_s=2.0)
+    handle = await rig.order("order_halted_resumed")
+    await wait_for(handle, lambda s: s.running == "reserve_inventory")
+    halt_id = await halted(rig, handle, "halt", "keep")
+    await wait_for(handle, lambda s: s.state is SagaState.HALTED)
+    await resumed(rig, handle, halt_id)
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "order_halted_resumed")
+
+
+@recording("order_halted_compensate")
+async def order_halted_compensate(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: halted mid-call with the compensate policy; aborted, all undone."""
+    await rig.shop.arm_fault("reserve_inventory", "", delay_s=2.0)
+    handle = await rig.order("order_halted_compensate")
+    await wait_for(handle, lambda s: s.running == "reserve_inventory")
+    await halted(rig, handle, "halt", "compensate")
+    await result(handle, SagaState.ABORTED)
+    return await one(handle, "order_halted_compensate")
+
+
+@recording("order_quarantined")
+async def order_quarantined(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: quarantined at the gate, aborted: compensation held until released."""
+    handle = await rig.order("order_quarantined")
+    await gate(handle)
+    halt_id = await halted(rig, handle, "quarantine", "keep")
+    await handle.signal("abort", Abort(reason="investigating", by="carol"))
+    await wait_for(handle, lambda s: s.state is SagaState.HALTED)
+    await resumed(rig, handle, halt_id)
+    await result(handle, SagaState.ABORTED)
+    return await one(handle, "order_quarantined")
 
 
 @recording("order_malformed_signals")

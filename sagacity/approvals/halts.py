@@ -1,0 +1,358 @@
+"""The kill switch: halt new side effects now, report what is live, lift the halt again.
+
+A halt is written first (from then on no INTENT it covers is written, whatever any worker
+knows), then the running sagas it covers are told by a ``halt`` signal, so that under the
+``compensate`` policy they abort at once. The halt report, the blast radius, is read from the
+journal once calls already running have finished, and signed like the halt itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from sagacity.errors import InvalidInput
+from sagacity.evidence.decisions import (
+    DecisionKind,
+    Keyring,
+    Signature,
+    Signer,
+    Statement,
+    signer_refusal,
+)
+from sagacity.journal import input_hash, read_calls, to_json
+from sagacity.journal.calls import Liveness
+from sagacity.store.halts import Halt, HaltKind, HaltNotFound, HaltPolicy, HaltScope, HaltStore
+from sagacity.store.journal import JournalStore
+from sagacity.temporal.models import HaltNotice, Resume
+
+__all__ = [
+    "HALT_SUBJECT",
+    "HaltReport",
+    "HaltResult",
+    "HaltService",
+    "LiveEffect",
+    "halt_problems",
+]
+
+#: the ``saga_id`` a halt's signed statements name: they speak of many sagas, or of none yet
+HALT_SUBJECT = "sagacity:halt"
+
+
+class LiveEffect(BaseModel):
+    """An effect a halt found in the world: a call not compensated that took effect, may
+    have, or was still running when the report was taken."""
+
+    saga_id: str
+    seq: int = Field(description="the call's INTENT seq")
+    tool: str
+    state: Liveness
+
+
+class HaltReport(BaseModel):
+    """The blast radius of a halt: every live effect in the sagas it reached, signed."""
+
+    halt_id: int
+    taken_at: datetime
+    sagas: list[str]
+    live: list[LiveEffect]
+    signature: Signature | None = None
+
+    def body(self) -> str:
+        """The canonical JSON the signature covers (everything but the signature)."""
+        return to_json(self.model_dump(mode="json", exclude={"signature"}))
+
+
+class HaltResult(BaseModel):
+    """What ``halt`` did: the halt written, the sagas told, the report."""
+
+    halt_id: int
+    halted_at: datetime
+    signed: bool
+    signalled: list[str]
+    report: HaltReport
+
+
+class HaltService:
+    """Halts and lifts as a named operator; statements signed with ``signer`` (refused when
+    ``keyring`` is configured and would not trust it for that operator)."""
+
+    def __init__(
+        self,
+        client: Client,
+        halts: HaltStore,
+        journal: JournalStore,
+        *,
+        signer: Signer | None = None,
+        keyring: Keyring | None = None,
+        concurrency: int = 32,
+    ) -> None:
+        self._client = client
+        self._halts = halts
+        self._journal = journal
+        self.signer = signer
+        self.keyring = keyring
+        self._concurrency = concurrency
+
+    async def halt(
+        self,
+        *,
+        scope: HaltScope,
+        policy: HaltPolicy,
+        reason: str,
+        operator: str,
+        kind: HaltKind = "halt",
+        settle: timedelta = timedelta(seconds=10),
+    ) -> HaltResult:
+        """Halt what ``scope`` covers; returns once the sagas are told and the report taken.
+
+        ``settle``: how long calls running at halt time get to finish before the report (one
+        still running then is reported ``in_flight``).
+        """
+        _check_text(reason=reason, operator=operator)
+        if scope.task_queue is not None:
+            _quoted(scope.task_queue)  # refused before anything is written
+        statement = _statement(kind, scope, policy, "halt", operator, reason)
+        signature = self._sign(statement, operator)
+        halt = await self._halts.halt(
+            kind=kind,
+            scope=scope,
+            policy=policy,
+            reason=reason,
+            operator=operator,
+            signature=_stored(signature),
+        )
+        sagas = await self.reached(scope)
+        notice = HaltNotice(
+            halt_id=halt.id, kind=kind, policy=policy, reason=reason, operator=operator
+        )
+        # a tool-wide halt holds sagas at that tool only: it aborts none of the others
+        told = [] if scope.tool is not None else await self._signal(sagas, "halt", notice)
+        report = await self._report(halt, [s for s, _ in sagas], settle)
+        return HaltResult(
+            halt_id=halt.id,
+            halted_at=halt.halted_at,
+            signed=signature is not None,
+            signalled=told,
+            report=report,
+        )
+
+    async def resume(self, halt_id: int, *, by: str, reason: str) -> tuple[Halt, list[str]]:
+        """Lift halt ``halt_id`` and wake the sagas it held; (the halt, the sagas told)."""
+        _check_text(reason=reason, operator=by)
+        current = await self._halts.get(halt_id)
+        if current is None or not current.active:
+            raise HaltNotFound(f"no active halt {halt_id} (see `sagacity halts`)")
+        statement = _statement(
+            current.kind, current.scope, current.policy, "resume", by, reason, seq=halt_id
+        )
+        halt = await self._halts.lift(
+            halt_id, by=by, reason=reason, signature=_stored(self._sign(statement, by))
+        )
+        told = await self._signal(
+            await self.reached(halt.scope, running_only=True),
+            "resume",
+            Resume(halt_id=halt_id, operator=by),
+        )
+        return halt, told
+
+    async def reached(
+        self, scope: HaltScope, *, running_only: bool = False
+    ) -> list[tuple[str, str]]:
+        """``(saga_id, workflow_id)`` of the sagas ``scope`` covers: the named ones, else the
+        running saga workflows (of its task queue), from Temporal's visibility."""
+        if scope.sagas is not None and not running_only:
+            owned = dict(await self._journal.owners(saga_ids=scope.sagas))
+            # a saga that never claimed its journal runs under its own id
+            return [(s, owned.get(s, s)) for s in scope.sagas]
+        query = 'ExecutionStatus="Running"'
+        if scope.task_queue is not None:
+            query += f' AND TaskQueue="{_quoted(scope.task_queue)}"'
+        owners = await self.reached_by_query(query)
+        if scope.sagas is not None:
+            owners = [o for o in owners if o[0] in scope.sagas]
+        return owners
+
+    async def reached_by_query(self, query: str) -> list[tuple[str, str]]:
+        """``(saga_id, workflow_id)`` of the sagas whose workflows a visibility query finds."""
+        try:
+            found = [w.id async for w in self._client.list_workflows(query)]
+        except RPCError as err:
+            raise InvalidInput(
+                f"the visibility query {query!r} was refused: {err.message}"
+            ) from None
+        return await self._journal.owners(workflow_ids=found)
+
+    async def active(self) -> list[Halt]:
+        """The halts in force, newest first."""
+        return await self._halts.list(active=True)
+
+    async def listing(self, *, active: bool) -> list[Halt]:
+        """Halts, newest first; only those in force with ``active``."""
+        return await self._halts.list(active=active)
+
+    async def _signal(
+        self, sagas: Sequence[tuple[str, str]], name: str, payload: BaseModel
+    ) -> list[str]:
+        """Send ``name`` to each saga's workflow; the ones that took it (closed ones do not)."""
+        gate = asyncio.Semaphore(self._concurrency)
+        data = payload.model_dump(mode="json", exclude_none=True)
+
+        async def one(saga_id: str, workflow_id: str) -> str | None:
+            async with gate:
+                try:
+                    await self._client.get_workflow_handle(workflow_id).signal(name, data)
+                except RPCError:
+                    return None  # closed, or gone: nothing there to hold
+                return saga_id
+
+        told = await asyncio.gather(*(one(s, w) for s, w in sagas))
+        return sorted(s for s in told if s is not None)
+
+    async def _report(self, halt: Halt, sagas: list[str], settle: timedelta) -> HaltReport:
+        deadline = asyncio.get_running_loop().time() + settle.total_seconds()
+        while True:
+            live = await self._live(sagas, halt.scope.tool)
+            running = any(e.state == "in_flight" for e in live)
+            if not running or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.25)
+        report = HaltReport(
+            halt_id=halt.id, taken_at=datetime.now(UTC), sagas=sorted(sagas), live=live
+        )
+        statement = Statement(
+            saga_id=HALT_SUBJECT,
+            seq=halt.id,
+            input_hash=input_hash(report.body()),
+            decision="halt_report",
+            principal=halt.operator,
+        )
+        report.signature = self._sign(statement, halt.operator, checked=True)
+        await self._halts.set_report(halt.id, report.model_dump(mode="json"))
+        return report
+
+    async def _live(self, sagas: list[str], tool: str | None) -> list[LiveEffect]:
+        found = []
+        for saga_id in sorted(sagas):
+            for call in read_calls(await self._journal.read(saga_id)):
+                state = call.live
+                if state is not None and tool in (None, call.intent.tool_name):
+                    found.append(
+                        LiveEffect(
+                            saga_id=saga_id,
+                            seq=call.intent.seq,
+                            tool=call.intent.tool_name,
+                            state=state,
+                        )
+                    )
+        return found
+
+    def _sign(
+        self, statement: Statement, operator: str, *, checked: bool = False
+    ) -> Signature | None:
+        """The signature as stored; refused up front (nothing written) when a keyring would
+        not trust it. ``checked``: the operator's key was checked for this halt already."""
+        if not checked:
+            why = signer_refusal(self.signer, self.keyring, operator)
+            if why is not None:
+                raise InvalidInput(f"refused: {why}")
+        return None if self.signer is None else self.signer.sign(statement)
+
+
+def _stored(signature: Signature | None) -> dict[str, Any] | None:
+    return None if signature is None else signature.model_dump()
+
+
+def _statement(
+    kind: HaltKind,
+    scope: HaltScope,
+    policy: HaltPolicy,
+    decision: DecisionKind,
+    operator: str,
+    reason: str,
+    *,
+    seq: int = 0,
+) -> Statement:
+    """What an operator signs: the halt (its kind, scope and policy, by hash) and why. A halt
+    is signed before it has an id (``seq`` 0); lifting it names it."""
+    record = to_json({"kind": kind, "policy": policy, "scope": scope.as_json()})
+    return Statement(
+        saga_id=HALT_SUBJECT,
+        seq=seq,
+        input_hash=input_hash(record),
+        decision=decision,
+        principal=operator,
+        reason=reason,
+    )
+
+
+def halt_problems(halt: Halt, keyring: Keyring | None) -> list[str]:
+    """What does not hold about a stored halt's signatures (empty: each verifies, or there is
+    no keyring to check them with)."""
+    if keyring is None:
+        return []
+    problems = []
+    checks: list[tuple[str, Statement, dict[str, Any] | None]] = [
+        (
+            "the halt",
+            _statement(halt.kind, halt.scope, halt.policy, "halt", halt.operator, halt.reason),
+            halt.signature,
+        )
+    ]
+    if halt.lifted_at is not None:
+        checks.append(
+            (
+                "its lifting",
+                _statement(
+                    halt.kind,
+                    halt.scope,
+                    halt.policy,
+                    "resume",
+                    halt.lifted_by or "",
+                    halt.lift_reason or "",
+                    seq=halt.id,
+                ),
+                halt.lift_signature,
+            )
+        )
+    if halt.report is not None:
+        report = HaltReport.model_validate(halt.report)
+        checks.append(
+            (
+                "its report",
+                Statement(
+                    saga_id=HALT_SUBJECT,
+                    seq=halt.id,
+                    input_hash=input_hash(report.body()),
+                    decision="halt_report",
+                    principal=halt.operator,
+                ),
+                report.signature.model_dump() if report.signature else None,
+            )
+        )
+    for what, statement, raw in checks:
+        signature = Signature.model_validate(raw) if raw is not None else None
+        why = keyring.refusal(statement, signature)
+        if why is not None:
+            problems.append(f"{what}: {why}")
+    return problems
+
+
+def _check_text(*, reason: str, operator: str) -> None:
+    for name, value, most in (("reason", reason, 2000), ("operator", operator, 200)):
+        if not value.strip() or not value.isprintable() or len(value) > most:
+            raise InvalidInput(
+                f"the {name} must be plain, printable, non-empty text of {most} characters at most"
+            )
+
+
+def _quoted(value: str) -> str:
+    if '"' in value or "\\" in value:
+        raise InvalidInput("a task queue named in a halt may not contain quotes or backslashes")
+    return value

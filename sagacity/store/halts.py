@@ -1,0 +1,282 @@
+"""Operator halts and quarantines (``sagacity_halt``) and the gate every INTENT checks.
+
+A halt stops new side effects: a call's INTENT that it covers is never written (the journal's
+insert checks the gate in the same statement, see ``schema/0007_halt.sql``), and under the
+``keep`` policy compensations wait too. Halts are kept after they are lifted: who, why, when,
+signed, as an auditor reads them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+
+from sagacity.errors import InvalidInput, StoreUnavailable
+from sagacity.journal import utc_micros
+from sagacity.store.db import Pool, translate_errors
+
+__all__ = ["Halt", "HaltKind", "HaltNotFound", "HaltPolicy", "HaltScope", "HaltStore"]
+
+HaltKind = Literal["halt", "quarantine"]
+#: what happens to the executed effects of the sagas a halt stops: ``keep`` freezes them (and
+#: compensations wait too), ``compensate`` undoes the REVERSIBLE and COMPENSATABLE ones
+HaltPolicy = Literal["keep", "compensate"]
+
+_COLUMNS = (
+    "id, kind, scope, policy, reason, operator, halted_at, signature, report, "
+    "lifted_at, lifted_by, lift_reason, lift_signature"
+)
+
+# The active halts, as the INTENT insert matches them (schema 0007).
+_FOLD = """
+UPDATE sagacity_halt_gate SET halts = COALESCE((
+    SELECT jsonb_agg(scope || jsonb_build_object(
+        'id', id, 'compensations', policy = 'compensate') ORDER BY id)
+    FROM sagacity_halt WHERE lifted_at IS NULL), '[]')
+WHERE id = 1
+"""
+
+
+class HaltNotFound(InvalidInput, LookupError):
+    """No active halt has that id (it never existed, or it is lifted already)."""
+
+    code = "halt_not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class HaltScope:
+    """What a halt covers: each field given narrows it; none given is every call everywhere."""
+
+    tool: str | None = None
+    task_queue: str | None = None
+    sagas: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("tool", self.tool), ("task queue", self.task_queue)):
+            if value is not None and not _plain(value):
+                raise InvalidInput(f"a halt's {name} must be a plain non-empty name")
+        if self.sagas is not None and (not self.sagas or not all(_plain(s) for s in self.sagas)):
+            raise InvalidInput("a halt's sagas must be one or more plain non-empty ids")
+
+    @property
+    def everything(self) -> bool:
+        return self.tool is None and self.task_queue is None and self.sagas is None
+
+    def covers(self, saga_id: str, tool: str, task_queue: str) -> bool:
+        """Whether a call of ``tool`` in ``saga_id`` by a ``task_queue`` worker is halted."""
+        return (
+            (self.tool is None or self.tool == tool)
+            and (self.task_queue is None or self.task_queue == task_queue)
+            and (self.sagas is None or saga_id in self.sagas)
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.tool is not None:
+            out["tool"] = self.tool
+        if self.task_queue is not None:
+            out["task_queue"] = self.task_queue
+        if self.sagas is not None:
+            out["sagas"] = list(self.sagas)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> HaltScope:
+        sagas = raw.get("sagas")
+        return cls(
+            tool=raw.get("tool"),
+            task_queue=raw.get("task_queue"),
+            sagas=tuple(sagas) if sagas is not None else None,
+        )
+
+    def describe(self) -> str:
+        parts = [
+            *([f"tool {self.tool}"] if self.tool else []),
+            *([f"task queue {self.task_queue}"] if self.task_queue else []),
+            *([f"saga(s) {', '.join(self.sagas)}"] if self.sagas else []),
+        ]
+        return " and ".join(parts) or "every saga"
+
+
+def _plain(value: str) -> bool:
+    return bool(value.strip()) and value.isprintable() and len(value) <= 500
+
+
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """One halt or quarantine, active or lifted; times are aware UTC."""
+
+    id: int
+    kind: HaltKind
+    scope: HaltScope
+    policy: HaltPolicy
+    reason: str
+    operator: str
+    halted_at: datetime
+    #: the signed statement's signature (a ``Signature`` as JSON), None: unsigned
+    signature: dict[str, Any] | None = None
+    #: the blast radius at halt time (live effects), with its own signature
+    report: dict[str, Any] | None = None
+    lifted_at: datetime | None = None
+    lifted_by: str | None = None
+    lift_reason: str | None = None
+    lift_signature: dict[str, Any] | None = field(default=None)
+
+    @property
+    def active(self) -> bool:
+        return self.lifted_at is None
+
+    @property
+    def holds_compensations(self) -> bool:
+        """Whether compensations wait too: a freeze keeps every effect as it is."""
+        return self.policy == "keep"
+
+
+class HaltStore:
+    """Writes halts as an operator (the tables' owner) and reads them as anyone."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def halt(
+        self,
+        *,
+        kind: HaltKind,
+        scope: HaltScope,
+        policy: HaltPolicy,
+        reason: str,
+        operator: str,
+        signature: dict[str, Any] | None,
+    ) -> Halt:
+        """Record a halt and close the gate: once this returns, no INTENT it covers is written.
+
+        The gate row is locked first, so every INTENT insert in flight commits before the
+        halt's time is taken, and every later one sees the halt.
+        """
+        if kind == "quarantine" and (scope.sagas is None or len(scope.sagas) != 1):
+            raise InvalidInput("a quarantine names exactly one saga")
+        with _writing("record a halt"):
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+                cur = await conn.execute(
+                    f"""
+                    INSERT INTO sagacity_halt
+                        (kind, scope, policy, reason, operator, halted_at, signature)
+                    VALUES (%s, %s, %s, %s, %s, clock_timestamp() AT TIME ZONE 'UTC', %s)
+                    RETURNING {_COLUMNS}
+                    """,
+                    (
+                        kind,
+                        json.dumps(scope.as_json()),
+                        policy,
+                        reason,
+                        operator,
+                        _json_or_none(signature),
+                    ),
+                )
+                row = await cur.fetchone()
+                await conn.execute(_FOLD)
+        assert row is not None
+        return _halt(row)
+
+    async def lift(
+        self, halt_id: int, *, by: str, reason: str, signature: dict[str, Any] | None
+    ) -> Halt:
+        """Lift an active halt (:class:`HaltNotFound` if there is none with that id)."""
+        with _writing(f"lift halt {halt_id}"):
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+                cur = await conn.execute(
+                    f"""
+                    UPDATE sagacity_halt SET lifted_at = clock_timestamp() AT TIME ZONE 'UTC',
+                        lifted_by = %s, lift_reason = %s, lift_signature = %s
+                    WHERE id = %s AND lifted_at IS NULL
+                    RETURNING {_COLUMNS}
+                    """,
+                    (by, reason, _json_or_none(signature), halt_id),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise HaltNotFound(f"no active halt {halt_id} (see `sagacity halt list`)")
+                await conn.execute(_FOLD)
+        return _halt(row)
+
+    async def set_report(self, halt_id: int, report: dict[str, Any]) -> None:
+        """Attach the halt report (the blast radius, signed) to halt ``halt_id``."""
+        with _writing(f"store the report of halt {halt_id}"):
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    "UPDATE sagacity_halt SET report = %s WHERE id = %s",
+                    (json.dumps(report), halt_id),
+                )
+
+    async def get(self, halt_id: int) -> Halt | None:
+        with translate_errors(f"read halt {halt_id}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    f"SELECT {_COLUMNS} FROM sagacity_halt WHERE id = %s", (halt_id,)
+                )
+                row = await cur.fetchone()
+        return None if row is None else _halt(row)
+
+    async def list(self, *, active: bool = False, limit: int = 100) -> builtins.list[Halt]:
+        """Halts, newest first; only those not lifted with ``active``."""
+        with translate_errors("list halts"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    f"SELECT {_COLUMNS} FROM sagacity_halt"
+                    " WHERE NOT %s OR lifted_at IS NULL ORDER BY id DESC LIMIT %s",
+                    (active, limit),
+                )
+                return [_halt(row) for row in await cur.fetchall()]
+
+    async def holding(self, saga_id: str, tool: str, task_queue: str) -> Halt | None:
+        """The oldest active halt that makes a compensation of ``tool`` in ``saga_id`` wait."""
+        for halt in await self.list(active=True, limit=10_000):
+            if halt.holds_compensations and halt.scope.covers(saga_id, tool, task_queue):
+                return halt
+        return None
+
+
+@contextmanager
+def _writing(action: str) -> Iterator[None]:
+    """:func:`translate_errors`, saying whose login writes halts when this one may not."""
+    try:
+        with translate_errors(action):
+            yield
+    except StoreUnavailable as exc:
+        if isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise StoreUnavailable(
+                f"{action}: this login may not write halts (workers only read them); an "
+                "operator writes them as the tables' owner: set SAGACITY_OWNER_DATABASE_URL"
+            ) from exc
+        raise
+
+
+def _json_or_none(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _halt(row: tuple[Any, ...]) -> Halt:
+    return Halt(
+        id=int(row[0]),
+        kind=row[1],
+        scope=HaltScope.from_json(row[2]),
+        policy=row[3],
+        reason=row[4],
+        operator=row[5],
+        halted_at=utc_micros(row[6]),
+        signature=row[7],
+        report=row[8],
+        lifted_at=None if row[9] is None else utc_micros(row[9]),
+        lifted_by=row[10],
+        lift_reason=row[11],
+        lift_signature=row[12],
+    )

@@ -1,0 +1,38 @@
+-- Operator halts (the kill switch) and quarantines. A halt is one row, kept after it is lifted:
+-- who halted what, why, under which policy, signed; and who lifted it, why, signed.
+--
+-- Workers never read halts one by one. The active ones are folded into the single row of
+-- sagacity_halt_gate, and every INTENT insert takes a share lock on that row in the same statement
+-- that writes it: a halt updates the row under an exclusive lock, so each INTENT either committed
+-- before the halt did, or waits for it and then sees it (READ COMMITTED re-reads a row it waited
+-- for). No INTENT can follow a halt that covers it.
+
+CREATE TABLE IF NOT EXISTS sagacity_halt (
+    id              BIGSERIAL   PRIMARY KEY,
+    kind            TEXT        NOT NULL CHECK (kind IN ('halt', 'quarantine')),
+    -- {"tool": …, "task_queue": …, "sagas": […]}: every key present narrows; {} is everything
+    scope           JSONB       NOT NULL,
+    policy          TEXT        NOT NULL CHECK (policy IN ('keep', 'compensate')),
+    reason          TEXT        NOT NULL,
+    operator        TEXT        NOT NULL,
+    halted_at       TIMESTAMP   NOT NULL,
+    -- the signed statement (sagacity.evidence.decisions.Signature as JSON), NULL: unsigned
+    signature       JSONB,
+    -- the blast radius at halt time: every live effect in the sagas the halt reached, signed
+    report          JSONB,
+    lifted_at       TIMESTAMP,
+    lifted_by       TEXT,
+    lift_reason     TEXT,
+    lift_signature  JSONB
+);
+
+CREATE INDEX IF NOT EXISTS idx_halt_active ON sagacity_halt (id) WHERE lifted_at IS NULL;
+
+CREATE TABLE IF NOT EXISTS sagacity_halt_gate (
+    id      INT     PRIMARY KEY CHECK (id = 1),
+    -- the active halts as the INTENT check reads them: [{"id", "tool", "task_queue", "sagas",
+    -- "compensations"}], rewritten by every halt and lift
+    halts   JSONB   NOT NULL DEFAULT '[]'
+);
+
+INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING;
