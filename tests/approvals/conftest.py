@@ -30,7 +30,7 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaState, SagaStatus
 from tests.serving import serve
 from tests.temporal import conftest as saga_fixtures
-from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.conftest import awaiting_approval, intent_written, wait_for
 from tests.temporal.test_crash import OPTIONS, WorkerProcess
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
@@ -142,12 +142,7 @@ async def make_suspects(
                 )
             )
         for handle in handles:
-            for _ in range(300):
-                if ("create_order", "INTENT") in await phases(journal, handle.id):
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                raise TimeoutError(f"{handle.id} never started create_order")
+            await intent_written(journal, handle.id, "create_order")
         process.kill()
         await process.start()
         return [

@@ -42,7 +42,7 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaResult, SagaState, SagaStatus
 from tests.approvals.conftest import Cli, CliResult, codec_server
 from tests.evidence.test_default_config_tamper import Owner
-from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.conftest import awaiting_approval, intent_written, phases, wait_for
 from tests.temporal.test_crash import OPTIONS, WorkerProcess
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
@@ -369,10 +369,7 @@ async def test_a_suspect_call_is_resolved_only_by_a_signed_allowed_resolver(
         task_queue=task_queue,
         result_type=SagaResult,
     )
-    for _ in range(300):
-        if ("create_order", "INTENT") in await phases(journal, handle.id):
-            break
-        await asyncio.sleep(0.1)
+    await intent_written(journal, handle.id, "create_order")
     signed_worker.kill()
     await signed_worker.start()
     status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)

@@ -7,7 +7,6 @@ installed executable loading ``workflows.order.app``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -24,7 +23,7 @@ from tests.approvals import conftest as approval_fixtures
 from tests.approvals.conftest import MakeSuspects, StartOrder
 from tests.conftest import scratch_database
 from tests.ops.conftest import Cli, CliResult, StartWorker
-from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.conftest import awaiting_approval, intent_written, phases, wait_for
 from tests.temporal.test_crash import OPTIONS
 from workflows.order.shop import Shop
 from workflows.order.tools import effect_id
@@ -182,12 +181,7 @@ async def test_with_a_keyring_the_resolution_is_signed_by_a_key_trusted_for_the_
         task_queue=task_queue,
         result_type=SagaResult,
     )
-    for _ in range(300):
-        if ("create_order", "INTENT") in await phases(journal, handle.id):
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise TimeoutError("create_order never started")
+    await intent_written(journal, handle.id, "create_order")
     assert first.proc is not None
     first.proc.kill()  # mid-call: create_order's INTENT has no outcome
     first.proc.wait()

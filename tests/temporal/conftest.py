@@ -117,4 +117,15 @@ async def phases(journal: JournalStore, saga_id: str) -> list[tuple[str, str]]:
     return [(e.tool_name, e.phase.value) for e in await journal.read(saga_id)]
 
 
-__all__ = ["Awaitable", "awaiting_approval", "phases", "wait_for"]
+async def intent_written(
+    journal: JournalStore, saga_id: str, tool: str, *, timeout: float = 30.0
+) -> None:
+    """Wait until ``tool``'s INTENT row is in the saga's journal: the call has started."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (tool, "INTENT") not in await phases(journal, saga_id):
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"{saga_id} never started {tool}")
+        await asyncio.sleep(0.1)
+
+
+__all__ = ["Awaitable", "awaiting_approval", "intent_written", "phases", "wait_for"]
