@@ -202,6 +202,8 @@ class SagaActivities:
         self.outage_window = outage_window
         self.keyring = keyring
         self.policy = policy or Policy()
+        #: the namespaces whose sagas show their state in search attributes (registered there)
+        self.visible_in: set[str] = set()
 
     async def _outlast(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run a database operation, waiting out an outage of up to ``outage_window``.
@@ -376,7 +378,8 @@ class SagaActivities:
         )
 
     def _opened(self, rows: list[JournalRow], *, more: bool) -> SagaOpened:
-        """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals."""
+        """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals and
+        whether the saga shows its state in search attributes."""
         return SagaOpened(
             tools=self._catalog(brief=True),
             rows=rows,
@@ -387,6 +390,7 @@ class SagaActivities:
             brief=True,
             keyring=self.keyring,
             policy=self.policy if self.policy != Policy() else None,
+            visible=activity.info().namespace in self.visible_in,
         )
 
     @activity.defn(name=APPEND)

@@ -1,0 +1,55 @@
+"""Temporal visibility: the custom search attributes a saga shows its state in.
+
+``SagacityState`` holds the saga's :class:`~sagacity.temporal.models.SagaState` (``running``,
+``awaiting_approval``, ``suspect``, ``compensating``, ``completed``, ...) and
+``SagacityWaitingTool`` the tool whose call waits for a human (an IRREVERSIBLE tool at its
+approval gate, or a SUSPECT call), unset otherwise. So Temporal itself answers "which sagas wait
+for an approval of ``charge_card``"::
+
+    temporal workflow list --query 'SagacityState="awaiting_approval" AND SagacityWaitingTool="charge_card"'
+
+A namespace must have them registered: upserting an attribute it lacks fails the workflow task.
+The worker checks once, when it starts (:func:`why_hidden`), and a saga upserts only when its
+recorded ``open_saga`` result says the attributes were there.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError
+
+STATE = SearchAttributeKey.for_keyword("SagacityState")
+WAITING_TOOL = SearchAttributeKey.for_keyword("SagacityWaitingTool")
+KEYS = (STATE, WAITING_TOOL)
+
+
+def register_command(namespace: str) -> str:
+    """The Temporal CLI command that registers the attributes on ``namespace``."""
+    names = " ".join(f"--name {key.name}" for key in KEYS)
+    return (
+        f"temporal operator search-attribute create --namespace {namespace} {names} --type Keyword"
+    )
+
+
+def dev_server_flags() -> list[str]:
+    """``temporal server start-dev`` arguments that register the attributes at start."""
+    return [arg for key in KEYS for arg in ("--search-attribute", f"{key.name}=Keyword")]
+
+
+async def why_hidden(client: Client) -> str | None:
+    """Why sagas on the client's namespace cannot show their state there; None when they can."""
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace), timeout=timedelta(seconds=10)
+        )
+    except RPCError as exc:
+        # a key without operator rights cannot list them: sagas run without
+        return f"its search attributes cannot be listed: {exc}"
+    keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+    missing = [k.name for k in KEYS if listed.custom_attributes.get(k.name) != keyword]
+    return f"no Keyword search attribute {', '.join(missing)}" if missing else None
