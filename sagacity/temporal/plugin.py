@@ -134,9 +134,9 @@ class SagacityPlugin(SimplePlugin):
             else:
                 _log.warning(
                     "sagas on namespace %s do not show their state in Temporal visibility (%s); "
-                    "register the attributes with `%s`",
+                    "register the attributes with %s, then restart the worker",
                     client.namespace,
                     why,
-                    visibility.register_command(client.namespace),
+                    " and ".join(f"`{c}`" for c in visibility.register_commands(client.namespace)),
                 )
         await super().run_worker(worker, next)

@@ -28,12 +28,14 @@ WAITING_TOOL = SearchAttributeKey.for_keyword("SagacityWaitingTool")
 KEYS = (STATE, WAITING_TOOL)
 
 
-def register_command(namespace: str) -> str:
-    """The Temporal CLI command that registers the attributes on ``namespace``."""
-    names = " ".join(f"--name {key.name}" for key in KEYS)
-    return (
-        f"temporal operator search-attribute create --namespace {namespace} {names} --type Keyword"
-    )
+def register_commands(namespace: str) -> list[str]:
+    """The Temporal CLI commands that register the attributes on ``namespace``, one each (the
+    command takes one ``--type`` and registers only the first of several names)."""
+    return [
+        f"temporal operator search-attribute create --namespace {namespace} "
+        f"--name {key.name} --type Keyword"
+        for key in KEYS
+    ]
 
 
 def dev_server_flags() -> list[str]:
