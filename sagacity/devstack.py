@@ -539,7 +539,8 @@ class _TemporalDevServer:
         )
 
     async def wait_ready(self, timeout: float) -> None:
-        """Wait until the frontend answers and the namespace exists; else raise with the log."""
+        """Wait until the frontend answers and the namespace exists, with the search attributes
+        sagas show their state in; else raise with the log."""
         from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
         from temporalio.client import Client
 
@@ -561,6 +562,7 @@ class _TemporalDevServer:
                 await client.workflow_service.describe_namespace(
                     DescribeNamespaceRequest(namespace=self.namespace)
                 )
+                await visibility.register(client)
                 return
             except Exception as exc:
                 last_error = exc
