@@ -200,10 +200,10 @@ class SagaActivities:
         self.redactor = redactor or Redactor()
         self.checkpoints = checkpoints
         self.outage_window = outage_window
-        self.keyring = keyring
-        self.policy = policy or Policy()
         #: the namespaces whose sagas show their state in search attributes (registered there)
         self.visible_in: set[str] = set()
+        self.keyring = keyring
+        self.policy = policy or Policy()
 
     async def _outlast(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run a database operation, waiting out an outage of up to ``outage_window``.
