@@ -8,6 +8,8 @@ for an approval of ``send_confirmation``"::
 
     temporal workflow list --query 'SagacityState="awaiting_approval" AND SagacityWaitingTool="send_confirmation"'
 
+(with ``ExecutionStatus="Running"``: a terminated workflow keeps the last state it showed).
+
 A namespace must have them registered: upserting an attribute it lacks fails the workflow task.
 The worker checks once, when it starts (:func:`why_hidden`), and a saga upserts only when its
 recorded ``open_saga`` result says the attributes were there.
