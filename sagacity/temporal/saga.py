@@ -1142,7 +1142,8 @@ class Saga:
             return
         if forward and self.aborted:
             return
-        before, self.state, self._halt = self.state, SagaState.HALTED, notice
+        before, self._halt = self.state, notice
+        self._enter(SagaState.HALTED)
         seen = self._resumes
         looks = self._halt_looks
         self._halt_looks += 1
@@ -1157,6 +1158,7 @@ class Saga:
             self.state, self._halt = before, None
             if self._resumes != seen:
                 self._halt_looks = 0
+        self._enter(before)  # shown again: the activity looks at the halt next
 
     def _on_resolve(self, *payloads: Any) -> None:
         resolution = self._parse("resolve", Resolve, payloads)
