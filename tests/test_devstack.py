@@ -29,6 +29,7 @@ from sagacity.evidence.decisions import Signer, Statement, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database, with_database
+from sagacity.temporal import visibility
 from sagacity.temporal.codec import parse_keys
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,6 +218,39 @@ async def test_restarts_keep_state_port_and_url(private_stack: DevStack) -> None
     described = await client.get_workflow_handle(handle.id).describe()
     assert described.status == WorkflowExecutionStatus.RUNNING
     await client.get_workflow_handle(handle.id).terminate()
+
+
+async def test_a_temporal_state_file_from_before_the_search_attributes_is_given_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev server registers ``--search-attribute``s only as it creates its state file."""
+    db_file = tmp_path / "temporal.db"
+
+    async def server(log: str) -> devstack_module._TemporalDevServer:
+        started = devstack_module._TemporalDevServer(
+            db_file=db_file, namespace="default", port=None, log_path=tmp_path / log
+        )
+        started.spawn()
+        await started.wait_ready(60)
+        return started
+
+    async def nothing(client: Client) -> list[str]:
+        return []
+
+    with monkeypatch.context() as before:  # a state file made before Sagacity had them
+        before.setattr(visibility, "dev_server_flags", list)
+        before.setattr(visibility, "register", nothing)
+        old = await server("old.log")
+        client = await Client.connect(old.address)
+        assert await visibility.why_hidden(client) is not None
+        old.terminate()
+        old.release()
+    now = await server("new.log")
+    try:
+        assert await visibility.why_hidden(await Client.connect(now.address)) is None
+    finally:
+        now.terminate()
+        now.release()
 
 
 # -- `sagacity dev` ------------------------------------------------------------------------------

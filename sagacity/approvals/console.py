@@ -25,7 +25,7 @@ import unicodedata
 import zipfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
 
+from sagacity.approvals.halts import HaltService, halt_problems
 from sagacity.approvals.service import MAX_PAGE, ApprovalService, inbox_filter
 from sagacity.approvals.suspects import SagaView
 from sagacity.errors import (
     ApprovalNotFound,
+    ApproverNotAllowed,
     InvalidInput,
     SagacityError,
     SagaNotFound,
@@ -47,10 +49,12 @@ from sagacity.errors import (
 )
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.bundle import export_bundle
+from sagacity.evidence.certify import certify
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.report import SagaReport
 from sagacity.inputs import check_name
 from sagacity.journal import APPROVAL_GATE, Entry, Phase, read_calls
+from sagacity.store.halts import Halt, HaltPolicy, HaltScope
 from sagacity.store.journal import JournalStore
 
 __all__ = [
@@ -113,6 +117,12 @@ class WebConsole:
     keyring_file: Path | None = None
     #: checks a signing-in token: the principal it names, or None
     authenticate: Callable[[str], Awaitable[str | None]] | None = field(default=None, repr=False)
+    #: the kill switch, for the Operations page (None: the page only says how to halt)
+    halts: HaltService | None = None
+    #: who may halt and resume here (None: every principal who signs in)
+    operators: Sequence[str] | None = None
+    #: what the Operations page certifies: sagas active this recently
+    certify_window: timedelta = timedelta(hours=24)
 
 
 def console_router(console: WebConsole) -> APIRouter:
@@ -304,6 +314,87 @@ def console_router(console: WebConsole) -> APIRouter:
             live=view.workflow_status == "running",
         )
 
+    @router.get("/operations")
+    async def operations_page(
+        request: Request, halted: int | None = None, lifted: int | None = None
+    ) -> HTMLResponse:
+        done = ""
+        if halted is not None:
+            done = f"Halt {halted} is in force."
+        elif lifted is not None:
+            done = f"Halt {lifted} is lifted."
+        return await operations(request, done=done)
+
+    async def operations(
+        request: Request, *, done: str = "", error: str = "", status: int = 200
+    ) -> HTMLResponse:
+        halts: list[Halt] = []
+        if console.halts is not None:
+            halts = await console.halts.listing(active=False)
+        keyring = console.halts.keyring if console.halts else None
+        findings = [
+            f
+            async for cert in certify(
+                console.journal,
+                console.service.approvals,
+                since=datetime.now(UTC) - console.certify_window,
+                checkpoints=console.checkpoints,
+                keyring=console.service.keyring,
+            )
+            for f in cert.findings
+        ]
+        return render(
+            request,
+            "operations.html",
+            status,
+            active=[(h, halt_problems(h, keyring)) for h in halts if h.active],
+            lifted=[h for h in halts if not h.active][:20],
+            findings=findings,
+            window=console.certify_window,
+            may_operate=_may_operate(console, request.state.principal),
+            can_halt=console.halts is not None,
+            done=done,
+            error=error,
+        )
+
+    @router.post("/operations/halt")
+    async def halt(request: Request) -> Response:
+        form = await _checked_form(request)
+        if form is None:
+            return forged(request)
+        try:
+            service = _operator_service(console, request.state.principal)
+            policy: HaltPolicy = "compensate" if form.get("policy") == "compensate" else "keep"
+            saga = form.get("saga", "").strip()
+            result = await service.halt(
+                scope=HaltScope(
+                    tool=form.get("tool", "").strip() or None,
+                    task_queue=form.get("task_queue", "").strip() or None,
+                    sagas=(saga,) if saga else None,
+                ),
+                policy=policy,
+                reason=form.get("reason", "").strip(),
+                operator=request.state.principal,
+                settle=timedelta(seconds=2),
+            )
+        except SagacityError as exc:
+            return await operations(request, error=str(exc), status=_status(exc))
+        return RedirectResponse(f"{PREFIX}/operations?halted={result.halt_id}", status_code=303)
+
+    @router.post("/operations/{halt_id}/resume")
+    async def resume(request: Request, halt_id: int) -> Response:
+        form = await _checked_form(request)
+        if form is None:
+            return forged(request)
+        try:
+            service = _operator_service(console, request.state.principal)
+            await service.resume(
+                halt_id, by=request.state.principal, reason=form.get("reason", "").strip()
+            )
+        except SagacityError as exc:
+            return await operations(request, error=str(exc), status=_status(exc))
+        return RedirectResponse(f"{PREFIX}/operations?lifted={halt_id}", status_code=303)
+
     @router.get("/sagas/{saga_id}/bundle.zip")
     async def bundle(saga_id: str) -> Response:
         check_name(saga_id, what="a saga id")
@@ -328,14 +419,31 @@ def console_router(console: WebConsole) -> APIRouter:
     return router
 
 
+def _may_operate(console: WebConsole, principal: str) -> bool:
+    return console.halts is not None and (
+        console.operators is None or principal in console.operators
+    )
+
+
+def _operator_service(console: WebConsole, principal: str) -> HaltService:
+    if console.halts is None:
+        raise InvalidInput("this console cannot halt: run `sagacity halt` from a shell")
+    if not _may_operate(console, principal):
+        raise ApproverNotAllowed(f"{principal!r} may not halt or resume (SAGACITY_OPERATORS)")
+    return console.halts
+
+
 def static_files() -> StaticFiles:
     """The console's stylesheet and script, to mount at ``PREFIX/static``."""
     return StaticFiles(directory=str(_ASSETS / "static"))
 
 
 def _status(refusal: SagacityError) -> int:
-    """A decision's refusal as a status: bad input 422, anything else the saga refused 409."""
-    return 422 if isinstance(refusal, InvalidInput) else 409
+    """A refusal as a status: bad input 422, a principal not allowed 403, anything else the
+    saga refused 409."""
+    if isinstance(refusal, InvalidInput):
+        return 422
+    return 403 if isinstance(refusal, ApproverNotAllowed) else 409
 
 
 def _to_saga(saga_id: str, done: str) -> RedirectResponse:

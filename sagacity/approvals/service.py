@@ -198,6 +198,16 @@ class ApprovalService:
         )
 
     @property
+    def client(self) -> Client:
+        """The Temporal client the service reaches sagas through."""
+        return self._client
+
+    @property
+    def approvals(self) -> ApprovalStore:
+        """Where the waiting requests are stored."""
+        return self._store
+
+    @property
     def journal(self) -> JournalStore | None:
         """The journal the service reads calls' inputs and outcomes from, when it has one."""
         return self._journal

@@ -25,6 +25,7 @@ from rich.table import Table
 from sagacity.approvals import ApprovalService, DecisionResult, Inbox, PendingRequest
 from sagacity.approvals.codec_server import CodecServer
 from sagacity.approvals.console import WebConsole
+from sagacity.approvals.halts import HaltService
 from sagacity.approvals.http import create_app, openapi_document
 from sagacity.approvals.oidc import OidcVerifier
 from sagacity.approvals.service import MAX_PAGE, inbox_filter
@@ -38,8 +39,10 @@ from sagacity.cli._common import (
     signing_identity,
 )
 from sagacity.cli._exit import hard_exit
+from sagacity.evidence.decisions import permitted
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
+from sagacity.store.halts import HaltStore
 from sagacity.temporal.plugin import SagacityPlugin
 from workers.saga_worker import connect
 
@@ -88,6 +91,21 @@ async def _service(settings: Settings, key: Path | None) -> AsyncIterator[Approv
             keyring=keyring,
             journal=JournalStore(pool),
         )
+    finally:
+        await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def _halt_store(settings: Settings, service: ApprovalService) -> AsyncIterator[HaltStore]:
+    """Halts as the console writes them: as the tables' owner when its URL is set (the worker's
+    login only reads them, and the Operations page says so when asked to halt)."""
+    assert service.journal is not None
+    if settings.owner_database_url is None:
+        yield HaltStore(service.journal.pool)
+        return
+    pool = await open_pool(settings.owner_database_url, min_size=1, max_size=2)
+    try:
+        yield HaltStore(pool)
     finally:
         await pool.close()
 
@@ -299,13 +317,25 @@ def serve_command(
                 namespace=settings.temporal_namespace,
                 cors_origins=settings.codec_cors_origins,
             )
-        async with _service(settings, settings.service_key) as service:
+        async with (
+            _service(settings, settings.service_key) as service,
+            _halt_store(settings, service) as halts,
+        ):
             assert service.journal is not None
             web = WebConsole(
                 service,
                 service.journal,
                 checkpoints=checkpoints_or_exit(settings),
                 keyring_file=settings.keyring,
+                halts=HaltService(
+                    service.client,
+                    halts,
+                    service.journal,
+                    signer=service.signer,
+                    keyring=service.keyring,
+                ),
+                # who may decide every tool may halt them all
+                operators=permitted(settings.approvers, "*"),
             )
             api = create_app(service, tokens, oidc=oidc, codec=codec, web=web)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()

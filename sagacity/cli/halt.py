@@ -196,7 +196,10 @@ def resume(
             )
             return [await service.resume(i, by=who, reason=reason) for i in ids]
 
-    for lifted, told in run_or_exit(go()):
+    done = run_or_exit(go())
+    if not done:
+        typer.echo("no halt in force: nothing to lift")
+    for lifted, told in done:
         typer.echo(
             f"halt {lifted.id} lifted by {lifted.lifted_by}; {len(told)} running saga(s) told"
         )

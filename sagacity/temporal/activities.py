@@ -203,6 +203,8 @@ class SagaActivities:
         self.redactor = redactor or Redactor()
         self.checkpoints = checkpoints
         self.outage_window = outage_window
+        #: the namespaces whose sagas show their state in search attributes (registered there)
+        self.visible_in: set[str] = set()
         self.keyring = keyring
         self.policy = policy or Policy()
         self.halts = HaltStore(journal.pool)
@@ -400,7 +402,8 @@ class SagaActivities:
         )
 
     def _opened(self, rows: list[JournalRow], *, more: bool) -> SagaOpened:
-        """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals."""
+        """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals and
+        whether the saga shows its state in search attributes."""
         return SagaOpened(
             tools=self._catalog(brief=True),
             rows=rows,
@@ -411,6 +414,7 @@ class SagaActivities:
             brief=True,
             keyring=self.keyring,
             policy=self.policy if self.policy != Policy() else None,
+            visible=activity.info().namespace in self.visible_in,
         )
 
     @activity.defn(name=APPEND)

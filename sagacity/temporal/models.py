@@ -356,6 +356,9 @@ class SagaOpened(Lean):
     keyring: Keyring | None = None
     #: who may decide and resolve, as the worker is configured (absent in older histories)
     policy: Policy | None = None
+    #: the namespace has the visibility search attributes, so the saga shows its state in them
+    #: (absent in older histories and on namespaces without them: no upserts)
+    visible: bool = False
 
 
 class SagaState(StrEnum):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
 from temporalio.converter import PayloadCodec
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkflowRunner
+from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from sagacity.evidence.checkpoints import CheckpointWriter
@@ -19,10 +20,13 @@ from sagacity.evidence.redaction import Redactor
 from sagacity.settings import load_settings
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
+from sagacity.temporal import visibility
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
 from sagacity.temporal.codec import data_converter
 from sagacity.temporal.workflow import SagaWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
+
+_log = logging.getLogger(__name__)
 
 
 def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
@@ -95,9 +99,9 @@ class SagacityPlugin(SimplePlugin):
         registry = ToolRegistry(tools)
         if (journal is None) != (approvals is None):
             raise TypeError("a worker plugin needs both journal= and approvals=")
-        activities = None
+        self._activities = None
         if journal is not None and approvals is not None:
-            activities = SagaActivities(
+            self._activities = SagaActivities(
                 journal,
                 approvals,
                 registry,
@@ -106,12 +110,33 @@ class SagacityPlugin(SimplePlugin):
                 outage_window=outage_window,
                 keyring=keyring,
                 policy=policy,
-            ).all()
+            )
         super().__init__(
             "sagacity.SagacityPlugin",
             data_converter=data_converter(codec),
-            activities=activities,
+            activities=self._activities.all() if self._activities else None,
             workflows=[SagaWorkflow, *workflows] if journal is not None else None,
             workflow_runner=sandbox,
         )
         self.tools = registry
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Before the worker polls: whether its namespace has the visibility search attributes.
+
+        Sagas it opens show their state in them only if so; otherwise it says once how to
+        register them, and sagas run without.
+        """
+        if self._activities is not None:
+            client = worker.client
+            why = await visibility.why_hidden(client)
+            if why is None:
+                self._activities.visible_in.add(client.namespace)
+            else:
+                _log.warning(
+                    "sagas on namespace %s do not show their state in Temporal visibility (%s); "
+                    "register the attributes with %s, then restart the worker",
+                    client.namespace,
+                    why,
+                    " and ".join(f"`{c}`" for c in visibility.register_commands(client.namespace)),
+                )
+        await super().run_worker(worker, next)

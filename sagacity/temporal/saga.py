@@ -40,7 +40,7 @@ from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed, sig
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
-from sagacity.temporal import names
+from sagacity.temporal import names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
     STATUS_ROWS,
@@ -208,6 +208,10 @@ class Saga:
         self._ending = False
         #: the head and state an activity sealed as the saga's end
         self._sealed: tuple[int, SagaState] | None = None
+        #: the saga shows its state in search attributes, as ``open_saga`` recorded it, and what
+        #: it shows now (state, waiting tool)
+        self._visible = False
+        self._shown: tuple[SagaState, str | None] | None = None
         #: the catalog lacks descriptions and schemas (see :meth:`tools`)
         self._brief = False
         self._abort: Abort | None = None
@@ -387,10 +391,13 @@ class Saga:
             self._anchor_next = self._anchor_next or bool(opened.rows)
             self._keyring = opened.keyring
             self._policy = opened.policy or Policy()
+            self._visible = opened.visible
             self._unpack_carry()
             self._fold(opened.rows)
             if not opened.more:
                 break
+        if self._shown is None:
+            self._enter(self.state)  # the saga opened: visible from now on
         await self._settle_left_open()
 
     def _fold(self, rows: list[JournalRow]) -> None:
@@ -789,7 +796,7 @@ class Saga:
 
         ``shown``: the call's input as journaled, when ``input_json`` is the original.
         """
-        self.state = SagaState.SUSPECT
+        self._enter(SagaState.SUSPECT, tool)
         self._suspect = Suspect(
             call_seq=seq,
             tool_name=tool,
@@ -812,7 +819,7 @@ class Saga:
         unknown = self._resolution is None  # aborted before anyone knew
         spoken = self._resolution
         self._suspect = None
-        self.state = SagaState.RUNNING
+        self._enter(SagaState.RUNNING)
         intent = RowRef(seq=seq, tool_name=tool, phase=Phase.INTENT, hash=intent_hash)
         self._track([intent])  # the INTENT row was written by the attempt that died
         if resolution.happened:
@@ -904,7 +911,7 @@ class Saga:
         early, self._early_decisions = self._early_decisions, []
         for sent, given_hash in early:
             self._take(sent, given_hash)
-        self.state = SagaState.AWAITING_APPROVAL
+        self._enter(SagaState.AWAITING_APPROVAL, spec.name)
         try:
             await self._wait(
                 lambda: self._decision is not None or self._abort is not None,
@@ -922,7 +929,7 @@ class Saga:
             )
         self._decided.add(seq)
         pending, self._pending = self._pending, None
-        self.state = SagaState.RUNNING
+        self._enter(SagaState.RUNNING)
         if isinstance(decision, Approve):
             await self._append(
                 [
@@ -1135,7 +1142,8 @@ class Saga:
             return
         if forward and self.aborted:
             return
-        before, self.state, self._halt = self.state, SagaState.HALTED, notice
+        before, self._halt = self.state, notice
+        self._enter(SagaState.HALTED)
         seen = self._resumes
         looks = self._halt_looks
         self._halt_looks += 1
@@ -1150,6 +1158,7 @@ class Saga:
             self.state, self._halt = before, None
             if self._resumes != seen:
                 self._halt_looks = 0
+        self._enter(before)  # shown again: the activity looks at the halt next
 
     def _on_resolve(self, *payloads: Any) -> None:
         resolution = self._parse("resolve", Resolve, payloads)
@@ -1261,7 +1270,7 @@ class Saga:
         compensation hands its state to a new run whenever history grows long.
         """
         async with self._lock:
-            self.state = SagaState.COMPENSATING
+            self._enter(SagaState.COMPENSATING)
             catalog = await self.tools()
             undone_here = 0
             while self.executed:
@@ -1415,7 +1424,7 @@ class Saga:
                 type=first.type, message=f"a tool failure was swallowed: {first.message}"
             )
         if error is None:
-            self.state = SagaState.COMPLETED
+            self._enter(SagaState.COMPLETED)
             self._flag_unknown_effects()
             await self._seal()
             return self.result(value)
@@ -1423,13 +1432,13 @@ class Saga:
         self._ending = True
         compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
         if failed:
-            self.state = SagaState.COMPENSATION_FAILED
+            self._enter(SagaState.COMPENSATION_FAILED)
             self.needs_attention = (
                 f"{len(failed)} compensation(s) failed; their effects are still live: "
                 + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in failed)
             )
         else:
-            self.state = SagaState.ABORTED if self.aborted else SagaState.COMPENSATED
+            self._enter(SagaState.ABORTED if self.aborted else SagaState.COMPENSATED)
             unknown = [e for e in live if e.failed]
             if unknown:
                 self.needs_attention = (
@@ -1512,6 +1521,28 @@ class Saga:
             needs_attention=self.needs_attention,
             head=self.head,
             compensated_count=len(compensated),
+        )
+
+    def _enter(self, state: SagaState, waiting_tool: str | None = None) -> None:
+        """Go to ``state``, shown in the saga's search attributes when it has them.
+
+        Every change of state goes through here. ``waiting_tool``: the tool whose call waits for
+        a human (at its approval gate, or SUSPECT). An upsert is a command in the history, so
+        there is one per change of what is shown, and none where ``open_saga`` recorded that the
+        namespace lacks the attributes (upserting one fails the workflow task) or in histories
+        from before them: they replay as they ran.
+        """
+        self.state = state
+        shown = (state, waiting_tool)
+        if not self._visible or shown == self._shown:
+            return
+        self._shown = shown
+        tool = visibility.WAITING_TOOL
+        workflow.upsert_search_attributes(
+            [
+                visibility.STATE.value_set(state.value),
+                tool.value_set(waiting_tool) if waiting_tool else tool.value_unset(),
+            ]
         )
 
     def status(self) -> SagaStatus:

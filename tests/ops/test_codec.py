@@ -121,7 +121,8 @@ async def test_a_secret_tool_argument_is_in_no_history_or_worker_log_and_decodes
     texts = payload_texts(history)
     assert texts and SECRET not in shown.stdout and not any(SECRET in t for t in texts)
     # every payload Sagacity wrote is encrypted; what is left clear is Temporal's bookkeeping
-    # (a patch marker and its search attribute, a local activity's marker: ids and times)
+    # (a patch marker and its search attribute, a local activity's marker: ids and times; the
+    # saga's state and the tool it waits on, which visibility indexes: docs/operations.md)
     clear = {
         (event["eventType"], base64.b64decode(p["data"]).decode())
         for event in history["events"]

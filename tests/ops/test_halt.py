@@ -20,9 +20,9 @@ from temporalio.client import Client, WorkflowHandle
 
 from sagacity.journal import Phase
 from sagacity.settings import Settings
-from sagacity.store import JournalStore, open_pool
-from sagacity.store.halts import HaltStore
+from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaResult, SagaState, SagaStatus
+from tests.halts import lift_all
 from tests.ops.conftest import Cli, CliResult, StartWorker, signed_approval
 from tests.temporal.conftest import awaiting_approval, wait_for
 from workflows.order.shop import Shop
@@ -33,15 +33,8 @@ Handle = WorkflowHandle[Any, SagaResult]
 
 @pytest.fixture(autouse=True)
 async def _lift_halts(owner_database_url: str) -> AsyncIterator[None]:
-    """A halt a failed test leaves in force would hold every later test's sagas."""
     yield
-    pool = await open_pool(owner_database_url)
-    try:
-        store = HaltStore(pool)
-        for halt in await store.list(active=True):
-            await store.lift(halt.id, by="tests", reason="test ended", signature=None)
-    finally:
-        await pool.close()
+    await lift_all(owner_database_url)
 
 
 @pytest.fixture
