@@ -267,3 +267,39 @@ async def test_every_saga_and_calls_the_journal_shows_redacted(
     assert found[("hidden", 1)]["detail"].startswith("cannot probe (redacted)")
     assert "/product_id" in found[("hidden", 1)]["detail"]
     assert "2 sagas, 2 calls probed: 1 drift, 1 redacted" in result.stderr
+
+
+async def test_a_probe_that_fails_is_reported_not_taken_for_an_answer(
+    endpoints: Endpoints, cli: Cli, tmp_path: Path
+) -> None:
+    """An app of the user's own: a sync probe that raises, one that answers neither yes nor no."""
+    (tmp_path / "flaky_probes.py").write_text(
+        "from sagacity import ProbeContext, Reversibility, compensable\n\n"
+        "@compensable(reversibility=Reversibility.IRREVERSIBLE)\n"
+        "def ping(host: str) -> None: ...\n\n"
+        "@ping.probe\n"
+        "def pinged(ctx: ProbeContext) -> bool:\n"
+        "    raise RuntimeError(f'no route to {ctx.input[\"host\"]}')\n\n"
+        "@compensable(reversibility=Reversibility.IRREVERSIBLE)\n"
+        "def pong(host: str) -> None: ...\n\n"
+        "@pong.probe\n"
+        "def ponged(ctx: ProbeContext) -> bool:\n"
+        "    return 'maybe'  # type: ignore[return-value]\n\n"
+        "TOOLS = [ping, pong]\n"
+    )
+    async with scratch_database(endpoints, "sagacity_reconcile") as (_, app_url):
+        async with await JournalStore.open(app_url) as journal:
+            for tool in ("ping", "pong", "unknown_tool"):
+                given = json.dumps({"host": "db-1"})
+                await journal.append(Draft("flaky", tool, Phase.INTENT, given, ""))
+                await journal.append(Draft("flaky", tool, Phase.EXECUTED, given, "null"))
+        result = await cli(
+            "reconcile", "flaky", "--app", "flaky_probes", "--database-url", app_url,
+            extra_env={"PYTHONPATH": str(tmp_path)},
+        )  # fmt: skip
+    assert result.code == 1, result.stdout + result.stderr
+    assert "the probe raised RuntimeError: no route to db-1" in result.stdout
+    assert "the probe returned 'maybe', not a bool or Found" in result.stdout
+    assert (
+        "2 probe_failed; 1 calls of tools without a probe; 1 sagas need a person" in result.stdout
+    )
