@@ -9,7 +9,6 @@ decision signatures). Each finding names its kind, the saga and the seq;
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -87,9 +86,7 @@ def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
     found = []
     for call in read_calls(rows):
         outcome, tool, seq = call.outcome, call.intent.tool_name, call.intent.seq
-        if outcome is None or (
-            outcome.phase is Phase.FAILED and not _effect_unknown(outcome.payload)
-        ):
+        if outcome is None or not call.may_have_taken_effect:
             continue  # no outcome is reported as such; a call that failed without effect is done
         if call.undone is Phase.COMPENSATION_FAILED:
             found.append(
@@ -116,14 +113,6 @@ def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
                 )
             )
     return found
-
-
-def _effect_unknown(payload: str) -> bool:
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        return True  # a FAILED row whose payload cannot be read says nothing of the effect
-    return not (isinstance(body, dict) and body.get("effect") == "none")
 
 
 async def certify(

@@ -5,6 +5,7 @@ from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, Phase
+from sagacity.journal.plan import Fate, Planned, RollbackPlan, rollback_plan
 from sagacity.journal.verify import ChainVerifier, Dangling, Fault, Problem, Verdict, verify_rows
 
 __all__ = [
@@ -15,9 +16,12 @@ __all__ = [
     "Dangling",
     "Draft",
     "Entry",
+    "Fate",
     "Fault",
     "Phase",
+    "Planned",
     "Problem",
+    "RollbackPlan",
     "Verdict",
     "canonical_bytes",
     "check_draft",
@@ -25,6 +29,7 @@ __all__ = [
     "format_timestamp",
     "input_hash",
     "read_calls",
+    "rollback_plan",
     "seal",
     "to_json",
     "utc_micros",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -24,6 +25,20 @@ class Call:
     def undone(self) -> Phase | None:
         """The last compensation's phase; None while none was journaled."""
         return self.undo[-1].phase if self.undo else None
+
+    @property
+    def may_have_taken_effect(self) -> bool:
+        """EXECUTED, or FAILED without saying it took no effect (``"effect": "none"``): what a
+        rollback must undo. False while the call has no outcome."""
+        if self.outcome is None:
+            return False
+        if self.outcome.phase is Phase.EXECUTED:
+            return True
+        try:
+            body = json.loads(self.outcome.payload)
+        except ValueError:
+            return True  # a FAILED row whose payload cannot be read says nothing of the effect
+        return not (isinstance(body, dict) and body.get("effect") == "none")
 
 
 def read_calls(rows: Iterable[Entry]) -> list[Call]:
