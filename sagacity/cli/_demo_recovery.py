@@ -198,7 +198,7 @@ async def run_recovery(
     finally:
         for worker in workers:
             worker.stop()
-    reservations, orders = await _made_by(shop, saga_id)
+    reservations, orders = await shop.made_by(saga_id)
     return Recovery(
         saga_id=saga_id,
         killed_pid=first.pid,
@@ -221,18 +221,16 @@ async def _mid_call(journal: JournalStore, shop: Shop, saga_id: str, worker: _Wo
     """Wait until the call is journaled (INTENT, no outcome) and the tool waits at the pause;
     returns the INTENT's seq."""
     deadline = time.monotonic() + _WAIT_S
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and worker.proc.poll() is None:
         rows = await journal.read(saga_id)
-        if rows and rows[-1].phase is Phase.INTENT and rows[-1].tool_name == TOOL:
-            async with shop.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT remaining FROM order_faults WHERE tool_name = %s", (PAUSE,)
-                )
-                pause = await cur.fetchone()
-            if pause is not None and pause[0] == 0:  # taken: the tool is in its pause
-                return rows[-1].seq
+        running = rows and rows[-1].phase is Phase.INTENT and rows[-1].tool_name == TOOL
+        # the pause taken: the tool made its reservation and waits there
+        if running and await shop.fault_remaining(PAUSE) == 0:
+            return rows[-1].seq
         await asyncio.sleep(0.05)
-    raise DevStackError(f"{TOOL} never reached the demo's pause; worker log: {worker.log}")
+    raise DevStackError(
+        f"{TOOL} never reached the demo's pause (or worker 1 exited); its log: {worker.log}"
+    )
 
 
 async def _first_call_attempt(handle: WorkflowHandle[Any, Any]) -> tuple[int, str]:
@@ -243,16 +241,3 @@ async def _first_call_attempt(handle: WorkflowHandle[Any, Any]) -> tuple[int, st
             started = event.activity_task_started_event_attributes
             return started.attempt, started.identity
     return 0, ""
-
-
-async def _made_by(shop: Shop, saga_id: str) -> tuple[int, int]:
-    """How many reservations and orders the saga made in the shop."""
-    async with shop.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT (SELECT count(*) FROM reservations WHERE saga_id = %s), "
-            "(SELECT count(*) FROM orders WHERE saga_id = %s)",
-            (saga_id, saga_id),
-        )
-        row = await cur.fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
