@@ -3,7 +3,8 @@
 ``start`` prints the saga id on stdout (so ``SAGA=$(sagacity saga start …)`` works) and its
 progress on stderr. ``--wait`` returns when the saga has ended *or* stopped for a human (an
 approval, a SUSPECT call), since nothing but that human can move it on. ``resolve`` is that
-human's answer for a SUSPECT call: whether it took effect.
+human's answer for a SUSPECT call: whether it took effect. ``abort --dry-run`` says what an abort
+would compensate, in order, and what would stay live, and sends and writes nothing.
 
 Exit status: 0 done or waiting for a human, 1 the saga did not complete (compensated, aborted,
 failed), refused a resolution, or its journal does not verify (chain or anchors), 2 bad usage or
