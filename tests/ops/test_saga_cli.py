@@ -6,9 +6,10 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from sagacity.journal import Draft, Phase
@@ -140,6 +141,7 @@ async def test_abort_dry_run_says_what_the_abort_then_does(
         handle, lambda s: s.pending_approval is not None and s.pending_approval.journal_seq == 9
     )
     rows = await journal.read(saga)
+    signals = await _signals(handle)
 
     planned = await sagacity("saga", "abort", saga, "--dry-run", "--json")
     assert planned.code == 0, planned.stderr
@@ -167,12 +169,14 @@ async def test_abort_dry_run_says_what_the_abort_then_does(
     assert "nothing was sent to the saga and nothing was written" in table.stdout
     # nothing was sent, nothing written
     assert await journal.read(saga) == rows
+    assert await _signals(handle) == signals
     assert (await handle.query("status", result_type=SagaStatus)).state.value == (
         "awaiting_approval"
     )
 
     aborted = await sagacity("saga", "abort", saga, "--reason", "dry run checked", "--wait")
     assert aborted.code == 1 and f"saga {saga}: aborted" in aborted.stdout
+    assert await _signals(handle) == signals + 1  # the real abort is a signal
     undone = [
         (r.tool_name, r.input) for r in await journal.read(saga) if r.phase is Phase.COMPENSATED
     ]
@@ -187,6 +191,16 @@ async def test_abort_dry_run_says_what_the_abort_then_does(
     assert [c["seq"] for c in after["already_compensated"]] == [3, 1]
     said = await sagacity("saga", "abort", saga, "--dry-run")
     assert f"saga {saga} already ended: aborted; an abort would compensate nothing" in said.stdout
+
+
+async def _signals(handle: WorkflowHandle[Any, Any]) -> int:
+    """How many signals the saga's history holds."""
+    return sum(
+        [
+            e.HasField("workflow_execution_signaled_event_attributes")
+            async for e in handle.fetch_history_events()
+        ]
+    )
 
 
 async def test_abort_dry_run_refuses_bad_input_in_one_line(sagacity: Cli) -> None:
