@@ -238,7 +238,13 @@ async def run_demo(
         rows, verification = await read_verified(journal, signer, saga_id)
         recovery = (
             await run_recovery(
-                client, journal, shop, signer, worker_env(setup.settings(), settings), say
+                client,
+                journal,
+                shop,
+                signer,
+                worker_env(setup.settings(), settings),
+                settings.data_dir / "logs",
+                say,
             )
             if crash
             else None

@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -136,17 +135,19 @@ async def run_recovery(
     shop: Shop,
     signer: CheckpointWriter,
     worker_env: dict[str, str],
+    logs: Path,
     say: Callable[[str], None],
 ) -> Recovery:
-    """Run the second act; ``worker_env`` points a worker process at the demo's stack."""
+    """Run the second act; ``worker_env`` points a worker process at the demo's stack, which
+    logs to ``logs``/demo-worker-N.log (kept until the next run)."""
     saga_id = f"demo-recovery-{uuid.uuid4().hex[:8]}"
     env = {**worker_env, "SAGACITY_TASK_QUEUE": f"sagacity-demo-crash-{uuid.uuid4().hex[:8]}"}
-    logs = Path(tempfile.mkdtemp(prefix="sagacity-demo-"))
+    logs.mkdir(parents=True, exist_ok=True)
     await shop.arm_fault(PAUSE, "", delay_s=_PAUSE_S)
     stock_before = (await shop.snapshot()).available[PRODUCT]
     workers: list[_Worker] = []
     try:
-        first = _Worker(env, logs / "worker-1.log")
+        first = _Worker(env, logs / "demo-worker-1.log")
         workers.append(first)
         await first.ready()
         say(f"act two: worker 1 started (pid {first.pid}), a separate process")
@@ -177,7 +178,7 @@ async def run_recovery(
         first.kill()
         killed_at = time.monotonic()
         say(f"worker 1 (pid {first.pid}) killed with SIGKILL during {TOOL}")
-        fresh = _Worker(env, logs / "worker-2.log")
+        fresh = _Worker(env, logs / "demo-worker-2.log")
         workers.append(fresh)
         await fresh.ready()
         say(
