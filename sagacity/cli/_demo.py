@@ -21,12 +21,13 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from contextlib import AsyncExitStack, aclosing
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import typer
+from agents import set_tracing_disabled
 from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -45,10 +46,11 @@ from sagacity.agents import (
     uses_scripted_model,
     with_plugins,
 )
+from sagacity.cli._demo_journal import JournalRow, Verification, read_verified
+from sagacity.cli._demo_recovery import PRODUCT, Recovery, run_recovery, worker_env
 from sagacity.devstack import DevStack
 from sagacity.errors import DevStackError, SagacityError
-from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.keys import load_private_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
@@ -80,29 +82,6 @@ class ApprovalGiven(BaseModel):
     approver: str
 
 
-class JournalRow(BaseModel):
-    seq: int
-    tool: str
-    phase: str
-    input: str
-    payload: str
-    timestamp: str
-    hash: str
-
-
-class Verification(BaseModel):
-    ok: bool
-    rows: int
-    head_seq: int
-    head_hash: str
-    problem: str | None = None
-    #: what the signed checkpoints said of the journal ("checkpoint agrees at seq 10 …")
-    anchors: list[str] = []
-    #: fingerprint of the key that signed them, and where they are
-    key_id: str | None = None
-    checkpoint_dir: str | None = None
-
-
 class DemoReport(BaseModel):
     """Everything the demo shows, as data (``--json`` prints it)."""
 
@@ -120,6 +99,8 @@ class DemoReport(BaseModel):
     temporal_address: str
     tables: list[str]
     shop_reset: bool
+    #: act two: a worker killed mid-call, the saga finished by another (None: not run)
+    recovery: Recovery | None = None
 
     @property
     def restored(self) -> bool:
@@ -183,9 +164,11 @@ async def run_demo(
     *,
     fault: bool = True,
     prompt: str = PROMPT,
+    crash: bool = True,
     say: Callable[[str], None] = lambda _: None,
 ) -> DemoReport:
-    """Start what is needed, run the agent saga, and gather what happened."""
+    """Start what is needed, run the agent saga, and gather what happened; with ``crash``, then
+    act two (:mod:`sagacity.cli._demo_recovery`)."""
     stack = DevStack(settings, temporal_db="memory")
     async with AsyncExitStack() as exits:
         starting = [
@@ -252,13 +235,20 @@ async def run_demo(
             result, given = await _approve_until_done(handle, say)
         say(f"the saga ended: {result.saga.status.value}")
         after = await shop.snapshot()
-        rows = await journal.read(saga_id)
-        anchored = CheckpointDir(signer.path, signer.key.public_key())
-        async with aclosing(
-            verify_journal(journal, saga_ids=[saga_id], checkpoints=anchored)
-        ) as found:
-            (checked,) = [r async for r in found]
-        verdict = checked.verdict
+        rows, verification = await read_verified(journal, signer, saga_id)
+        recovery = (
+            await run_recovery(
+                client,
+                journal,
+                shop,
+                signer,
+                worker_env(setup.settings(), settings),
+                settings.data_dir / "logs",
+                say,
+            )
+            if crash
+            else None
+        )
         report = DemoReport(
             saga_id=saga_id,
             prompt=prompt,
@@ -266,36 +256,15 @@ async def run_demo(
             fault=f"{FAULT[0]}: {FAULT[1]}" if fault else None,
             approvals=given,
             result=result,
-            journal=[
-                JournalRow(
-                    seq=e.seq,
-                    tool=e.tool_name,
-                    phase=e.phase.value,
-                    input=e.input,
-                    payload=e.payload,
-                    timestamp=e.timestamp.isoformat(),
-                    hash=e.hash,
-                )
-                for e in rows
-            ],
-            verification=Verification(
-                ok=checked.ok,
-                rows=verdict.rows,
-                head_seq=verdict.head_seq,
-                head_hash=verdict.head_hash,
-                problem="; ".join(f.detail for f in checked.faults()) or None,
-                anchors=[
-                    f"{c.source.value} {c.agreement.value}: {c.detail}" for c in checked.checks
-                ],
-                key_id=signer.key_id,
-                checkpoint_dir=str(signer.path),
-            ),
+            journal=rows,
+            verification=verification,
             before=dataclasses.asdict(before),
             after=dataclasses.asdict(after),
             database_url=_hide_password(setup.database_url),
             temporal_address=endpoints.temporal_address,
             tables=TABLES,
             shop_reset=stack.runs_postgres,
+            recovery=recovery,
         )
     return report
 
@@ -362,16 +331,9 @@ def _compensation_table(report: DemoReport) -> Table | Text:
     return table
 
 
-def _journal_table(report: DemoReport) -> Table:
-    table = _table(
-        f"Journal of saga {report.saga_id}",
-        "seq",
-        "tool",
-        "phase",
-        "payload",
-        "hash",
-    )
-    for row in report.journal:
+def _journal_table(saga_id: str, rows: list[JournalRow]) -> Table:
+    table = _table(f"Journal of saga {saga_id}", "seq", "tool", "phase", "payload", "hash")
+    for row in rows:
         style = {"FAILED": "red", "COMPENSATED": "yellow", "APPROVED": "cyan"}.get(row.phase, "")
         table.add_row(
             str(row.seq),
@@ -381,6 +343,20 @@ def _journal_table(report: DemoReport) -> Table:
             row.hash[:10] + "…",
         )
     return table
+
+
+def _print_verification(check: Verification, console: Console) -> None:
+    if check.ok:
+        console.print(
+            f"[green]Hash chain verified[/green]: {check.rows} rows, head seq {check.head_seq}, "
+            f"head hash {check.head_hash}"
+        )
+    else:
+        console.print(
+            f"[red]Journal does NOT verify[/red] at seq {check.head_seq}: {check.problem}"
+        )
+    for line in check.anchors:
+        console.print(f"  {line}")
 
 
 def _shop_table(report: DemoReport) -> Table:
@@ -394,6 +370,42 @@ def _shop_table(report: DemoReport) -> Table:
     ):
         table.add_row(label, str(report.before[key]), str(report.after[key]))
     return table
+
+
+def _print_recovery(act: Recovery, console: Console) -> None:
+    took_over = (
+        f"Worker 2 (pid {act.fresh_pid}) took over: Temporal retried {act.killed_tool} there "
+        f"(attempt {act.attempt}) and the saga went on from its history and the journal."
+        if act.retried_by_fresh
+        else f"{act.killed_tool}'s outcome was written by attempt {act.attempt}."
+    )
+    console.print(
+        Panel(
+            Group(
+                f"Worker 1 (pid {act.killed_pid}) was killed with SIGKILL during "
+                f"{act.killed_tool}: the reservation was made, and the journal held the call's "
+                f"INTENT (seq {act.killed_seq}) with no outcome.",
+                took_over,
+                f"Saga {act.saga_id}: [bold]{act.status}[/bold].",
+            ),
+            title="Act two: a worker dies in the middle of a call",
+        )
+    )
+    console.print(_journal_table(act.saga_id, act.journal))
+    _print_verification(act.verification, console)
+    once = "[green]each call took effect once[/green]" if act.ran_once else "[red]NOT once[/red]"
+    console.print(
+        f"The shop: {act.reservations} reservation and {act.orders} order made by this saga, "
+        f"{PRODUCT} in stock {act.stock_before} → {act.stock_after}: {once}."
+    )
+    console.print(
+        "Why that was safe: the INTENT row is written before a tool runs, so the journal knew "
+        f"a call was in flight; {act.killed_tool} is declared idempotent (its reservation id is "
+        "derived from the saga id and the INTENT seq, and it looks for that reservation before "
+        "making one), so it may run again; Temporal kept the saga's history, so worker 2 "
+        "replayed it and went on. A tool not declared idempotent would have stopped as SUSPECT "
+        "until a human said whether it took effect (`sagacity saga resolve`)."
+    )
 
 
 def render(report: DemoReport, console: Console) -> None:
@@ -420,25 +432,16 @@ def render(report: DemoReport, console: Console) -> None:
     if result.turns and result.turns[-1] != result.final_output:
         console.print(Panel(result.turns[-1], title="The agent, before the rollback"))
     console.print(Panel(result.final_output or "(no answer)", title="The agent's last word"))
-    console.print(_journal_table(report))
-    check = report.verification
-    if check.ok:
-        console.print(
-            f"[green]Hash chain verified[/green]: {check.rows} rows, head seq {check.head_seq}, "
-            f"head hash {check.head_hash}"
-        )
-    else:
-        console.print(
-            f"[red]Journal does NOT verify[/red] at seq {check.head_seq}: {check.problem}"
-        )
-    for line in check.anchors:
-        console.print(f"  {line}")
+    console.print(_journal_table(report.saga_id, report.journal))
+    _print_verification(report.verification, console)
     console.print(_shop_table(report))
     console.print(
         "[green]Stock, orders and mail are back where they started.[/green]"
         if report.restored
         else "The shop changed: this run's effects stand."
     )
+    if report.recovery is not None:
+        _print_recovery(report.recovery, console)
     console.print(
         Panel(
             Group(
@@ -458,15 +461,19 @@ def render(report: DemoReport, console: Console) -> None:
     )
 
 
-def main(*, no_fault: bool, as_json: bool, prompt: str | None) -> None:
+def main(*, no_fault: bool, no_crash: bool, as_json: bool, prompt: str | None) -> None:
     """The demo command's work (see :func:`sagacity.cli.demo.demo`)."""
     err = Console(stderr=True)
     try:
         settings = load_settings()
+        if uses_scripted_model(settings):
+            # no API key: the Agents SDK has nowhere to send traces, and warns at each try
+            set_tracing_disabled(True)
         report = asyncio.run(
             run_demo(
                 settings,
                 fault=not no_fault,
+                crash=not no_crash,
                 prompt=prompt or PROMPT,
                 say=lambda m: err.print(f"· {m}"),
             )
@@ -478,5 +485,6 @@ def main(*, no_fault: bool, as_json: bool, prompt: str | None) -> None:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
         render(report, Console())
-    if not report.verification.ok:
+    act = report.recovery
+    if not report.verification.ok or (act is not None and not act.verification.ok):
         raise typer.Exit(1)

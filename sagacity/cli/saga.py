@@ -3,7 +3,8 @@
 ``start`` prints the saga id on stdout (so ``SAGA=$(sagacity saga start …)`` works) and its
 progress on stderr. ``--wait`` returns when the saga has ended *or* stopped for a human (an
 approval, a SUSPECT call), since nothing but that human can move it on. ``resolve`` is that
-human's answer for a SUSPECT call: whether it took effect.
+human's answer for a SUSPECT call: whether it took effect. ``abort --dry-run`` says what an abort
+would compensate, in order, and what would stay live, and sends and writes nothing.
 
 Exit status: 0 done or waiting for a human, 1 the saga did not complete (compensated, aborted,
 failed), refused a resolution, or its journal does not verify (chain or anchors), 2 bad usage or
@@ -42,10 +43,18 @@ from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Signer
 from sagacity.evidence.report import SagaReport, Source, saga_report
 from sagacity.inputs import check_name, invalid, load_json
-from sagacity.journal import Entry, format_timestamp, verify_rows
+from sagacity.journal import (
+    Entry,
+    Planned,
+    RollbackPlan,
+    format_timestamp,
+    rollback_plan,
+    verify_rows,
+)
 from sagacity.observability import tracing
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
+from sagacity.temporal.catalog import recorded_catalog
 from sagacity.temporal.models import (
     Abort,
     SagaOptions,
@@ -57,6 +66,7 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.tools import Reversibility
 from workers.saga_worker import connect
 from workflows.order.workflows import OrderRequest, order_steps
 
@@ -393,16 +403,37 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
 @hard_exit
 def abort(
     saga: SagaId,
-    reason: Annotated[str, typer.Option("--reason", help="Why; journaled with the abort.")],
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", help="Why; journaled with the abort.", show_default=False),
+    ] = None,
     by: Annotated[
         str | None,
         typer.Option("--by", help="Who aborts (default: your user name).", show_default=False),
     ] = None,
     wait: Wait = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Only say what would be compensated, in order, and what would stay live: "
+            "nothing is sent or written.",
+        ),
+    ] = False,
+    as_json: AsJson = False,
 ) -> None:
-    """Abort a running saga: it stops and compensates what ran, in reverse."""
+    """Abort a running saga: it stops and compensates what ran, in reverse.
+
+    With --dry-run, exit 0 after printing the plan; 1 when the saga already ended.
+    """
+    url = journal_url_or_exit(None) if dry_run else None
 
     async def work() -> int:
+        check_name(saga, what="saga id", max_len=_ID_MAX)
+        if url is not None:
+            return await _dry_run(saga, url, as_json=as_json)
+        if reason is None:
+            raise _Usage("--reason is required: say why the saga is aborted (it is journaled)")
         async with _client(_settings()) as client:
             handle = client.get_workflow_handle(saga, result_type=SagaResult)
             current = await _status(handle)
@@ -418,6 +449,120 @@ def abort(
             return _report(await _settle(handle), as_json=False) if wait else 0
 
     _run(work())
+
+
+async def _dry_run(saga: str, url: str, *, as_json: bool) -> int:
+    """Print what an abort of ``saga`` would do, from its journal; send and write nothing."""
+    async with _client(_settings()) as client:
+        handle = client.get_workflow_handle(saga, result_type=SagaResult)
+        current = await _status(handle)
+        # the catalog the saga decides with: whether each tool has a compensation
+        catalog = await recorded_catalog(client, handle)
+    async with await JournalStore.open(url, min_size=1, max_size=1) as store:
+        rows = await store.read(saga)
+    plan = rollback_plan(rows, {name: s.has_compensation for name, s in catalog.items()})
+    ended = isinstance(current, SagaResult)
+    state = current.status if isinstance(current, SagaResult) else current.state
+    kinds = {name: s.reversibility for name, s in catalog.items()}
+    document = _plan_json(saga, state, ended, plan, kinds)
+    if as_json:
+        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        _print_plan(document)
+    return 1 if ended else 0
+
+
+def _plan_json(
+    saga: str,
+    state: SagaState,
+    ended: bool,
+    plan: RollbackPlan,
+    kinds: dict[str, Reversibility],
+) -> dict[str, Any]:
+    def call(step: Planned) -> dict[str, Any]:
+        tool = step.call.intent.tool_name
+        kind = kinds.get(tool)
+        return {
+            "seq": step.call.intent.seq,
+            "tool_name": tool,
+            "reversibility": kind.value if kind else None,
+            "check": step.check,
+        }
+
+    def why(step: Planned) -> str:
+        kind = kinds.get(step.call.intent.tool_name)
+        if ended:
+            return f"the saga ended {state.value}"
+        if kind is None:
+            return "the saga's worker knows no such tool"
+        if kind is Reversibility.IRREVERSIBLE:
+            return "nothing undoes it"
+        return step.check or ""  # a compensation that failed
+
+    waiting = plan.awaiting_approval
+    return {
+        "saga_id": saga,
+        "state": state.value,
+        "ended": ended,
+        "dry_run": True,
+        # an ended saga takes no abort: nothing more is compensated
+        "compensate": [] if ended else [call(s) for s in plan.compensate],
+        "stays_live": [{**call(s), "why": why(s)} for s in (plan.steps if ended else plan.live)],
+        "already_compensated": [
+            {"seq": c.intent.seq, "tool_name": c.intent.tool_name} for c in plan.compensated
+        ],
+        "awaiting_approval": None
+        if waiting is None or ended
+        else {"seq": waiting.seq, "tool_name": waiting.tool_name},
+    }
+
+
+def _print_plan(plan: dict[str, Any]) -> None:
+    saga, state = plan["saga_id"], plan["state"]
+    if plan["ended"]:
+        typer.echo(f"saga {saga} already ended: {state}; an abort would compensate nothing")
+    else:
+        typer.echo(f"saga {saga}: {state}; an abort would compensate, newest first:")
+    table = Table(title_justify="left")
+    for column in ("#", "seq", "tool", "reversibility", "on abort", "check"):
+        table.add_column(column, overflow="fold", no_wrap=column in {"#", "seq"})
+    for i, step in enumerate(plan["compensate"], 1):
+        table.add_row(
+            str(i),
+            str(step["seq"]),
+            step["tool_name"],
+            step["reversibility"] or "?",
+            "compensated",
+            Text(step["check"] or "", style="bold yellow"),
+        )
+    for step in plan["stays_live"]:
+        table.add_row(
+            "",
+            str(step["seq"]),
+            step["tool_name"],
+            step["reversibility"] or "?",
+            Text(f"stays live: {step['why']}", style="yellow"),
+            Text(step["check"] or "", style="bold yellow"),
+        )
+    if table.rows:
+        Console(width=max(Console().width, 120)).print(table)
+    else:
+        typer.echo("  no call has taken effect")
+    done = plan["already_compensated"]
+    if done:
+        typer.echo(
+            "already compensated: " + ", ".join(f"{c['tool_name']} (seq {c['seq']})" for c in done)
+        )
+    waiting = plan["awaiting_approval"]
+    if waiting is not None:
+        typer.echo(
+            f"{waiting['tool_name']} waits for approval at seq {waiting['seq']}: "
+            "aborted, it never runs"
+        )
+    flagged = [s for s in [*plan["compensate"], *plan["stays_live"]] if s["check"]]
+    for step in flagged:
+        typer.echo(f"CHECK {step['tool_name']} (seq {step['seq']}): {step['check']}")
+    typer.echo("dry run: nothing was sent to the saga and nothing was written")
 
 
 def _user() -> str:

@@ -19,7 +19,7 @@ from xml.etree import ElementTree
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring
-from sagacity.journal import Entry, Phase, effect_unknown, read_calls
+from sagacity.journal import Entry, Phase, read_calls
 from sagacity.store.approvals import ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
 
@@ -86,9 +86,7 @@ def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
     found = []
     for call in read_calls(rows):
         outcome, tool, seq = call.outcome, call.intent.tool_name, call.intent.seq
-        if outcome is None or (
-            outcome.phase is Phase.FAILED and not effect_unknown(outcome.payload)
-        ):
+        if outcome is None or not call.may_have_taken_effect:
             continue  # no outcome is reported as such; a call that failed without effect is done
         if call.undone is Phase.COMPENSATION_FAILED:
             found.append(

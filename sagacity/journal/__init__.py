@@ -1,10 +1,11 @@
 """Journal core: phases, rows, the hash chain and its verifier. Pure: no I/O."""
 
-from sagacity.journal.calls import Call, effect_unknown, read_calls
+from sagacity.journal.calls import Call, read_calls
 from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, Phase
+from sagacity.journal.plan import Fate, Planned, RollbackPlan, rollback_plan
 from sagacity.journal.verify import ChainVerifier, Dangling, Fault, Problem, Verdict, verify_rows
 
 __all__ = [
@@ -15,17 +16,20 @@ __all__ = [
     "Dangling",
     "Draft",
     "Entry",
+    "Fate",
     "Fault",
     "Phase",
+    "Planned",
     "Problem",
+    "RollbackPlan",
     "Verdict",
     "canonical_bytes",
     "check_draft",
-    "effect_unknown",
     "entry_hash",
     "format_timestamp",
     "input_hash",
     "read_calls",
+    "rollback_plan",
     "seal",
     "to_json",
     "utc_micros",

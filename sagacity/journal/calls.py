@@ -10,7 +10,7 @@ from typing import Literal
 from sagacity.journal.entry import Entry
 from sagacity.journal.phases import Phase
 
-__all__ = ["Call", "effect_unknown", "read_calls"]
+__all__ = ["Call", "Liveness", "read_calls"]
 
 #: how a call's effect stands: it took effect, it may have, or it is running (no outcome yet)
 Liveness = Literal["executed", "effect_unknown", "in_flight"]
@@ -31,6 +31,20 @@ class Call:
         return self.undo[-1].phase if self.undo else None
 
     @property
+    def may_have_taken_effect(self) -> bool:
+        """EXECUTED, or FAILED without saying it took no effect (``"effect": "none"``): what a
+        rollback must undo. False while the call has no outcome."""
+        if self.outcome is None:
+            return False
+        if self.outcome.phase is Phase.EXECUTED:
+            return True
+        try:
+            body = json.loads(self.outcome.payload)
+        except ValueError:
+            return True  # a FAILED row whose payload cannot be read says nothing of the effect
+        return not (isinstance(body, dict) and body.get("effect") == "none")
+
+    @property
     def live(self) -> Liveness | None:
         """Whether the call's effect may still be in the world; None: it is not (it failed
         without effect, or its compensation ran)."""
@@ -38,18 +52,9 @@ class Call:
             return None
         if self.outcome is None:
             return "in_flight"
-        if self.outcome.phase is Phase.EXECUTED:
-            return "executed"
-        return "effect_unknown" if effect_unknown(self.outcome.payload) else None
-
-
-def effect_unknown(payload: str) -> bool:
-    """Whether a FAILED row's payload leaves open that the call took effect."""
-    try:
-        body = json.loads(payload)
-    except ValueError:
-        return True  # a FAILED row whose payload cannot be read says nothing of the effect
-    return not (isinstance(body, dict) and body.get("effect") == "none")
+        if not self.may_have_taken_effect:
+            return None
+        return "executed" if self.outcome.phase is Phase.EXECUTED else "effect_unknown"
 
 
 def read_calls(rows: Iterable[Entry]) -> list[Call]:

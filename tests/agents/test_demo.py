@@ -55,6 +55,32 @@ async def test_demo_command_undoes_the_order_and_verifies_the_chain(
     assert not report.shop_reset  # a database it was given is not its own to reset
     assert "side_effect_journal" in report.tables
 
+    # act two: worker 1 was killed in the middle of reserve_stock, worker 2 finished the saga
+    act = report.recovery
+    assert act is not None
+    assert f"worker 1 (pid {act.killed_pid}) killed with SIGKILL during reserve_stock" in (
+        done.stderr
+    )
+    assert f"worker 2 started (pid {act.fresh_pid})" in done.stderr
+    assert "s after the kill: completed, journal verified, 4 rows" in done.stderr
+    assert act.killed_pid != act.fresh_pid and act.killed_seq == 1
+    assert act.status == "completed"
+    # the call the dead worker left without an outcome was retried, and ran there
+    assert act.retried_by_fresh and act.attempt == 2
+    # one INTENT per call: the retry wrote the outcome of the same journaled call
+    assert [(r.tool, r.phase) for r in act.journal] == [
+        ("reserve_stock", "INTENT"),
+        ("reserve_stock", "EXECUTED"),
+        ("create_order", "INTENT"),
+        ("create_order", "EXECUTED"),
+    ]
+    assert act.verification.ok and act.verification.rows == 4
+    # no call ran twice: one reservation, one order, the stock down by one unit once
+    assert (act.reservations, act.orders) == (1, 1)
+    assert act.stock_before - act.stock_after == 1 and act.ran_once
+    reserved = json.loads(act.journal[1].payload)["reservation_id"]
+    assert json.loads(act.journal[2].input)["reservation_id"] == reserved
+
 
 async def test_demo_without_fault_places_the_order(
     settings: Settings, endpoints: Endpoints, database_url: str, shop: Shop
@@ -63,7 +89,7 @@ async def test_demo_without_fault_places_the_order(
         update={"database_url": database_url, "temporal_address": endpoints.temporal_address}
     )
     said: list[str] = []
-    report = await run_demo(given, fault=False, say=said.append)
+    report = await run_demo(given, fault=False, crash=False, say=said.append)
 
     assert report.result.saga.status.value == "completed"
     assert report.fault is None and not report.restored
@@ -72,3 +98,4 @@ async def test_demo_without_fault_places_the_order(
     assert report.result.final_output is not None and "is placed" in report.result.final_output
     assert report.verification.ok and report.verification.rows == 8
     assert any("waits for a human" in line for line in said)
+    assert report.recovery is None

@@ -6,14 +6,15 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from sagacity.journal import Draft, Phase
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Decision, SagaResult, SagaState
+from sagacity.temporal.models import Decision, SagaResult, SagaState, SagaStatus
 from tests.approvals.conftest import MakeSuspects
 from tests.ops.conftest import Cli
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
@@ -109,6 +110,108 @@ async def test_abort_compensates_what_ran(
     assert reused.code == 2
     assert f"a saga with id {saga!r} already exists (one id names one journal)" in reused.stderr
     assert await journal.read(saga) == rows
+
+
+async def test_abort_dry_run_says_what_the_abort_then_does(
+    sagacity: Cli, worker: Worker, temporal_client: Client, journal: JournalStore, tmp_path: Path
+) -> None:
+    steps = tmp_path / "steps.json"
+    steps.write_text(
+        json.dumps(
+            [
+                {"tool": "set_flag", "args": {"name": "dry"}},  # REVERSIBLE
+                {"tool": "post_notice", "args": {"text": "dry"}},  # COMPENSATABLE
+                {"tool": "wire", "id": "w1", "args": {"amount": 5, "api_token": "t"}},
+                {"tool": "wire", "id": "w2", "args": {"amount": 6, "api_token": "t"}},
+            ]
+        )
+    )
+    queue = {"SAGACITY_TASK_QUEUE": worker.task_queue}
+    saga = f"dry-{uuid.uuid4().hex[:6]}"
+    started = await sagacity("saga", "start", "--steps", str(steps), "--id", saga, extra_env=queue)
+    assert started.code == 0, started.stderr
+    handle = temporal_client.get_workflow_handle(saga, result_type=SagaResult)
+    first = await wait_for(handle, awaiting_approval)
+    assert first.pending_approval is not None and first.pending_approval.journal_seq == 5
+    await handle.execute_update(
+        "decide", Decision(journal_seq=5, approver="alice", approve=True), result_type=str
+    )
+    # the first wire ran; the second waits at its own gate, with three effects behind it
+    await wait_for(
+        handle, lambda s: s.pending_approval is not None and s.pending_approval.journal_seq == 9
+    )
+    rows = await journal.read(saga)
+    signals = await _signals(handle)
+
+    planned = await sagacity("saga", "abort", saga, "--dry-run", "--json")
+    assert planned.code == 0, planned.stderr
+    plan = planned.json()
+    assert [(c["tool_name"], c["seq"], c["reversibility"]) for c in plan["compensate"]] == [
+        ("post_notice", 3, "COMPENSATABLE"),
+        ("set_flag", 1, "REVERSIBLE"),
+    ]
+    assert [(c["tool_name"], c["seq"], c["why"]) for c in plan["stays_live"]] == [
+        ("wire", 7, "nothing undoes it")
+    ]
+    assert plan["awaiting_approval"] == {"seq": 9, "tool_name": "wire"}
+    assert (plan["state"], plan["ended"], plan["dry_run"]) == ("awaiting_approval", False, True)
+    table = await sagacity("saga", "abort", saga, "--dry-run")
+    assert table.code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert f"saga {saga}: awaiting_approval; an abort would compensate, newest first:" in lines
+    (post,) = [line for line in lines if "post_notice" in line]
+    (flag,) = [line for line in lines if "set_flag" in line]
+    (wired,) = [line for line in lines if "│ wire" in line]
+    assert lines.index(post) < lines.index(flag) < lines.index(wired)
+    assert "│ 1 " in post and "compensated" in post and "│ 2 " in flag
+    assert "IRREVERSIBLE" in wired and "stays live: nothing undoes it" in wired
+    assert "wire waits for approval at seq 9: aborted, it never runs" in table.stdout
+    assert "nothing was sent to the saga and nothing was written" in table.stdout
+    # nothing was sent, nothing written
+    assert await journal.read(saga) == rows
+    assert await _signals(handle) == signals
+    assert (await handle.query("status", result_type=SagaStatus)).state.value == (
+        "awaiting_approval"
+    )
+
+    aborted = await sagacity("saga", "abort", saga, "--reason", "dry run checked", "--wait")
+    assert aborted.code == 1 and f"saga {saga}: aborted" in aborted.stdout
+    assert await _signals(handle) == signals + 1  # the real abort is a signal
+    undone = [
+        (r.tool_name, r.input) for r in await journal.read(saga) if r.phase is Phase.COMPENSATED
+    ]
+    by_seq = {r.seq: (r.tool_name, r.input) for r in rows}
+    assert undone == [by_seq[c["seq"]] for c in plan["compensate"]]
+
+    ended = await sagacity("saga", "abort", saga, "--dry-run", "--json")
+    assert ended.code == 1, ended.stderr
+    after = ended.json()
+    assert (after["ended"], after["state"], after["compensate"]) == (True, "aborted", [])
+    assert [(c["tool_name"], c["seq"]) for c in after["stays_live"]] == [("wire", 7)]
+    assert [c["seq"] for c in after["already_compensated"]] == [3, 1]
+    said = await sagacity("saga", "abort", saga, "--dry-run")
+    assert f"saga {saga} already ended: aborted; an abort would compensate nothing" in said.stdout
+
+
+async def _signals(handle: WorkflowHandle[Any, Any]) -> int:
+    """How many signals the saga's history holds."""
+    return sum(
+        [
+            e.HasField("workflow_execution_signaled_event_attributes")
+            async for e in handle.fetch_history_events()
+        ]
+    )
+
+
+async def test_abort_dry_run_refuses_bad_input_in_one_line(sagacity: Cli) -> None:
+    unknown = await sagacity("saga", "abort", "no-such-saga", "--dry-run")
+    assert unknown.code == 2 and "no saga 'no-such-saga'" in unknown.stderr
+    bad = await sagacity("saga", "abort", "bad\x01id", "--dry-run")
+    assert bad.code == 2 and "saga id 'bad" in bad.stderr and "control character" in bad.stderr
+    no_reason = await sagacity("saga", "abort", "no-such-saga")
+    assert no_reason.code == 2 and "--reason is required" in no_reason.stderr
+    for run in (unknown, bad, no_reason):
+        assert "Traceback" not in run.stderr
 
 
 async def test_steps_file_runs_the_generic_saga(
@@ -255,6 +358,13 @@ async def test_a_suspect_call_is_marked_then_resolved_from_the_cli(
     assert (
         status.code == 0 and f"SUSPECT: create_order at seq {seq} has no outcome" in status.stdout
     )
+
+    # an abort would compensate the SUSPECT call first, if it took effect: a human should look
+    planned = await sagacity("saga", "abort", saga, "--dry-run", "--json")
+    assert planned.code == 0, planned.stderr
+    first, *_ = planned.json()["compensate"]
+    assert (first["tool_name"], first["seq"]) == ("create_order", seq)
+    assert "SUSPECT" in first["check"]
 
     # the INTENT with no outcome after it, in the journal and in verify: a warning, not a fault
     shown = await sagacity("saga", "journal", saga)

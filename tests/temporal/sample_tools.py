@@ -35,6 +35,17 @@ async def unsend_note(ctx: CompensationContext) -> None:
     EFFECTS.append(f"unnote {ctx.input['text']}")
 
 
+@compensable(by="post_correction", reversibility=Reversibility.COMPENSATABLE)
+def post_notice(text: str) -> str:
+    """COMPENSATABLE: a notice once read cannot be unread, only corrected."""
+    EFFECTS.append(f"posted {text}")
+    return text
+
+
+def post_correction(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"corrected {ctx.result}")
+
+
 @compensable(by="forget_set")
 def make_set() -> set[int]:
     """Returns something JSON cannot hold."""
@@ -213,6 +224,7 @@ TOOLS: list[CompensableTool[..., Any]] = [
     slow_note,
     set_flag,
     send_note,
+    post_notice,
     make_set,
     explode,
     decline,

@@ -128,6 +128,27 @@ class Shop:
         if message:
             raise InjectedFault(message)
 
+    async def fault_remaining(self, tool_name: str) -> int | None:
+        """How many more calls the fault armed for ``tool_name`` takes (None: none armed)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT remaining FROM order_faults WHERE tool_name = %s", (tool_name,)
+            )
+            row = await cur.fetchone()
+        return None if row is None else int(row[0])
+
+    async def made_by(self, saga_id: str) -> tuple[int, int]:
+        """How many reservations and orders ``saga_id`` made, whatever their status now."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM reservations WHERE saga_id = %s), "
+                "(SELECT count(*) FROM orders WHERE saga_id = %s)",
+                (saga_id, saga_id),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
     async def snapshot(self) -> Snapshot:
         async with self.pool.connection() as conn:
             stock = await (
