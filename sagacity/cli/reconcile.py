@@ -84,7 +84,11 @@ def reconcile_command(
         raise fail(str(exc)) from None
     settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
-    signer, keyring = decision_keys_or_exit(settings.approver_key, settings)
+    # a probe's resolution is a service's word for the probe, as the approvals API's is for
+    # whom it authenticated: the service key signs it where one is set (the dev stack sets one)
+    signer, keyring = decision_keys_or_exit(
+        settings.service_key or settings.approver_key, settings
+    )
     apps = app or [DEFAULT_APP]
 
     async def work() -> list[Reconciliation]:

@@ -171,7 +171,7 @@ async def test_with_a_keyring_the_resolution_is_signed_by_a_key_trusted_for_the_
     settings: Settings,
 ) -> None:
     """Workers that check decisions against the keyring take ``probe:create_order``'s word only
-    when a key trusted for it signed; the session's approver key is alice's alone."""
+    when a key trusted for it signed: the service key, not the approver key (alice's alone)."""
     await shop.arm_fault("create_order", "", delay_s=60)
     first = await start_worker()
     handle = await temporal_client.start_workflow(
@@ -200,7 +200,12 @@ async def test_with_a_keyring_the_resolution_is_signed_by_a_key_trusted_for_the_
 
     services = await cli(
         "reconcile", handle.id, "--resolve-suspects", "--json",
-        extra_env={**keyring, "SAGACITY_APPROVER_KEY": str(settings.service_key)},
+        # the service key signs a probe's word (it may sign for anyone), the approver key not
+        extra_env={
+            **keyring,
+            "SAGACITY_APPROVER_KEY": str(settings.approver_key),
+            "SAGACITY_SERVICE_KEY": str(settings.service_key),
+        },
     )  # fmt: skip
     assert services.code == 0, services.stdout + services.stderr
     assert (await handle.result()).status is SagaState.COMPENSATED  # no order: did not happen
