@@ -1,0 +1,482 @@
+"""Adversarial tests of the kill switch (issue 15), on real Postgres and Temporal.
+
+Each test states a property the halt must keep; a failing one is a finding (see the report on
+branch ``adversary``). The database-level ones write INTENTs as the worker's login does
+(``JournalStore.append_at(..., task_queue=...)``) and halts as the tables' owner does
+(``HaltStore``), with no mock in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from sagacity import compensable
+from sagacity.approvals.halts import HaltService, halt_problems
+from sagacity.errors import Halted, InvalidInput, SeqConflict, SeqTaken
+from sagacity.evidence.decisions import Signer
+from sagacity.evidence.redaction import Redactor
+from sagacity.journal import Draft, Phase
+from sagacity.settings import Settings
+from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
+from sagacity.store.halts import _FOLD, HaltScope, HaltStore
+from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.workflow import WORKFLOW_NAME
+
+TQ = "adv-tq"
+
+
+@pytest.fixture
+async def owner_pool(owner_database_url: str) -> AsyncIterator[Pool]:
+    pool = await open_pool(owner_database_url, max_size=4)
+    try:
+        yield pool
+    finally:
+        # a halt a failed test leaves in force would hold every later test's INTENTs
+        async with pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') "
+                "ON CONFLICT (id) DO NOTHING"
+            )
+            await conn.execute(
+                "UPDATE sagacity_halt SET lifted_at = now(), lifted_by = 'adversary', "
+                "lift_reason = 'test ended' WHERE lifted_at IS NULL"
+            )
+            await conn.execute(_FOLD)
+        await pool.close()
+
+
+@pytest.fixture
+async def app_journal(database_url: str) -> AsyncIterator[JournalStore]:
+    """The journal over the worker's login (sagacity_app), as a worker writes it."""
+    store = await JournalStore.open(database_url, max_size=8)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def intent(journal: JournalStore, saga_id: str, tool: str = "t", seq: int = 1) -> None:
+    """Write a call's INTENT at ``seq`` (chained to the saga's row seq-1) as a worker does."""
+    await journal.append_at(
+        Draft(saga_id, tool, Phase.INTENT, "{}"),
+        seq=seq,
+        prev_hash=None,
+        exclusive=True,
+        task_queue=TQ,
+    )
+
+
+async def refused(journal: JournalStore, saga_id: str, tool: str = "t") -> bool:
+    try:
+        await intent(journal, saga_id, tool)
+    except Halted:
+        return True
+    except (SeqConflict, SeqTaken):
+        return False  # past the gate: only the seq was taken (saga "x" of an earlier case)
+    return False
+
+
+async def raw_halt(pool: Pool, scope: Any, policy: str = "keep") -> int:
+    """A halt row as the owner can write it with plain SQL, folded into the gate."""
+    async with pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            "INSERT INTO sagacity_halt (kind, scope, policy, reason, operator, halted_at) "
+            "VALUES ('halt', %s, %s, 'adversary', 'mallory', now()) RETURNING id",
+            (json.dumps(scope), policy),
+        )
+        row = await cur.fetchone()
+        await conn.execute(_FOLD)
+    assert row is not None
+    return int(row[0])
+
+
+def saga() -> str:
+    return f"adv-{uuid.uuid4().hex[:12]}"
+
+
+# ------------------------------------------------------------------------------------------------
+# The gate under concurrency
+
+
+async def test_no_intent_commits_after_the_halt_with_40_writers_in_flight(
+    owner_pool: Pool, database_url: str
+) -> None:
+    """40 connections write INTENTs as fast as they can; a halt commits in the middle. Every
+    INTENT visible after the halt has returned must already be visible right after it returned
+    (nothing commits later), and every writer is refused from then on."""
+    journal = await JournalStore.open(database_url, max_size=40)
+    tool = f"race-{uuid.uuid4().hex[:6]}"
+    stop = asyncio.Event()
+    halted_seen = [0]
+
+    async def writer() -> None:
+        while not stop.is_set():
+            try:
+                await intent(journal, saga(), tool)
+            except Halted:
+                halted_seen[0] += 1
+                await asyncio.sleep(0.01)
+
+    async def count() -> int:
+        async with owner_pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FROM side_effect_journal WHERE tool_name = %s", (tool,)
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    tasks = [asyncio.create_task(writer()) for _ in range(40)]
+    try:
+        await asyncio.sleep(1.5)
+        await HaltStore(owner_pool).halt(
+            kind="halt",
+            scope=HaltScope(tool=tool),
+            policy="keep",
+            reason="race",
+            operator="adversary",
+            signature=None,
+        )
+        at_halt = await count()
+        await asyncio.sleep(1.5)
+        stop.set()
+        await asyncio.gather(*tasks)
+        assert at_halt > 0
+        assert await count() == at_halt
+        assert halted_seen[0] > 0
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await journal.close()
+
+
+async def test_a_worker_login_cannot_hold_the_kill_switch_off(
+    owner_pool: Pool, database_url: str
+) -> None:
+    """The worker's login may lock the gate row (it needs FOR SHARE); a session of it that
+    keeps that lock (a stuck transaction, a compromised worker) must not make ``halt`` hang:
+    it must go through, or fail saying who blocks it, in bounded time."""
+    blocker = await psycopg.AsyncConnection.connect(database_url)
+    try:
+        await blocker.execute("BEGIN")
+        await blocker.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR SHARE")
+        halt = HaltStore(owner_pool).halt(
+            kind="halt",
+            scope=HaltScope(tool="never-called"),
+            policy="keep",
+            reason="blocked?",
+            operator="adversary",
+            signature=None,
+        )
+        try:
+            await asyncio.wait_for(halt, timeout=10)
+        except TimeoutError:
+            pytest.fail("`halt` hung for 10 s behind a worker session's lock on the gate")
+        except Exception:  # a clear refusal is an acceptable outcome
+            pass
+    finally:
+        await blocker.close()
+
+
+async def test_the_halt_is_not_starved_by_a_stream_of_intents(
+    owner_pool: Pool, database_url: str
+) -> None:
+    """FOR SHARE lockers do not queue behind a waiting FOR UPDATE: with enough INTENTs
+    overlapping, the halt's exclusive lock may never be granted. 30 writers on 30
+    connections; the halt must commit within 5 s."""
+    journal = await JournalStore.open(database_url, max_size=30)
+    stop = asyncio.Event()
+
+    async def writer() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Halted):
+                await intent(journal, saga(), "busy")
+
+    tasks = [asyncio.create_task(writer()) for _ in range(30)]
+    try:
+        await asyncio.sleep(1.0)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.wait_for(
+            HaltStore(owner_pool).halt(
+                kind="halt",
+                scope=HaltScope(tool="not-busy"),
+                policy="keep",
+                reason="starve?",
+                operator="adversary",
+                signature=None,
+            ),
+            timeout=30,
+        )
+        took = loop.time() - start
+        assert took < 5, f"the halt took {took:.1f}s to get the gate"
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await journal.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# The gate row and what the owner can write
+
+
+async def test_a_halt_with_the_gate_row_gone_still_halts(
+    owner_pool: Pool, app_journal: JournalStore
+) -> None:
+    """With the gate row deleted (a restore, a TRUNCATE, a hand edit), ``halt`` returns as if
+    it were in force: it must then refuse the INTENTs it covers, or refuse to be written."""
+    async with owner_pool.connection() as conn:
+        await conn.execute("DELETE FROM sagacity_halt_gate")
+    try:
+        await HaltStore(owner_pool).halt(
+            kind="halt",
+            scope=HaltScope(),
+            policy="keep",
+            reason="gate gone",
+            operator="adversary",
+            signature=None,
+        )
+    except Exception:  # refusing to write the halt is fine
+        return
+    assert await refused(app_journal, saga()), "halt in force, yet an INTENT was written"
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        {"tool": None},
+        {"task_queue": None},
+        {"sagas": None},
+        {"Tool": "t"},
+        {"sagas": "x"},
+    ],
+    ids=["tool-null", "task_queue-null", "sagas-null", "unknown-key", "sagas-string"],
+)
+async def test_what_a_halt_row_says_it_covers_is_what_the_gate_refuses(
+    owner_pool: Pool, app_journal: JournalStore, scope: dict[str, Any]
+) -> None:
+    """A halt written with plain SQL (the owner may): the scope ``sagacity halts`` shows
+    (``HaltScope.from_json``, ``covers``) and the scope the gate enforces must agree, or the
+    row must be refused."""
+    try:
+        halt_id = await raw_halt(owner_pool, scope)
+    except psycopg.Error:
+        return  # refused by the schema: fine
+    try:
+        shown = await HaltStore(owner_pool).get(halt_id)
+    except InvalidInput:
+        return  # unreadable: the next test covers what that breaks
+    assert shown is not None
+    sid = "x"
+    says = shown.scope.covers(sid, "t", TQ)
+    does = await refused(app_journal, sid, "t")
+    assert says == does, (
+        f"halt {halt_id} scope {scope}: `sagacity halts` shows {shown.scope.describe()!r} "
+        f"(covers: {says}), the gate {'refuses' if does else 'lets through'} the INTENT"
+    )
+
+
+async def test_one_malformed_halt_row_does_not_break_listing_lifting_and_compensation(
+    owner_pool: Pool,
+) -> None:
+    """``{"sagas": []}`` (or any scope HaltScope refuses) in one halt row: ``sagacity halts``,
+    ``resume`` and every compensation's ``holding`` check read every active halt through
+    HaltScope. One bad row must not stop all of them."""
+    halt_id = await raw_halt(owner_pool, {"sagas": []})
+    store = HaltStore(owner_pool)
+    failures = []
+    for what, op in (
+        ("list (sagacity halts)", lambda: store.list(active=True)),
+        ("get (sagacity resume <id>)", lambda: store.get(halt_id)),
+        ("holding (every compensation)", lambda: store.holding("any", "t", TQ)),
+    ):
+        try:
+            await op()
+        except InvalidInput as exc:
+            failures.append(f"{what}: {exc}")
+    assert not failures, failures
+
+
+# ------------------------------------------------------------------------------------------------
+# Tamper evidence
+
+
+@pytest.fixture
+def halt_service(temporal_client: Client, settings: Settings, owner_pool: Pool) -> HaltService:
+    assert settings.approver_key is not None
+    return HaltService(
+        temporal_client,
+        HaltStore(owner_pool),
+        JournalStore(owner_pool),
+        signer=Signer.open(settings.approver_key),
+        keyring=settings.load_keyring(),
+    )
+
+
+async def test_halts_shows_a_halt_in_force_only_if_the_gate_enforces_it(
+    halt_service: HaltService, owner_pool: Pool, app_journal: JournalStore, settings: Settings
+) -> None:
+    """The owner empties the gate: the halt still lists as active with good signatures
+    (``halt_problems`` finds nothing) while every INTENT goes through. What ``sagacity halts``
+    says is in force must be what the gate enforces, or it must say they differ."""
+    result = await halt_service.halt(
+        scope=HaltScope(tool="gate-tamper"),
+        policy="keep",
+        reason="tamper test",
+        operator="alice",
+        settle=timedelta(0),
+    )
+    async with owner_pool.connection() as conn:
+        await conn.execute("UPDATE sagacity_halt_gate SET halts = '[]'")
+    enforced = await refused(app_journal, saga(), "gate-tamper")
+    halt = await HaltStore(owner_pool).get(result.halt_id)
+    assert halt is not None and halt.active
+    problems = halt_problems(halt, settings.load_keyring())
+    assert enforced or problems, "listed in force, signatures ok, yet not enforced"
+
+
+async def test_editing_a_signed_halts_time_is_detected(
+    halt_service: HaltService, owner_pool: Pool, settings: Settings
+) -> None:
+    """``halted_at`` (and ``lifted_at``) are what an auditor compares journals with; the
+    signature covers kind, scope, policy, operator and reason but neither time."""
+    result = await halt_service.halt(
+        scope=HaltScope(tool="time-tamper"),
+        policy="keep",
+        reason="time test",
+        operator="alice",
+        settle=timedelta(0),
+    )
+    await halt_service.resume(result.halt_id, by="alice", reason="done")
+    async with owner_pool.connection() as conn:
+        await conn.execute(
+            "UPDATE sagacity_halt SET halted_at = halted_at + interval '1 hour', "
+            "lifted_at = lifted_at + interval '2 hours' WHERE id = %s",
+            (result.halt_id,),
+        )
+    halt = await HaltStore(owner_pool).get(result.halt_id)
+    assert halt is not None
+    assert halt_problems(halt, settings.load_keyring()), "moved halt times went unnoticed"
+
+
+async def test_a_signed_halt_copied_to_a_new_row_is_detected(
+    halt_service: HaltService, owner_pool: Pool, settings: Settings
+) -> None:
+    """A halt's statement is signed with seq 0, so its signature fits any row with the same
+    kind, scope, policy, operator and reason: the owner can mint a 'signed by alice' halt."""
+    result = await halt_service.halt(
+        scope=HaltScope(tool="replay"),
+        policy="keep",
+        reason="replay test",
+        operator="alice",
+        settle=timedelta(0),
+    )
+    async with owner_pool.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO sagacity_halt (kind, scope, policy, reason, operator, halted_at, "
+            "signature) SELECT kind, scope, policy, reason, operator, now() + interval '1 day', "
+            "signature FROM sagacity_halt WHERE id = %s RETURNING id",
+            (result.halt_id,),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    copy = await HaltStore(owner_pool).get(int(row[0]))
+    assert copy is not None
+    assert halt_problems(copy, settings.load_keyring()), "a copied signature verifies"
+
+
+# ------------------------------------------------------------------------------------------------
+# A call that does start after the halt
+
+
+CALLS: list[str] = []
+
+
+@compensable(by="adv_unfetch", idempotent=True)
+async def adv_fetch(key: str, owner_url: str) -> str:
+    """Idempotent. Its first call halts every call of itself (as an operator would, right
+    then), and fails as a flaky network does; Temporal retries it."""
+    CALLS.append(key)
+    if len(CALLS) == 1:
+        pool = await open_pool(owner_url, max_size=1)
+        try:
+            await HaltStore(pool).halt(
+                kind="halt",
+                scope=HaltScope(tool="adv_fetch"),
+                policy="keep",
+                reason="fetch misbehaves",
+                operator="adversary",
+                signature=None,
+            )
+        finally:
+            await pool.close()
+        raise ConnectionError("upstream reset")
+    return key
+
+
+def adv_unfetch(ctx: Any) -> None:
+    CALLS.append(f"undo {ctx.input['key']}")
+
+
+async def test_an_idempotent_tool_is_not_called_again_after_a_halt_covering_it(
+    temporal_client: Client,
+    task_queue: str,
+    app_journal: JournalStore,
+    owner_pool: Pool,
+    owner_database_url: str,
+    redactor: Redactor,
+    database_url: str,
+) -> None:
+    """A halt commits while an idempotent call is between attempts. The retry finds its
+    INTENT already written and runs the tool again (``_resume`` → ``_run``): a tool call
+    that starts after the halt that covers it, which the README says cannot happen."""
+    CALLS.clear()
+    pool = await open_pool(database_url, max_size=4)
+    plugin = SagacityPlugin(
+        journal=JournalStore(pool),
+        approvals=ApprovalStore(pool),
+        tools=[adv_fetch],
+        redactor=redactor,
+    )
+    sid = saga()
+    try:
+        async with Worker(
+            temporal_client,
+            task_queue=task_queue,
+            plugins=[plugin],
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        ):
+            handle = await temporal_client.start_workflow(
+                WORKFLOW_NAME,
+                SagaSpec(
+                    steps=[
+                        Step(tool="adv_fetch", args={"key": "k", "owner_url": owner_database_url})
+                    ]
+                ),
+                id=sid,
+                task_queue=task_queue,
+                result_type=SagaResult,
+            )
+            # attempt 1 halts and fails; attempt 2 starts ~1 s later
+            await asyncio.sleep(6)
+            calls = list(CALLS)
+            with contextlib.suppress(Exception):
+                await handle.terminate("test over")
+    finally:
+        await pool.close()
+    assert calls == ["k"], f"the tool was called after the halt covering it: {calls}"
+
+
+__all__ = ["SagaState"]
