@@ -59,12 +59,10 @@ async def main(admin_url: str, writers: int, seconds: float) -> None:
         owner_pool = await open_pool(owner, max_size=2)
         try:
             out: dict[str, object] = {"writers": writers, "seconds": seconds}
-            out["unguarded_per_s"] = round(await _rate(journal, writers, seconds, False))
-            out["guarded_per_s"] = round(await _rate(journal, writers, seconds, True))
-            out["guarded_over_unguarded"] = round(
-                float(out["guarded_per_s"]) / max(float(out["unguarded_per_s"]), 1),
-                3,  # type: ignore[arg-type]
-            )
+            unguarded = await _rate(journal, writers, seconds, False)
+            guarded = await _rate(journal, writers, seconds, True)
+            out["unguarded_per_s"], out["guarded_per_s"] = round(unguarded), round(guarded)
+            out["guarded_over_unguarded"] = round(guarded / max(unguarded, 1.0), 3)
             # a halt while guarded writers run
             load = asyncio.create_task(_rate(journal, writers, seconds, True))
             await asyncio.sleep(seconds / 3)
