@@ -480,3 +480,33 @@ async def test_an_idempotent_tool_is_not_called_again_after_a_halt_covering_it(
 
 
 __all__ = ["SagaState"]
+
+
+async def test_halt_search_reaches_a_running_saga_that_has_not_written_yet(
+    halt_service: HaltService, temporal_client: Client
+) -> None:
+    """``sagacity halt --search Q`` halts the sagas Q finds *now*, mapped through the journal's
+    owner table: a running saga whose workflow has not claimed its journal yet (its first
+    task still queued, as under the load an operator halts for) is dropped from the scope, and
+    its calls then run after the halt."""
+    sid = saga()
+    idle_queue = f"adv-no-worker-{uuid.uuid4().hex[:8]}"  # no worker: it stays unclaimed
+    handle = await temporal_client.start_workflow(
+        WORKFLOW_NAME,
+        SagaSpec(steps=[Step(tool="anything", args={})]),
+        id=sid,
+        task_queue=idle_queue,
+        result_type=SagaResult,
+    )
+    try:
+        query = f'WorkflowId="{sid}" AND ExecutionStatus="Running"'
+        for _ in range(50):  # visibility is eventually consistent
+            if [w async for w in temporal_client.list_workflows(query)]:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.skip("visibility never listed the workflow")
+        found = await halt_service.reached_by_query(query)
+        assert [s for s, _ in found] == [sid], f"the search found {sid} running, halts {found}"
+    finally:
+        await handle.terminate("test over")
