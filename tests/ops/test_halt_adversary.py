@@ -310,6 +310,39 @@ async def test_one_malformed_halt_row_does_not_break_listing_lifting_and_compens
     assert not failures, failures
 
 
+async def test_no_intent_follows_a_halt_whatever_path_writes_it(
+    owner_pool: Pool, app_journal: JournalStore
+) -> None:
+    """The README: "a worker that never heard of the halt still obeys, and no INTENT follows
+    the halt in any journal". The gate is only in the statement ``append_at(task_queue=…)``
+    sends: the public ``JournalStore.append``, ``append_at`` without a task queue (the
+    ``append`` activity's path) and a worker of an earlier release (its INSERT has no gate)
+    all write INTENTs under a halt of everything; the database does not refuse them."""
+    await HaltStore(owner_pool).halt(
+        kind="halt",
+        scope=HaltScope(),
+        policy="keep",
+        reason="everything",
+        operator="adversary",
+        signature=None,
+    )
+    written = []
+    sid = saga()
+    for how, write in (
+        ("JournalStore.append", lambda: app_journal.append(Draft(sid, "t", Phase.INTENT, "{}"))),
+        (
+            "append_at without task_queue",
+            lambda: app_journal.append_at(Draft(sid, "t", Phase.INTENT, "{}"), seq=2),
+        ),
+    ):
+        try:
+            await write()
+            written.append(how)
+        except Halted:
+            pass
+    assert not written, f"INTENTs written under a halt of everything by: {written}"
+
+
 # ------------------------------------------------------------------------------------------------
 # Tamper evidence
 
