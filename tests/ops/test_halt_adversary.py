@@ -261,7 +261,7 @@ async def test_a_halt_with_the_gate_row_gone_still_halts(
         {"task_queue": None},
         {"sagas": None},
         {"Tool": "t"},
-        {"sagas": "x"},
+        {"sagas": "xy"},
     ],
     ids=["tool-null", "task_queue-null", "sagas-null", "unknown-key", "sagas-string"],
 )
@@ -280,7 +280,7 @@ async def test_what_a_halt_row_says_it_covers_is_what_the_gate_refuses(
     except InvalidInput:
         return  # unreadable: the next test covers what that breaks
     assert shown is not None
-    sid = "x"
+    sid = "xy"
     says = shown.scope.covers(sid, "t", TQ)
     does = await refused(app_journal, sid, "t")
     assert says == does, (
