@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -27,13 +27,14 @@ from sagacity.approvals.halts import HaltService, halt_problems
 from sagacity.errors import Halted, InvalidInput, SeqConflict, SeqTaken
 from sagacity.evidence.decisions import Signer
 from sagacity.evidence.redaction import Redactor
-from sagacity.journal import Draft, Phase
+from sagacity.journal import Draft, Entry, Phase
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
 from sagacity.store.halts import _FOLD, HaltScope, HaltStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import WORKFLOW_NAME
+from tests.ops.conftest import Cli
 
 TQ = "adv-tq"
 
@@ -328,13 +329,14 @@ async def test_no_intent_follows_a_halt_whatever_path_writes_it(
     )
     written = []
     sid = saga()
-    for how, write in (
+    writes: list[tuple[str, Callable[[], Awaitable[Entry]]]] = [
         ("JournalStore.append", lambda: app_journal.append(Draft(sid, "t", Phase.INTENT, "{}"))),
         (
             "append_at without task_queue",
             lambda: app_journal.append_at(Draft(sid, "t", Phase.INTENT, "{}"), seq=2),
         ),
-    ):
+    ]
+    for how, write in writes:
         try:
             await write()
             written.append(how)
@@ -613,3 +615,53 @@ async def test_a_tool_cannot_forge_an_operators_halt(
     assert "alice" not in said and "halted" not in said, (
         f"no halt exists, yet the saga ended {result.status.value}: {said!r}; tool calls {FORGED}"
     )
+
+
+async def halts_listed(sagacity: Cli, settings: Settings, owner_url: str) -> dict[int, Any]:
+    """``sagacity halts --all --json`` as an operator runs it, by halt id."""
+    assert settings.approver_key is not None and settings.keyring is not None
+    out = await sagacity(
+        "halts",
+        "--all",
+        "--json",
+        extra_env={
+            "SAGACITY_OWNER_DATABASE_URL": owner_url,
+            "SAGACITY_APPROVER_KEY": str(settings.approver_key),
+            "SAGACITY_KEYRING": str(settings.keyring),
+        },
+    )
+    assert out.code == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    return {int(row["id"]): row for row in json.loads(out.stdout)}
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("report", {"live": []}), ("signature", {"key": "x"}), ("report", None)],
+    ids=["report-garbled", "signature-garbled", "report-removed"],
+)
+async def test_halts_survives_and_flags_an_edited_or_removed_report(
+    halt_service: HaltService,
+    owner_pool: Pool,
+    sagacity: Cli,
+    settings: Settings,
+    owner_database_url: str,
+    column: str,
+    value: Any,
+) -> None:
+    """The owner edits a signed halt's report or signature into JSON that is none, or removes
+    the report. ``sagacity halts`` must still list it (no traceback) and flag it: a signed
+    halt's report was taken and signed, so a missing one is a change too."""
+    result = await halt_service.halt(
+        scope=HaltScope(tool=f"tamper-{column}"),
+        policy="keep",
+        reason="report test",
+        operator="alice",
+        settle=timedelta(0),
+    )
+    async with owner_pool.connection() as conn:
+        await conn.execute(
+            f"UPDATE sagacity_halt SET {column} = %s WHERE id = %s",
+            (None if value is None else json.dumps(value), result.halt_id),
+        )
+    listed = await halts_listed(sagacity, settings, owner_database_url)
+    assert listed[result.halt_id]["problems"], f"{column} edited, not flagged"
