@@ -24,7 +24,7 @@ from temporalio.worker import Worker
 
 from sagacity import compensable
 from sagacity.approvals.halts import HaltService, halt_problems
-from sagacity.errors import Halted, InvalidInput, SeqConflict, SeqTaken
+from sagacity.errors import Halted, InvalidInput, NoEffect, SeqConflict, SeqTaken
 from sagacity.evidence.decisions import Signer
 from sagacity.evidence.redaction import Redactor
 from sagacity.journal import Draft, Entry, Phase
@@ -665,3 +665,86 @@ async def test_halts_survives_and_flags_an_edited_or_removed_report(
         )
     listed = await halts_listed(sagacity, settings, owner_database_url)
     assert listed[result.halt_id]["problems"], f"{column} edited, not flagged"
+
+
+UNDOING: list[str] = []
+
+
+@compensable(by="adv_slow_undo")
+def adv_put(key: str) -> str:
+    return key
+
+
+async def adv_slow_undo(ctx: Any) -> None:
+    UNDOING.append(f"start {ctx.input['key']}")
+    await asyncio.sleep(4)
+    UNDOING.append(f"done {ctx.input['key']}")
+
+
+@compensable(by="adv_slow_undo")
+def adv_refuse(key: str) -> None:
+    raise NoEffect("refused upstream")
+
+
+async def test_a_keep_halt_report_counts_compensations_already_running(
+    temporal_client: Client,
+    task_queue: str,
+    halt_service: HaltService,
+    owner_pool: Pool,
+    redactor: Redactor,
+    database_url: str,
+) -> None:
+    """``--policy keep`` "freezes everything, compensations included", and the signed report
+    is taken "once the calls already running have finished". A compensation already running
+    when the halt commits is neither waited for nor reported: it finishes after the halt,
+    and the report calls live an effect that is being undone (and then is gone)."""
+    UNDOING.clear()
+    pool = await open_pool(database_url, max_size=4)
+    plugin = SagacityPlugin(
+        journal=JournalStore(pool),
+        approvals=ApprovalStore(pool),
+        tools=[adv_put, adv_refuse],
+        redactor=redactor,
+    )
+    sid = saga()
+    try:
+        async with Worker(
+            temporal_client,
+            task_queue=task_queue,
+            plugins=[plugin],
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        ):
+            handle = await temporal_client.start_workflow(
+                WORKFLOW_NAME,
+                SagaSpec(
+                    steps=[
+                        Step(tool="adv_put", args={"key": "a"}),
+                        Step(tool="adv_refuse", args={"key": "b"}),
+                    ]
+                ),
+                id=sid,
+                task_queue=task_queue,
+                result_type=SagaResult,
+            )
+            for _ in range(100):
+                if UNDOING:
+                    break
+                await asyncio.sleep(0.1)
+            assert UNDOING == ["start a"]
+            result = await halt_service.halt(
+                scope=HaltScope(sagas=(sid,)),
+                policy="keep",
+                reason="freeze it",
+                operator="alice",
+                settle=timedelta(seconds=1),
+            )
+            reported = [(e.tool, e.state) for e in result.report.live]
+            ended = await asyncio.wait_for(handle.result(), timeout=30)
+    finally:
+        await pool.close()
+    rows = [(r.tool_name, r.phase.value) for r in await JournalStore(owner_pool).read(sid)]
+    compensated_after_halt = ("adv_put", "COMPENSATED") in rows
+    assert not (compensated_after_halt and reported == [("adv_put", "executed")]), (
+        f"keep halt reported {reported} live, then the compensation finished: {UNDOING}, "
+        f"saga {ended.status.value}, journal {rows}"
+    )
