@@ -748,3 +748,28 @@ async def test_a_keep_halt_report_counts_compensations_already_running(
         f"keep halt reported {reported} live, then the compensation finished: {UNDOING}, "
         f"saga {ended.status.value}, journal {rows}"
     )
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE sagacity_halt_gate SET halts = '[]'",
+        "DELETE FROM sagacity_halt_gate",
+        "TRUNCATE sagacity_halt_gate",
+        "INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) "
+        "DO UPDATE SET halts = '[]'",
+        "UPDATE sagacity_halt SET lifted_at = now()",
+        "INSERT INTO sagacity_halt (kind, scope, policy, reason, operator, halted_at) "
+        "VALUES ('halt', '{}', 'keep', 'r', 'o', now())",
+        "DELETE FROM sagacity_halt",
+        "ALTER TABLE sagacity_halt_gate DISABLE ROW LEVEL SECURITY",
+        "CREATE TRIGGER t BEFORE INSERT ON side_effect_journal FOR EACH ROW "
+        "EXECUTE FUNCTION suppress_redundant_updates_trigger()",
+    ],
+)
+async def test_the_worker_login_cannot_open_the_gate(database_url: str, statement: str) -> None:
+    """What sagacity_app may do to halts: read them, lock the gate row. Nothing that lifts a
+    halt or empties the gate."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await conn.execute(statement)
