@@ -773,3 +773,48 @@ async def test_the_worker_login_cannot_open_the_gate(database_url: str, statemen
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             await conn.execute(statement)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--tool", "a\x00b"],
+        ["--tool", "x" * 100_000],
+        ["--saga", ""],
+        ["--saga", "\udcff"],
+        ["--task-queue", 'a"b'],
+        ["--search", "WorkflowId = (((("],
+        ["--policy", "KEEP"],
+        ["--settle", "nan"],
+        ["--settle", "inf"],
+        ["--settle", "1e300"],
+        ["--as", "\u202e"],
+    ],
+    ids=lambda a: f"{a[0]}={a[1][:12]!r}",
+)
+async def test_bad_halt_flags_write_nothing_and_exit_2(
+    sagacity: Cli,
+    settings: Settings,
+    owner_database_url: str,
+    owner_pool: Pool,
+    args: list[str],
+) -> None:
+    assert settings.approver_key is not None and settings.keyring is not None
+    before = len(await HaltStore(owner_pool).list(limit=10_000))
+    out = await sagacity(
+        "halt",
+        "--reason",
+        "bad input",
+        *args,
+        extra_env={
+            "SAGACITY_OWNER_DATABASE_URL": owner_database_url,
+            "SAGACITY_APPROVER_KEY": str(settings.approver_key),
+            "SAGACITY_KEYRING": str(settings.keyring),
+        },
+    )
+    after = len(await HaltStore(owner_pool).list(limit=10_000))
+    assert (out.code, "Traceback" in out.stderr, after - before) == (2, False, 0), (
+        out.code,
+        out.stdout[-500:],
+        out.stderr[-1500:],
+    )
