@@ -164,6 +164,41 @@ async def test_no_intent_commits_after_the_halt_with_40_writers_in_flight(
         await journal.close()
 
 
+async def test_intents_queued_behind_a_slow_halt_see_it_when_it_commits(
+    owner_pool: Pool, database_url: str
+) -> None:
+    """The halt's transaction (HaltStore.halt's statements) held open for 1.5 s, so that 30
+    INTENTs queue on the gate row with snapshots older than the halt: READ COMMITTED must
+    re-read the row they waited for, and refuse every one of them."""
+    journal = await JournalStore.open(database_url, max_size=30)
+    tool = f"queued-{uuid.uuid4().hex[:6]}"
+    outcomes: list[str] = []
+    try:
+        async with owner_pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+            await conn.execute(
+                "INSERT INTO sagacity_halt (kind, scope, policy, reason, operator, halted_at) "
+                "VALUES ('halt', %s, 'keep', 'slow', 'adversary', now())",
+                (json.dumps({"tool": tool}),),
+            )
+            await conn.execute(_FOLD)
+
+            async def one() -> None:
+                try:
+                    await intent(journal, saga(), tool)
+                    outcomes.append("written")
+                except Halted:
+                    outcomes.append("refused")
+
+            writers = [asyncio.create_task(one()) for _ in range(30)]
+            await asyncio.sleep(1.5)
+            assert not outcomes, "INTENTs did not wait for the gate row"
+        await asyncio.wait_for(asyncio.gather(*writers), timeout=30)
+        assert outcomes == ["refused"] * 30, outcomes
+    finally:
+        await journal.close()
+
+
 async def test_a_worker_login_cannot_hold_the_kill_switch_off(
     owner_pool: Pool, database_url: str
 ) -> None:
