@@ -554,7 +554,7 @@ __all__ = ["SagaState"]
 
 
 async def test_halt_search_reaches_a_running_saga_that_has_not_written_yet(
-    halt_service: HaltService, temporal_client: Client
+    halt_service: HaltService, temporal_client: Client, owner_pool: Pool
 ) -> None:
     """``sagacity halt --search Q`` halts the sagas Q finds *now*, mapped through the journal's
     owner table: a running saga whose workflow has not claimed its journal yet (its first
@@ -852,4 +852,36 @@ async def test_bad_halt_flags_write_nothing_and_exit_2(
         out.code,
         out.stdout[-500:],
         out.stderr[-1500:],
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--tool", "Create_Order"], ["--tool", "create_order "], ["--task-queue", "orderz"]],
+    ids=["tool-case", "tool-trailing-space", "task-queue-typo"],
+)
+async def test_a_halt_that_can_match_nothing_says_so(
+    sagacity: Cli, settings: Settings, owner_database_url: str, owner_pool: Pool, args: list[str]
+) -> None:
+    """The gate matches names byte for byte. An operator who types the tool or task queue
+    slightly wrong in an emergency gets "halt N in force" and a clean report, while every
+    call goes on. A name no journal and no worker has ever used deserves a warning (or a
+    refusal), not silence."""
+    assert settings.approver_key is not None and settings.keyring is not None
+    out = await sagacity(
+        "halt",
+        "--reason",
+        "typo",
+        "--settle",
+        "0",
+        *args,
+        extra_env={
+            "SAGACITY_OWNER_DATABASE_URL": owner_database_url,
+            "SAGACITY_APPROVER_KEY": str(settings.approver_key),
+            "SAGACITY_KEYRING": str(settings.keyring),
+        },
+    )
+    said = (out.stdout + out.stderr).lower()
+    assert out.code != 0 or any(w in said for w in ("unknown", "no such", "never", "warning")), (
+        f"exit {out.code}, silent about {args}: {out.stdout}"
     )
