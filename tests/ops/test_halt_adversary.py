@@ -885,3 +885,64 @@ async def test_a_halt_that_can_match_nothing_says_so(
     assert out.code != 0 or any(w in said for w in ("unknown", "no such", "never", "warning")), (
         f"exit {out.code}, silent about {args}: {out.stdout}"
     )
+
+
+async def test_a_long_quarantine_fits_in_one_workflow_history(
+    temporal_client: Client,
+    task_queue: str,
+    owner_pool: Pool,
+    redactor: Redactor,
+    database_url: str,
+) -> None:
+    """A held saga looks again every 30 s, doubling to every 10 min, and never continues as
+    new while held (only between calls). Each look is an activity attempt and a timer in
+    history. Measured here with resume signals (each one a look; its signal event is not
+    counted), extrapolated to a 60-day quarantine "for investigation": it must stay under
+    Temporal's 51,200-event limit, past which the server terminates the saga with its effects
+    live (or the held loop must continue as new, as the saga does between calls)."""
+    pool = await open_pool(database_url, max_size=4)
+    plugin = SagacityPlugin(
+        journal=JournalStore(pool),
+        approvals=ApprovalStore(pool),
+        tools=[adv_put],
+        redactor=redactor,
+    )
+    sid = saga()
+    await HaltStore(owner_pool).halt(
+        kind="quarantine",
+        scope=HaltScope(sagas=(sid,)),
+        policy="keep",
+        reason="investigating",
+        operator="adversary",
+        signature=None,
+    )
+    try:
+        async with Worker(
+            temporal_client,
+            task_queue=task_queue,
+            plugins=[plugin],
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        ):
+            handle = await temporal_client.start_workflow(
+                WORKFLOW_NAME,
+                SagaSpec(steps=[Step(tool="adv_put", args={"key": "q"})]),
+                id=sid,
+                task_queue=task_queue,
+                result_type=SagaResult,
+            )
+
+            async def length() -> int:
+                return len((await handle.fetch_history()).events)
+
+            await asyncio.sleep(3)
+            before = await length()
+            looks = 10
+            for _ in range(looks):
+                await handle.signal("resume", {"halt_id": 1, "operator": "bob"})
+                await asyncio.sleep(0.7)
+            per_look = (await length() - before) / looks - 1  # the signal's own event
+            await handle.terminate("test over")
+    finally:
+        await pool.close()
+    days = 51_200 / (per_look * 24 * 6)  # looks at the 10-minute cap
+    assert days > 60, f"{per_look:.1f} events per look: the history limit after {days:.0f} days"
