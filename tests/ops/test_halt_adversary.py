@@ -14,7 +14,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import pytest
@@ -946,3 +946,40 @@ async def test_a_long_quarantine_fits_in_one_workflow_history(
         await pool.close()
     days = 51_200 / (per_look * 24 * 6)  # looks at the 10-minute cap
     assert days > 60, f"{per_look:.1f} events per look: the history limit after {days:.0f} days"
+
+
+async def test_overlapping_halts_lift_one_at_a_time(
+    owner_pool: Pool, app_journal: JournalStore
+) -> None:
+    """A halt of everything, a halt of tool t and two quarantines of saga s: lifting them one
+    by one opens exactly what the remaining ones no longer cover."""
+    store = HaltStore(owner_pool)
+    s = saga()
+
+    async def put(kind: Literal["halt", "quarantine"], scope: HaltScope) -> int:
+        halt = await store.halt(
+            kind=kind, scope=scope, policy="keep", reason="r", operator="o", signature=None
+        )
+        return halt.id
+
+    everything = await put("halt", HaltScope())
+    tool_t = await put("halt", HaltScope(tool="t"))
+    q1 = await put("quarantine", HaltScope(sagas=(s,)))
+    q2 = await put("quarantine", HaltScope(sagas=(s,)))
+
+    async def state() -> tuple[bool, bool, bool]:
+        return (
+            await refused(app_journal, saga(), "u"),
+            await refused(app_journal, saga(), "t"),
+            await refused(app_journal, s, "u"),
+        )
+
+    assert await state() == (True, True, True)
+    await store.lift(everything, by="o", reason="r", signature=None)
+    assert await state() == (False, True, True)
+    await store.lift(q1, by="o", reason="r", signature=None)
+    assert await state() == (False, True, True)
+    await store.lift(tool_t, by="o", reason="r", signature=None)
+    assert await state() == (False, False, True)
+    await store.lift(q2, by="o", reason="r", signature=None)
+    assert await state() == (False, False, False)
