@@ -334,15 +334,21 @@ async def test_one_malformed_halt_row_does_not_break_listing_lifting_and_compens
     halt_id = await raw_halt(owner_pool, {"sagas": []})
     store = HaltStore(owner_pool)
     failures = []
-    for what, op in (
-        ("list (sagacity halts)", lambda: store.list(active=True)),
-        ("get (sagacity resume <id>)", lambda: store.get(halt_id)),
-        ("holding (every compensation)", lambda: store.holding("any", "t", TQ)),
-    ):
-        try:
-            await op()
-        except InvalidInput as exc:
-            failures.append(f"{what}: {exc}")
+    try:
+        for what, op in (
+            ("list (sagacity halts)", lambda: store.list(active=True)),
+            ("get (sagacity resume <id>)", lambda: store.get(halt_id)),
+            ("holding (every compensation)", lambda: store.holding("any", "t", TQ)),
+        ):
+            try:
+                await op()
+            except InvalidInput as exc:
+                failures.append(f"{what}: {exc}")
+    finally:
+        # lifted, the row would still break `sagacity halts --all` in every later test
+        async with owner_pool.connection() as conn:
+            await conn.execute("DELETE FROM sagacity_halt WHERE id = %s", (halt_id,))
+            await conn.execute(_FOLD)
     assert not failures, failures
 
 
