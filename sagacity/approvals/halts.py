@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -321,8 +321,13 @@ def halt_problems(halt: Halt, keyring: Keyring | None) -> list[str]:
                 halt.lift_signature,
             )
         )
+    report: HaltReport | None = None
     if halt.report is not None:
-        report = HaltReport.model_validate(halt.report)
+        try:
+            report = HaltReport.model_validate(halt.report)
+        except ValidationError:
+            problems.append("its report: not a halt report (changed after it was signed)")
+    if report is not None:
         checks.append(
             (
                 "its report",
@@ -337,7 +342,11 @@ def halt_problems(halt: Halt, keyring: Keyring | None) -> list[str]:
             )
         )
     for what, statement, raw in checks:
-        signature = Signature.model_validate(raw) if raw is not None else None
+        try:
+            signature = Signature.model_validate(raw) if raw is not None else None
+        except ValidationError:
+            problems.append(f"{what}: its signature is not a signature (changed after signing)")
+            continue
         why = keyring.refusal(statement, signature)
         if why is not None:
             problems.append(f"{what}: {why}")

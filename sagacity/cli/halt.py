@@ -110,7 +110,10 @@ def halt(
     settle: Annotated[
         float,
         typer.Option(
-            "--settle", min=0, help="Seconds running calls get to finish before the report."
+            "--settle",
+            min=0,
+            max=3600,
+            help="Seconds running calls get to finish before the report (an hour at most).",
         ),
     ] = 10.0,
     as_json: AsJson = False,

@@ -34,14 +34,22 @@ _COLUMNS = (
     "lifted_at, lifted_by, lift_reason, lift_signature"
 )
 
-# The active halts, as the INTENT insert matches them (schema 0007).
+# The active halts, as the INTENT insert matches them (schema 0007). A key whose value is JSON
+# null narrows nothing, as HaltScope.from_json reads it (the gate would otherwise match no call).
 _FOLD = """
 UPDATE sagacity_halt_gate SET halts = COALESCE((
-    SELECT jsonb_agg(scope || jsonb_build_object(
+    SELECT jsonb_agg(jsonb_strip_nulls(scope) || jsonb_build_object(
         'id', id, 'compensations', policy = 'compensate') ORDER BY id)
     FROM sagacity_halt WHERE lifted_at IS NULL), '[]')
 WHERE id = 1
 """
+
+# The gate row, locked, recreated first if it is gone: without it the INTENT check finds no
+# row and refuses nothing, so a halt written then would be in force in name only.
+_LOCK_GATE = (
+    "INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING",
+    "SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE",
+)
 
 
 class HaltNotFound(InvalidInput, LookupError):
@@ -164,7 +172,8 @@ class HaltStore:
             raise InvalidInput("a quarantine names exactly one saga")
         with _writing("record a halt"):
             async with self._pool.connection() as conn, conn.transaction():
-                await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+                for statement in _LOCK_GATE:
+                    await conn.execute(statement)
                 cur = await conn.execute(
                     f"""
                     INSERT INTO sagacity_halt
@@ -192,7 +201,8 @@ class HaltStore:
         """Lift an active halt (:class:`HaltNotFound` if there is none with that id)."""
         with _writing(f"lift halt {halt_id}"):
             async with self._pool.connection() as conn, conn.transaction():
-                await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+                for statement in _LOCK_GATE:
+                    await conn.execute(statement)
                 cur = await conn.execute(
                     f"""
                     UPDATE sagacity_halt SET lifted_at = clock_timestamp() AT TIME ZONE 'UTC',

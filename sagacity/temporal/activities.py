@@ -161,6 +161,16 @@ async def _heartbeating() -> AsyncIterator[_Heartbeat]:
 
 
 #: errors no retry can fix: the activity fails at once, typed, and the workflow decides
+#: the error types a saga takes for Sagacity's own verdicts (``saga.py``: a halt's refusal, a
+#: SUSPECT call, a journal ahead of it); a tool's or a compensation's error never leaves the
+#: activity under one of them, or a tool could hold its saga, or abort it in an operator's name
+_RESERVED_TYPES = frozenset({"Halted", "SuspectCall", "JournalAhead", "SeqConflict", "SeqTaken"})
+
+
+def _tool_type(kind: str) -> str:
+    return f"Tool{kind}" if kind in _RESERVED_TYPES else kind
+
+
 _FINAL = (InvalidEntry, SeqConflict, SagaIdTaken, UnknownTool, ToolArgumentsInvalid, SuspectCall)
 
 
@@ -662,18 +672,19 @@ class SagaActivities:
 
     def _scrubbed(self, tool_name: str, exc: Exception) -> ApplicationError:
         """``exc`` as it may leave the activity for Temporal's history and logs: its text
-        scrubbed, its type and retryability kept, its chain (unscrubbed text) dropped."""
+        scrubbed, its type (unless Sagacity's own, see ``_RESERVED_TYPES``) and retryability
+        kept, its chain (unscrubbed text) dropped."""
         message = self.redactor.scrub(tool_name, str(exc) or type(exc).__name__)
         if isinstance(exc, ApplicationError):
             return ApplicationError(
                 message,
                 *self.redactor.scrub_value(tool_name, exc.details),
-                type=exc.type or type(exc).__name__,
+                type=_tool_type(exc.type or type(exc).__name__),
                 non_retryable=exc.non_retryable,
                 next_retry_delay=exc.next_retry_delay,
             )
         return ApplicationError(
-            message, type=type(exc).__name__, non_retryable=isinstance(exc, _FINAL)
+            message, type=_tool_type(type(exc).__name__), non_retryable=isinstance(exc, _FINAL)
         )
 
     async def _invoke(self, req: CallRequest, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
