@@ -36,7 +36,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
 
-from sagacity.approvals.halts import HaltService, halt_problems
+from sagacity.approvals.halts import HaltService
 from sagacity.approvals.service import MAX_PAGE, ApprovalService, inbox_filter
 from sagacity.approvals.suspects import SagaView
 from sagacity.errors import (
@@ -122,7 +122,7 @@ class WebConsole:
     #: who may halt and resume here (None: every principal who signs in)
     operators: Sequence[str] | None = None
     #: what the Operations page certifies: sagas active this recently
-    certify_window: timedelta = timedelta(hours=24)
+    certify_window: timedelta = timedelta(hours=1)
 
 
 def console_router(console: WebConsole) -> APIRouter:
@@ -328,10 +328,9 @@ def console_router(console: WebConsole) -> APIRouter:
     async def operations(
         request: Request, *, done: str = "", error: str = "", status: int = 200
     ) -> HTMLResponse:
-        halts: list[Halt] = []
+        halts: list[tuple[Halt, list[str]]] = []
         if console.halts is not None:
             halts = await console.halts.listing(active=False)
-        keyring = console.halts.keyring if console.halts else None
         findings = [
             f
             async for cert in certify(
@@ -347,8 +346,8 @@ def console_router(console: WebConsole) -> APIRouter:
             request,
             "operations.html",
             status,
-            active=[(h, halt_problems(h, keyring)) for h in halts if h.active],
-            lifted=[h for h in halts if not h.active][:20],
+            active=[(h, problems) for h, problems in halts if h.active],
+            lifted=[h for h, _ in halts if not h.active][:20],
             findings=findings,
             window=console.certify_window,
             may_operate=_may_operate(console, request.state.principal),

@@ -77,6 +77,8 @@ class HaltResult(BaseModel):
     signed: bool
     signalled: list[str]
     report: HaltReport
+    #: a scope that may match nothing (a misspelt tool or task queue): the halt is in force
+    warnings: list[str] = Field(default_factory=list)
 
 
 class HaltService:
@@ -133,14 +135,28 @@ class HaltService:
             halt_id=halt.id, kind=kind, policy=policy, reason=reason, operator=operator
         )
         # a tool-wide halt holds sagas at that tool only: it aborts none of the others
-        told = [] if scope.tool is not None else await self._signal(sagas, "halt", notice)
-        report = await self._report(halt, [s for s, _ in sagas], settle)
+        tell = scope.tool is None
+        told = await self._signal(sagas, "halt", notice) if tell else []
+        await self._settle([s for s, _ in sagas], scope.tool, settle)
+        if scope.sagas is None:
+            # visibility trails a saga that has just started: look again once calls settled
+            later = [s for s in await self.reached(scope) if s not in sagas]
+            sagas += later
+            if tell and later:
+                told = sorted([*told, *await self._signal(later, "halt", notice)])
+        report = await self._report(halt, [s for s, _ in sagas])
+        warnings = []
+        if scope.task_queue is not None and not sagas:
+            warnings.append(f"no running saga is on task queue {scope.task_queue!r}: misspelt?")
+        if scope.tool is not None and await self._journal.names_tool(scope.tool) is False:
+            warnings.append(f"no journal row names tool {scope.tool!r}: misspelt?")
         return HaltResult(
             halt_id=halt.id,
             halted_at=halt.halted_at,
             signed=signature is not None,
             signalled=told,
             report=report,
+            warnings=warnings,
         )
 
     async def resume(self, halt_id: int, *, by: str, reason: str) -> tuple[Halt, list[str]]:
@@ -187,15 +203,24 @@ class HaltService:
             raise InvalidInput(
                 f"the visibility query {query!r} was refused: {err.message}"
             ) from None
-        return await self._journal.owners(workflow_ids=found)
+        owned = await self._journal.owners(workflow_ids=found)
+        # a saga whose first task has not run yet has no journal: it runs under its own id
+        claimed = {w for _, w in owned}
+        return sorted([*owned, *((w, w) for w in found if w not in claimed)])
 
     async def active(self) -> list[Halt]:
         """The halts in force, newest first."""
         return await self._halts.list(active=True)
 
-    async def listing(self, *, active: bool) -> list[Halt]:
-        """Halts, newest first; only those in force with ``active``."""
-        return await self._halts.list(active=active)
+    async def listing(self, *, active: bool) -> list[tuple[Halt, list[str]]]:
+        """Halts, newest first (only those in force with ``active``), each with what does not
+        hold about it (:func:`halt_problems`)."""
+        found = await self._halts.list(active=active)
+        enforced = await self._halts.enforced()
+        everything = found if not active else await self._halts.list(active=False)
+        return [
+            (h, halt_problems(h, self.keyring, enforced=enforced, others=everything)) for h in found
+        ]
 
     async def _signal(
         self, sagas: Sequence[tuple[str, str]], name: str, payload: BaseModel
@@ -215,14 +240,16 @@ class HaltService:
         told = await asyncio.gather(*(one(s, w) for s, w in sagas))
         return sorted(s for s in told if s is not None)
 
-    async def _report(self, halt: Halt, sagas: list[str], settle: timedelta) -> HaltReport:
+    async def _settle(self, sagas: list[str], tool: str | None, settle: timedelta) -> None:
+        """Wait up to ``settle`` for the calls running in ``sagas`` to have their outcome."""
         deadline = asyncio.get_running_loop().time() + settle.total_seconds()
-        while True:
-            live = await self._live(sagas, halt.scope.tool)
-            running = any(e.state == "in_flight" for e in live)
-            if not running or asyncio.get_running_loop().time() >= deadline:
-                break
+        while asyncio.get_running_loop().time() < deadline:
+            if not any(e.state == "in_flight" for e in await self._live(sagas, tool)):
+                return
             await asyncio.sleep(0.25)
+
+    async def _report(self, halt: Halt, sagas: list[str]) -> HaltReport:
+        live = await self._live(sagas, halt.scope.tool)
         report = HaltReport(
             halt_id=halt.id, taken_at=datetime.now(UTC), sagas=sorted(sagas), live=live
         )
@@ -292,12 +319,41 @@ def _statement(
     )
 
 
-def halt_problems(halt: Halt, keyring: Keyring | None) -> list[str]:
-    """What does not hold about a stored halt's signatures (empty: each verifies, or there is
-    no keyring to check them with)."""
-    if keyring is None:
-        return []
+#: how far a halt's recorded time may be from when its statement was signed
+_SIGNED_NEAR = timedelta(minutes=5)
+
+
+def halt_problems(
+    halt: Halt,
+    keyring: Keyring | None,
+    *,
+    enforced: set[int] | None = None,
+    others: Sequence[Halt] = (),
+) -> list[str]:
+    """What does not hold about a stored halt (empty: nothing found).
+
+    ``enforced``: the halts the gate row holds; an active halt missing there refuses nothing.
+    With ``keyring``: each signature must verify, the halt's and its lifting's times must be
+    when they were signed, a signed halt must have its report, and no other halt of ``others``
+    may carry the same signature (a copy).
+    """
     problems = []
+    if enforced is not None and halt.active and halt.id not in enforced:
+        problems.append("not in the gate: it refuses nothing (the gate row was changed)")
+    if keyring is None:
+        return problems
+    if halt.signature is not None and halt.report is None:
+        problems.append("its report is missing")
+    for other in others:
+        if other.id != halt.id and halt.signature and other.signature == halt.signature:
+            problems.append(f"its signature is also on halt {other.id}: one of them is a copy")
+    for what, raw, when in (
+        ("the halt", halt.signature, halt.halted_at),
+        ("its lifting", halt.lift_signature, halt.lifted_at),
+    ):
+        signed = _signed_at(raw)
+        if when is not None and signed is not None and abs(when - signed) > _SIGNED_NEAR:
+            problems.append(f"{what}: recorded at {when.isoformat()}, signed at {signed}")
     checks: list[tuple[str, Statement, dict[str, Any] | None]] = [
         (
             "the halt",
@@ -351,6 +407,13 @@ def halt_problems(halt: Halt, keyring: Keyring | None) -> list[str]:
         if why is not None:
             problems.append(f"{what}: {why}")
     return problems
+
+
+def _signed_at(raw: dict[str, Any] | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(Signature.model_validate(raw).signed_at) if raw else None
+    except (ValidationError, ValueError):
+        return None  # reported where the signature is checked
 
 
 def _check_text(*, reason: str, operator: str) -> None:

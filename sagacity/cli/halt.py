@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from sagacity.approvals.halts import HaltResult, HaltService, halt_problems
+from sagacity.approvals.halts import HaltResult, HaltService
 from sagacity.cli._common import (
     decision_keys_or_exit,
     fail,
@@ -145,6 +145,8 @@ def halt(
             )
 
     result = run_or_exit(go())
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if as_json:
         _print_json(result)
         return
@@ -213,13 +215,13 @@ def halts(
     every: Annotated[bool, typer.Option("--all", help="Lifted halts too.")] = False,
     as_json: AsJson = False,
 ) -> None:
-    """List halts and quarantines, newest first, each signature checked against the keyring."""
+    """List halts and quarantines, newest first, each checked: in the gate, signatures verified
+    against the keyring, times as signed, no copies."""
 
-    async def go() -> tuple[list[Halt], HaltService]:
+    async def go() -> list[tuple[Halt, list[str]]]:
         async with _service() as service:
-            return await service.listing(active=not every), service
+            return await service.listing(active=not every)
 
-    found, service = run_or_exit(go())
     rows = [
         {
             "id": h.id,
@@ -232,9 +234,9 @@ def halts(
             "lifted_at": h.lifted_at.isoformat() if h.lifted_at else None,
             "lifted_by": h.lifted_by,
             "live_effects": len(h.report.get("live", [])) if h.report else None,
-            "problems": halt_problems(h, service.keyring),
+            "problems": problems,
         }
-        for h in found
+        for h, problems in run_or_exit(go())
     ]
     if as_json:
         typer.echo(json.dumps(rows, indent=2, ensure_ascii=False))

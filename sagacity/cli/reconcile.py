@@ -86,9 +86,7 @@ def reconcile_command(
     url = journal_url_or_exit(database_url)
     # a probe's resolution is a service's word for the probe, as the approvals API's is for
     # whom it authenticated: the service key signs it where one is set (the dev stack sets one)
-    signer, keyring = decision_keys_or_exit(
-        settings.service_key or settings.approver_key, settings
-    )
+    signer, keyring = decision_keys_or_exit(settings.service_key or settings.approver_key, settings)
     apps = app or [DEFAULT_APP]
 
     async def work() -> list[Reconciliation]:

@@ -44,13 +44,6 @@ UPDATE sagacity_halt_gate SET halts = COALESCE((
 WHERE id = 1
 """
 
-# The gate row, locked, recreated first if it is gone: without it the INTENT check finds no
-# row and refuses nothing, so a halt written then would be in force in name only.
-_LOCK_GATE = (
-    "INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING",
-    "SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE",
-)
-
 
 class HaltNotFound(InvalidInput, LookupError):
     """No active halt has that id (it never existed, or it is lifted already)."""
@@ -69,7 +62,9 @@ class HaltScope:
     def __post_init__(self) -> None:
         for name, value in (("tool", self.tool), ("task queue", self.task_queue)):
             if value is not None and not _plain(value):
-                raise InvalidInput(f"a halt's {name} must be a plain non-empty name")
+                raise InvalidInput(
+                    f"a halt's {name} must be a plain non-empty name, with no space around it"
+                )
         if self.sagas is not None and (not self.sagas or not all(_plain(s) for s in self.sagas)):
             raise InvalidInput("a halt's sagas must be one or more plain non-empty ids")
 
@@ -114,7 +109,8 @@ class HaltScope:
 
 
 def _plain(value: str) -> bool:
-    return bool(value.strip()) and value.isprintable() and len(value) <= 500
+    # no space around a name: the gate compares names byte for byte
+    return bool(value) and value == value.strip() and value.isprintable() and len(value) <= 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +168,7 @@ class HaltStore:
             raise InvalidInput("a quarantine names exactly one saga")
         with _writing("record a halt"):
             async with self._pool.connection() as conn, conn.transaction():
-                for statement in _LOCK_GATE:
-                    await conn.execute(statement)
+                await _lock_gate(conn)
                 cur = await conn.execute(
                     f"""
                     INSERT INTO sagacity_halt
@@ -201,8 +196,7 @@ class HaltStore:
         """Lift an active halt (:class:`HaltNotFound` if there is none with that id)."""
         with _writing(f"lift halt {halt_id}"):
             async with self._pool.connection() as conn, conn.transaction():
-                for statement in _LOCK_GATE:
-                    await conn.execute(statement)
+                await _lock_gate(conn)
                 cur = await conn.execute(
                     f"""
                     UPDATE sagacity_halt SET lifted_at = clock_timestamp() AT TIME ZONE 'UTC',
@@ -227,6 +221,16 @@ class HaltStore:
                     (json.dumps(report), halt_id),
                 )
 
+    async def enforced(self) -> set[int]:
+        """The ids of the halts the gate row holds: those every INTENT is checked against."""
+        with translate_errors("read the halt gate"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT (h ->> 'id')::bigint FROM sagacity_halt_gate AS g,"
+                    " jsonb_array_elements(g.halts) AS h WHERE g.id = 1"
+                )
+                return {int(row[0]) for row in await cur.fetchall() if row[0] is not None}
+
     async def get(self, halt_id: int) -> Halt | None:
         with translate_errors(f"read halt {halt_id}"):
             async with self._pool.connection() as conn:
@@ -247,12 +251,58 @@ class HaltStore:
                 )
                 return [_halt(row) for row in await cur.fetchall()]
 
+    async def covering(self, saga_id: str, tool: str, task_queue: str) -> Halt | None:
+        """An active halt that covers a call of ``tool`` in ``saga_id`` (the INTENT insert
+        checks the same, atomically: this is for a call whose INTENT is already written)."""
+        return await self._first(saga_id, tool, task_queue, compensation=False)
+
     async def holding(self, saga_id: str, tool: str, task_queue: str) -> Halt | None:
-        """The oldest active halt that makes a compensation of ``tool`` in ``saga_id`` wait."""
-        for halt in await self.list(active=True, limit=10_000):
-            if halt.holds_compensations and halt.scope.covers(saga_id, tool, task_queue):
+        """An active halt that makes a compensation of ``tool`` in ``saga_id`` wait."""
+        return await self._first(saga_id, tool, task_queue, compensation=True)
+
+    async def _first(
+        self, saga_id: str, tool: str, task_queue: str, *, compensation: bool
+    ) -> Halt | None:
+        for halt in reversed(await self.list(active=True, limit=10_000)):
+            if compensation and not halt.holds_compensations:
+                continue
+            if halt.scope.covers(saga_id, tool, task_queue):
                 return halt
         return None
+
+
+#: how long a halt waits for the gate row: INTENTs hold it for one statement each, so only a
+#: session that keeps it locked (a stuck or hostile transaction) makes a halt wait longer
+GATE_LOCK_TIMEOUT_S = 5
+
+
+async def _lock_gate(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Lock the gate row for a halt or a lift, recreated first if it is gone (without it the
+    INTENT check finds no row and refuses nothing); name the sessions holding it if it stays
+    locked."""
+    await conn.execute(f"SET LOCAL lock_timeout = '{GATE_LOCK_TIMEOUT_S}s'")
+    await conn.execute(
+        "INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING"
+    )
+    try:
+        async with conn.transaction():  # a savepoint: the blockers are read after a timeout
+            await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+    except psycopg.errors.LockNotAvailable:
+        cur = await conn.execute(
+            "SELECT a.pid, a.usename, a.state, a.xact_start FROM pg_locks AS l"
+            " JOIN pg_stat_activity AS a USING (pid)"
+            " WHERE l.relation = 'sagacity_halt_gate'::regclass AND l.granted"
+            " AND a.pid <> pg_backend_pid() ORDER BY a.xact_start"
+        )
+        holders = "; ".join(
+            f"pid {pid} ({user}, {state}, in a transaction since {since})"
+            for pid, user, state, since in await cur.fetchall()
+        )
+        raise StoreUnavailable(
+            f"the halt gate stayed locked for {GATE_LOCK_TIMEOUT_S} s, so nothing was written; "
+            f"sessions holding it: {holders or 'none any more'}. End them "
+            "(pg_terminate_backend) and try again"
+        ) from None
 
 
 @contextmanager

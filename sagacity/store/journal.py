@@ -345,6 +345,23 @@ class JournalStore:
                     row = await cur.fetchone()
                 return SagaOwner(saga_id, row[0], row[1], claimed_now=row[2], had_rows=row[3])
 
+    async def names_tool(self, tool_name: str, *, timeout_s: float = 2.0) -> bool | None:
+        """Whether any row names ``tool_name``; None when the scan took longer than
+        ``timeout_s`` (no index serves it: for an operator's warning, never a hot path)."""
+        with translate_errors(f"look for tool {tool_name!r}"):
+            async with self._pool.connection() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL statement_timeout = '{int(timeout_s * 1000)}ms'")
+                try:
+                    async with conn.transaction():
+                        cur = await conn.execute(
+                            "SELECT EXISTS (SELECT FROM side_effect_journal WHERE tool_name = %s)",
+                            (tool_name,),
+                        )
+                        row = await cur.fetchone()
+                except psycopg.errors.QueryCanceled:
+                    return None
+        return bool(row and row[0])
+
     async def owners(
         self, *, saga_ids: Sequence[str] = (), workflow_ids: Sequence[str] = ()
     ) -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -288,16 +289,21 @@ class SagaActivities:
                 f"(the journal goes on to seq {head.seq})"
             )
 
-    async def _halted(self, exc: Halted) -> ApplicationError:
+    async def _halted(self, exc: Halted, *, intent_written: bool = False) -> ApplicationError:
         """The error a saga holds on: the halt's id, kind and policy, and who halted why."""
         halt = await self._outlast(lambda: self.halts.get(exc.halt_id))
-        notice = HaltNotice(
-            halt_id=exc.halt_id,
-            kind=halt.kind if halt else "halt",
-            policy=halt.policy if halt else "keep",
-            reason=halt.reason if halt else "",
-            operator=halt.operator if halt else "",
-        )
+        try:
+            notice = HaltNotice(
+                halt_id=exc.halt_id,
+                kind=halt.kind if halt else "halt",
+                policy=halt.policy if halt else "keep",
+                reason=halt.reason if halt else "",
+                operator=halt.operator if halt else None,
+                intent_written=intent_written,
+            )
+        except ValidationError:
+            # a row edited past what a halt may say: held all the same, under its id
+            notice = HaltNotice(halt_id=exc.halt_id, intent_written=intent_written)
         message = f"{exc}: {notice.describe()}"
         return ApplicationError(
             message, notice.model_dump(mode="json"), type="Halted", non_retryable=True
@@ -558,6 +564,20 @@ class SagaActivities:
             return outcome
         spec = self.tools.get(req.tool_name) if req.tool_name in self.tools else None
         if spec is not None and spec.tool.options.idempotent:
+            # a retry is a new start of the tool: a halt since the first attempt holds it too
+            task_queue = activity.info().task_queue
+            halt = await self._outlast(
+                lambda: self.halts.covering(req.saga_id, req.tool_name, task_queue)
+            )
+            if halt is not None:
+                raise await self._halted(
+                    Halted(
+                        f"saga {req.saga_id!r}: the retry of {req.tool_name!r} (seq {req.seq}) "
+                        f"did not start: halt {halt.id} covers it",
+                        halt.id,
+                    ),
+                    intent_written=True,
+                )
             return await self._run(req, intent_row)
         raise _non_retryable(
             SuspectCall(

@@ -560,6 +560,9 @@ class HaltNotice(BaseModel):
     policy: Literal["keep", "compensate"] = "keep"
     reason: Reason = ""
     operator: Identity | None = None
+    #: the call's INTENT was written before the halt (a retry found it): if the saga aborts
+    #: instead of running it, its effect is unknown and compensated
+    intent_written: bool = False
 
     def describe(self) -> str:
         who = f" by {self.operator}" if self.operator else ""

@@ -111,7 +111,8 @@ ADOPT_REDACTED_PATCH = "sagacity-adopt-redacted"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
-_HALT_RECHECK_MAX = timedelta(minutes=10)
+# one look costs about a dozen history events: hourly, a held saga's history lasts half a year
+_HALT_RECHECK_MAX = timedelta(hours=1)
 
 #: who a Temporal cancel is journaled as
 CANCELLED_BY = "temporal-cancel"
@@ -666,9 +667,13 @@ class Saga:
                     notice = _halt_notice(err)
                     if notice is None:
                         raise
-                # nothing was written: the same call goes at the same seq once the halt lifts
+                    halted = err
+                # the same call goes at the same seq once the halt lifts
                 await self._held(notice, forward=True)
                 if self.aborted:
+                    if notice.intent_written:
+                        # a retry was held after its INTENT: the first attempt may have acted
+                        return await self._recover_call(tool, seq, input_json, halted, approval_seq)
                     if approval_seq is not None:
                         await self._close_request(approval_seq)
                     self._raise_if_aborted()

@@ -173,14 +173,15 @@ async def test_an_operator_halts_a_saga_in_the_browser_and_resumes_it(
     await page.get_by_label("Token").fill("tok-olivia")
     await page.get_by_role("button", name="Sign in").click()
     await page.get_by_role("link", name="Operations").click()
-    await expect(page.get_by_test_id("no-halt")).to_be_visible()
+    await expect(page.get_by_test_id("no-halt")).to_be_visible(timeout=30_000)
 
     form = page.get_by_test_id("halt-form")
     await form.get_by_label("Saga").fill(waiting.saga_id)
     await form.get_by_label("Policy").select_option("compensate")
     await form.get_by_label("Reason").fill("agent ordered the wrong product")
     await form.get_by_role("button", name="Halt").click()
-    await expect(page.get_by_role("status")).to_contain_text("is in force")
+    # the page certifies the session's recent sagas: give it time on a busy machine
+    await expect(page.get_by_role("status")).to_contain_text("is in force", timeout=30_000)
     row = page.get_by_test_id("halt")
     await expect(row).to_contain_text(waiting.saga_id)
     await expect(row).to_contain_text("compensate")
@@ -191,6 +192,6 @@ async def test_an_operator_halts_a_saga_in_the_browser_and_resumes_it(
     assert status.state is SagaState.AWAITING_APPROVAL
     await row.get_by_label(re.compile("reason to lift")).fill("false alarm")
     await row.get_by_role("button", name="Resume").click()
-    await expect(page.get_by_role("status")).to_contain_text("is lifted")
+    await expect(page.get_by_role("status")).to_contain_text("is lifted", timeout=30_000)
     await expect(page.get_by_test_id("no-halt")).to_be_visible()
     await wait_for(waiting.handle, lambda s: s.state is SagaState.AWAITING_APPROVAL)

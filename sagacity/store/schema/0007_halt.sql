@@ -23,7 +23,18 @@ CREATE TABLE IF NOT EXISTS sagacity_halt (
     lifted_at       TIMESTAMP,
     lifted_by       TEXT,
     lift_reason     TEXT,
-    lift_signature  JSONB
+    lift_signature  JSONB,
+    -- what the gate and every reader can take: a scope of known keys, each of its type
+    CONSTRAINT halt_scope_shape CHECK (
+        jsonb_typeof(scope) = 'object'
+        AND scope - 'tool' - 'task_queue' - 'sagas' = '{}'::jsonb
+        AND (NOT scope ? 'tool' OR jsonb_typeof(scope -> 'tool') = 'string')
+        AND (NOT scope ? 'task_queue' OR jsonb_typeof(scope -> 'task_queue') = 'string')
+        AND (NOT scope ? 'sagas' OR (jsonb_typeof(scope -> 'sagas') = 'array'
+                                     AND jsonb_array_length(scope -> 'sagas') > 0))
+    ),
+    CONSTRAINT halt_reason_length CHECK (length(reason) BETWEEN 1 AND 2000),
+    CONSTRAINT halt_operator_length CHECK (length(operator) BETWEEN 1 AND 200)
 );
 
 CREATE INDEX IF NOT EXISTS idx_halt_active ON sagacity_halt (id) WHERE lifted_at IS NULL;
