@@ -271,28 +271,31 @@ class HaltStore:
         return None
 
 
-#: how long a halt waits for the gate row: INTENTs hold it for one statement each, so only a
-#: session that keeps it locked (a stuck or hostile transaction) makes a halt wait longer
+#: the gate's advisory lock (schema 0007's ``sagacity_halted`` takes it shared with each INTENT)
+GATE_LOCK = (0x5A6C, 1)
+#: how long a halt waits for the gate: INTENTs hold it for one statement each, so only a
+#: session that keeps it (a stuck or hostile transaction) makes a halt wait longer
 GATE_LOCK_TIMEOUT_S = 5
 
 
 async def _lock_gate(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Lock the gate row for a halt or a lift, recreated first if it is gone (without it the
-    INTENT check finds no row and refuses nothing); name the sessions holding it if it stays
-    locked."""
+    """Take the gate for a halt or a lift, its row recreated first if it is gone (without it
+    the INTENT check finds no row and refuses nothing); name the sessions holding it if it
+    stays taken."""
     await conn.execute(f"SET LOCAL lock_timeout = '{GATE_LOCK_TIMEOUT_S}s'")
     await conn.execute(
         "INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING"
     )
     try:
         async with conn.transaction():  # a savepoint: the blockers are read after a timeout
-            await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+            await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", GATE_LOCK)
     except psycopg.errors.LockNotAvailable:
         cur = await conn.execute(
             "SELECT a.pid, a.usename, a.state, a.xact_start FROM pg_locks AS l"
             " JOIN pg_stat_activity AS a USING (pid)"
-            " WHERE l.relation = 'sagacity_halt_gate'::regclass AND l.granted"
-            " AND a.pid <> pg_backend_pid() ORDER BY a.xact_start"
+            " WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objid = %s AND l.granted"
+            " AND a.pid <> pg_backend_pid() ORDER BY a.xact_start",
+            GATE_LOCK,
         )
         holders = "; ".join(
             f"pid {pid} ({user}, {state}, in a transaction since {since})"

@@ -33,19 +33,13 @@ _SELECT_SAGA = f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s O
 
 # One statement checks the predecessor and inserts, so an append at a known seq costs one round
 # trip. `prev` is the stored hash of row seq-1 (the genesis hash for seq 1, NULL when missing);
-# the row goes in only when it matches the caller's prev_hash and seq is still free.
-# Insert a row if its seq is free and it follows prev_hash: (inserted, the stored predecessor's
-# hash, the halt that refused it). A guarded row (a call's INTENT) first takes a share lock on
-# the halt gate (schema 0007): a halt being written makes it wait, then it sees that halt.
+# the row goes in only when it matches the caller's prev_hash and seq is still free. It returns
+# (inserted, the stored predecessor's hash, the halt that refused it): a guarded row (a call's
+# INTENT) is first checked against the halt gate (schema 0007), and waits for a halt being
+# written, then sees it.
 _INSERT = f"""
 WITH halt AS (
-    SELECT (SELECT (h->>'id')::bigint FROM jsonb_array_elements(g.halts) AS h
-            WHERE (NOT h ? 'tool' OR h->>'tool' = %(tool_name)s)
-              AND (NOT h ? 'task_queue' OR h->>'task_queue' = %(task_queue)s)
-              AND (NOT h ? 'sagas' OR h->'sagas' ? %(saga_id)s)
-            LIMIT 1) AS id
-    FROM sagacity_halt_gate AS g WHERE g.id = 1 AND %(guarded)s
-    FOR SHARE OF g
+    SELECT sagacity_halted(%(saga_id)s, %(tool_name)s, %(task_queue)s) AS id WHERE %(guarded)s
 ), prev AS (
     SELECT COALESCE(
         (SELECT hash FROM side_effect_journal WHERE saga_id = %(saga_id)s AND seq = %(seq)s - 1),

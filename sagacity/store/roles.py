@@ -36,6 +36,7 @@ APPEND_ONLY_TABLES = (
     "sagacity_conversation",
     # the worker only reads halts: one that could lift them would defeat the kill switch
     "sagacity_halt",
+    "sagacity_halt_gate",
 )
 
 # One row: the session's role, whether it is a superuser, and, for each of REWRITES, the roles

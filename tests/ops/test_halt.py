@@ -148,6 +148,8 @@ async def test_halt_holds_30_sagas_on_two_workers_reports_the_live_effects_and_r
     await shop.arm_fault("reserve_inventory", "", times=20, delay_s=2.0)
     moving = await start_orders(temporal_client, task_queue, 20)
     await until(moving, {SagaState.RUNNING}, timeout=30)
+    for handle in moving:
+        await wait_for(handle, lambda s: s.running == "reserve_inventory", timeout=30)
     everyone = gated + moving
     ids = [h.id for h in everyone]
 

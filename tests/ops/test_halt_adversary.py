@@ -24,13 +24,13 @@ from temporalio.worker import Worker
 
 from sagacity import compensable
 from sagacity.approvals.halts import HaltService, halt_problems
-from sagacity.errors import Halted, InvalidInput, NoEffect, SeqConflict, SeqTaken
+from sagacity.errors import Halted, InvalidInput, NoEffect, SeqConflict, SeqTaken, StoreUnavailable
 from sagacity.evidence.decisions import Signer
 from sagacity.evidence.redaction import Redactor
 from sagacity.journal import Draft, Entry, Phase
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
-from sagacity.store.halts import _FOLD, HaltScope, HaltStore
+from sagacity.store.halts import _FOLD, GATE_LOCK, HaltScope, HaltStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import _HALT_RECHECK_MAX
@@ -169,14 +169,14 @@ async def test_intents_queued_behind_a_slow_halt_see_it_when_it_commits(
     owner_pool: Pool, database_url: str
 ) -> None:
     """The halt's transaction (HaltStore.halt's statements) held open for 1.5 s, so that 30
-    INTENTs queue on the gate row with snapshots older than the halt: READ COMMITTED must
-    re-read the row they waited for, and refuse every one of them."""
+    INTENTs queue on the gate's lock with snapshots older than the halt: the gate must be read
+    afresh once they get it, and refuse every one of them."""
     journal = await JournalStore.open(database_url, max_size=30)
     tool = f"queued-{uuid.uuid4().hex[:6]}"
     outcomes: list[str] = []
     try:
         async with owner_pool.connection() as conn, conn.transaction():
-            await conn.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR UPDATE")
+            await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", GATE_LOCK)
             await conn.execute(
                 "INSERT INTO sagacity_halt (kind, scope, policy, reason, operator, halted_at) "
                 "VALUES ('halt', %s, 'keep', 'slow', 'adversary', now())",
@@ -203,13 +203,13 @@ async def test_intents_queued_behind_a_slow_halt_see_it_when_it_commits(
 async def test_a_worker_login_cannot_hold_the_kill_switch_off(
     owner_pool: Pool, database_url: str
 ) -> None:
-    """The worker's login may lock the gate row (it needs FOR SHARE); a session of it that
-    keeps that lock (a stuck transaction, a compromised worker) must not make ``halt`` hang:
-    it must go through, or fail saying who blocks it, in bounded time."""
+    """Any login may take the gate's advisory lock (each INTENT takes it shared); a session
+    of the worker's that keeps it (a stuck transaction, a compromised worker) must not make
+    ``halt`` hang: it must go through, or fail saying who blocks it, in bounded time."""
     blocker = await psycopg.AsyncConnection.connect(database_url)
     try:
         await blocker.execute("BEGIN")
-        await blocker.execute("SELECT FROM sagacity_halt_gate WHERE id = 1 FOR SHARE")
+        await blocker.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", GATE_LOCK)
         halt = HaltStore(owner_pool).halt(
             kind="halt",
             scope=HaltScope(tool="never-called"),
@@ -222,8 +222,8 @@ async def test_a_worker_login_cannot_hold_the_kill_switch_off(
             await asyncio.wait_for(halt, timeout=10)
         except TimeoutError:
             pytest.fail("`halt` hung for 10 s behind a worker session's lock on the gate")
-        except Exception:  # a clear refusal is an acceptable outcome
-            pass
+        except StoreUnavailable as exc:  # a clear refusal naming the blocker
+            assert f"pid {blocker.info.backend_pid} (sagacity_app" in str(exc)
     finally:
         await blocker.close()
 

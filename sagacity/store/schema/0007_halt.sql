@@ -2,10 +2,12 @@
 -- who halted what, why, under which policy, signed; and who lifted it, why, signed.
 --
 -- Workers never read halts one by one. The active ones are folded into the single row of
--- sagacity_halt_gate, and every INTENT insert takes a share lock on that row in the same statement
--- that writes it: a halt updates the row under an exclusive lock, so each INTENT either committed
--- before the halt did, or waits for it and then sees it (READ COMMITTED re-reads a row it waited
--- for). No INTENT can follow a halt that covers it.
+-- sagacity_halt_gate, which every INTENT insert reads through sagacity_halted() in the statement
+-- that writes it. That function first takes the gate's advisory lock shared, and a halt takes it
+-- exclusively while it writes: so each INTENT either commits before the halt does, or waits for
+-- it and then reads the gate afresh (a VOLATILE function's query takes a new snapshot). No
+-- INTENT can follow a halt that covers it. An advisory lock lives in memory only: a row lock
+-- would write to the gate's page, and make a multixact, with every INTENT.
 
 CREATE TABLE IF NOT EXISTS sagacity_halt (
     id              BIGSERIAL   PRIMARY KEY,
@@ -47,3 +49,22 @@ CREATE TABLE IF NOT EXISTS sagacity_halt_gate (
 );
 
 INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING;
+
+-- The halt covering a call of p_tool in saga p_saga by a worker of p_task_queue, or NULL. The
+-- lock key (0x5A6C, 1) is sagacity.store.halts.GATE_LOCK.
+CREATE OR REPLACE FUNCTION sagacity_halted(p_saga TEXT, p_tool TEXT, p_task_queue TEXT)
+RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    found BIGINT;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(23148, 1);
+    SELECT (h ->> 'id')::BIGINT INTO found
+    FROM sagacity_halt_gate AS g, jsonb_array_elements(g.halts) AS h
+    WHERE g.id = 1
+      AND (NOT h ? 'tool' OR h ->> 'tool' = p_tool)
+      AND (NOT h ? 'task_queue' OR h ->> 'task_queue' = p_task_queue)
+      AND (NOT h ? 'sagas' OR h -> 'sagas' ? p_saga)
+    LIMIT 1;
+    RETURN found;
+END
+$$;

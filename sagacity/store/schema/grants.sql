@@ -37,10 +37,8 @@ GRANT INSERT, SELECT ON sagacity_conversation TO {role};
 CREATE SCHEMA IF NOT EXISTS {role};
 GRANT USAGE, CREATE ON SCHEMA {role} TO {role};
 
--- Halts are the operators' (the owner's); workers only read them. The gate row is read FOR
--- SHARE with every INTENT, which PostgreSQL allows only with UPDATE on some column: the key's,
--- which its CHECK pins to 1, so the role can lock the row but never change what it says.
-REVOKE UPDATE, DELETE, TRUNCATE ON sagacity_halt FROM {role};
-REVOKE INSERT ON sagacity_halt FROM {role};
-GRANT SELECT ON sagacity_halt TO {role};
-GRANT SELECT, UPDATE (id) ON sagacity_halt_gate TO {role};
+-- Halts are the operators' (the owner's); workers only read them, and the gate every INTENT
+-- is checked against (through sagacity_halted, which runs with the caller's rights).
+REVOKE UPDATE, DELETE, TRUNCATE ON sagacity_halt, sagacity_halt_gate FROM {role};
+REVOKE INSERT ON sagacity_halt, sagacity_halt_gate FROM {role};
+GRANT SELECT ON sagacity_halt, sagacity_halt_gate TO {role};
