@@ -398,7 +398,13 @@ class Saga:
             if not opened.more:
                 break
         if self._shown is None:
-            self._enter(self.state)  # the saga opened: visible from now on
+            # a new saga shows no state until it first waits, compensates or ends (none means
+            # running), which saves every saga an upsert; a run that continued as new shows the
+            # state it goes on in, whatever the run before it showed
+            if workflow.info().continued_run_id is None and self.state is SagaState.RUNNING:
+                self._shown = (SagaState.RUNNING, None)
+            else:
+                self._enter(self.state)
         await self._settle_left_open()
 
     def _fold(self, rows: list[JournalRow]) -> None:
