@@ -1545,7 +1545,9 @@ class Saga:
         """
         self.state = state
         shown = (state, waiting_tool)
-        if not self._visible or shown == self._shown:
+        # compensating passes by: the state it ends in is shown (an upsert saved on every
+        # rollback; `status` says it compensates)
+        if not self._visible or shown == self._shown or state is SagaState.COMPENSATING:
             return
         self._shown = shown
         tool = visibility.WAITING_TOOL
