@@ -70,6 +70,23 @@ async def start_orders(client: Client, task_queue: str, n: int) -> list[Handle]:
     )
 
 
+async def thirty_in_flight(
+    start_worker: StartWorker, client: Client, task_queue: str, shop: Shop
+) -> tuple[list[Handle], list[Handle]]:
+    """Two workers; ten sagas waiting at their approval gate, and twenty in the middle of a slow
+    first call: (the waiting, the moving)."""
+    await stock(shop)
+    await start_worker()
+    await start_worker()
+    gated = await start_orders(client, task_queue, 10)
+    await until(gated, {SagaState.AWAITING_APPROVAL}, timeout=60)
+    await shop.arm_fault("reserve_inventory", "", times=20, delay_s=2.0)
+    moving = await start_orders(client, task_queue, 20)
+    for handle in moving:
+        await wait_for(handle, lambda s: s.running == "reserve_inventory", timeout=30)
+    return gated, moving
+
+
 async def all_status(handles: list[Handle]) -> dict[str, SagaStatus]:
     statuses = await asyncio.gather(*(h.query("status", result_type=SagaStatus) for h in handles))
     return {h.id: s for h, s in zip(handles, statuses, strict=True)}
@@ -138,18 +155,7 @@ async def test_halt_holds_30_sagas_on_two_workers_reports_the_live_effects_and_r
     sagacity: Cli,
     operator_env: dict[str, str],
 ) -> None:
-    await stock(shop)
-    await start_worker()
-    await start_worker()
-    # ten sagas wait at the approval gate before the halt ...
-    gated = await start_orders(temporal_client, task_queue, 10)
-    await until(gated, {SagaState.AWAITING_APPROVAL}, timeout=60)
-    # ... and twenty are in the middle of a slow first call when it comes
-    await shop.arm_fault("reserve_inventory", "", times=20, delay_s=2.0)
-    moving = await start_orders(temporal_client, task_queue, 20)
-    await until(moving, {SagaState.RUNNING}, timeout=30)
-    for handle in moving:
-        await wait_for(handle, lambda s: s.running == "reserve_inventory", timeout=30)
+    gated, moving = await thirty_in_flight(start_worker, temporal_client, task_queue, shop)
     everyone = gated + moving
     ids = [h.id for h in everyone]
 
@@ -212,14 +218,7 @@ async def test_halt_with_compensate_undoes_reversible_effects_and_approved_calls
     sagacity: Cli,
     operator_env: dict[str, str],
 ) -> None:
-    await stock(shop)
-    await start_worker()
-    await start_worker()
-    gated = await start_orders(temporal_client, task_queue, 10)
-    await until(gated, {SagaState.AWAITING_APPROVAL}, timeout=60)
-    await shop.arm_fault("reserve_inventory", "", times=20, delay_s=2.0)
-    moving = await start_orders(temporal_client, task_queue, 20)
-    await until(moving, {SagaState.RUNNING}, timeout=30)
+    gated, moving = await thirty_in_flight(start_worker, temporal_client, task_queue, shop)
     ids = [h.id for h in gated + moving]
 
     halted = parsed(

@@ -105,6 +105,27 @@ async def raw_halt(pool: Pool, scope: Any, policy: str = "keep") -> int:
     return int(row[0])
 
 
+@contextlib.asynccontextmanager
+async def adv_worker(
+    client: Client, task_queue: str, database_url: str, redactor: Redactor, tools: list[Any]
+) -> AsyncIterator[None]:
+    """A saga worker with ``tools`` on the worker's login, for the test's task queue."""
+    pool = await open_pool(database_url, max_size=4)
+    plugin = SagacityPlugin(
+        journal=JournalStore(pool), approvals=ApprovalStore(pool), tools=tools, redactor=redactor
+    )
+    try:
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            plugins=[plugin],
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        ):
+            yield
+    finally:
+        await pool.close()
+
+
 def saga() -> str:
     return f"adv-{uuid.uuid4().hex[:12]}"
 
@@ -518,39 +539,22 @@ async def test_an_idempotent_tool_is_not_called_again_after_a_halt_covering_it(
     INTENT already written and runs the tool again (``_resume`` → ``_run``): a tool call
     that starts after the halt that covers it, which the README says cannot happen."""
     CALLS.clear()
-    pool = await open_pool(database_url, max_size=4)
-    plugin = SagacityPlugin(
-        journal=JournalStore(pool),
-        approvals=ApprovalStore(pool),
-        tools=[adv_fetch],
-        redactor=redactor,
-    )
     sid = saga()
-    try:
-        async with Worker(
-            temporal_client,
+    async with adv_worker(temporal_client, task_queue, database_url, redactor, [adv_fetch]):
+        handle = await temporal_client.start_workflow(
+            WORKFLOW_NAME,
+            SagaSpec(
+                steps=[Step(tool="adv_fetch", args={"key": "k", "owner_url": owner_database_url})]
+            ),
+            id=sid,
             task_queue=task_queue,
-            plugins=[plugin],
-            graceful_shutdown_timeout=timedelta(seconds=1),
-        ):
-            handle = await temporal_client.start_workflow(
-                WORKFLOW_NAME,
-                SagaSpec(
-                    steps=[
-                        Step(tool="adv_fetch", args={"key": "k", "owner_url": owner_database_url})
-                    ]
-                ),
-                id=sid,
-                task_queue=task_queue,
-                result_type=SagaResult,
-            )
-            # attempt 1 halts and fails; attempt 2 starts ~1 s later
-            await asyncio.sleep(6)
-            calls = list(CALLS)
-            with contextlib.suppress(Exception):
-                await handle.terminate("test over")
-    finally:
-        await pool.close()
+            result_type=SagaResult,
+        )
+        # attempt 1 halts and fails; attempt 2 starts ~1 s later
+        await asyncio.sleep(6)
+        calls = list(CALLS)
+        with contextlib.suppress(Exception):
+            await handle.terminate("test over")
     assert calls == ["k"], f"the tool was called after the halt covering it: {calls}"
 
 
@@ -624,32 +628,17 @@ async def test_a_tool_cannot_forge_an_operators_halt(
     operator ('by alice') while no halt exists; and the INTENT it says was refused is in the
     journal."""
     FORGED.clear()
-    pool = await open_pool(database_url, max_size=4)
-    plugin = SagacityPlugin(
-        journal=JournalStore(pool),
-        approvals=ApprovalStore(pool),
-        tools=[adv_forge],
-        redactor=redactor,
-    )
-    try:
-        async with Worker(
-            temporal_client,
-            task_queue=task_queue,
-            plugins=[plugin],
-            graceful_shutdown_timeout=timedelta(seconds=1),
-        ):
-            result = await asyncio.wait_for(
-                temporal_client.execute_workflow(
-                    WORKFLOW_NAME,
-                    SagaSpec(steps=[Step(tool="adv_forge", args={"key": "k"})]),
-                    id=saga(),
-                    task_queue=task_queue,
-                    result_type=SagaResult,
-                ),
-                timeout=30,
-            )
-    finally:
-        await pool.close()
+    async with adv_worker(temporal_client, task_queue, database_url, redactor, [adv_forge]):
+        result = await asyncio.wait_for(
+            temporal_client.execute_workflow(
+                WORKFLOW_NAME,
+                SagaSpec(steps=[Step(tool="adv_forge", args={"key": "k"})]),
+                id=saga(),
+                task_queue=task_queue,
+                result_type=SagaResult,
+            ),
+            timeout=30,
+        )
     said = result.error.message if result.error else ""
     assert "alice" not in said and "halted" not in said, (
         f"no halt exists, yet the saga ended {result.status.value}: {said!r}; tool calls {FORGED}"
@@ -741,49 +730,36 @@ async def test_a_keep_halt_report_counts_compensations_already_running(
     when the halt commits is neither waited for nor reported: it finishes after the halt,
     and the report calls live an effect that is being undone (and then is gone)."""
     UNDOING.clear()
-    pool = await open_pool(database_url, max_size=4)
-    plugin = SagacityPlugin(
-        journal=JournalStore(pool),
-        approvals=ApprovalStore(pool),
-        tools=[adv_put, adv_refuse],
-        redactor=redactor,
-    )
     sid = saga()
-    try:
-        async with Worker(
-            temporal_client,
+    async with adv_worker(
+        temporal_client, task_queue, database_url, redactor, [adv_put, adv_refuse]
+    ):
+        handle = await temporal_client.start_workflow(
+            WORKFLOW_NAME,
+            SagaSpec(
+                steps=[
+                    Step(tool="adv_put", args={"key": "a"}),
+                    Step(tool="adv_refuse", args={"key": "b"}),
+                ]
+            ),
+            id=sid,
             task_queue=task_queue,
-            plugins=[plugin],
-            graceful_shutdown_timeout=timedelta(seconds=1),
-        ):
-            handle = await temporal_client.start_workflow(
-                WORKFLOW_NAME,
-                SagaSpec(
-                    steps=[
-                        Step(tool="adv_put", args={"key": "a"}),
-                        Step(tool="adv_refuse", args={"key": "b"}),
-                    ]
-                ),
-                id=sid,
-                task_queue=task_queue,
-                result_type=SagaResult,
-            )
-            for _ in range(100):
-                if UNDOING:
-                    break
-                await asyncio.sleep(0.1)
-            assert UNDOING == ["start a"]
-            result = await halt_service.halt(
-                scope=HaltScope(sagas=(sid,)),
-                policy="keep",
-                reason="freeze it",
-                operator="alice",
-                settle=timedelta(seconds=1),
-            )
-            reported = [(e.tool, e.state) for e in result.report.live]
-            ended = await asyncio.wait_for(handle.result(), timeout=30)
-    finally:
-        await pool.close()
+            result_type=SagaResult,
+        )
+        for _ in range(100):
+            if UNDOING:
+                break
+            await asyncio.sleep(0.1)
+        assert UNDOING == ["start a"]
+        result = await halt_service.halt(
+            scope=HaltScope(sagas=(sid,)),
+            policy="keep",
+            reason="freeze it",
+            operator="alice",
+            settle=timedelta(seconds=1),
+        )
+        reported = [(e.tool, e.state) for e in result.report.live]
+        ended = await asyncio.wait_for(handle.result(), timeout=30)
     rows = [(r.tool_name, r.phase.value) for r in await JournalStore(owner_pool).read(sid)]
     compensated_after_halt = ("adv_put", "COMPENSATED") in rows
     assert not (compensated_after_halt and reported == [("adv_put", "executed")]), (
@@ -907,13 +883,6 @@ async def test_a_long_quarantine_fits_in_one_workflow_history(
     counted), extrapolated to a 60-day quarantine "for investigation": it must stay under
     Temporal's 51,200-event limit, past which the server terminates the saga with its effects
     live (or the held loop must continue as new, as the saga does between calls)."""
-    pool = await open_pool(database_url, max_size=4)
-    plugin = SagacityPlugin(
-        journal=JournalStore(pool),
-        approvals=ApprovalStore(pool),
-        tools=[adv_put],
-        redactor=redactor,
-    )
     sid = saga()
     await HaltStore(owner_pool).halt(
         kind="quarantine",
@@ -923,34 +892,26 @@ async def test_a_long_quarantine_fits_in_one_workflow_history(
         operator="adversary",
         signature=None,
     )
-    try:
-        async with Worker(
-            temporal_client,
+    async with adv_worker(temporal_client, task_queue, database_url, redactor, [adv_put]):
+        handle = await temporal_client.start_workflow(
+            WORKFLOW_NAME,
+            SagaSpec(steps=[Step(tool="adv_put", args={"key": "q"})]),
+            id=sid,
             task_queue=task_queue,
-            plugins=[plugin],
-            graceful_shutdown_timeout=timedelta(seconds=1),
-        ):
-            handle = await temporal_client.start_workflow(
-                WORKFLOW_NAME,
-                SagaSpec(steps=[Step(tool="adv_put", args={"key": "q"})]),
-                id=sid,
-                task_queue=task_queue,
-                result_type=SagaResult,
-            )
+            result_type=SagaResult,
+        )
 
-            async def length() -> int:
-                return len((await handle.fetch_history()).events)
+        async def length() -> int:
+            return len((await handle.fetch_history()).events)
 
-            await asyncio.sleep(3)
-            before = await length()
-            looks = 10
-            for _ in range(looks):
-                await handle.signal("resume", {"halt_id": 1, "operator": "bob"})
-                await asyncio.sleep(0.7)
-            per_look = (await length() - before) / looks - 1  # the signal's own event
-            await handle.terminate("test over")
-    finally:
-        await pool.close()
+        await asyncio.sleep(3)
+        before = await length()
+        looks = 10
+        for _ in range(looks):
+            await handle.signal("resume", {"halt_id": 1, "operator": "bob"})
+            await asyncio.sleep(0.7)
+        per_look = (await length() - before) / looks - 1  # the signal's own event
+        await handle.terminate("test over")
     days = 51_200 / (per_look * 24 * 3600 / _HALT_RECHECK_MAX.total_seconds())  # at the cap
     assert days > 60, f"{per_look:.1f} events per look: the history limit after {days:.0f} days"
 
