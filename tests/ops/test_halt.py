@@ -176,10 +176,12 @@ async def test_halt_holds_30_sagas_on_two_workers_reports_the_live_effects_and_r
     assert status.halted is not None and status.halted.halt_id == halted["halt_id"]
 
     # the report lists exactly what the shop holds
+    # (a halt of everything reaches whatever else runs in the namespace too: other tests' sagas)
     report = halted["report"]
-    assert sorted(report["sagas"]) == sorted(ids)
-    reported = {(e["saga_id"], e["tool"]) for e in report["live"]}
-    assert {e["state"] for e in report["live"]} == {"executed"}
+    assert set(ids) <= set(report["sagas"])
+    ours = [e for e in report["live"] if e["saga_id"] in ids]
+    reported = {(e["saga_id"], e["tool"]) for e in ours}
+    assert {e["state"] for e in ours} == {"executed"}
     assert reported == await live_in_shop(shop, ids)
     assert len(reported) == 10 * 2 + 20
 
@@ -191,7 +193,7 @@ async def test_halt_holds_30_sagas_on_two_workers_reports_the_live_effects_and_r
 
     listed = parsed(await sagacity("halts", "--json", extra_env=operator_env))
     assert [h["id"] for h in listed] == [halted["halt_id"]]
-    assert listed[0]["problems"] == [] and listed[0]["live_effects"] == 40
+    assert listed[0]["problems"] == [] and listed[0]["live_effects"] == len(report["live"])
 
     resumed = await sagacity(
         "resume", str(halted["halt_id"]), "--reason", "loop fixed", extra_env=operator_env
