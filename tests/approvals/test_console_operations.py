@@ -18,6 +18,8 @@ from sagacity.approvals import ApprovalService
 from sagacity.approvals.console import WebConsole, csrf_token
 from sagacity.approvals.halts import HaltService
 from sagacity.approvals.http import create_app
+from sagacity.evidence.decisions import Signer
+from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
 from sagacity.store.halts import HaltStore
 from sagacity.temporal.models import SagaState, SagaStatus
@@ -40,14 +42,21 @@ async def owner_pool(owner_database_url: str) -> AsyncIterator[Pool]:
 
 
 def console_app(
-    client: Client, approvals: ApprovalStore, journal: JournalStore, halts: HaltStore
+    client: Client,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    halts: HaltStore,
+    settings: Settings,
 ) -> object:
-    """The app as ``approvals serve`` builds it; olivia may operate, bob may not."""
-    service = ApprovalService(client, approvals, journal=journal)
+    """The app as ``approvals serve`` builds it, signing with the service key that the keyring
+    trusts for anyone; olivia may operate, bob may not."""
+    assert settings.service_key is not None
+    signer, keyring = Signer.open(settings.service_key), settings.load_keyring()
+    service = ApprovalService(client, approvals, journal=journal, signer=signer, keyring=keyring)
     web = WebConsole(
         service,
         journal,
-        halts=HaltService(client, halts, journal),
+        halts=HaltService(client, halts, journal, signer=signer, keyring=keyring),
         operators=["olivia"],
     )
     return create_app(service, TOKENS, web=web)
@@ -55,9 +64,13 @@ def console_app(
 
 @pytest.fixture
 async def web(
-    temporal_client: Client, approvals: ApprovalStore, journal: JournalStore, owner_pool: Pool
+    temporal_client: Client,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    owner_pool: Pool,
+    settings: Settings,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    app = console_app(temporal_client, approvals, journal, HaltStore(owner_pool))
+    app = console_app(temporal_client, approvals, journal, HaltStore(owner_pool), settings)
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as client:
         yield client
@@ -139,10 +152,14 @@ async def test_a_principal_who_may_not_operate_sees_no_form_and_is_refused(
 
 
 async def test_a_console_on_the_workers_login_says_it_may_not_write_halts(
-    temporal_client: Client, approvals: ApprovalStore, journal: JournalStore, owner_pool: Pool
+    temporal_client: Client,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    owner_pool: Pool,
+    settings: Settings,
 ) -> None:
     before = await HaltStore(owner_pool).list()
-    app = console_app(temporal_client, approvals, journal, HaltStore(journal.pool))
+    app = console_app(temporal_client, approvals, journal, HaltStore(journal.pool), settings)
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as web:
         csrf = await sign_in(web, "tok-olivia")
@@ -158,9 +175,13 @@ async def test_a_console_on_the_workers_login_says_it_may_not_write_halts(
 
 @pytest.fixture
 async def console_url(
-    temporal_client: Client, approvals: ApprovalStore, journal: JournalStore, owner_pool: Pool
+    temporal_client: Client,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    owner_pool: Pool,
+    settings: Settings,
 ) -> AsyncIterator[str]:
-    app = console_app(temporal_client, approvals, journal, HaltStore(owner_pool))
+    app = console_app(temporal_client, approvals, journal, HaltStore(owner_pool), settings)
     async with serve(app) as url:  # type: ignore[arg-type]
         yield url
 
@@ -185,6 +206,7 @@ async def test_an_operator_halts_a_saga_in_the_browser_and_resumes_it(
     row = page.get_by_test_id("halt")
     await expect(row).to_contain_text(waiting.saga_id)
     await expect(row).to_contain_text("compensate")
+    await expect(row).to_contain_text("verified")  # signed by the service key for olivia
     await save_screenshot(page, "console-operations")
 
     # the saga waits at its approval gate: under compensate it keeps waiting
