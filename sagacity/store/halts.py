@@ -68,10 +68,6 @@ class HaltScope:
         if self.sagas is not None and (not self.sagas or not all(_plain(s) for s in self.sagas)):
             raise InvalidInput("a halt's sagas must be one or more plain non-empty ids")
 
-    @property
-    def everything(self) -> bool:
-        return self.tool is None and self.task_queue is None and self.sagas is None
-
     def covers(self, saga_id: str, tool: str, task_queue: str) -> bool:
         """Whether a call of ``tool`` in ``saga_id`` by a ``task_queue`` worker is halted."""
         return (
