@@ -20,6 +20,7 @@ from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.retention import MIN_RETENTION
 from sagacity.settings import Settings
 from sagacity.store.db import keepalives_off, open_pool
+from sagacity.store.halts import HaltStore
 from sagacity.store.retention import RETENTION_ROLE, RetentionStore
 from sagacity.store.roles import JournalRights, append_only_rights
 
@@ -48,6 +49,7 @@ class Check(StrEnum):
     RETENTION_TOO_SHORT = "retention_too_short"
     RETENTION_ROLE_MISSING = "retention_role_missing"
     RETENTION_OVERDUE = "retention_overdue"
+    HALT_GATE_MISMATCH = "halt_gate_mismatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +224,23 @@ async def diagnose(settings: Settings, database_url: str) -> Diagnosis:
             )
         cutoff = datetime.now(UTC) - settings.retention_period
         overdue = await retention.count_expired(cutoff)
+        halts = HaltStore(pool)
+        in_force = {h.id for h in await halts.list(active=True, limit=10_000)}
+        enforced = await halts.enforced()
     finally:
         await pool.close()
+    if in_force != enforced:
+        found.append(
+            Finding(
+                Check.HALT_GATE_MISMATCH,
+                Severity.ERROR,
+                f"the halt gate enforces halts {sorted(enforced) or 'none'} while halts "
+                f"{sorted(in_force) or 'none'} are in force: the gate row was changed behind "
+                "`sagacity halt`, so a halt refuses nothing or a lifted one still refuses",
+                "halt again, or lift and re-halt, with `sagacity halt` / `resume` (each "
+                "rewrites the gate from the halts in force)",
+            )
+        )
     if overdue:
         found.append(
             Finding(

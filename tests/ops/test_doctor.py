@@ -210,6 +210,21 @@ async def test_a_journal_nobody_can_purge_or_nobody_purges_fails(
     assert longer.code == 0, longer
 
 
+async def test_a_halt_gate_changed_behind_sagacity_halt_fails(
+    env: dict[str, str | None], owner: psycopg.AsyncConnection[Any]
+) -> None:
+    # a halt in force that the gate does not hold refuses nothing: the owner emptied the gate
+    ran = await doctor_while(
+        owner,
+        "INSERT INTO sagacity_halt (kind, scope, policy, reason, operator, halted_at)"
+        " VALUES ('halt', '{}', 'keep', 'doctor', 'olivia', now())",
+        "DELETE FROM sagacity_halt WHERE reason = 'doctor'",
+        env,
+    )
+    assert ran.code == 1 and ran.ids() == {"halt_gate_mismatch"}, ran
+    assert "refuses nothing" in ran.report()["findings"][0]["what"]
+
+
 async def test_what_it_cannot_check_is_a_clear_error(
     env: dict[str, str | None], endpoints: Endpoints
 ) -> None:
