@@ -301,7 +301,14 @@ class Settings(BaseSettings):
             for tool, names in rules.items()
         } or None
 
-    @field_validator("approval_deadline", "graceful_shutdown", "outage_window", mode="before")
+    @field_validator(
+        "approval_deadline",
+        "graceful_shutdown",
+        "outage_window",
+        "log_interval",
+        "retention_period",
+        mode="before",
+    )
     @classmethod
     def _seconds(cls, value: object) -> object:
         """A bare number of seconds, as the environment spells it (``"30"``), is a duration."""

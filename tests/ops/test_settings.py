@@ -45,6 +45,32 @@ def test_an_env_file_works_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert settings.graceful_shutdown == timedelta(minutes=1)
 
 
+@pytest.mark.parametrize(
+    ("name", "attribute"),
+    [
+        ("SAGACITY_GRACEFUL_SHUTDOWN", "graceful_shutdown"),
+        ("SAGACITY_OUTAGE_WINDOW", "outage_window"),
+        ("SAGACITY_APPROVAL_DEADLINE", "approval_deadline"),
+        ("SAGACITY_LOG_INTERVAL", "log_interval"),
+        ("SAGACITY_RETENTION_PERIOD", "retention_period"),
+    ],
+)
+def test_every_duration_takes_bare_seconds_as_well_as_iso_8601(
+    monkeypatch: pytest.MonkeyPatch, name: str, attribute: str
+) -> None:
+    for given, meant in (("90", timedelta(seconds=90)), ("PT2M", timedelta(minutes=2))):
+        monkeypatch.setenv(name, given)
+        assert getattr(load_settings(), attribute) == meant
+
+
+def test_a_log_interval_of_0_turns_the_workers_log_pass_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # as the setting's description says; it was refused as "not a valid timedelta"
+    monkeypatch.setenv("SAGACITY_LOG_INTERVAL", "0")
+    assert load_settings().log_interval == timedelta(0)
+
+
 def test_a_wrong_setting_names_itself_and_what_was_expected(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
