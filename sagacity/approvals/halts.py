@@ -243,10 +243,12 @@ class HaltService:
     async def _settle(self, sagas: list[str], tool: str | None, settle: timedelta) -> None:
         """Wait up to ``settle`` for the calls running in ``sagas`` to have their outcome."""
         deadline = asyncio.get_running_loop().time() + settle.total_seconds()
-        while asyncio.get_running_loop().time() < deadline:
-            if not any(e.state == "in_flight" for e in await self._live(sagas, tool)):
-                return
-            await asyncio.sleep(0.25)
+        while sagas and asyncio.get_running_loop().time() < deadline:
+            # only the sagas with a call still running are read again
+            live = await self._live(sagas, tool)
+            sagas = sorted({e.saga_id for e in live if e.state == "in_flight"})
+            if sagas:
+                await asyncio.sleep(0.25)
 
     async def _report(self, halt: Halt, sagas: list[str]) -> HaltReport:
         live = await self._live(sagas, halt.scope.tool)

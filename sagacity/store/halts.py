@@ -133,11 +133,6 @@ class Halt:
     def active(self) -> bool:
         return self.lifted_at is None
 
-    @property
-    def holds_compensations(self) -> bool:
-        """Whether compensations wait too: a freeze keeps every effect as it is."""
-        return self.policy == "keep"
-
 
 class HaltStore:
     """Writes halts as an operator (the tables' owner) and reads them as anyone."""
@@ -259,12 +254,15 @@ class HaltStore:
     async def _first(
         self, saga_id: str, tool: str, task_queue: str, *, compensation: bool
     ) -> Halt | None:
-        for halt in reversed(await self.list(active=True, limit=10_000)):
-            if compensation and not halt.holds_compensations:
-                continue
-            if halt.scope.covers(saga_id, tool, task_queue):
-                return halt
-        return None
+        # the gate's own predicate (schema 0007), not a second reading of the halts in Python
+        with translate_errors(f"check the halts for saga {saga_id!r}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT sagacity_halted(%s, %s, %s, %s)",
+                    (saga_id, tool, task_queue, compensation),
+                )
+                row = await cur.fetchone()
+        return None if row is None or row[0] is None else await self.get(int(row[0]))
 
 
 #: the gate's advisory lock (schema 0007's ``sagacity_halted`` takes it shared with each INTENT)

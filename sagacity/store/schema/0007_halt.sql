@@ -50,9 +50,12 @@ CREATE TABLE IF NOT EXISTS sagacity_halt_gate (
 
 INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING;
 
--- The halt covering a call of p_tool in saga p_saga by a worker of p_task_queue, or NULL. The
--- lock key (0x5A6C, 1) is sagacity.store.halts.GATE_LOCK.
-CREATE OR REPLACE FUNCTION sagacity_halted(p_saga TEXT, p_tool TEXT, p_task_queue TEXT)
+-- The halt covering a call of p_tool in saga p_saga by a worker of p_task_queue, or NULL; with
+-- p_compensation, the halt that makes its compensation wait (a `keep` one). The lock key
+-- (0x5A6C, 1) is sagacity.store.halts.GATE_LOCK.
+CREATE OR REPLACE FUNCTION sagacity_halted(
+    p_saga TEXT, p_tool TEXT, p_task_queue TEXT, p_compensation BOOLEAN DEFAULT false
+)
 RETURNS BIGINT LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     found BIGINT;
@@ -64,6 +67,7 @@ BEGIN
       AND (NOT h ? 'tool' OR h ->> 'tool' = p_tool)
       AND (NOT h ? 'task_queue' OR h ->> 'task_queue' = p_task_queue)
       AND (NOT h ? 'sagas' OR h -> 'sagas' ? p_saga)
+      AND NOT (p_compensation AND (h ->> 'compensations')::BOOLEAN)
     LIMIT 1;
     RETURN found;
 END
