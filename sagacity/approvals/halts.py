@@ -68,6 +68,16 @@ class HaltReport(BaseModel):
         """The canonical JSON the signature covers (everything but the signature)."""
         return to_json(self.model_dump(mode="json", exclude={"signature"}))
 
+    def statement(self, operator: str) -> Statement:
+        """What the halting operator's signature on this report vouches for."""
+        return Statement(
+            saga_id=HALT_SUBJECT,
+            seq=self.halt_id,
+            input_hash=input_hash(self.body()),
+            decision="halt_report",
+            principal=operator,
+        )
+
 
 class HaltResult(BaseModel):
     """What ``halt`` did: the halt written, the sagas told, the report."""
@@ -165,9 +175,7 @@ class HaltService:
         current = await self._halts.get(halt_id)
         if current is None or not current.active:
             raise HaltNotFound(f"no active halt {halt_id} (see `sagacity halts`)")
-        statement = _statement(
-            current.kind, current.scope, current.policy, "resume", by, reason, seq=halt_id
-        )
+        statement = _lift_statement(current, by, reason)
         halt = await self._halts.lift(
             halt_id, by=by, reason=reason, signature=_stored(self._sign(statement, by))
         )
@@ -255,14 +263,7 @@ class HaltService:
         report = HaltReport(
             halt_id=halt.id, taken_at=datetime.now(UTC), sagas=sorted(sagas), live=live
         )
-        statement = Statement(
-            saga_id=HALT_SUBJECT,
-            seq=halt.id,
-            input_hash=input_hash(report.body()),
-            decision="halt_report",
-            principal=halt.operator,
-        )
-        report.signature = self._sign(statement, halt.operator, checked=True)
+        report.signature = self._sign(report.statement(halt.operator), halt.operator, checked=True)
         await self._halts.set_report(halt.id, report.model_dump(mode="json"))
         return report
 
@@ -325,6 +326,11 @@ def _statement(
 _SIGNED_NEAR = timedelta(minutes=5)
 
 
+def _lift_statement(halt: Halt, by: str, reason: str) -> Statement:
+    """What the operator lifting ``halt`` signs: that halt, by its id, and why."""
+    return _statement(halt.kind, halt.scope, halt.policy, "resume", by, reason, seq=halt.id)
+
+
 def halt_problems(
     halt: Halt,
     keyring: Keyring | None,
@@ -367,15 +373,7 @@ def halt_problems(
         checks.append(
             (
                 "its lifting",
-                _statement(
-                    halt.kind,
-                    halt.scope,
-                    halt.policy,
-                    "resume",
-                    halt.lifted_by or "",
-                    halt.lift_reason or "",
-                    seq=halt.id,
-                ),
+                _lift_statement(halt, halt.lifted_by or "", halt.lift_reason or ""),
                 halt.lift_signature,
             )
         )
@@ -389,13 +387,7 @@ def halt_problems(
         checks.append(
             (
                 "its report",
-                Statement(
-                    saga_id=HALT_SUBJECT,
-                    seq=halt.id,
-                    input_hash=input_hash(report.body()),
-                    decision="halt_report",
-                    principal=halt.operator,
-                ),
+                report.statement(halt.operator),
                 report.signature.model_dump() if report.signature else None,
             )
         )
