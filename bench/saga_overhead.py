@@ -66,7 +66,7 @@ from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.codec import AesGcmCodec, new_codec_key, parse_keys
 from sagacity.temporal.models import SagaResult, SagaState
 from sagacity.temporal.plugin import SagacityPlugin, sandbox
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 
 SAGACITY = "sagacity"
 PLAIN = "plain"
@@ -110,7 +110,7 @@ async def execute(rig: Rig, kind: str, *, fail_last: bool) -> str:
     client, task_queue = rig.clients[kind], rig.task_queues[kind]
     if kind == SAGACITY:
         result: SagaResult = await client.execute_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             saga_spec(fail_last=fail_last),
             id=wid,
             task_queue=task_queue,

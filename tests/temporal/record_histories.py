@@ -91,7 +91,7 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import CompensableTool
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
@@ -192,7 +192,7 @@ class Rig:
         task_queue: str | None = None,
     ) -> WorkflowHandle[Any, SagaResult]:
         return await self.client.start_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(steps=steps, options=options or SagaOptions()),
             id=saga_id or self.new_id(name),
             task_queue=task_queue or self.queue,
