@@ -1,7 +1,7 @@
 """Sagacity's cost per saga and per tool call, against plain Temporal running the same activities.
 
 Both sides run three trivial steps (``bench.overhead_workload``) on one worker, one server and one
-task queue, in alternating rounds: Sagacity through the generic ``sagacity.Saga`` workflow, whose
+task queue, in alternating rounds: Sagacity through the generic ``sagacity.Steps`` workflow, whose
 every call writes INTENT and its outcome to the journal; the baseline as a plain workflow of plain
 activities, each on its own client and worker. Sagacity runs as a new user's worker does: the
 head each journal activity leaves signed into a checkpoint directory (the end sealed), the

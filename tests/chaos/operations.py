@@ -100,7 +100,7 @@ Reuse = Literal["none", "while-running", "after"]
 class OpsPlan:
     saga_id: str
     fate: Fate
-    #: ``order``: the hand-written ``order.PlaceOrder``; ``steps``: the generic ``sagacity.Saga``
+    #: ``order``: the hand-written ``order.PlaceOrder``; ``steps``: the generic ``sagacity.Steps``
     #: with a ``book_courier`` step between the order and the confirmation
     workflow: Workflow = "order"
     product_id: str = "p-1"
