@@ -60,12 +60,12 @@ async def journaled(journal: JournalStore, saga_id: str) -> list[tuple[str, str,
     return [(e.tool_name, e.phase.value, e.input, e.payload) for e in await journal.read(saga_id)]
 
 
-@pytest.mark.parametrize("workflow", ["tests.TypedTrip", "tests.TypedTripUnsandboxed"])
+@pytest.mark.parametrize("workflow", ["tests.Trip", "tests.TripUnsandboxed"])
 async def test_typed_calls_give_the_model_and_journal_as_calls_by_name(
     temporal_client: Client, trip_worker: Worker, journal: JournalStore, workflow: str
 ) -> None:
     typed = await trip(temporal_client, trip_worker, workflow)
-    named = await trip(temporal_client, trip_worker, "tests.NamedTrip")
+    named = await trip(temporal_client, trip_worker, workflow, by_name=True)
 
     assert typed.status is SagaState.COMPLETED, typed.error
     # the workflow held a Flight (its day a date), a Seat, and the real token
@@ -98,7 +98,7 @@ async def test_typed_calls_give_the_model_and_journal_as_calls_by_name(
 async def test_a_result_not_of_its_return_type_fails_the_call_and_compensates(
     temporal_client: Client, trip_worker: Worker, journal: JournalStore
 ) -> None:
-    result = await trip(temporal_client, trip_worker, "tests.TypedTrip", miles=True)
+    result = await trip(temporal_client, trip_worker, "tests.Trip", miles=True)
 
     assert result.status is SagaState.COMPENSATED
     assert result.error is not None

@@ -1,5 +1,5 @@
-"""Workflows for the typed-call tests: the same trip with typed calls (sandboxed as users'
-workflows are by default, and unsandboxed) and with calls by name."""
+"""Workflows for the typed-call tests: a trip booked with typed calls or with calls by name,
+sandboxed (as users' workflows are by default) and not."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ class Trip(BaseModel):
     day: str = "2027-01-02"
     #: credit miles after the seat (a tool whose result does not match its annotation)
     miles: bool = False
+    #: call the tools by name instead
+    by_name: bool = False
 
 
 def _shape(flight: Any, seat: Any) -> dict[str, Any]:
@@ -31,52 +33,41 @@ def _shape(flight: Any, seat: Any) -> dict[str, Any]:
     }
 
 
-@workflow.defn(name="tests.TypedTrip")
-class TypedTrip:
+async def _typed(saga: Saga, trip: Trip) -> dict[str, Any]:
+    # positionally, as mypy allows through the tool's ParamSpec
+    flight = await saga.call(book_flight, trip.traveler, day=trip.day)
+    if not trip.miles:
+        return _shape(flight, await saga.call_last(pick_seat, flight.flight_id))
+    seat = await saga.call(pick_seat, flight.flight_id)
+    await saga.call_last(add_miles, flight.flight_id)
+    return _shape(flight, seat)
+
+
+async def _by_name(saga: Saga, trip: Trip) -> dict[str, Any]:
+    flight = await saga.call("book_flight", traveler=trip.traveler, day=trip.day)
+    seat = await saga.call_last("pick_seat", flight_id=flight["flight_id"])
+    return _shape(flight, seat)
+
+
+@workflow.defn(name="tests.Trip")
+class TripWorkflow:
+    """Sandboxed, as a user's workflow is unless its author says otherwise."""
+
     @workflow.init
     def __init__(self, trip: Trip) -> None:
         self.saga = Saga()
 
     @workflow.run
     async def run(self, trip: Trip) -> SagaResult:
-        saga = self.saga
-
-        async def body() -> dict[str, Any]:
-            # positionally, as mypy allows through the tool's ParamSpec
-            flight = await saga.call(book_flight, trip.traveler, day=trip.day)
-            if trip.miles:
-                seat = await saga.call(pick_seat, flight.flight_id)
-                await saga.call_last(add_miles, flight.flight_id)
-            else:
-                seat = await saga.call_last(pick_seat, flight.flight_id)
-            return _shape(flight, seat)
-
-        return await saga.run(body)
+        body = _by_name if trip.by_name else _typed
+        return await self.saga.run(lambda: body(self.saga, trip))
 
 
-@workflow.defn(name="tests.TypedTripUnsandboxed", sandboxed=False)
-class TypedTripUnsandboxed(TypedTrip):
+@workflow.defn(name="tests.TripUnsandboxed", sandboxed=False)
+class TripUnsandboxed(TripWorkflow):
     @workflow.run
     async def run(self, trip: Trip) -> SagaResult:
         return await super().run(trip)
 
 
-@workflow.defn(name="tests.NamedTrip")
-class NamedTrip:
-    @workflow.init
-    def __init__(self, trip: Trip) -> None:
-        self.saga = Saga()
-
-    @workflow.run
-    async def run(self, trip: Trip) -> SagaResult:
-        saga = self.saga
-
-        async def body() -> dict[str, Any]:
-            flight = await saga.call("book_flight", traveler=trip.traveler, day=trip.day)
-            seat = await saga.call_last("pick_seat", flight_id=flight["flight_id"])
-            return _shape(flight, seat)
-
-        return await saga.run(body)
-
-
-WORKFLOWS = [TypedTrip, TypedTripUnsandboxed, NamedTrip]
+WORKFLOWS = [TripWorkflow, TripUnsandboxed]
