@@ -221,10 +221,13 @@ def _named_call(
                 "the tool itself"
             )
         return tool, kwargs
+    # before the call runs: a return type pydantic cannot convert fails the workflow task
+    # (which waits for a fixed worker) while the call has had no effect yet
+    typing = _typing(tool)
     if not args:
         return tool.name, kwargs
     try:
-        bound = _typing(tool).signature.bind(*args, **kwargs)
+        bound = typing.signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise ToolArgumentsInvalid(
             f"arguments for tool {tool.name!r} do not match its signature: {exc}"
