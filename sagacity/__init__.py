@@ -1,6 +1,7 @@
 """Sagacity: declarative compensation and a tamper-evident journal for AI-agent tool calls.
 
-The root holds what tool authors need; workflow code imports :mod:`sagacity.temporal`.
+The root holds what tool authors need; workflow code and the clients that start and decide
+sagas import :mod:`sagacity.workflow`.
 """
 
 from sagacity.errors import NoEffect

@@ -65,7 +65,7 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import Reversibility
 from workers.saga_worker import connect
 from workflows.order.workflows import OrderRequest, order_steps
@@ -143,18 +143,18 @@ def _input(workflow: str, steps: Path | None, order: str | None, options: SagaOp
     if (steps is None) == (order is None):
         raise _Usage("give one of --steps FILE.json or --order PRODUCT:QUANTITY")
     if steps is not None:
-        if workflow != WORKFLOW_NAME:
-            raise _Usage(f"--steps runs the generic {WORKFLOW_NAME} workflow, not {workflow}")
+        if workflow != STEPS_WORKFLOW:
+            raise _Usage(f"--steps runs the generic {STEPS_WORKFLOW} workflow, not {workflow}")
         return _steps(steps, options)
     assert order is not None
     product, _, quantity = order.partition(":")
     if not product or not quantity.isdigit() or int(quantity) < 1:
         raise _Usage(f"--order expects PRODUCT:QUANTITY, e.g. p-1:2; got {order!r}")
-    if workflow == WORKFLOW_NAME:
+    if workflow == STEPS_WORKFLOW:
         return order_steps(product, int(quantity), options)
     if workflow == ORDER_WORKFLOW:
         return OrderRequest(product_id=product, quantity=int(quantity), options=options)
-    raise _Usage(f"--order starts {ORDER_WORKFLOW} or {WORKFLOW_NAME}, not {workflow}")
+    raise _Usage(f"--order starts {ORDER_WORKFLOW} or {STEPS_WORKFLOW}, not {workflow}")
 
 
 def _steps(path: Path, options: SagaOptions) -> SagaSpec:
@@ -314,7 +314,7 @@ def start(
         typer.Option(
             "--workflow",
             "--app-workflow",
-            help=f"Workflow to run: {ORDER_WORKFLOW} or {WORKFLOW_NAME} "
+            help=f"Workflow to run: {ORDER_WORKFLOW} or {STEPS_WORKFLOW} "
             "(default: the one --order or --steps implies).",
             show_default=False,
         ),
@@ -324,7 +324,7 @@ def start(
         typer.Option(
             "--steps",
             help=f'JSON file: {{"steps": [{{"tool": …, "args": {{…}}}}, …], "options": {{…}}}} '
-            f"for {WORKFLOW_NAME}.",
+            f"for {STEPS_WORKFLOW}.",
             show_default=False,
         ),
     ] = None,
@@ -351,7 +351,7 @@ def start(
 
     async def work() -> int:
         settings = _settings(task_queue=task_queue)
-        name = workflow or (WORKFLOW_NAME if steps is not None else ORDER_WORKFLOW)
+        name = workflow or (STEPS_WORKFLOW if steps is not None else ORDER_WORKFLOW)
         # the deadline setting is the default for sagas started here; a steps file may override
         options = SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds())
         argument = _input(name, steps, order, options)

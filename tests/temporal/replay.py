@@ -22,7 +22,7 @@ from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import Settings
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import ADOPT_REDACTED_PATCH, OPEN_PATCH
-from sagacity.temporal.workflow import SagaWorkflow
+from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
 from workers.saga_worker import load_apps
 
 HISTORIES = Path(__file__).with_name("histories")
@@ -70,7 +70,7 @@ def replayer(worker: str) -> Replayer:
     app = load_apps(WORKERS[worker])
     settings = Settings()
     extra = [plugin for factory in app.plugin_factories for plugin in factory(settings)]
-    workflows: list[type] = [SagaWorkflow]
+    workflows: list[type] = [StepsWorkflow, SagaWorkflow]
     workflows += [w for w in app.workflows if w not in workflows]
     return Replayer(
         workflows=workflows,
