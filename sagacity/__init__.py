@@ -14,6 +14,7 @@ from sagacity.tools import (
     ToolRegistry,
     compensable,
     current_call,
+    tools_of,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "ToolRegistry",
     "compensable",
     "current_call",
+    "tools_of",
 ]
