@@ -168,7 +168,9 @@ class CompensableTool(Generic[P, R]):
 
     def __set_name__(self, owner: type, attribute: str) -> None:
         # only the tool whose function the class body itself defines is a method: a module-level
-        # tool merely stored on a class keeps its plain signature
+        # tool merely stored on a class, or a static method, keeps its plain signature
+        if isinstance(self.fn, staticmethod | classmethod):
+            return
         if getattr(self.fn, "__qualname__", None) == f"{owner.__qualname__}.{self.fn.__name__}":
             self._owner = owner
 

@@ -254,6 +254,14 @@ def test_a_module_tool_stored_on_a_class_stays_unbound() -> None:
         room = book_room
 
     assert Holder().room is book_room
+
+    class Helpers:
+        @compensable(by=undo)
+        @staticmethod
+        def stamp(page: str) -> str:
+            return page
+
+    assert Helpers().stamp is Helpers.stamp and Helpers().stamp("p1") == "p1"
     assert ToolRegistry([Holder().room]).get("book_room").compensation is undo
 
 
