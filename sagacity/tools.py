@@ -255,19 +255,19 @@ def tools_of(instance: object) -> list[CompensableTool[..., Any]]:
             f"tools_of({instance.__qualname__}) got the class: pass an instance, "
             f"tools_of({instance.__qualname__}(...)), built with what its tools need"
         )
-    seen: dict[str, None] = {}
-    for klass in reversed(type(instance).__mro__):
-        for attribute, value in vars(klass).items():
-            if isinstance(value, CompensableTool) and value._owner is not None:
-                seen[attribute] = None
-    found = [inspect.getattr_static(type(instance), a) for a in seen]
-    tools = [getattr(instance, a) for a, v in zip(seen, found, strict=True) if _declares(v)]
+    tools = [getattr(instance, a) for a in _tool_methods(type(instance))]
     if not tools:
         raise ToolDeclarationError(
             f"{type(instance).__qualname__} declares no tools: decorate its methods with "
             "@compensable"
         )
     return tools
+
+
+def _tool_methods(cls: type) -> list[str]:
+    """The attributes of ``cls`` (bases first, in declaration order) that declare tool methods."""
+    names = dict.fromkeys(a for klass in reversed(cls.__mro__) for a in vars(klass))
+    return [a for a in names if _declares(inspect.getattr_static(cls, a))]
 
 
 def _declares(value: object) -> bool:
@@ -430,12 +430,12 @@ class ToolRegistry:
 
 
 def _not_a_tool(value: object) -> str:
-    if isinstance(value, type) and any(_declares(v) for v in vars(value).values()):
+    if isinstance(value, type) and _tool_methods(value):
         return (
             f"{value.__qualname__} is a class: register the tools of an instance, "
             f"tools_of({value.__qualname__}(...))"
         )
-    if not isinstance(value, type) and any(_declares(v) for v in vars(type(value)).values()):
+    if not isinstance(value, type) and _tool_methods(type(value)):
         return f"{value!r} is not a tool but holds some: register tools_of(it)"
     return f"{value!r} is not a declared tool: decorate it with @compensable"
 
