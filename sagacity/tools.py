@@ -328,7 +328,7 @@ def compensable(
     """Declare a tool and its undo.
 
     ``by`` is the compensation: a function taking a :class:`CompensationContext`, or the name of
-    such a function in the tool's module. Reversibility defaults to REVERSIBLE. Mistakes are
+    such a function in the tool's module (of a method of its class, for a tool method). Reversibility defaults to REVERSIBLE. Mistakes are
     reported when a :class:`ToolRegistry` is built (at worker start), naming the tool and the fix.
     ``no_effect_on`` lists exception types after which the call is known to have done nothing;
     any other failure is compensated too, since its effect is unknown.

@@ -9,7 +9,7 @@ import pytest
 from agents import FunctionTool, Model, Tool, function_tool
 from temporalio.client import Client
 
-from sagacity import Reversibility, ToolRegistry, tools_of
+from sagacity import Reversibility, ToolRegistry
 from sagacity.agents import AgentSagaRequest, Call, Say, Script, ScriptedModelProvider
 from sagacity.agents import compensable_function_tool as saga_tool
 from sagacity.agents.models import ScriptedModel
@@ -23,10 +23,10 @@ from tests.temporal.test_tool_sources import (
     Bookings,
     book_car,
     bookings,
-    deposit,
     failed_trip,
     rent_car,
     return_car,
+    travel_tools,
 )
 
 __all__ = ["bookings"]  # the fixture, shared with the plain saga tests
@@ -66,8 +66,7 @@ async def test_an_agent_calls_a_function_tool_and_method_tools_and_they_are_comp
     temporal_client: Client, agent_worker: WorkerFactory, bookings: Bookings, journal: JournalStore
 ) -> None:
     provider = SeeingProvider({"trip": TRIP})
-    tools = [*tools_of(bookings), book_car, deposit]
-    async with agent_worker(provider=provider, tools=tools) as worker:
+    async with agent_worker(provider=provider, tools=travel_tools(bookings)) as worker:
         handle = await start_agent(
             temporal_client, worker.task_queue, AgentSagaRequest(prompt="plan it", model="trip")
         )

@@ -3,7 +3,9 @@ existing Agents SDK ``FunctionTool``, journaled and compensated like any other t
 
 from __future__ import annotations
 
+import types
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +24,7 @@ from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.tools import CompensableTool
+from sagacity.tools import CompensableTool, app_tools
 from tests.temporal.conftest import phases
 from tests.temporal.test_bad_input import run
 
@@ -39,24 +41,24 @@ class Bookings:
     async def book_flight(self, traveler: str, day: str) -> dict[str, str]:
         """Book a flight for a traveler on a day."""
         booking = _effect_id("flight")
-        await self._write("INSERT INTO tool_sources_bookings VALUES (%s, %s)", booking, traveler)
+        await self.write("INSERT INTO tool_sources_bookings VALUES (%s, %s)", booking, traveler)
         return {"booking": booking}
 
     async def cancel_flight(self, ctx: CompensationContext) -> None:
-        await self._write("DELETE FROM tool_sources_bookings WHERE id = %s", ctx.result["booking"])
+        await self.write("DELETE FROM tool_sources_bookings WHERE id = %s", ctx.result["booking"])
 
     @compensable
     async def book_hotel(self, traveler: str, nights: int) -> dict[str, str]:
         """Book a hotel room."""
         booking = _effect_id("hotel")
-        await self._write("INSERT INTO tool_sources_bookings VALUES (%s, %s)", booking, traveler)
+        await self.write("INSERT INTO tool_sources_bookings VALUES (%s, %s)", booking, traveler)
         return {"booking": booking}
 
     @book_hotel.compensation
     async def cancel_hotel(self, ctx: CompensationContext) -> None:
-        await self._write("DELETE FROM tool_sources_bookings WHERE id = %s", ctx.result["booking"])
+        await self.write("DELETE FROM tool_sources_bookings WHERE id = %s", ctx.result["booking"])
 
-    async def _write(self, statement: str, *params: str) -> None:
+    async def write(self, statement: str, *params: str) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(statement, params)
 
@@ -103,18 +105,36 @@ book_car = compensable_function_tool(rent_car, by=return_car)
 deposit = compensable_function_tool(pay_deposit, by=refund_deposit, name="deposit")
 
 
-@pytest.fixture
-async def bookings(database_url: str) -> AsyncIterator[Bookings]:
-    """What an app's lifespan builds: a pool of its own, and the instance around it."""
+@asynccontextmanager
+async def lifespan(database_url: str) -> AsyncIterator[Bookings]:
+    """The travel app's lifespan: it opens the pool the tools need and yields the component."""
     async with AsyncConnectionPool(database_url, open=False) as pool:
         async with pool.connection() as conn:
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS tool_sources_bookings (id text PRIMARY KEY, who text)"
             )
-            await conn.execute("DELETE FROM tool_sources_bookings")
+        yield Bookings(pool)
+
+
+def travel_tools(bookings: Bookings) -> list[CompensableTool[..., Any]]:
+    """The travel app's TOOLS: a function of what its lifespan yielded."""
+    return [*tools_of(bookings), book_car, deposit]
+
+
+#: the travel app as a worker loads it: ``app_tools`` reads TOOLS once the lifespan is open
+travel_app = types.ModuleType("travel_app")
+travel_app.lifespan = lifespan  # type: ignore[attr-defined]
+travel_app.TOOLS = travel_tools  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def bookings(database_url: str) -> AsyncIterator[Bookings]:
+    """The component the travel app's lifespan yields, its bookings and rentals emptied."""
+    async with travel_app.lifespan(database_url) as opened:
+        await opened.write("DELETE FROM tool_sources_bookings")
         RENTED.clear()
         SMASHED.clear()
-        yield Bookings(pool)
+        yield opened
 
 
 @pytest.fixture
@@ -127,11 +147,10 @@ async def travel_worker(
     redactor: Redactor,
     bookings: Bookings,
 ) -> AsyncIterator[Worker]:
-    tools: list[CompensableTool[..., Any]] = [*tools_of(bookings), book_car, deposit]
     plugin = SagacityPlugin(
         journal=journal,
         approvals=approvals,
-        tools=tools,
+        tools=app_tools(travel_app, bookings),
         redactor=redactor,
         checkpoints=checkpoint_writer,
     )
