@@ -195,6 +195,8 @@ async def test_methods_of_an_instance_are_tools_bound_to_it() -> None:
     # the class attribute is the declaration: the plain function, self first
     assert await Rooms.hold(second, "r2") == "r2" and second.booked == {"r2": 1}
     assert first.hold.name == "hold" and first.hold is not second.hold
+    # read from the instance it is the bound tool, typed without self
+    assert await first.hold("r3", nights=4) == "r3" and first.booked["r3"] == 4
 
 
 def test_a_subclass_override_of_the_compensation_is_the_one_bound() -> None:
