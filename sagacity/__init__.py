@@ -15,6 +15,7 @@ from sagacity.tools import (
     ToolRegistry,
     compensable,
     current_call,
+    tools_of,
 )
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "ToolRegistry",
     "compensable",
     "current_call",
+    "tools_of",
 ]
