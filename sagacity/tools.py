@@ -173,7 +173,13 @@ class CompensableTool(Generic[P, R]):
             return
         if getattr(self.fn, "__qualname__", None) == f"{owner.__qualname__}.{self.fn.__name__}":
             self._owner = owner
+            # what the class attribute is, so workflow code can name it in a typed call
+            self.__class__ = MethodTool
 
+    @overload
+    def __get__(
+        self: CompensableTool[Concatenate[T, Q], S], instance: None, owner: type[T]
+    ) -> MethodTool[T, Q, S]: ...
     @overload
     def __get__(self, instance: None, owner: type | None = None) -> Self: ...
     @overload
@@ -296,6 +302,15 @@ def app_tools(module: ModuleType, opened: object = None) -> list[CompensableTool
             "returning one from what the module's lifespan yields"
         )
     return list(declared)
+
+
+class MethodTool(CompensableTool[Concatenate[T, Q], S]):
+    """A tool declared on a method, read from its class (``Bookings.book_flight``).
+
+    Calling it calls the plain function, ``self`` first. Workflow code, which has no instance,
+    names it in a typed call: ``saga.call(Bookings.book_flight, traveler=...)`` checks the
+    arguments without ``self``, and the worker runs the instance its app registered.
+    """
 
 
 @overload

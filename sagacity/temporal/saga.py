@@ -88,7 +88,7 @@ from sagacity.temporal.models import (
     failure_payload,
     resolution_statement,
 )
-from sagacity.tools import CompensableTool, Reversibility
+from sagacity.tools import CompensableTool, MethodTool, Reversibility
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -201,6 +201,9 @@ def _typing(tool: CompensableTool[..., Any]) -> _ToolTyping:
     cached = _TYPINGS.get(tool)
     if cached is None:
         signature = inspect.signature(tool.fn, eval_str=True)
+        if isinstance(tool, MethodTool):
+            # named from its class: the worker's tool is bound to the app's instance
+            signature = signature.replace(parameters=list(signature.parameters.values())[1:])
         returns = signature.return_annotation
         if get_origin(returns) in (Awaitable, Coroutine):
             # a sync function handing back an awaitable: the activity awaits it
@@ -673,6 +676,18 @@ class Saga:
 
     @overload
     async def call(
+        self,
+        tool: MethodTool[Any, P, Coroutine[Any, Any, T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T: ...
+    @overload
+    async def call(
+        self, tool: MethodTool[Any, P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call(
         self, tool: CompensableTool[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> T: ...
     @overload
@@ -700,6 +715,18 @@ class Saga:
             result = await self._call_locked(name, named)
         return _typed_result(tool, result)
 
+    @overload
+    async def call_last(
+        self,
+        tool: MethodTool[Any, P, Coroutine[Any, Any, T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T: ...
+    @overload
+    async def call_last(
+        self, tool: MethodTool[Any, P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
     @overload
     async def call_last(
         self, tool: CompensableTool[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs

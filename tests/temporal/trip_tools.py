@@ -7,7 +7,7 @@ from datetime import date
 
 from pydantic import BaseModel
 
-from sagacity import CompensableTool, CompensationContext, compensable
+from sagacity import CompensableTool, CompensationContext, compensable, tools_of
 
 #: the flight's boarding token: the workflow gets it, the journal redacts it (field ``token``)
 BOARDING_TOKEN = "tok-board-91c2"
@@ -44,15 +44,20 @@ def cancel_flight(ctx: CompensationContext) -> None:
     EFFECTS.append(f"cancelled {ctx.result['flight_id']}")
 
 
-@compensable(by="free_seat")
-def pick_seat(flight_id: str, row: int = 12) -> Seat:
-    """Pick a seat (sync, returns a dataclass)."""
-    EFFECTS.append(f"seat on {flight_id}")
-    return Seat(flight_id=flight_id, seat=f"{row}A")
+class Seats:
+    """Seats as a component: its tool is a method, its dependency (the cabin) injected."""
 
+    def __init__(self, cabin: str) -> None:
+        self.cabin = cabin
 
-def free_seat(ctx: CompensationContext) -> None:
-    EFFECTS.append(f"freed {ctx.result['seat']}")
+    @compensable(by="free_seat")
+    def pick_seat(self, flight_id: str, row: int = 12) -> Seat:
+        """Pick a seat (sync, a method, returns a dataclass)."""
+        EFFECTS.append(f"seat on {flight_id}")
+        return Seat(flight_id=flight_id, seat=f"{row}{self.cabin}")
+
+    def free_seat(self, ctx: CompensationContext) -> None:
+        EFFECTS.append(f"freed {ctx.result['seat']}")
 
 
 @compensable(by="forget_miles")
@@ -66,4 +71,4 @@ def forget_miles(ctx: CompensationContext) -> None:
     EFFECTS.append(f"forgot miles {ctx.result}")
 
 
-TOOLS: list[CompensableTool[..., object]] = [book_flight, pick_seat, add_miles]
+TOOLS: list[CompensableTool[..., object]] = [book_flight, *tools_of(Seats("A")), add_miles]

@@ -10,7 +10,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from sagacity.workflow import Saga, SagaResult
-    from tests.temporal.trip_tools import Flight, Seat, add_miles, book_flight, pick_seat
+    from tests.temporal.trip_tools import Flight, Seat, Seats, add_miles, book_flight
 
 
 class Trip(BaseModel):
@@ -34,11 +34,12 @@ def _shape(flight: Any, seat: Any) -> dict[str, Any]:
 
 
 async def _typed(saga: Saga, trip: Trip) -> dict[str, Any]:
-    # positionally, as mypy allows through the tool's ParamSpec
+    # positionally, as mypy allows through the tool's ParamSpec; a method tool named from its
+    # class, as workflow code (which has no instance) names it
     flight = await saga.call(book_flight, trip.traveler, day=trip.day)
     if not trip.miles:
-        return _shape(flight, await saga.call_last(pick_seat, flight.flight_id))
-    seat = await saga.call(pick_seat, flight.flight_id)
+        return _shape(flight, await saga.call_last(Seats.pick_seat, flight.flight_id))
+    seat = await saga.call(Seats.pick_seat, flight.flight_id)
     await saga.call_last(add_miles, flight.flight_id)
     return _shape(flight, seat)
 
