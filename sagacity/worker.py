@@ -9,8 +9,10 @@ Your own worker::
         worker = Worker(sagacity.client, task_queue="travel", interceptors=sagacity.interceptors)
         await worker.run()
 
-or your own client: ``Client.connect(address, plugins=[sagacity.plugin])`` (or, with no
-database, ``plugins=[Sagacity.client_plugin(settings)]``, or :func:`connect_client`).
+or your own client: ``Client.connect(address, plugins=[sagacity.plugin])``; a worker built from
+that client serves the saga workflow, the tools and ``workflows`` (give a workflow there or to
+``Worker(workflows=...)``, not both). A client that only starts, decides and queries sagas needs
+no database: ``plugins=[Sagacity.client_plugin(settings)]``, or :func:`connect_client`.
 
 An *app* is a module, importable from the current directory or ``PYTHONPATH``, that exposes:
 
@@ -338,7 +340,8 @@ class Sagacity:
         client_interceptors: Sequence[ClientInterceptor] = (),
     ) -> AsyncIterator[Sagacity]:
         """Open the pool and stores, check the schema (``migrate=True``: migrate it, as the
-        settings' owner URL) and the journal's rights, build the plugin; close it all on exit.
+        settings' owner URL) and the journal's rights, build the plugin, run the transparency
+        log's sequencer (every ``settings.log_interval``); stop and close it all on exit.
 
         :class:`SettingsError` when there is no database, the schema lacks migrations, or
         production settings lack the keyring, codec keys or an append-only journal role.
@@ -378,6 +381,7 @@ class Sagacity:
                 policy=settings.policy(),
                 codec=codec,
             )
+            stack.push_async_callback(_cancelled, _sequencer(settings, database_url))
             client = None
             if settings.temporal_address:
                 client = await connect(
@@ -398,6 +402,24 @@ class Sagacity:
                 interceptors=[ObservabilityInterceptor()],
                 client=client,
             )
+
+
+def _sequencer(settings: Settings, database_url: str) -> asyncio.Task[None] | None:
+    """The transparency log's sequencer, beside the tool calls on a small pool of its own
+    (several workers take turns); it returns at once when the checkpoint settings are unset."""
+    every = settings.log_interval.total_seconds()
+    if every <= 0:
+        return None
+    return asyncio.create_task(
+        run_sequencer(database_url, settings.checkpoint_dir, settings.signing_key, every=every)
+    )
+
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _schema_ready(settings: Settings, database_url: str, *, migrate: bool) -> None:
@@ -454,32 +476,13 @@ async def _running(
             interceptors=sagacity.interceptors,
         )
         task = asyncio.create_task(worker.run())
-        # the transparency log, beside the tool calls on a small pool of its own (several
-        # workers take turns); it returns at once when the checkpoint settings are unset
-        every = settings.log_interval.total_seconds()
-        sequencer = (
-            asyncio.create_task(
-                run_sequencer(
-                    sagacity.database_url,
-                    settings.checkpoint_dir,
-                    settings.signing_key,
-                    every=every,
-                )
-            )
-            if every > 0
-            else None
-        )
         try:
             yield _Running(worker, task, sagacity.approvals)
         finally:
             if not task.done():
                 await worker.shutdown()
-            if sequencer is not None:
-                sequencer.cancel()
-            for running in (task, sequencer):
-                if running is not None:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await running
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 @contextlib.asynccontextmanager

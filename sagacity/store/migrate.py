@@ -87,7 +87,7 @@ async def migrate(conninfo: str) -> list[str]:
 
 async def unapplied(conninfo: str) -> list[str] | None:
     """The shipped migrations this database lacks (``[]``: up to date), or None when this login
-    may not read the version table (the app role, by its grants): then nobody here can tell."""
+    may not read the version table (an app role granted before ``grants.sql`` gave it SELECT)."""
     with translate_errors("read the journal schema's version"):
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import psycopg
 import pytest
 from prometheus_client import REGISTRY
 from temporalio.client import Client
@@ -20,6 +21,7 @@ from sagacity.settings import Settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.temporal.models import SagaState
 from sagacity.worker import Sagacity
+from tests.conftest import scratch_database
 from tests.embedding import trip
 
 
@@ -101,6 +103,32 @@ async def test_an_existing_worker_runs_a_saga_that_compensates(
     ) == (undone + 1)
 
 
+async def test_the_workflows_given_to_open_run_on_a_worker_of_its_client(
+    app_settings: Settings, task_queue: str
+) -> None:
+    """The short form: Sagacity's connected client, its workflows registered by the plugin."""
+    traveler = f"bob-{uuid.uuid4().hex[:8]}"
+    async with Sagacity.open(app_settings, tools=trip.TOOLS, workflows=[trip.BookTrip]) as sagacity:
+        assert sagacity.client is not None
+        worker = Worker(
+            sagacity.client,
+            task_queue=task_queue,
+            interceptors=sagacity.interceptors,
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        )
+        async with worker:
+            result = await sagacity.client.execute_workflow(
+                trip.BookTrip.run,
+                traveler,
+                id=f"trip-{traveler}",
+                task_queue=task_queue,
+                execution_timeout=timedelta(seconds=60),
+            )
+
+    assert result.status is SagaState.COMPENSATED
+    assert f"LH400-{traveler}" not in trip.BOOKED
+
+
 async def test_an_unmigrated_database_is_refused_by_name_or_migrated_when_asked(
     app_settings: Settings, endpoints: Endpoints
 ) -> None:
@@ -123,3 +151,17 @@ async def test_an_unmigrated_database_is_refused_by_name_or_migrated_when_asked(
             assert sagacity.plugin in sagacity.plugins
     finally:
         await drop_database(endpoints.database_url, name)
+
+
+async def test_the_app_login_sees_a_migration_its_database_lacks(
+    app_settings: Settings, endpoints: Endpoints
+) -> None:
+    """A worker logged in as sagacity_app, on a database one migration behind its Sagacity."""
+    async with scratch_database(endpoints, "sagacity_embed") as (owner, app):
+        async with await psycopg.AsyncConnection.connect(owner, autocommit=True) as conn:
+            await conn.execute("DELETE FROM sagacity_schema_version WHERE version = '0007_halt'")
+        behind = app_settings.model_copy(update={"database_url": app, "temporal_address": None})
+
+        with pytest.raises(SettingsError, match=r"lacks migrations 0007_halt: run `sagacity db"):
+            async with Sagacity.open(behind, tools=trip.TOOLS):
+                pass
