@@ -58,6 +58,7 @@ import inspect
 import logging
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
@@ -139,7 +140,14 @@ class App:
 
 def load_apps(modules: Sequence[str]) -> App:
     """The tools, workflows, lifespans and plugins of ``modules``; :class:`SettingsError` when
-    one cannot be imported, offers nothing to serve, or has a lifespan of another shape."""
+    one cannot be imported, offers nothing to serve, or has a lifespan of another shape.
+
+    Modules are imported from the current directory or ``PYTHONPATH``, as ``python -m`` finds
+    them: a console script's ``sys.path`` starts at its own ``bin/`` folder, so the current
+    directory is put first if it is not there.
+    """
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     app = App()
     for name in modules:
         module = _import_app(name)
@@ -155,6 +163,11 @@ def load_apps(modules: Sequence[str]) -> App:
         if hasattr(module, "lifespan"):
             app.lifespans.append(_lifespan(name, module.lifespan))
         if hasattr(module, "plugins"):
+            if not callable(module.plugins):
+                raise SettingsError(
+                    f"app module {name!r}: plugins must be a function plugins(settings) that "
+                    "returns a list of Temporal plugins"
+                )
             app.plugin_factories.append(module.plugins)
     return app
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Annotated
 
 import typer
@@ -37,11 +35,6 @@ def worker(
     An app module is imported from the current directory or PYTHONPATH.
     """
     from sagacity.worker import DEFAULT_APP, main
-
-    # an app in the folder the command runs from, as `python -m` would find it (a console
-    # script's sys.path starts at its own bin/ folder, not at the current directory)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
 
     overrides = {"task_queue": task_queue} if task_queue else {}
     try:

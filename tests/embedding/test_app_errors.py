@@ -153,3 +153,11 @@ def test_a_lifespan_that_returns_no_context_manager_is_refused_when_entered(
 
     with pytest.raises(SettingsError, match="not an async context manager"):
         lifespan(settings, "postgresql://app@db/journal")
+
+
+def test_plugins_that_are_not_a_function_of_the_settings_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "travel_app.py").write_text(TOOL + "\nplugins = []\n")
+
+    message = refused(run_worker(tmp_path, "travel_app"))
+
+    assert "plugins must be a function plugins(settings)" in message
