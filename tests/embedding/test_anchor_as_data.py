@@ -24,21 +24,15 @@ FLAG_THEN_FAIL = Script(
 async def test_an_agent_sagas_result_anchors_at_its_sagas_head(
     temporal_client: Client, agent_worker: WorkerFactory, shop: Shop, journal: JournalStore
 ) -> None:
+    request = AgentSagaRequest(prompt="go", model="fail")
     async with agent_worker({"fail": FLAG_THEN_FAIL}) as worker:
-        handle = await start_agent(
-            temporal_client, worker.task_queue, AgentSagaRequest(prompt="go", model="fail")
-        )
-        result = await handle.result()
-        anchor = await temporal_anchor(temporal_client, handle.id)
+        saga = (
+            await (await start_agent(temporal_client, worker.task_queue, request)).result()
+        ).saga
+        anchor = await temporal_anchor(temporal_client, saga.saga_id)
+    rows = await journal.read(saga.saga_id)
 
-    head = (await journal.read(handle.id))[-1]
     assert isinstance(anchor, Anchor), anchor
-    assert (
-        (anchor.seq, anchor.hash)
-        == (head.seq, head.hash)
-        == (
-            result.saga.head.seq,
-            result.saga.head.hash,
-        )
-    )
+    assert (anchor.seq, anchor.hash) == (rows[-1].seq, rows[-1].hash)
+    assert (anchor.seq, anchor.hash) == (saga.head.seq, saga.head.hash)
     assert "compensated" in anchor.ended
