@@ -35,9 +35,8 @@ from sagacity.evidence.reconcile import Check, Reconciliation, Verdict, reconcil
 from sagacity.inputs import check_name
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
-from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import ToolRegistry
-from workers.saga_worker import DEFAULT_APP, App, connect, load_apps
+from sagacity.worker import DEFAULT_APP, App, connect_client, load_apps
 
 __all__ = ["reconcile_command"]
 
@@ -103,7 +102,7 @@ def reconcile_command(
                 saga_ids = [saga]
             client = await _client(settings) if resolve_suspects else None
             try:
-                await loaded.enter(stack, url)
+                await loaded.enter(stack, settings, url)
             except Exception as exc:  # the app's own set-up: whatever it raises, say so
                 raise _Refused(f"the apps' lifespan failed: {type(exc).__name__}: {exc}") from None
             done = []
@@ -143,7 +142,7 @@ def _load(apps: Sequence[str]) -> tuple[App, ToolRegistry]:
 
 async def _client(settings: Settings) -> Client:
     try:
-        return await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
+        return await connect_client(settings)
     except RuntimeError as exc:  # the SDK's "Failed client connect: …"
         raise _Refused(f"cannot reach Temporal at {settings.temporal_address}: {exc}") from None
 

@@ -67,7 +67,7 @@ from sagacity.temporal.models import (
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import Reversibility
-from workers.saga_worker import connect
+from sagacity.worker import connect
 from workflows.order.workflows import OrderRequest, order_steps
 
 __all__ = ["app"]

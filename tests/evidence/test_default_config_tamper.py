@@ -51,7 +51,7 @@ from sagacity.settings import Settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from workers.saga_worker import running_worker
+from sagacity.worker import running_worker
 from workflows.order import shop as order_shop
 from workflows.order.shop import Shop
 from workflows.order.workflows import order_steps

@@ -20,7 +20,7 @@ from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from workers.saga_worker import running_worker
+from sagacity.worker import running_worker
 
 
 @pytest.mark.parametrize(

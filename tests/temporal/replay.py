@@ -23,7 +23,7 @@ from sagacity.settings import Settings
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import ADOPT_REDACTED_PATCH, OPEN_PATCH
 from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
-from workers.saga_worker import load_apps
+from sagacity.worker import load_apps
 
 HISTORIES = Path(__file__).with_name("histories")
 #: histories Temporal wrote that today's code cannot replay (engine bugs), until they are fixed
