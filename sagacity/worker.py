@@ -63,6 +63,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import ModuleType
 from typing import Any
 
 from temporalio.client import Client
@@ -91,7 +92,7 @@ from sagacity.store import ApprovalStore, JournalStore, Pool, journal_rights, op
 from sagacity.store.migrate import migrate as apply_migrations
 from sagacity.store.migrate import unapplied
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.tools import CompensableTool
+from sagacity.tools import CompensableTool, app_tools
 
 __all__ = [
     "DEFAULT_APP",
@@ -123,24 +124,31 @@ _LIFESPAN_SIGNATURES = (
 class App:
     """What one or more app modules contribute to a worker."""
 
+    #: the app modules, in order, each with its ``lifespan`` (called as its signature asks)
+    modules: list[tuple[ModuleType, Lifespan | None]] = field(default_factory=list)
+    #: every module's tools, read once its lifespan is open (:meth:`enter`)
     tools: list[CompensableTool[..., Any]] = field(default_factory=list)
     workflows: list[type] = field(default_factory=list)
-    #: each app's ``lifespan``, called as its signature asks (see the module docstring)
-    lifespans: list[Lifespan] = field(default_factory=list)
     #: ``plugins(settings)`` callables: more client/worker plugins, added after Sagacity's
     plugin_factories: list[Callable[[Settings], Sequence[SimplePlugin]]] = field(
         default_factory=list
     )
 
     async def enter(self, stack: AsyncExitStack, settings: Settings, database_url: str) -> None:
-        """Enter each app's lifespan on ``stack``: what its tools (and probes) need, a pool say."""
-        for lifespan in self.lifespans:
-            await stack.enter_async_context(lifespan(settings, database_url))
+        """Enter each app's lifespan on ``stack`` (what its tools and probes need: a pool, say),
+        then read its ``TOOLS``, which may be a function of what the lifespan yielded."""
+        self.tools.clear()
+        for module, lifespan in self.modules:
+            opened = None
+            if lifespan is not None:
+                opened = await stack.enter_async_context(lifespan(settings, database_url))
+            self.tools.extend(app_tools(module, opened))
 
 
 def load_apps(modules: Sequence[str]) -> App:
-    """The tools, workflows, lifespans and plugins of ``modules``; :class:`SettingsError` when
-    one cannot be imported, offers nothing to serve, or has a lifespan of another shape.
+    """The workflows, lifespans and plugins of ``modules`` (their tools come with
+    :meth:`App.enter`); :class:`SettingsError` when one cannot be imported, offers nothing to
+    serve, or has a lifespan of another shape.
 
     Modules are imported from the current directory or ``PYTHONPATH``, as ``python -m`` finds
     them: a console script's ``sys.path`` starts at its own ``bin/`` folder, so the current
@@ -151,17 +159,16 @@ def load_apps(modules: Sequence[str]) -> App:
     app = App()
     for name in modules:
         module = _import_app(name)
-        tools = list(getattr(module, "TOOLS", []))
         workflows = list(getattr(module, "WORKFLOWS", []))
-        if not tools and not workflows:
+        if not getattr(module, "TOOLS", None) and not workflows:
             raise SettingsError(
                 f"app module {name!r} ({module.__file__}) has no TOOLS and no WORKFLOWS: an app "
-                "declares its tools in TOOLS (a list) and its workflow classes in WORKFLOWS"
+                "declares its tools in TOOLS (a list, or a function of what its lifespan "
+                "yields) and its workflow classes in WORKFLOWS"
             )
-        app.tools.extend(tools)
         app.workflows.extend(workflows)
-        if hasattr(module, "lifespan"):
-            app.lifespans.append(_lifespan(name, module.lifespan))
+        lifespan = getattr(module, "lifespan", None)
+        app.modules.append((module, None if lifespan is None else _lifespan(name, lifespan)))
         if hasattr(module, "plugins"):
             if not callable(module.plugins):
                 raise SettingsError(
@@ -313,6 +320,17 @@ async def check_journal_rights(settings: Settings, database_url: str) -> None:
     log.warning("WRITABLE JOURNAL (%s): %s", allowed, message)
 
 
+def journal_database(settings: Settings) -> str:
+    """The journal database's URL: the settings', or (unset) the running dev stack's, as every
+    dev-stack command finds it; :class:`SettingsError` when there is neither."""
+    database_url = settings.database_url or running_dev_database(settings.data_dir)
+    if not database_url:
+        raise SettingsError(
+            "no journal database: set SAGACITY_DATABASE_URL (or run `sagacity dev`)"
+        )
+    return database_url
+
+
 @dataclass
 class Sagacity:
     """Everything a Temporal worker or client of your own needs to run sagas, from settings.
@@ -359,12 +377,7 @@ class Sagacity:
         :class:`SettingsError` when there is no database, the schema lacks migrations, or
         production settings lack the keyring, codec keys or an append-only journal role.
         """
-        # unset: the running dev stack's database, as every dev-stack command finds it
-        database_url = settings.database_url or running_dev_database(settings.data_dir)
-        if not database_url:
-            raise SettingsError(
-                "no journal database: set SAGACITY_DATABASE_URL (or run `sagacity dev`)"
-            )
+        database_url = journal_database(settings)
         keyring = settings.load_keyring()
         if keyring is None and settings.production:
             raise SettingsError(
@@ -468,6 +481,8 @@ async def _running(
     app = load_apps(apps)
     extra = [p for factory in app.plugin_factories for p in factory(settings)]
     async with AsyncExitStack() as stack:
+        # the apps' lifespans first: an app's TOOLS may be made from what its lifespan opened
+        await app.enter(stack, settings, journal_database(settings))
         sagacity = await stack.enter_async_context(
             Sagacity.open(
                 settings,
@@ -480,7 +495,6 @@ async def _running(
         )
         if sagacity.client is None:
             raise SettingsError(_NO_TEMPORAL)
-        await app.enter(stack, settings, sagacity.database_url)
         worker = Worker(
             sagacity.client,
             task_queue=settings.task_queue,

@@ -149,8 +149,9 @@ def test_a_lifespan_that_returns_no_context_manager_is_refused_when_entered(
     (tmp_path / "plain_travel.py").write_text(TOOL + "\ndef lifespan():\n    return None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
-    (lifespan,) = load_apps(["plain_travel"]).lifespans
+    ((_, lifespan),) = load_apps(["plain_travel"]).modules
 
+    assert lifespan is not None
     with pytest.raises(SettingsError, match="not an async context manager"):
         lifespan(settings, "postgresql://app@db/journal")
 
@@ -161,3 +162,48 @@ def test_plugins_that_are_not_a_function_of_the_settings_are_refused(tmp_path: P
     message = refused(run_worker(tmp_path, "travel_app"))
 
     assert "plugins must be a function plugins(settings)" in message
+
+
+COMPONENT_APP = """
+from contextlib import asynccontextmanager
+from sagacity import CompensationContext, compensable, tools_of
+
+class Rooms:
+    def __init__(self, pool: dict[str, int]) -> None:
+        self.pool = pool
+
+    @compensable(by="release")
+    def hold(self, room: str) -> str:
+        self.pool[room] = 1
+        return room
+
+    def release(self, ctx: CompensationContext) -> None:
+        self.pool.pop(ctx.input["room"], None)
+
+OPENED = []
+
+@asynccontextmanager
+async def lifespan(database_url: str):
+    pool = {"url": 0}
+    OPENED.append(pool)
+    yield Rooms(pool)
+    OPENED.remove(pool)
+
+TOOLS = tools_of
+"""
+
+
+async def test_tools_made_from_what_the_lifespan_opened_are_read_once_it_is_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
+) -> None:
+    (tmp_path / "rooms_app.py").write_text(COMPONENT_APP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    app = load_apps(["rooms_app"])
+    async with AsyncExitStack() as stack:
+        await app.enter(stack, settings, "postgresql://app@db/journal")
+        (hold,) = app.tools
+        # the tool is bound to the instance the lifespan built around what it opened
+        assert hold.name == "hold" and hold("r1") == "r1"
+        assert sys.modules["rooms_app"].OPENED == [{"url": 0, "r1": 1}]
+    assert sys.modules["rooms_app"].OPENED == []
