@@ -74,8 +74,7 @@ def test_the_guide_names_every_file_of_its_layout() -> None:
     }
     layout = GUIDE.read_text(encoding="utf-8").split("```text\n", 1)[1].split("```", 1)[0]
     for path in files:
-        if path != "my_worker.py":  # section 5's, for a worker of your own
-            assert Path(path).name in layout, path
+        assert Path(path).name in layout, path
 
 
 def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path) -> None:
