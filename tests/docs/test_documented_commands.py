@@ -37,7 +37,12 @@ from sagacity.tools import ToolRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
-DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+#: documents whose commands run in a folder of their own, by their own test
+RUN_ELSEWHERE = {"your-own-app.md": "tests/docs/test_your_own_app.py, in the app's folder"}
+DOCUMENTS = [
+    REPO / "README.md",
+    *sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in RUN_ELSEWHERE),
+]
 
 #: (pattern, why it is not run here)
 SKIPPED = [
@@ -156,11 +161,11 @@ def check_exists(command: Command) -> None:
     assert used <= known, f"{command}: unknown options {sorted(used - known)}"
 
 
-def bash_session(commands: list[Command], logs: Path) -> str:
-    """The script that runs ``commands`` as one reader's terminal session."""
+def bash_session(commands: list[Command], logs: Path, cwd: Path = REPO) -> str:
+    """The script that runs ``commands`` as one reader's terminal session, in ``cwd``."""
     lines = [
         "set -e -o pipefail",
-        f"cd {shlex.quote(str(REPO))}",
+        f"cd {shlex.quote(str(cwd))}",
         "__started=()",
         # stopped like Ctrl-C: each must exit 0, or the session fails
         "__stop() { local bad=0; for p in ${__started[@]}; do kill -TERM $p 2>/dev/null || true;"
@@ -194,6 +199,47 @@ def bash_session(commands: list[Command], logs: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def reader_env() -> dict[str, str]:
+    """A reader's environment: the venv's programs first, a task queue of the session's own."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    env["SAGACITY_TASK_QUEUE"] = f"docs-{uuid.uuid4().hex[:8]}"
+    return env
+
+
+def fresh_clone_env(data_dir: Path) -> dict[str, str]:
+    """A fresh clone's: nothing configured, the dev stack's data in ``data_dir``."""
+    env = reader_env()
+    for name in ENDPOINT_VARIABLES:
+        env.pop(name, None)
+    env["SAGACITY_DATA_DIR"] = str(data_dir)
+    return env
+
+
+def run_session(
+    commands: list[Command], *, env: dict[str, str], logs: Path, cwd: Path = REPO
+) -> str:
+    """Run ``commands`` (those with a placeholder only checked) as one session; its transcript."""
+    runnable = []
+    for command in commands:
+        if PLACEHOLDER.search(command.text):
+            check_exists(command)
+        else:
+            runnable.append(command)
+    done = subprocess.run(
+        ["bash", "-c", bash_session(runnable, logs, cwd)],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    transcript = done.stdout + done.stderr
+    print(transcript)
+    assert done.returncode == 0, transcript[-6000:]
+    return transcript
+
+
 def documented() -> list[Command]:
     return [c for document in DOCUMENTS for c in shell_commands(document)]
 
@@ -216,41 +262,20 @@ def test_documented_commands_run_as_written(
     tmp_path: Path,
 ) -> None:
     commands = [c for c in shell_commands(document) if not c.skipped]
-    runnable = []
-    for command in commands:
-        if PLACEHOLDER.search(command.text):
+    if all(PLACEHOLDER.search(c.text) for c in commands):
+        for command in commands:
             check_exists(command)
-        else:
-            runnable.append(command)
-    if not runnable:
         pytest.skip(f"{document.name} shows no command to run")
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    env["SAGACITY_TASK_QUEUE"] = f"docs-{uuid.uuid4().hex[:8]}"
-    if any(re.search(r"sagacity dev\b", c.text) for c in runnable):
-        # a fresh clone: nothing configured; the dev stack's data in a folder of its own
-        for name in ENDPOINT_VARIABLES:
-            env.pop(name, None)
-        env["SAGACITY_DATA_DIR"] = str(tmp_path / "data")
+    if any(re.search(r"sagacity dev\b", c.text) for c in commands):
+        env = fresh_clone_env(tmp_path / "data")
     else:
-        env |= {
+        env = reader_env() | {
             "SAGACITY_DATABASE_URL": database_url,
             "SAGACITY_OWNER_DATABASE_URL": owner_database_url,
             "TEMPORAL_ADDRESS": endpoints.temporal_address,
             "TEMPORAL_NAMESPACE": endpoints.temporal_namespace,
         }
-    script = bash_session(runnable, tmp_path)
-    done = subprocess.run(
-        ["bash", "-c", script],
-        cwd=REPO,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    transcript = done.stdout + done.stderr
-    print(transcript)
-    assert done.returncode == 0, transcript[-6000:]
+    transcript = run_session(commands, env=env, logs=tmp_path)
     if document.name == "README.md":
         # the Usage walk-through got the Order saga past its approval to a verified journal
         assert re.search(r"saga order-\w+: completed \(journal head seq 8\)", transcript)
