@@ -123,7 +123,7 @@ async def temporal_anchor(client: Client, saga_id: str) -> Anchor | AnchorCheck:
     A workflow that is gone (never started, or past the namespace's retention) is ``MISSING``;
     one that cannot answer (no worker for a query, not a saga workflow) is ``UNAVAILABLE``.
     """
-    handle = client.get_workflow_handle(saga_id, result_type=SagaResult)
+    handle = client.get_workflow_handle(saga_id)
     try:
         described = await handle.describe(rpc_timeout=_RPC_TIMEOUT)
     except RPCError as exc:
@@ -133,7 +133,10 @@ async def temporal_anchor(client: Client, saga_id: str) -> Anchor | AnchorCheck:
         return AnchorCheck(Source.TEMPORAL, Agreement.UNAVAILABLE, f"Temporal: {exc}")
     try:
         if described.status is WorkflowExecutionStatus.COMPLETED:
-            result: SagaResult = await handle.result(rpc_timeout=_RPC_TIMEOUT)
+            raw = await handle.result(rpc_timeout=_RPC_TIMEOUT)
+            # an agent saga's result holds its saga's as "saga"
+            saga = raw.get("saga", raw) if isinstance(raw, dict) else raw
+            result = SagaResult.model_validate(saga)
             head = result.head
             ended = f"the workflow's result, {result.status.value}, ends at seq {head.seq}"
             return Anchor(head.seq, head.hash, "workflow result", ended)
