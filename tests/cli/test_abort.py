@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import getpass
 import json
+from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 
@@ -17,6 +19,15 @@ from sagacity.temporal.models import SagaState
 from tests.approvals.conftest import Cli, StartOrder
 from tests.approvals.test_signed import Keys, temporal
 from tests.approvals.test_signed import start_order as start_signed
+
+SIGNALS_DOC = Path(__file__).resolve().parents[2] / "docs" / "signals.md"
+
+
+def documented_example(signal: str) -> Any:
+    """The example payload docs/signals.md gives for ``signal`` (its table's third column)."""
+    rows = SIGNALS_DOC.read_text(encoding="utf-8").splitlines()
+    row = next(line for line in rows if line.startswith(f"| `{signal}` |"))
+    return json.loads(row.split(" | ")[2].strip("`"))
 
 
 async def abort_row(journal: JournalStore, saga_id: str, request_seq: int) -> dict[str, object]:
@@ -73,7 +84,8 @@ async def test_signed_abort_names_the_verified_principal_and_an_unsigned_one_is_
     # through the plain temporal CLI, the payload of docs/signals.md: taken, but unverified
     handle, waiting = await start_signed(temporal_client, task_queue)
     assert waiting.pending_approval is not None
-    payload = {"reason": "customer called", "by": "ops-oncall"}
+    payload = documented_example("abort")
+    assert payload == {"reason": "customer called", "by": "ops-oncall"}
     signal = await temporal(
         endpoints, "workflow", "signal", "--workflow-id", handle.id, "--name", "abort",
         "--input", json.dumps(payload),
