@@ -208,8 +208,8 @@ def _input(
     the steps file has its own."""
     if [steps, order, given].count(None) != 2:
         raise _Usage(
-            "give one of --input JSON (with --workflow NAME), --steps FILE.json or "
-            "--order PRODUCT:QUANTITY"
+            "give one of --steps FILE.json or --order PRODUCT:QUANTITY, "
+            "or --workflow NAME --input JSON"
         )
     if given is not None:
         return _json_input(given)
