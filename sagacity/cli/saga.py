@@ -20,7 +20,6 @@ message: an input that does not decode, a bug), or no worker registers its workf
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import uuid
 from collections.abc import AsyncIterator, Coroutine
@@ -655,7 +654,12 @@ def abort(
     ] = None,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who aborts (default: your user name).", show_default=False),
+        typer.Option(
+            "--by",
+            help="Who aborts (default: whom SAGACITY_APPROVER_KEY signs for in the keyring, "
+            "else your user name); journaled, and signed with that key when it is set.",
+            show_default=False,
+        ),
     ] = None,
     wait: Wait = False,
     dry_run: Annotated[
@@ -850,14 +854,6 @@ def _print_plan(plan: dict[str, Any]) -> None:
     typer.echo("dry run: nothing was sent to the saga and nothing was written")
 
 
-def _user() -> str:
-    """Who is at the keyboard, by the system's account name: the default ``--by``."""
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no user name in this environment (a bare container)
-        raise _Usage("no user name found: pass --by NAME") from None
-
-
 @app.command("resolve")
 @hard_exit
 def resolve(
@@ -891,7 +887,10 @@ def resolve(
     by: Annotated[
         str | None,
         typer.Option(
-            "--by", help="Who resolves (default: your user name); journaled.", show_default=False
+            "--by",
+            help="Who resolves (default: whom SAGACITY_APPROVER_KEY signs for in the keyring, "
+            "else your user name); journaled.",
+            show_default=False,
         ),
     ] = None,
     timeout: Annotated[
@@ -912,14 +911,14 @@ def resolve(
         if result is not None and not happened:
             raise _Usage("--result is only for a call that happened (--happened)")
         value = None if result is None else load_json(result, what="--result")
-        resolver = check_name(by if by is not None else _user(), what="--by")
         settings = _settings()
+        signer, keyring = _keys(settings)
+        resolver = check_name(by if by is not None else _operator(signer, keyring), what="--by")
         async with _client(settings) as client:
             current = await _status(client, client.get_workflow_handle(saga))
             if _over(saga, current):
                 return 1
             journal = await _journal(settings)
-            signer, keyring = _keys(settings)
             try:
                 done = await resolve_suspect(
                     client,
