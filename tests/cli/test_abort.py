@@ -81,6 +81,18 @@ async def test_signed_abort_names_the_verified_principal_and_an_unsigned_one_is_
     verified = await cli("verify", handle.id, extra_env=keys.env())
     assert verified.code == 0, verified.stdout + verified.stderr
 
+    # signed, but by a key the keyring does not trust for alice: taken, but unverified
+    handle, waiting = await start_signed(temporal_client, task_queue)
+    assert waiting.pending_approval is not None
+    forged = await cli(
+        "saga", "abort", handle.id, "--reason", "customer called", "--by", "alice",
+        extra_env=keys.env(keys.mallory),
+    )  # fmt: skip
+    assert forged.code == 0, forged.stderr
+    assert (await handle.result()).status is SagaState.ABORTED
+    row = await abort_row(journal, handle.id, waiting.pending_approval.journal_seq)
+    assert (row["abort"], row["by"]) == (True, "unverified:alice") and "key_id" not in row
+
     # through the plain temporal CLI, the payload of docs/signals.md: taken, but unverified
     handle, waiting = await start_signed(temporal_client, task_queue)
     assert waiting.pending_approval is not None
