@@ -465,11 +465,13 @@ def _causes(error: BaseException) -> str:
 def _report(found: Found, *, as_json: bool, quiet: bool = False) -> int:
     """Print ``found`` (stderr in ``quiet`` mode, where stdout has the id); return the exit status."""
     if as_json:
-        typer.echo(
-            json.dumps(found.value, indent=2, ensure_ascii=False)
-            if isinstance(found, AppWorkflow)
-            else found.model_dump_json(indent=2)
-        )
+        if not isinstance(found, AppWorkflow):
+            typer.echo(found.model_dump_json(indent=2))
+        elif found.running:  # no value yet: say what runs
+            running = {"workflow_id": found.saga_id, "workflow_type": found.workflow_type}
+            typer.echo(json.dumps({**running, "running": True}, indent=2))
+        else:  # the app's own result, as it returned it
+            typer.echo(json.dumps(found.value, indent=2, ensure_ascii=False))
     else:
         for line in _describe(found):
             typer.echo(line, err=quiet)

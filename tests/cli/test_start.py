@@ -72,6 +72,13 @@ async def test_any_registered_workflow_starts_with_json_input_and_its_result_pri
         )  # fmt: skip
         assert greeted.code == 0, greeted.stderr
         assert json.loads(greeted.stdout) == {"hello": "Zoë"}
+    greeted_id = greeted.stderr.split(" as ", 1)[1].split()[0]
+    shown = await cli("saga", "status", greeted_id)  # from history: no worker needed
+    assert shown.code == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        f"workflow {greeted_id} (cli-test.Greet): completed",
+        '  result: {"hello": "Zoë"}',
+    ]
     alone = await cli("saga", "start", "--input", "{}")
     assert alone.code == 2 and "--input goes with --workflow" in alone.stderr
 
