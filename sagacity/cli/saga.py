@@ -712,7 +712,12 @@ def abort(
 
 
 def _over(saga: str, current: Found) -> bool:
-    """Whether the saga has ended (said on stderr): it takes no abort or resolution then."""
+    """Whether the saga has ended (said on stderr): it takes no abort or resolution then.
+    A running workflow that is no saga is bad usage: it would drop the signal unread."""
+    if isinstance(current, AppWorkflow) and current.running:
+        raise _Usage(
+            f"workflow {saga} ({current.workflow_type}) is no saga: it takes no abort or resolution"
+        )
     ended = _ended_state(current)
     if ended is not None:
         typer.echo(f"saga {saga} already ended: {ended.value}", err=True)

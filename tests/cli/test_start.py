@@ -31,6 +31,15 @@ class Greet:
         return {"hello": greeting.name}
 
 
+@workflow.defn(name="cli-test.Idle")
+class Idle:
+    """An app's own workflow that runs until terminated and answers no saga query."""
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+
 async def test_any_registered_workflow_starts_with_json_input_and_its_result_prints(
     cli: Cli, worker: Worker, temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -62,7 +71,7 @@ async def test_any_registered_workflow_starts_with_json_input_and_its_result_pri
     async with Worker(
         temporal_client,
         task_queue=greeter_queue,
-        workflows=[Greet],
+        workflows=[Greet, Idle],
         workflow_runner=UnsandboxedWorkflowRunner(),
         graceful_shutdown_timeout=timedelta(seconds=1),
     ):
@@ -72,6 +81,16 @@ async def test_any_registered_workflow_starts_with_json_input_and_its_result_pri
         )  # fmt: skip
         assert greeted.code == 0, greeted.stderr
         assert json.loads(greeted.stdout) == {"hello": "Zoë"}
+        # one still running: it is no saga, so it says so and takes no abort
+        idle = await temporal_client.start_workflow(
+            "cli-test.Idle", id=f"idle-{uuid.uuid4().hex[:8]}", task_queue=greeter_queue
+        )
+        running = await cli("saga", "status", idle.id)
+        assert running.code == 0, running.stderr
+        assert "running (it answers no saga status query)" in running.stdout
+        refused = await cli("saga", "abort", idle.id, "--reason", "no")
+        assert refused.code == 2 and "is no saga" in refused.stderr, refused.stderr
+        await idle.terminate("test done")
     greeted_id = greeted.stderr.split(" as ", 1)[1].split()[0]
     shown = await cli("saga", "status", greeted_id)  # from history: no worker needed
     assert shown.code == 0, shown.stderr
