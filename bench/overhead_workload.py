@@ -1,6 +1,6 @@
 """The work both sides of ``bench.saga_overhead`` run: three trivial steps, the last may fail.
 
-Sagacity runs :func:`work` as three ``@compensable`` tools through the generic ``sagacity.Saga``
+Sagacity runs :func:`work` as three ``@compensable`` tools through the generic ``sagacity.Steps``
 workflow; the baseline runs the same function as three plain activities in
 :class:`bench.plain_workflow.PlainThreeSteps`, with :func:`undo_plain` as their undo.
 """

@@ -1,7 +1,7 @@
 """Sagacity's cost per saga and per tool call, against plain Temporal running the same activities.
 
 Both sides run three trivial steps (``bench.overhead_workload``) on one worker, one server and one
-task queue, in alternating rounds: Sagacity through the generic ``sagacity.Saga`` workflow, whose
+task queue, in alternating rounds: Sagacity through the generic ``sagacity.Steps`` workflow, whose
 every call writes INTENT and its outcome to the journal; the baseline as a plain workflow of plain
 activities, each on its own client and worker. Sagacity runs as a new user's worker does: the
 head each journal activity leaves signed into a checkpoint directory (the end sealed), the
@@ -66,7 +66,7 @@ from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.codec import AesGcmCodec, new_codec_key, parse_keys
 from sagacity.temporal.models import SagaResult, SagaState
 from sagacity.temporal.plugin import SagacityPlugin, sandbox
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 
 SAGACITY = "sagacity"
 PLAIN = "plain"
@@ -110,7 +110,7 @@ async def execute(rig: Rig, kind: str, *, fail_last: bool) -> str:
     client, task_queue = rig.clients[kind], rig.task_queues[kind]
     if kind == SAGACITY:
         result: SagaResult = await client.execute_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             saga_spec(fail_last=fail_last),
             id=wid,
             task_queue=task_queue,

@@ -1,6 +1,7 @@
 """Sagacity: declarative compensation and a tamper-evident journal for AI-agent tool calls.
 
-The root holds what tool authors need; workflow code imports :mod:`sagacity.temporal`.
+The root holds what tool authors need; workflow code and the clients that start and decide
+sagas import :mod:`sagacity.workflow`.
 """
 
 from sagacity.errors import NoEffect
@@ -14,6 +15,7 @@ from sagacity.tools import (
     ToolRegistry,
     compensable,
     current_call,
+    tools_of,
 )
 
 __all__ = [
@@ -27,4 +29,5 @@ __all__ = [
     "ToolRegistry",
     "compensable",
     "current_call",
+    "tools_of",
 ]

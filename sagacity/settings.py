@@ -91,7 +91,7 @@ class Settings(BaseSettings):
         default=timedelta(minutes=10),
         description="how long a worker's journal reads and writes wait out a database outage",
     )
-    # the long-lived worker (workers/saga_worker.py) and its observability
+    # the long-lived worker (sagacity/worker.py) and its observability
     graceful_shutdown: timedelta = Field(
         default=timedelta(seconds=20),
         description="after SIGTERM, how long a worker lets in-flight activities finish",

@@ -8,6 +8,10 @@ A tool is a plain function (sync or async). Its declaration says how its effect 
 
 Any tool may also declare a probe (``@tool.probe``): a read-only look at the external system that
 says whether a call's effect exists, which ``sagacity reconcile`` compares with the journal.
+
+A tool may be a method of a class whose instance holds what the tools need (a connection pool):
+declare the methods in the class body, build the instance, and register ``tools_of(instance)``.
+Compensations and probes named or decorated in the class body are that instance's methods too.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from types import MethodType, ModuleType
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -27,6 +32,9 @@ from sagacity.errors import ToolArgumentsInvalid, ToolDeclarationError, UnknownT
 
 P = ParamSpec("P")
 R = TypeVar("R")
+Q = ParamSpec("Q")
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 class Reversibility(StrEnum):
@@ -63,6 +71,9 @@ class CompensationContext(_JournaledCall):
 
 
 Compensation = Callable[[CompensationContext], Any | Awaitable[Any]]
+#: a compensation declared in a class body: a method of the tool's own instance
+MethodCompensation = Callable[[Any, CompensationContext], Any | Awaitable[Any]]
+C = TypeVar("C", bound=Compensation | MethodCompensation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +98,8 @@ class Found:
 
 #: a read-only look in the external system: True (or :class:`Found`) when the call's effect exists
 Probe = Callable[[ProbeContext], bool | Found | Awaitable[bool | Found]]
+MethodProbe = Callable[[Any, ProbeContext], bool | Found | Awaitable[bool | Found]]
+PR = TypeVar("PR", bound=Probe | MethodProbe)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +117,24 @@ class ToolOptions:
     no_effect_on: tuple[type[BaseException], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class JsonArguments:
+    """Arguments a tool describes with a JSON schema of its own instead of its signature (an
+    Agents SDK ``FunctionTool`` brings one); the registry checks calls with ``problems``."""
+
+    schema: dict[str, Any]
+    #: what is wrong with a call's arguments, one line each; empty when they fit
+    problems: Callable[[dict[str, Any]], list[str]]
+
+
 class CompensableTool(Generic[P, R]):
-    """A declared tool: callable as the function it wraps, plus its undo and options."""
+    """A declared tool: callable as the function it wraps, plus its undo and options.
+
+    Declared on a method, the class attribute (``Bookings.book_flight``) is the declaration and
+    calls the plain function (``self`` first); read from an instance (``bookings.book_flight``)
+    it is that instance's tool: ``fn`` is the bound method and its compensation and probe, when
+    they are methods of the class, are bound to the same instance.
+    """
 
     def __init__(
         self,
@@ -114,16 +143,20 @@ class CompensableTool(Generic[P, R]):
         name: str | None,
         description: str | None,
         reversibility: Reversibility,
-        by: Compensation | str | None,
+        by: Compensation | MethodCompensation | str | None,
         options: ToolOptions,
+        json_arguments: JsonArguments | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.description = description or inspect.getdoc(fn) or self.name
         self.reversibility = reversibility
         self.options = options
+        self.json_arguments = json_arguments
         self._by = by
-        self._probe: Probe | None = None
+        self._probe: Probe | MethodProbe | None = None
+        #: the class whose body declares this tool as a method (set when the class is made)
+        self._owner: type | None = None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -133,12 +166,56 @@ class CompensableTool(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<tool {self.name} {self.reversibility.value}>"
 
-    def compensation(self, fn: Compensation) -> Compensation:
-        """Decorator form of ``by=``: ``@reserve_inventory.compensation``."""
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        # only the tool whose function the class body itself defines is a method: a module-level
+        # tool merely stored on a class, or a static method, keeps its plain signature
+        if isinstance(self.fn, staticmethod | classmethod):
+            return
+        if getattr(self.fn, "__qualname__", None) == f"{owner.__qualname__}.{self.fn.__name__}":
+            self._owner = owner
+            # what the class attribute is, so workflow code can name it in a typed call
+            self.__class__ = MethodTool
+
+    @overload
+    def __get__(
+        self: CompensableTool[Concatenate[T, Q], S], instance: None, owner: type[T]
+    ) -> MethodTool[T, Q, S]: ...
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> Self: ...
+    @overload
+    def __get__(
+        self: CompensableTool[Concatenate[T, Q], S], instance: T, owner: type | None = None
+    ) -> CompensableTool[Q, S]: ...
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None or self._owner is None:
+            return self
+        return self._bound_to(instance)
+
+    def _bound_to(self, instance: object) -> CompensableTool[..., Any]:
+        bound: CompensableTool[..., Any] = CompensableTool(
+            MethodType(self.fn, instance),
+            name=self.name,
+            description=self.description,
+            reversibility=self.reversibility,
+            by=_member_of(instance, self._by),
+            options=self.options,
+            json_arguments=self.json_arguments,
+        )
+        bound._probe = _member_of(instance, self._probe)
+        return bound
+
+    @property
+    def method_of(self) -> type | None:
+        """The class that declares this tool as a method, while it is not bound to an instance."""
+        return self._owner if not inspect.ismethod(self.fn) else None
+
+    def compensation(self, fn: C) -> C:
+        """Decorator form of ``by=``: ``@reserve_inventory.compensation``; in a class body it
+        decorates a method (``def cancel_flight(self, ctx)``)."""
         self._by = fn
         return fn
 
-    def probe(self, fn: Probe) -> Probe:
+    def probe(self, fn: PR) -> PR:
         """Declare how to tell whether a call's effect exists: ``@create_order.probe``.
 
         The probe gets a :class:`ProbeContext` and returns True (or :class:`Found`) when the
@@ -149,16 +226,91 @@ class CompensableTool(Generic[P, R]):
         return fn
 
     @property
-    def declared_compensation(self) -> Compensation | str | None:
+    def declared_compensation(self) -> Compensation | MethodCompensation | str | None:
         return self._by
 
     @property
-    def declared_probe(self) -> Probe | None:
+    def declared_probe(self) -> Probe | MethodProbe | None:
         return self._probe
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
+
+
+def _member_of(instance: object, declared: Any) -> Any:
+    """``declared`` bound to ``instance`` when it is a function of the instance's class (found by
+    name, so a subclass's override wins); anything else as it is."""
+    if not inspect.isfunction(declared):
+        return declared
+    for klass in type(instance).__mro__:
+        for attribute, value in vars(klass).items():
+            if value is declared:
+                return getattr(instance, attribute)
+    return declared
+
+
+def tools_of(instance: object) -> list[CompensableTool[..., Any]]:
+    """The tools declared as methods of ``instance``'s class (and its bases), bound to it.
+
+    Raises :class:`~sagacity.errors.ToolDeclarationError` when the class declares none, or when
+    ``instance`` is a class (build the instance first, with what its tools need).
+    """
+    if isinstance(instance, type):
+        raise ToolDeclarationError(
+            f"tools_of({instance.__qualname__}) got the class: pass an instance, "
+            f"tools_of({instance.__qualname__}(...)), built with what its tools need"
+        )
+    tools = [getattr(instance, a) for a in _tool_methods(type(instance))]
+    if not tools:
+        raise ToolDeclarationError(
+            f"{type(instance).__qualname__} declares no tools: decorate its methods with "
+            "@compensable"
+        )
+    return tools
+
+
+def _tool_methods(cls: type) -> list[str]:
+    """The attributes of ``cls`` (bases first, in declaration order) that declare tool methods."""
+    names = dict.fromkeys(a for klass in reversed(cls.__mro__) for a in vars(klass))
+    return [a for a in names if _declares(inspect.getattr_static(cls, a))]
+
+
+def _declares(value: object) -> bool:
+    return isinstance(value, CompensableTool) and value._owner is not None
+
+
+def app_tools(module: ModuleType, opened: object = None) -> list[CompensableTool[..., Any]]:
+    """The tools an app module serves, read once its ``lifespan`` is open.
+
+    ``TOOLS`` is a list of tools (methods bound with :func:`tools_of` included), or a function
+    of what the module's lifespan yielded (``opened``), for tools that are methods of an
+    instance the lifespan builds around what it opened: ``TOOLS = tools_of`` with a lifespan
+    that yields the instance.
+    """
+    declared = getattr(module, "TOOLS", [])
+    if callable(declared) and not isinstance(declared, CompensableTool):
+        if inspect.iscoroutinefunction(declared):
+            raise ToolDeclarationError(
+                f"{module.__name__}.TOOLS is an async function: make it a plain function of "
+                "what the lifespan yielded (do the async work in the lifespan)"
+            )
+        declared = declared(opened)
+    if isinstance(declared, CompensableTool) or not isinstance(declared, Iterable):
+        raise ToolDeclarationError(
+            f"{module.__name__}.TOOLS is {declared!r}: make it a list of tools, or a function "
+            "returning one from what the module's lifespan yields"
+        )
+    return list(declared)
+
+
+class MethodTool(CompensableTool[Concatenate[T, Q], S]):
+    """A tool declared on a method, read from its class (``Bookings.book_flight``).
+
+    Calling it calls the plain function, ``self`` first. Workflow code, which has no instance,
+    names it in a typed call: ``saga.call(Bookings.book_flight, traveler=...)`` checks the
+    arguments without ``self``, and the worker runs the instance its app registered.
+    """
 
 
 @overload
@@ -191,7 +343,7 @@ def compensable(
     """Declare a tool and its undo.
 
     ``by`` is the compensation: a function taking a :class:`CompensationContext`, or the name of
-    such a function in the tool's module. Reversibility defaults to REVERSIBLE. Mistakes are
+    such a function in the tool's module (of a method of its class, for a tool method). Reversibility defaults to REVERSIBLE. Mistakes are
     reported when a :class:`ToolRegistry` is built (at worker start), naming the tool and the fix.
     ``no_effect_on`` lists exception types after which the call is known to have done nothing;
     any other failure is compensated too, since its effect is unknown.
@@ -232,7 +384,15 @@ class RegisteredTool:
         return self.tool.name
 
     def bind(self, args: dict[str, Any]) -> dict[str, Any]:
-        """Validate JSON arguments against the tool's signature; returns typed keyword arguments."""
+        """Validate JSON arguments against the tool's signature (or its own JSON schema); returns
+        the keyword arguments to call it with."""
+        if self.tool.json_arguments is not None:
+            wrong = self.tool.json_arguments.problems(args)
+            if wrong:
+                raise ToolArgumentsInvalid(
+                    f"arguments for tool {self.name!r} do not match its schema: {'; '.join(wrong)}"
+                )
+            return dict(args)
         try:
             model = self.arguments.model_validate(args)
         except ValidationError as exc:
@@ -253,8 +413,14 @@ class ToolRegistry:
         self._tools: dict[str, RegisteredTool] = {}
         for tool in tools:
             if not isinstance(tool, CompensableTool):
+                raise ToolDeclarationError(_not_a_tool(tool))
+            if tool.method_of is not None:
+                owner = tool.method_of.__qualname__
                 raise ToolDeclarationError(
-                    f"{tool!r} is not a declared tool: decorate it with @compensable"
+                    f"tool {tool.name!r} is a method of {owner}, registered without an "
+                    f"instance: register tools_of({owner}(...)) (or instance.{tool.fn.__name__}); "
+                    "when the instance needs what the app's lifespan opens, let the lifespan "
+                    "yield it and make TOOLS a function of it (TOOLS = tools_of)"
                 )
             if tool.name in self._tools:
                 other = self._tools[tool.name].tool.fn
@@ -278,6 +444,17 @@ class ToolRegistry:
             raise UnknownTool(f"no tool named {name!r} is registered (known: {known})") from None
 
 
+def _not_a_tool(value: object) -> str:
+    if isinstance(value, type) and _tool_methods(value):
+        return (
+            f"{value.__qualname__} is a class: register the tools of an instance, "
+            f"tools_of({value.__qualname__}(...))"
+        )
+    if not isinstance(value, type) and _tool_methods(type(value)):
+        return f"{value!r} is not a tool but holds some: register tools_of(it)"
+    return f"{value!r} is not a declared tool: decorate it with @compensable"
+
+
 def _where(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
@@ -297,17 +474,33 @@ def _register(tool: CompensableTool[..., Any]) -> RegisteredTool:
         )
     if compensation is not None:
         _check_takes_context(tool.name, compensation, "compensation", "CompensationContext")
-    probe = tool.declared_probe
+    probe = cast(Probe | None, tool.declared_probe)  # bound with the tool, when a method
     if probe is not None:
         _check_takes_context(tool.name, probe, "probe", "ProbeContext")
     arguments = _arguments_model(tool)
-    return RegisteredTool(tool, compensation, arguments, arguments.model_json_schema(), probe)
+    schema = arguments.model_json_schema()
+    if tool.json_arguments is not None:
+        schema = tool.json_arguments.schema
+    return RegisteredTool(tool, compensation, arguments, schema, probe)
 
 
 def _resolve_compensation(tool: CompensableTool[..., Any]) -> Compensation | None:
     declared = tool.declared_compensation
     if declared is None or callable(declared):
-        return declared
+        # a method of the tool's class was bound to the tool's instance with the tool
+        return cast(Compensation | None, declared)
+    instance = getattr(tool.fn, "__self__", None)
+    if instance is not None:
+        method = getattr(instance, declared, None)
+        if not callable(method):
+            owner = type(instance).__qualname__
+            raise ToolDeclarationError(
+                f"tool {tool.name!r} names compensation {declared!r}, but class {owner} has no "
+                f"such method: define def {declared}(self, ctx: CompensationContext) there, "
+                "or pass by=<function>"
+            )
+        bound: Compensation = method
+        return bound
     module = sys.modules.get(tool.fn.__module__)
     found = getattr(module, declared, None)
     if not callable(found):
@@ -322,16 +515,20 @@ def _resolve_compensation(tool: CompensableTool[..., Any]) -> Compensation | Non
 def _check_takes_context(tool_name: str, fn: Callable[..., Any], role: str, context: str) -> None:
     try:
         inspect.signature(fn).bind(object())
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: a method without even self
         name = getattr(fn, "__name__", repr(fn))
         returns = "bool" if role == "probe" else "None"
+        params = "self, ctx" if inspect.ismethod(fn) else "ctx"
         raise ToolDeclarationError(
             f"{role} {name!r} of tool {tool_name!r} cannot take the context: "
-            f"declare it as def {name}(ctx: {context}) -> {returns}"
+            f"declare it as def {name}({params}: {context}) -> {returns}"
         ) from None
 
 
 def _arguments_model(tool: CompensableTool[..., Any]) -> type[BaseModel]:
+    if tool.json_arguments is not None:
+        # checked against the tool's own schema in RegisteredTool.bind
+        return create_model(f"{tool.name}_arguments", __config__=ConfigDict(extra="allow"))
     fields: dict[str, Any] = {}
     for param in inspect.signature(tool.fn, eval_str=True).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from sagacity import (
@@ -10,9 +12,11 @@ from sagacity import (
     Reversibility,
     ToolRegistry,
     compensable,
+    tools_of,
 )
 from sagacity.errors import ToolArgumentsInvalid, ToolDeclarationError, UnknownTool
 from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.tools import app_tools
 
 
 def undo(ctx: CompensationContext) -> None:
@@ -147,3 +151,139 @@ def test_unknown_tool_and_bad_arguments_are_typed() -> None:
         registry.get("book_room").bind({"nights": 1})
     with pytest.raises(ToolArgumentsInvalid, match="colour"):
         registry.get("book_room").bind({"room": "r", "colour": "red"})
+
+
+class Rooms:
+    """Tools as methods of an instance holding what they need (here a plain dict)."""
+
+    def __init__(self, booked: dict[str, int]) -> None:
+        self.booked = booked
+
+    @compensable(by="release")
+    async def hold(self, room: str, nights: int = 1) -> str:
+        """Hold a room."""
+        self.booked[room] = nights
+        return room
+
+    async def release(self, ctx: CompensationContext) -> None:
+        self.booked.pop(ctx.input["room"], None)
+
+    @compensable
+    def paint(self, room: str) -> None: ...
+
+    @paint.compensation
+    def unpaint(self, ctx: CompensationContext) -> None: ...
+
+    @paint.probe
+    def painted(self, ctx: ProbeContext) -> bool:
+        return ctx.input["room"] in self.booked
+
+
+async def test_methods_of_an_instance_are_tools_bound_to_it() -> None:
+    first, second = Rooms({}), Rooms({})
+    registry = ToolRegistry(tools_of(first))
+    hold = registry.get("hold")
+    # the argument model and schema have no self; the name is the method's
+    assert hold.params_schema["required"] == ["room"] and "self" not in hold.params_schema
+    assert hold.tool.description == "Hold a room." and hold.tool.is_async
+    assert await hold.tool.fn(**hold.bind({"room": "r1", "nights": "2"})) == "r1"
+    assert first.booked == {"r1": 2} and second.booked == {}
+    # the compensation named by=, the decorated one and the probe are the same instance's
+    assert hold.compensation == first.release
+    assert registry.get("paint").compensation == first.unpaint
+    assert registry.get("paint").probe == first.painted
+    # the class attribute is the declaration: the plain function, self first
+    assert await Rooms.hold(second, "r2") == "r2" and second.booked == {"r2": 1}
+    assert first.hold.name == "hold" and first.hold is not second.hold
+    # read from the instance it is the bound tool, typed without self
+    assert await first.hold("r3", nights=4) == "r3" and first.booked["r3"] == 4
+
+
+def test_a_subclass_override_of_the_compensation_is_the_one_bound() -> None:
+    class QuietRooms(Rooms):
+        async def release(self, ctx: CompensationContext) -> None: ...
+
+    quiet = QuietRooms({})
+    assert ToolRegistry(tools_of(quiet)).get("hold").compensation == quiet.release
+
+
+def test_method_tools_without_an_instance_name_the_fix() -> None:
+    with pytest.raises(
+        ToolDeclarationError,
+        match=r"'hold' is a method of Rooms, registered without an instance: "
+        r"register tools_of\(Rooms\(...\)\)",
+    ):
+        ToolRegistry([Rooms.hold])
+    with pytest.raises(ToolDeclarationError, match=r"Rooms is a class: .*tools_of\(Rooms\(...\)\)"):
+        ToolRegistry([Rooms])  # type: ignore[list-item]
+    with pytest.raises(ToolDeclarationError, match=r"holds some: register tools_of\(it\)"):
+        ToolRegistry([Rooms({})])  # type: ignore[list-item]
+    with pytest.raises(ToolDeclarationError, match=r"got the class: pass an instance"):
+        tools_of(Rooms)
+    with pytest.raises(ToolDeclarationError, match="Rooms declares no tools"):
+        tools_of(Rooms.__new__(type("Rooms", (), {})))
+
+
+def test_method_compensations_missing_or_without_self_name_the_fix() -> None:
+    class Flights:
+        @compensable(by="cancel")
+        def book(self, day: str) -> None: ...
+
+    with pytest.raises(
+        ToolDeclarationError,
+        match=r"names compensation 'cancel', but class .*Flights has no such method: "
+        r"define def cancel\(self, ctx: CompensationContext\)",
+    ):
+        ToolRegistry(tools_of(Flights()))
+
+    class Cars:
+        @compensable
+        def rent(self, city: str) -> None: ...
+
+        @rent.compensation
+        def unrent() -> None: ...  # type: ignore[misc]  # forgot self and ctx
+
+    with pytest.raises(
+        ToolDeclarationError,
+        match=r"compensation 'unrent' of tool 'rent' cannot take the context: "
+        r"declare it as def unrent\(self, ctx: CompensationContext\)",
+    ):
+        ToolRegistry(tools_of(Cars()))
+
+
+def test_a_module_tool_stored_on_a_class_stays_unbound() -> None:
+    class Holder:
+        room = book_room
+
+    assert Holder().room is book_room
+
+    class Helpers:
+        @compensable(by=undo)
+        @staticmethod
+        def stamp(page: str) -> str:
+            return page
+
+    assert Helpers().stamp is Helpers.stamp and Helpers().stamp("p1") == "p1"
+    assert ToolRegistry([Holder().room]).get("book_room").compensation is undo
+
+
+def test_app_tools_reads_a_list_or_a_function_of_what_the_lifespan_opened() -> None:
+    listed = types.ModuleType("listed_app")
+    listed.TOOLS = [book_room]  # type: ignore[attr-defined]
+    assert app_tools(listed) == [book_room]
+    built = types.ModuleType("built_app")
+    built.TOOLS = tools_of  # type: ignore[attr-defined]
+    rooms = Rooms({})
+    assert [t.name for t in app_tools(built, rooms)] == ["hold", "paint"]
+    assert app_tools(types.ModuleType("no_tools")) == []
+
+    async def later(opened: object) -> list[object]:
+        return []
+
+    broken = types.ModuleType("broken_app")
+    broken.TOOLS = later  # type: ignore[attr-defined]
+    with pytest.raises(ToolDeclarationError, match=r"broken_app\.TOOLS is an async function"):
+        app_tools(broken, rooms)
+    broken.TOOLS = book_room  # type: ignore[attr-defined]
+    with pytest.raises(ToolDeclarationError, match="make it a list of tools"):
+        app_tools(broken)

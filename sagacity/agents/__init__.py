@@ -3,11 +3,13 @@
 * :class:`AgentSagaWorkflow` (``sagacity.AgentSaga``): start it with an :class:`AgentSagaRequest`;
   it returns an :class:`AgentSagaResult`.
 * :func:`saga_function_tools`: the worker's tools as function tools for your own agent workflows.
+* :func:`compensable_function_tool`: an existing ``FunctionTool`` made a saga tool, with its undo.
 * :func:`agent_plugins`: what a worker needs (Sagacity's plugin and Temporal's Agents SDK plugin).
 * :class:`Script`, :class:`ScriptedModelProvider`: a deterministic model, no API key needed;
   :func:`model_provider_from_settings` picks it, or OpenAI when ``OPENAI_API_KEY`` is set.
 """
 
+from sagacity.agents.function_tools import compensable_function_tool
 from sagacity.agents.models import (
     Call,
     Conversation,
@@ -41,6 +43,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedModelProvider",
     "agent_plugins",
+    "compensable_function_tool",
     "compensation_summary",
     "function_tool_for",
     "model_provider_from_settings",

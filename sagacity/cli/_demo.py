@@ -55,8 +55,7 @@ from sagacity.evidence.keys import load_private_key
 from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.models import Approve, SagaState, SagaStatus
-from sagacity.temporal.plugin import SagacityPlugin
-from workers.saga_worker import connect
+from sagacity.worker import connect_client
 from workflows.agent_order.app import SCRIPTS, TOOLS, lifespan
 from workflows.agent_order.script import PROMPT
 
@@ -212,9 +211,7 @@ async def run_demo(
             redactor=settings.model_copy(update={"redact_key": setup.fingerprint_key}).redactor(),
             codec=settings.payload_codec(),
         )
-        client = with_plugins(
-            await connect(settings, SagacityPlugin(codec=settings.payload_codec())), plugins
-        )
+        client = with_plugins(await connect_client(settings), plugins)
         # a queue of its own, so workers of other apps on the default queue never see it
         task_queue = f"sagacity-demo-{uuid.uuid4().hex[:8]}"
         saga_id = f"demo-order-{uuid.uuid4().hex[:8]}"

@@ -35,7 +35,7 @@ from sagacity.journal import Phase
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, Step
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from workflows.order.shop import Shop
 
 __all__ = ["PRODUCT", "Recovery", "run_recovery", "worker_env"]
@@ -152,7 +152,7 @@ async def run_recovery(
         await first.ready()
         say(f"act two: worker 1 started (pid {first.pid}), a separate process")
         handle = await client.start_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(
                 steps=[
                     Step(tool=TOOL, args={"product_id": PRODUCT, "quantity": QUANTITY}),

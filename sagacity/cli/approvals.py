@@ -43,8 +43,7 @@ from sagacity.evidence.decisions import permitted
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.store.halts import HaltStore
-from sagacity.temporal.plugin import SagacityPlugin
-from workers.saga_worker import connect
+from sagacity.worker import connect_client
 
 __all__ = ["app"]
 
@@ -81,7 +80,7 @@ async def _service(settings: Settings, key: Path | None) -> AsyncIterator[Approv
     signer, keyring = decision_keys_or_exit(key, settings)
     pool = await open_pool(settings.database_url, min_size=1, max_size=4)
     try:
-        client = await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
+        client = await connect_client(settings)
         yield ApprovalService(
             client,
             ApprovalStore(pool),

@@ -31,8 +31,7 @@ from sagacity.cli._exit import hard_exit
 from sagacity.errors import InvalidInput
 from sagacity.store import JournalStore, open_pool
 from sagacity.store.halts import Halt, HaltNotFound, HaltPolicy, HaltScope, HaltStore
-from sagacity.temporal.plugin import SagacityPlugin
-from workers.saga_worker import connect
+from sagacity.worker import connect_client
 
 __all__ = ["halt", "halts", "quarantine", "release", "resume"]
 
@@ -60,7 +59,7 @@ async def _service() -> AsyncIterator[HaltService]:
     assert url is not None
     pool = await open_pool(url, min_size=1, max_size=4)
     try:
-        client = await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
+        client = await connect_client(settings)
         yield HaltService(
             client, HaltStore(pool), JournalStore(pool), signer=signer, keyring=keyring
         )

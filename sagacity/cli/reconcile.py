@@ -35,9 +35,8 @@ from sagacity.evidence.reconcile import Check, Reconciliation, Verdict, reconcil
 from sagacity.inputs import check_name
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
-from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import ToolRegistry
-from workers.saga_worker import DEFAULT_APP, App, connect, load_apps
+from sagacity.worker import DEFAULT_APP, App, connect_client, load_apps
 
 __all__ = ["reconcile_command"]
 
@@ -90,7 +89,7 @@ def reconcile_command(
     apps = app or [DEFAULT_APP]
 
     async def work() -> list[Reconciliation]:
-        loaded, tools = _load(apps)
+        loaded = _load(apps)
         async with AsyncExitStack() as stack:
             journal = await stack.enter_async_context(
                 await JournalStore.open(url, min_size=1, max_size=2)
@@ -103,9 +102,10 @@ def reconcile_command(
                 saga_ids = [saga]
             client = await _client(settings) if resolve_suspects else None
             try:
-                await loaded.enter(stack, url)
+                await loaded.enter(stack, settings, url)
             except Exception as exc:  # the app's own set-up: whatever it raises, say so
                 raise _Refused(f"the apps' lifespan failed: {type(exc).__name__}: {exc}") from None
+            tools = _probed(loaded, apps)
             done = []
             async for found in reconcile(journal, tools, saga_ids):
                 if client is not None:
@@ -127,23 +127,27 @@ def _run(work: Coroutine[Any, Any, list[Reconciliation]]) -> list[Reconciliation
         raise fail(str(exc)) from None
 
 
-def _load(apps: Sequence[str]) -> tuple[App, ToolRegistry]:
-    """The apps, as a worker loads them, and their tools; refused when no tool has a probe."""
+def _load(apps: Sequence[str]) -> App:
+    """The apps, as a worker loads them."""
     try:
-        loaded = load_apps(apps)
+        return load_apps(apps)
     except Exception as exc:  # importing the user's module runs its code: report any failure
         raise _Refused(f"cannot load app {', '.join(apps)}: {type(exc).__name__}: {exc}") from None
+
+
+def _probed(loaded: App, apps: Sequence[str]) -> ToolRegistry:
+    """The entered apps' tools; refused when no tool has a probe."""
     tools = ToolRegistry(loaded.tools)
     if not any(t.probe is not None for t in tools):
         raise _Refused(
             f"no tool of {', '.join(apps)} declares a probe: declare one with @<tool>.probe"
         )
-    return loaded, tools
+    return tools
 
 
 async def _client(settings: Settings) -> Client:
     try:
-        return await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
+        return await connect_client(settings)
     except RuntimeError as exc:  # the SDK's "Failed client connect: …"
         raise _Refused(f"cannot reach Temporal at {settings.temporal_address}: {exc}") from None
 

@@ -84,9 +84,9 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import Reversibility
-from workers.saga_worker import connect
+from sagacity.worker import connect
 from workflows.order.workflows import OrderRequest, order_steps
 
 if TYPE_CHECKING:  # the Agents SDK takes seconds to import: only for an agent saga's result
@@ -213,18 +213,18 @@ def _input(
     if given is not None:
         return _json_input(given)
     if steps is not None:
-        if workflow != WORKFLOW_NAME:
-            raise _Usage(f"--steps runs the generic {WORKFLOW_NAME} workflow, not {workflow}")
+        if workflow != STEPS_WORKFLOW:
+            raise _Usage(f"--steps runs the generic {STEPS_WORKFLOW} workflow, not {workflow}")
         return _steps(steps, options)
     assert order is not None
     product, _, quantity = order.partition(":")
     if not product or not quantity.isdigit() or int(quantity) < 1:
         raise _Usage(f"--order expects PRODUCT:QUANTITY, e.g. p-1:2; got {order!r}")
-    if workflow == WORKFLOW_NAME:
+    if workflow == STEPS_WORKFLOW:
         return order_steps(product, int(quantity), options)
     if workflow == ORDER_WORKFLOW:
         return OrderRequest(product_id=product, quantity=int(quantity), options=options)
-    raise _Usage(f"--order starts {ORDER_WORKFLOW} or {WORKFLOW_NAME}, not {workflow}")
+    raise _Usage(f"--order starts {ORDER_WORKFLOW} or {STEPS_WORKFLOW}, not {workflow}")
 
 
 def _read(path: Path, *, what: str) -> bytes:
@@ -552,7 +552,7 @@ def start(
             "--workflow",
             "--app-workflow",
             help="Workflow type to run: any the app's worker registers, with --input; "
-            f"{ORDER_WORKFLOW} or {WORKFLOW_NAME} with --order or --steps "
+            f"{ORDER_WORKFLOW} or {STEPS_WORKFLOW} with --order or --steps "
             "(default: the one --order or --steps implies).",
             show_default=False,
         ),
@@ -570,7 +570,7 @@ def start(
         typer.Option(
             "--steps",
             help=f'JSON file: {{"steps": [{{"tool": …, "args": {{…}}}}, …], "options": {{…}}}} '
-            f"for {WORKFLOW_NAME}.",
+            f"for {STEPS_WORKFLOW}.",
             show_default=False,
         ),
     ] = None,
@@ -599,7 +599,7 @@ def start(
         settings = _settings(task_queue=task_queue)
         if given is not None and workflow is None:
             raise _Usage("--input goes with --workflow NAME: the workflow type it is the input of")
-        name = workflow or (WORKFLOW_NAME if steps is not None else ORDER_WORKFLOW)
+        name = workflow or (STEPS_WORKFLOW if steps is not None else ORDER_WORKFLOW)
         # the deadline setting is the default for sagas started here; a steps file may override
         options = SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds())
         argument = _input(name, steps, order, given, options)

@@ -36,8 +36,7 @@ from sagacity.evidence.keys import key_id, load_public_key, verifying_key
 from sagacity.evidence.report import AnchorCheck, SagaReport
 from sagacity.settings import Settings, load_settings
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.plugin import SagacityPlugin
-from workers.saga_worker import connect
+from sagacity.worker import connect_client
 
 __all__ = ["verify"]
 
@@ -246,7 +245,7 @@ async def _temporal(settings: Settings, wanted: bool) -> AsyncIterator[Client | 
         yield None
         return
     try:
-        client = await connect(settings, SagacityPlugin(codec=settings.payload_codec()))
+        client = await connect_client(settings)
     except RuntimeError as exc:  # no address configured
         raise _usage(str(exc)) from None
     yield client

@@ -1,4 +1,4 @@
-"""``sagacity worker``: the long-lived worker process (see ``workers/saga_worker.py``)."""
+"""``sagacity worker``: the long-lived worker process (see :mod:`sagacity.worker`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def worker(
         list[str] | None,
         typer.Option(
             "--app",
-            help="Module with TOOLS (and WORKFLOWS, lifespan) to serve; repeat for more.",
+            help="App module to serve (TOOLS, WORKFLOWS, lifespan, plugins), importable from the "
+            "current directory or PYTHONPATH; repeat for more.",
             show_default="workflows.order.app",
         ),
     ] = None,
@@ -29,8 +30,11 @@ def worker(
         ),
     ] = None,
 ) -> None:
-    """Serve sagas until SIGTERM or Ctrl-C, then let in-flight calls finish (graceful shutdown)."""
-    from workers.saga_worker import DEFAULT_APP, main
+    """Serve sagas until SIGTERM or Ctrl-C, then let in-flight calls finish (graceful shutdown).
+
+    An app module is imported from the current directory or PYTHONPATH.
+    """
+    from sagacity.worker import DEFAULT_APP, main
 
     overrides = {"task_queue": task_queue} if task_queue else {}
     try:

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from datetime import timedelta
 
+from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -34,9 +35,33 @@ from sagacity.evidence.report import (
 )
 from sagacity.journal import GENESIS_HASH, Verdict
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import SagaResult, SagaStatus
 
 __all__ = ["temporal_anchor", "verify_journal"]
+
+
+class _Head(BaseModel):
+    seq: int = 0
+    hash: str = GENESIS_HASH
+
+
+class _Headed(BaseModel):
+    """What anchors in a saga workflow's result or ``status`` query, read as plain data: this
+    layer needs none of the Temporal glue's models. Other fields are ignored."""
+
+    head: _Head | None = None
+    #: the result's outcome (``completed``, ``compensated``...); the query has ``state`` instead
+    status: str = ""
+    #: an agent saga's result holds the saga's own under ``saga``
+    saga: _Headed | None = None
+
+    def anchor(self) -> tuple[_Head, str]:
+        """The head and the outcome, from the saga's own result when this one wraps it."""
+        if self.head is None and self.saga is not None:
+            return self.saga.anchor()
+        if self.head is None:
+            raise ValueError("not a saga's result or status: it holds no chain head")
+        return self.head, self.status
+
 
 _RPC_TIMEOUT = timedelta(seconds=10)
 
@@ -123,7 +148,7 @@ async def temporal_anchor(client: Client, saga_id: str) -> Anchor | AnchorCheck:
     A workflow that is gone (never started, or past the namespace's retention) is ``MISSING``;
     one that cannot answer (no worker for a query, not a saga workflow) is ``UNAVAILABLE``.
     """
-    handle = client.get_workflow_handle(saga_id)
+    handle = client.get_workflow_handle(saga_id, result_type=_Headed)
     try:
         described = await handle.describe(rpc_timeout=_RPC_TIMEOUT)
     except RPCError as exc:
@@ -133,16 +158,14 @@ async def temporal_anchor(client: Client, saga_id: str) -> Anchor | AnchorCheck:
         return AnchorCheck(Source.TEMPORAL, Agreement.UNAVAILABLE, f"Temporal: {exc}")
     try:
         if described.status is WorkflowExecutionStatus.COMPLETED:
-            raw = await handle.result(rpc_timeout=_RPC_TIMEOUT)
-            # an agent saga's result holds its saga's as "saga"
-            saga = raw.get("saga", raw) if isinstance(raw, dict) else raw
-            result = SagaResult.model_validate(saga)
-            head = result.head
-            ended = f"the workflow's result, {result.status.value}, ends at seq {head.seq}"
+            result: _Headed = await handle.result(rpc_timeout=_RPC_TIMEOUT)
+            head, outcome = result.anchor()
+            ended = f"the workflow's result, {outcome}, ends at seq {head.seq}"
             return Anchor(head.seq, head.hash, "workflow result", ended)
-        status = await handle.query("status", result_type=SagaStatus, rpc_timeout=_RPC_TIMEOUT)
+        status = await handle.query("status", result_type=_Headed, rpc_timeout=_RPC_TIMEOUT)
+        head, _ = status.anchor()
     except Exception as exc:
         # a witness that cannot answer is reported, not fatal: the other anchors still speak
         detail = f"the workflow could not say its head: {type(exc).__name__}: {exc}"
         return AnchorCheck(Source.TEMPORAL, Agreement.UNAVAILABLE, detail)
-    return Anchor(status.head.seq, status.head.hash, "workflow status query")
+    return Anchor(head.seq, head.hash, "workflow status query")

@@ -85,6 +85,21 @@ async def migrate(conninfo: str) -> list[str]:
     return applied
 
 
+async def unapplied(conninfo: str) -> list[str] | None:
+    """The shipped migrations this database lacks (``[]``: up to date), or None when this login
+    may not read the version table (an app role granted before ``grants.sql`` gave it SELECT)."""
+    with translate_errors("read the journal schema's version"):
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            try:
+                cur = await conn.execute("SELECT version FROM sagacity_schema_version")
+            except psycopg.errors.UndefinedTable:
+                return [version for version, _ in migrations()]
+            except psycopg.errors.InsufficientPrivilege:
+                return None
+            applied = {row[0] for row in await cur.fetchall()}
+    return [version for version, _ in migrations() if version not in applied]
+
+
 async def apply_grants(conninfo: str, *, role: str = APP_ROLE, password: str | None = None) -> None:
     """Create ``role`` (LOGIN) if absent and grant it ``schema/grants.sql``.
 

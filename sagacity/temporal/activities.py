@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import json
@@ -20,7 +21,8 @@ from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -668,7 +670,7 @@ class SagaActivities:
                 raise self._scrubbed(req.tool_name, exc) from None
             return await self._failed(req, intent_row, exc, effect_unknown=not clean)
         try:
-            payload = to_json(result)
+            payload = to_json(_json_data(result))
         except (TypeError, ValueError) as exc:
             # the effect happened: journal it as EXECUTED so it is compensated, and say why
             # its result could not be kept
@@ -1002,3 +1004,17 @@ def _outcome_from_row(
         effect_unknown=unknown,
         journaled=journaled,
     )
+
+
+def _json_data(value: Any) -> Any:
+    """A tool's result with its pydantic models and dataclasses (nested in lists and dicts too)
+    as JSON data, which a typed ``saga.call`` turns back into them; anything else as it is."""
+    if isinstance(value, BaseModel) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        return to_jsonable_python(value)
+    if isinstance(value, list | tuple):
+        return [_json_data(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_data(v) for k, v in value.items()}
+    return value

@@ -23,7 +23,7 @@ from sagacity.store.journal import JournalStore
 from sagacity.temporal import visibility
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
 from sagacity.temporal.codec import data_converter
-from sagacity.temporal.workflow import SagaWorkflow
+from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
 
 _log = logging.getLogger(__name__)
@@ -115,7 +115,8 @@ class SagacityPlugin(SimplePlugin):
             "sagacity.SagacityPlugin",
             data_converter=data_converter(codec),
             activities=self._activities.all() if self._activities else None,
-            workflows=[SagaWorkflow, *workflows] if journal is not None else None,
+            # the steps workflow, and under its former type for sagas started under that
+            workflows=[StepsWorkflow, SagaWorkflow, *workflows] if journal is not None else None,
             workflow_runner=sandbox,
         )
         self.tools = registry

@@ -19,12 +19,15 @@ the cancellation.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, get_args, get_origin, overload
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -34,6 +37,7 @@ from sagacity.errors import (
     SagaAborted,
     SagaCancelled,
     SagacityError,
+    ToolArgumentsInvalid,
     ToolFailed,
 )
 from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed, signed_row
@@ -84,8 +88,9 @@ from sagacity.temporal.models import (
     failure_payload,
     resolution_statement,
 )
-from sagacity.tools import Reversibility
+from sagacity.tools import CompensableTool, MethodTool, Reversibility
 
+P = ParamSpec("P")
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
@@ -177,6 +182,80 @@ def _loads(text: str) -> Any:
         return json.loads(text) if text else None
     except ValueError:
         return text
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolTyping:
+    """How a typed call binds a tool's positional arguments and converts its result."""
+
+    signature: inspect.Signature
+    #: None when the tool's return annotation is missing or Any: the JSON data as it came
+    result: TypeAdapter[Any] | None
+
+
+# one per tool object: TypeAdapters are costly to build. Weak, so a tools module a sandboxed
+# workflow imports afresh in each run does not keep every run's tools alive.
+_TYPINGS: weakref.WeakKeyDictionary[CompensableTool[..., Any], _ToolTyping] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _typing(tool: CompensableTool[..., Any]) -> _ToolTyping:
+    cached = _TYPINGS.get(tool)
+    if cached is None:
+        signature = inspect.signature(tool.fn, eval_str=True)
+        if isinstance(tool, MethodTool):
+            # named from its class: the worker's tool is bound to the app's instance
+            signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+        returns = signature.return_annotation
+        if get_origin(returns) in (Awaitable, Coroutine):
+            # a sync function handing back an awaitable: the activity awaits it
+            returns = get_args(returns)[-1]
+        adapter = None if returns in (signature.empty, Any) else TypeAdapter(returns)
+        cached = _TYPINGS[tool] = _ToolTyping(signature, adapter)
+    return cached
+
+
+def _named_call(
+    tool: str | CompensableTool[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The tool's name and its arguments by name: what the journal records either way."""
+    if isinstance(tool, str):
+        if args:
+            raise ToolArgumentsInvalid(
+                f"tool {tool!r} is named by string: pass its arguments by keyword, or pass "
+                "the tool itself"
+            )
+        return tool, kwargs
+    # before the call runs: a return type pydantic cannot convert fails the workflow task
+    # (which waits for a fixed worker) while the call has had no effect yet
+    typing = _typing(tool)
+    if not args:
+        return tool.name, kwargs
+    try:
+        bound = typing.signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ToolArgumentsInvalid(
+            f"arguments for tool {tool.name!r} do not match its signature: {exc}"
+        ) from None
+    return tool.name, dict(bound.arguments)
+
+
+def _typed_result(tool: str | CompensableTool[..., Any], result: Any) -> Any:
+    """A typed call's JSON result as the tool's annotated return type (a model, a dataclass…)."""
+    if isinstance(tool, str):
+        return result
+    adapter = _typing(tool).result
+    if adapter is None:
+        return result
+    try:
+        return adapter.validate_python(result)
+    except ValidationError as exc:
+        # the call took effect (it is compensated); its result, as the worker gave it back or
+        # a human resolved it, is not what the workflow was promised
+        raise ToolFailed(
+            tool.name, "ResultInvalid", f"result does not match its return type: {_problems(exc)}"
+        ) from None
 
 
 class Saga:
@@ -600,26 +679,89 @@ class Saga:
 
     # -- tool calls ----------------------------------------------------------------------------
 
-    async def call(self, tool: str, /, **args: Any) -> Any:
+    @overload
+    async def call(
+        self,
+        tool: MethodTool[Any, P, Coroutine[Any, Any, T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T: ...
+    @overload
+    async def call(
+        self, tool: MethodTool[Any, P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call(
+        self, tool: CompensableTool[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call(
+        self, tool: CompensableTool[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call(
+        self, tool: CompensableTool[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call(self, tool: str, /, **args: Any) -> Any: ...
+    async def call(
+        self, tool: str | CompensableTool[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
         """Run one tool call under the journal; returns its result or raises :class:`ToolFailed`.
 
-        Calls are serialized so each saga's journal order is the order of execution.
+        ``tool`` is the declared tool (``saga.call(book_flight, traveler="Ada")``: arguments
+        checked by mypy, the result converted to the function's return annotation) or its name
+        (the result as JSON data). Calls are serialized so each saga's journal order is the
+        order of execution.
         """
+        name, named = _named_call(tool, args, kwargs)
         async with self._lock:
-            return await self._call_locked(tool, args)
+            result = await self._call_locked(name, named)
+        return _typed_result(tool, result)
 
-    async def call_last(self, tool: str, /, **args: Any) -> Any:
+    @overload
+    async def call_last(
+        self,
+        tool: MethodTool[Any, P, Coroutine[Any, Any, T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T: ...
+    @overload
+    async def call_last(
+        self, tool: MethodTool[Any, P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call_last(
+        self, tool: CompensableTool[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call_last(
+        self, tool: CompensableTool[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call_last(
+        self, tool: CompensableTool[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T: ...
+    @overload
+    async def call_last(self, tool: str, /, **args: Any) -> Any: ...
+    async def call_last(
+        self, tool: str | CompensableTool[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
         """:meth:`call` for the body's last call: when it executes, its activity seals the end.
 
         The saga then ends without the local activity that seals it otherwise. A call after
         this one is still journaled and sealed correctly: the later end seals again.
         """
+        name, named = _named_call(tool, args, kwargs)
         async with self._lock:
             self._ending = True
             try:
-                return await self._call_locked(tool, args)
+                result = await self._call_locked(name, named)
             finally:
                 self._ending = False
+        return _typed_result(tool, result)
 
     async def _call_locked(self, tool: str, args: dict[str, Any]) -> Any:
         catalog = await self.tools()

@@ -1,4 +1,8 @@
-"""The generic saga workflow: start it from a client with a declarative list of steps."""
+"""The generic steps workflow: start it from a client with a declarative list of steps.
+
+Its Temporal type is ``sagacity.Steps`` (:data:`STEPS_WORKFLOW`). Sagas started under its
+former type ``sagacity.Saga`` run on :class:`SagaWorkflow`, registered alongside it.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,12 @@ from sagacity.errors import ToolArgumentsInvalid
 from sagacity.temporal.models import SagaCarry, SagaProgress, SagaResult, SagaSpec
 from sagacity.temporal.saga import Saga
 
-WORKFLOW_NAME = "sagacity.Saga"
+#: the Temporal workflow type of :class:`StepsWorkflow`
+STEPS_WORKFLOW = "sagacity.Steps"
+#: the type it had until the engine class ``Saga`` and it stopped sharing a name; deprecated
+LEGACY_STEPS_WORKFLOW = "sagacity.Saga"
+#: deprecated spelling of :data:`STEPS_WORKFLOW`
+WORKFLOW_NAME = STEPS_WORKFLOW
 
 
 def resolve_refs(value: Any, results: dict[str, Any]) -> Any:
@@ -42,8 +51,8 @@ def _lookup(ref: str, results: dict[str, Any]) -> Any:
 # and by the replay corpus (tests/temporal/histories), and already shared across runs (the plugin
 # passes sagacity's modules through). The sandbox's per-activation cost was a third of a saga's
 # worker CPU; a user's own workflow that uses Saga stays in the sandbox its author chose.
-@workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
-class SagaWorkflow:
+@workflow.defn(name=STEPS_WORKFLOW, sandboxed=False)
+class StepsWorkflow:
     """Runs steps in order; on a failure, abort or rejection, compensates what ran, in reverse."""
 
     @workflow.init
@@ -85,3 +94,13 @@ class SagaWorkflow:
             return {key: shown.get(key, value) for key, value in results.items()}
 
         return await saga.run(steps, continue_as_new=go_on(len(spec.steps)))
+
+
+@workflow.defn(name=LEGACY_STEPS_WORKFLOW, sandboxed=False)
+class SagaWorkflow(StepsWorkflow):
+    """Deprecated: :class:`StepsWorkflow` under its former type, for sagas started under it."""
+
+    # Temporal wants the run method declared on each workflow class; this one adds no command
+    @workflow.run
+    async def run(self, spec: SagaSpec) -> SagaResult:
+        return await super().run(spec)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -53,7 +53,8 @@ def agent_worker(
     """Start a worker for agent sagas: ``async with agent_worker(scripts) as worker: ...``.
 
     The model is the scripted one over ``scripts`` (the Order example's by default), or
-    ``provider``; other keywords go to the :class:`Worker`.
+    ``provider``; the tools are the Order example's and the sample tools, or ``tools``; other
+    keywords go to the :class:`Worker`.
     """
 
     @contextlib.asynccontextmanager
@@ -61,12 +62,14 @@ def agent_worker(
         scripts: Mapping[str, Script] = SCRIPTS,
         *,
         provider: ModelProvider | None = None,
+        tools: Sequence[CompensableTool[..., Any]] = (),
         **worker_options: Any,
     ) -> AsyncIterator[Worker]:
+        default = cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS])
         plugins = agent_plugins(
             journal=journal,
             approvals=approvals,
-            tools=cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS]),
+            tools=tools or default,
             model_provider=provider or ScriptedModelProvider(scripts),
             model_attempts=2,
             checkpoints=checkpoint_writer,

@@ -19,6 +19,7 @@ def test_public_names() -> None:
         "ScriptedModelProvider",
         "WORKFLOW_NAME",
         "agent_plugins",
+        "compensable_function_tool",
         "compensation_summary",
         "function_tool_for",
         "model_provider_from_settings",

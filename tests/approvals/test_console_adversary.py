@@ -26,7 +26,7 @@ from sagacity.approvals.console import COOKIE, WebConsole, csrf_token
 from sagacity.approvals.http import MAX_BODY, create_app
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, Step
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.approvals.conftest import StartOrder
 from tests.serving import serve
 from tests.temporal.conftest import awaiting_approval, wait_for
@@ -202,7 +202,7 @@ async def test_bidi_controls_in_an_input_cannot_reorder_what_the_approver_sees(
     draws the value's first and last characters."""
     value = "\u202e9999-cca\u202c"
     handle = await temporal_client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=[Step(tool="grant_tokens", args={"token_amount": 5, "account": value})]),
         id=f"bidi-{uuid.uuid4().hex[:8]}",
         task_queue=worker.task_queue,

@@ -44,7 +44,7 @@ from sagacity.temporal.models import (
     SagaStatus,
     Step,
 )
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.chaos.harness import APPROVER, RESOLVER, effect_of, retrying
 from workflows.order.workflows import OrderRequest, order_steps
 
@@ -100,7 +100,7 @@ Reuse = Literal["none", "while-running", "after"]
 class OpsPlan:
     saga_id: str
     fate: Fate
-    #: ``order``: the hand-written ``order.PlaceOrder``; ``steps``: the generic ``sagacity.Saga``
+    #: ``order``: the hand-written ``order.PlaceOrder``; ``steps``: the generic ``sagacity.Steps``
     #: with a ``book_courier`` step between the order and the confirmation
     workflow: Workflow = "order"
     product_id: str = "p-1"
@@ -213,7 +213,7 @@ def start_args(plan: OpsPlan) -> tuple[str, Any]:
         args={"order_id": {"$ref": "create_order.order_id"}, "slow_attempts": plan.slow_attempts},
     )
     spec.steps.insert(2, courier)
-    return WORKFLOW_NAME, spec
+    return STEPS_WORKFLOW, spec
 
 
 def reuse_args(plan: OpsPlan, rng: random.Random) -> tuple[str, Any]:
@@ -223,7 +223,7 @@ def reuse_args(plan: OpsPlan, rng: random.Random) -> tuple[str, Any]:
         return start_args(plan)
     if kind == "other-input":
         return "order.PlaceOrder", OrderRequest(product_id="p-2", quantity=3)
-    return WORKFLOW_NAME, SagaSpec(
+    return STEPS_WORKFLOW, SagaSpec(
         steps=[Step(tool="reserve_inventory", args={"product_id": "p-1", "quantity": 1})]
     )
 

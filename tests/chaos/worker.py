@@ -6,7 +6,7 @@ The same worker as ``python -m workers.saga_worker``, with :mod:`tests.chaos.app
 from __future__ import annotations
 
 from sagacity.cli._exit import exit_now
-from workers.saga_worker import DEFAULT_APP, main
+from sagacity.worker import DEFAULT_APP, main
 
 APPS = (DEFAULT_APP, "tests.chaos.app")
 

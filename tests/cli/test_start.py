@@ -13,7 +13,7 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.approvals.conftest import Cli
 
 
@@ -47,7 +47,7 @@ async def test_any_registered_workflow_starts_with_json_input_and_its_result_pri
     # the generic saga workflow, its input inline: the saga's own result
     steps = {"steps": [{"tool": "set_flag", "args": {"name": "cli"}}]}
     done = await cli(
-        "saga", "start", "--workflow", WORKFLOW_NAME, "--input", json.dumps(steps),
+        "saga", "start", "--workflow", STEPS_WORKFLOW, "--input", json.dumps(steps),
         "--task-queue", queue, "--wait", "--json",
     )  # fmt: skip
     assert done.code == 0, done.stderr

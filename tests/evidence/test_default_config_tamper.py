@@ -50,8 +50,8 @@ from sagacity.evidence.keys import key_id, public_pem
 from sagacity.settings import Settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState
-from sagacity.temporal.workflow import WORKFLOW_NAME
-from workers.saga_worker import running_worker
+from sagacity.temporal.workflow import STEPS_WORKFLOW
+from sagacity.worker import running_worker
 from workflows.order import shop as order_shop
 from workflows.order.shop import Shop
 from workflows.order.workflows import order_steps
@@ -241,7 +241,7 @@ async def run_sagas(settings: Settings, client: Client, roles: tuple[str, ...]) 
             results = await asyncio.gather(
                 *(
                     client.execute_workflow(
-                        WORKFLOW_NAME,
+                        STEPS_WORKFLOW,
                         TWO_STEPS,
                         id=saga_id,
                         task_queue=settings.task_queue,

@@ -30,7 +30,7 @@ from sagacity.journal import Draft, Phase, to_json
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 
 SECRETS = ("sk-live-123", "hunter2", "Bearer abc.def", "refresh-999", "s3cr3t")
 
@@ -198,7 +198,7 @@ async def test_a_saga_journals_no_secret(
         graceful_shutdown_timeout=timedelta(seconds=1),
     ):
         result = await temporal_client.execute_workflow(
-            WORKFLOW_NAME, spec, id=saga, task_queue=task_queue, result_type=SagaResult
+            STEPS_WORKFLOW, spec, id=saga, task_queue=task_queue, result_type=SagaResult
         )
 
     assert result.status is SagaState.COMPLETED

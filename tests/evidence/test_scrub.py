@@ -19,8 +19,8 @@ from sagacity.journal import Draft, Phase, to_json
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
-from sagacity.temporal.workflow import WORKFLOW_NAME
-from workers.saga_worker import running_worker
+from sagacity.temporal.workflow import STEPS_WORKFLOW
+from sagacity.worker import running_worker
 
 
 @pytest.mark.parametrize(
@@ -173,7 +173,7 @@ async def test_the_shipped_worker_applies_the_rules_its_settings_name(
     sid = f"redact-settings-{uuid.uuid4().hex[:8]}"
     async with running_worker(configured, ["tests.temporal.sample_tools"], graceful_s=1):
         result = await temporal_client.execute_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(
                 steps=[
                     Step(tool="send_note", args={"text": "the patient's diagnosis"}),

@@ -42,7 +42,7 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Abort, SagaOptions, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import Saga
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import CompensationContext, current_call
 from tests.approvals.conftest import CliResult
 from tests.evidence.conftest import anchored_saga
@@ -277,7 +277,7 @@ async def run_saga(
     client: Client, worker: Worker, steps: list[Step], options: SagaOptions | None = None
 ) -> SagaResult:
     result: SagaResult = await client.execute_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=steps, options=options or SagaOptions()),
         id=f"ev-seal-{uuid.uuid4().hex[:8]}",
         task_queue=worker.task_queue,
@@ -311,7 +311,7 @@ async def test_each_way_a_saga_ends_is_sealed_with_its_state(
         SagaOptions(compensation_attempts=1),
     )
     cancelled = await temporal_client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(
             steps=[
                 Step(tool="set_flag", args={"name": "c"}),
@@ -394,7 +394,7 @@ async def test_only_the_run_that_ends_a_continued_saga_seals_it(
 ) -> None:
     steps = [Step(tool="set_flag", args={"name": f"f{i}"}, id=f"f{i}") for i in range(10)]
     handle = await temporal_client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=steps, options=SagaOptions(continue_as_new_events=50)),
         id=f"ev-seal-{uuid.uuid4().hex[:8]}",
         task_queue=worker.task_queue,
@@ -430,7 +430,7 @@ async def test_a_worker_killed_after_the_last_row_leaves_the_seal_to_the_next(
     spec = order_steps(options=SagaOptions(heartbeat_timeout_s=2))
     spec.steps = spec.steps[:2]  # reserve, create the order: rows 1 to 4
     handle = await temporal_client.start_workflow(
-        WORKFLOW_NAME, spec, id=saga_id, task_queue=task_queue, result_type=SagaResult
+        STEPS_WORKFLOW, spec, id=saga_id, task_queue=task_queue, result_type=SagaResult
     )
     signed = b""
     deadline = asyncio.get_running_loop().time() + 30
@@ -533,7 +533,7 @@ async def test_a_row_ahead_of_the_end_is_named_and_never_sealed_over(
         if ended_by == "last call":
             spec = SagaSpec(steps=[Step(tool="set_flag", args={"name": "a"}), Step(tool="intrude")])
             result = await temporal_client.execute_workflow(
-                WORKFLOW_NAME, spec, id=saga_id, task_queue=task_queue, result_type=SagaResult
+                STEPS_WORKFLOW, spec, id=saga_id, task_queue=task_queue, result_type=SagaResult
             )
         else:
             result = await temporal_client.execute_workflow(
@@ -707,7 +707,7 @@ async def test_a_seal_the_last_rows_activity_could_not_write_is_left_to_the_loca
     saga_id = f"ev-seal-refused-{uuid.uuid4().hex[:8]}"
     checkpoints.log_path(saga_id).mkdir(parents=True)  # every write to the log fails
     result = await temporal_client.execute_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=[Step(tool="set_flag", args={"name": "refused"})]),
         id=saga_id,
         task_queue=worker.task_queue,

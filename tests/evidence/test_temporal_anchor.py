@@ -20,7 +20,7 @@ from sagacity.evidence.report import Agreement, SagaReport, Source
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Abort, SagaResult, SagaSpec, SagaState
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_tamper_suite import rewrite
 from tests.temporal.conftest import awaiting_approval, wait_for
@@ -34,7 +34,7 @@ TWO_STEPS = SagaSpec(steps=order_steps().steps[:2])
 
 async def completed_saga(client: Client, worker: Worker) -> SagaResult:
     result: SagaResult = await client.execute_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         TWO_STEPS,
         id=f"ev-order-{uuid.uuid4().hex[:8]}",
         task_queue=worker.task_queue,

@@ -25,7 +25,7 @@ from sagacity.observability import configure_logging
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.approvals.conftest import codec_server
 from tests.ops.conftest import Cli, stack_env
 from tests.ops.conftest import WorkerProcess as SagacityWorker
@@ -91,7 +91,7 @@ async def test_a_secret_tool_argument_is_in_no_history_or_worker_log_and_decodes
     await worker.start()
     try:
         handle = await temporal_client.start_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(
                 steps=[
                     Step(tool="send_note", args={"text": SECRET}),

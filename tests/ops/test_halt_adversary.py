@@ -34,7 +34,7 @@ from sagacity.store.halts import _FOLD, GATE_LOCK, HaltScope, HaltStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import _HALT_RECHECK_MAX
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.ops.conftest import Cli
 
 TQ = "adv-tq"
@@ -542,7 +542,7 @@ async def test_an_idempotent_tool_is_not_called_again_after_a_halt_covering_it(
     sid = saga()
     async with adv_worker(temporal_client, task_queue, database_url, redactor, [adv_fetch]):
         handle = await temporal_client.start_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(
                 steps=[Step(tool="adv_fetch", args={"key": "k", "owner_url": owner_database_url})]
             ),
@@ -571,7 +571,7 @@ async def test_halt_search_reaches_a_running_saga_that_has_not_written_yet(
     sid = saga()
     idle_queue = f"adv-no-worker-{uuid.uuid4().hex[:8]}"  # no worker: it stays unclaimed
     handle = await temporal_client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=[Step(tool="anything", args={})]),
         id=sid,
         task_queue=idle_queue,
@@ -631,7 +631,7 @@ async def test_a_tool_cannot_forge_an_operators_halt(
     async with adv_worker(temporal_client, task_queue, database_url, redactor, [adv_forge]):
         result = await asyncio.wait_for(
             temporal_client.execute_workflow(
-                WORKFLOW_NAME,
+                STEPS_WORKFLOW,
                 SagaSpec(steps=[Step(tool="adv_forge", args={"key": "k"})]),
                 id=saga(),
                 task_queue=task_queue,
@@ -735,7 +735,7 @@ async def test_a_keep_halt_report_counts_compensations_already_running(
         temporal_client, task_queue, database_url, redactor, [adv_put, adv_refuse]
     ):
         handle = await temporal_client.start_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(
                 steps=[
                     Step(tool="adv_put", args={"key": "a"}),
@@ -894,7 +894,7 @@ async def test_a_long_quarantine_fits_in_one_workflow_history(
     )
     async with adv_worker(temporal_client, task_queue, database_url, redactor, [adv_put]):
         handle = await temporal_client.start_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(steps=[Step(tool="adv_put", args={"key": "q"})]),
             id=sid,
             task_queue=task_queue,

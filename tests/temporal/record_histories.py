@@ -91,7 +91,7 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import CompensableTool
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
@@ -156,7 +156,7 @@ class Rig:
     database_url: str
     journal: JournalStore
     shop: Shop
-    queue: str  # the saga worker: sagacity.Saga and order.PlaceOrder
+    queue: str  # the saga worker: sagacity.Steps and order.PlaceOrder
     agent_queue: str  # the agent worker: sagacity.AgentSaga
     scratch: Path
     #: a saga worker with a keyring (alice's key) and a policy, as `sagacity dev` sets one up
@@ -192,7 +192,7 @@ class Rig:
         task_queue: str | None = None,
     ) -> WorkflowHandle[Any, SagaResult]:
         return await self.client.start_workflow(
-            WORKFLOW_NAME,
+            STEPS_WORKFLOW,
             SagaSpec(steps=steps, options=options or SagaOptions()),
             id=saga_id or self.new_id(name),
             task_queue=task_queue or self.queue,
@@ -260,12 +260,14 @@ async def gate(handle: WorkflowHandle[Any, Any]) -> int:
     return status.pending_approval.journal_seq
 
 
-# -- the generic workflow, sagacity.Saga -------------------------------------------------------
+# -- the generic workflow, sagacity.Steps ------------------------------------------------------
+# (histories recorded before its rename carry its former type, sagacity.Saga, and replay on the
+# deprecated SagaWorkflow registered under it)
 
 
 @recording("saga_completed")
 async def saga_completed(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: two calls, the second given the first's result ($ref); completed."""
+    """sagacity.Steps: two calls, the second given the first's result ($ref); completed."""
     handle = await rig.steps(
         "saga_completed",
         [
@@ -279,7 +281,7 @@ async def saga_completed(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_compensated")
 async def saga_compensated(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: the second call fails (effect unknown); both undone, newest first."""
+    """sagacity.Steps: the second call fails (effect unknown); both undone, newest first."""
     handle = await rig.steps(
         "saga_compensated",
         [Step(tool="set_flag", args={"name": "c"}), Step(tool="explode", args={"reason": "no"})],
@@ -291,7 +293,7 @@ async def saga_compensated(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_compensation_failed")
 async def saga_compensation_failed(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: a call fails and one compensation keeps failing: COMPENSATION_FAILED."""
+    """sagacity.Steps: a call fails and one compensation keeps failing: COMPENSATION_FAILED."""
     await rig.shop.arm_fault("release_inventory", "warehouse offline", times=-1)
     handle = await rig.steps(
         "saga_compensation_failed",
@@ -309,7 +311,7 @@ async def saga_compensation_failed(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_tool_name_refused")
 async def saga_tool_name_refused(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: the journal refuses a tool name (NUL), no INTENT; the first call undone."""
+    """sagacity.Steps: the journal refuses a tool name (NUL), no INTENT; the first call undone."""
     handle = await rig.steps(
         "saga_tool_name_refused",
         [Step(tool="set_flag", args={"name": "n"}), Step(tool="bad\x00name", args={})],
@@ -321,7 +323,7 @@ async def saga_tool_name_refused(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_id_reused")
 async def saga_id_reused(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: a new run under a used saga id is refused (SagaIdTaken), runs nothing."""
+    """sagacity.Steps: a new run under a used saga id is refused (SagaIdTaken), runs nothing."""
     steps = [Step(tool="set_flag", args={"name": "x"})]
     first = await rig.steps("saga_id_reused", steps)
     await result(first, SagaState.COMPLETED)
@@ -338,7 +340,7 @@ async def saga_id_reused(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_reset")
 async def saga_reset(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: a compensated saga reset after its first call; the reset run's history.
+    """sagacity.Steps: a compensated saga reset after its first call; the reset run's history.
 
     The new run finds the journal ahead of it, re-reads it and goes on from its head.
     """
@@ -359,7 +361,7 @@ async def saga_reset(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_reset_redacted")
 async def saga_reset_redacted(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: reset after its first call, the journal ahead holds an approved call whose
+    """sagacity.Steps: reset after its first call, the journal ahead holds an approved call whose
     token it redacted; the reset run's history.
 
     The new run takes that call from the journal (equal but for the marker) instead of asking
@@ -382,7 +384,7 @@ async def saga_reset_redacted(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_cancelled_mid_call")
 async def saga_cancelled_mid_call(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: a Temporal cancel while a call runs; the call finishes, then all undone."""
+    """sagacity.Steps: a Temporal cancel while a call runs; the call finishes, then all undone."""
     handle = await rig.steps(
         "saga_cancelled_mid_call",
         [
@@ -400,7 +402,7 @@ async def saga_cancelled_mid_call(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_continued_as_new")
 async def saga_continued_as_new(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: continues as new between calls and mid-compensation; every run's history."""
+    """sagacity.Steps: continues as new between calls and mid-compensation; every run's history."""
     handle = await rig.steps(
         "saga_continued_as_new",
         [
@@ -521,7 +523,7 @@ def shares_a_task(history: WorkflowHistory, after: EventType.ValueType, signal: 
 
 @recording("saga_suspect_happened")
 async def saga_suspect_happened(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: the worker dies mid-call, SUSPECT; a human says it happened; completed."""
+    """sagacity.Steps: the worker dies mid-call, SUSPECT; a human says it happened; completed."""
     order = {"order_id": "ord-by-hand", "product_id": "p-1", "quantity": 1}
     handle, done = await _suspect(
         rig,
@@ -534,7 +536,7 @@ async def saga_suspect_happened(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_suspect_did_not_happen")
 async def saga_suspect_did_not_happen(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: the worker dies mid-call, SUSPECT; it did not happen; compensated."""
+    """sagacity.Steps: the worker dies mid-call, SUSPECT; it did not happen; compensated."""
     handle, done = await _suspect(
         rig,
         "saga_suspect_did_not_happen",
@@ -546,7 +548,7 @@ async def saga_suspect_did_not_happen(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_suspect_resolved_with_its_failure")
 async def saga_suspect_resolved_with_its_failure(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Saga: SUSPECT, resolved the moment a query shows it, in the failure's task."""
+    """sagacity.Steps: SUSPECT, resolved the moment a query shows it, in the failure's task."""
     handle, done = await _suspect(
         rig,
         "saga_suspect_resolved_with_its_failure",

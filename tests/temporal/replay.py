@@ -22,8 +22,8 @@ from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import Settings
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import ABORT_ROW_PATCH, ADOPT_REDACTED_PATCH, OPEN_PATCH
-from sagacity.temporal.workflow import SagaWorkflow
-from workers.saga_worker import load_apps
+from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
+from sagacity.worker import load_apps
 
 HISTORIES = Path(__file__).with_name("histories")
 #: histories Temporal wrote that today's code cannot replay (engine bugs), until they are fixed
@@ -70,7 +70,7 @@ def replayer(worker: str) -> Replayer:
     app = load_apps(WORKERS[worker])
     settings = Settings()
     extra = [plugin for factory in app.plugin_factories for plugin in factory(settings)]
-    workflows: list[type] = [SagaWorkflow]
+    workflows: list[type] = [StepsWorkflow, SagaWorkflow]
     workflows += [w for w in app.workflows if w not in workflows]
     return Replayer(
         workflows=workflows,

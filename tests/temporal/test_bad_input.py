@@ -9,7 +9,7 @@ from temporalio.worker import Worker
 
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases
 from workflows.order.shop import Shop
@@ -18,7 +18,7 @@ from workflows.order.shop import Shop
 async def run(client: Client, worker: Worker, steps: list[Step]) -> tuple[str, SagaResult]:
     sid = f"bad-{uuid.uuid4().hex[:8]}"
     result = await client.execute_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=steps),
         id=sid,
         task_queue=worker.task_queue,

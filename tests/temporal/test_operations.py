@@ -42,7 +42,7 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from workflows.order.shop import Shop
@@ -57,7 +57,7 @@ async def start_steps(
     client: Client, worker: Worker, steps: list[Step], sid: str | None = None
 ) -> WorkflowHandle[Any, SagaResult]:
     return await client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=steps),
         id=sid or new_id("ops"),
         task_queue=worker.task_queue,
@@ -444,7 +444,7 @@ async def run_long(
 ) -> tuple[WorkflowHandle[Any, SagaResult], SagaResult]:
     """Run ``steps`` then a declined step, continuing as new every 50 events; handle, result."""
     handle = await client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(
             steps=[*steps, Step(tool="decline", args={"reason": "stop here"})],
             options=SagaOptions(continue_as_new_events=50),

@@ -9,7 +9,7 @@ from temporalio.worker import Worker
 
 from sagacity.store import JournalStore
 from sagacity.temporal.models import Abort, Approve, SagaOptions, SagaResult, SagaState, SagaStatus
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest, order_steps
@@ -109,7 +109,7 @@ async def test_generic_saga_workflow_with_refs_and_status_query(
     await shop.arm_fault("send_confirmation", "mailbox full")
     sid = saga_id()
     handle = await temporal_client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         order_steps("p-2", 3),
         id=sid,
         task_queue=worker.task_queue,

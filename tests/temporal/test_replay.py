@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sagacity.temporal.workflow import LEGACY_STEPS_WORKFLOW, STEPS_WORKFLOW
 from tests.temporal.record_histories import PATHS, files_of
 from tests.temporal.replay import (
     KNOWN_NONDETERMINISTIC,
@@ -28,6 +29,7 @@ from tests.temporal.replay import (
     load,
     patches_in,
     replay,
+    workflow_type,
 )
 
 
@@ -45,6 +47,12 @@ def test_every_path_of_the_recorder_is_in_the_corpus() -> None:
         f"paths with no recorded history: {', '.join(missing)}; record them with "
         f"`python -m tests.temporal.record_histories --only NAME` and commit the files"
     )
+
+
+def test_the_steps_workflow_replays_under_its_type_and_its_former_one() -> None:
+    """Sagas started as ``sagacity.Saga`` before the rename run on its deprecated alias."""
+    types = {workflow_type(load(path)) for path in history_files()}
+    assert {STEPS_WORKFLOW, LEGACY_STEPS_WORKFLOW} <= types
 
 
 @pytest.mark.parametrize("patch", PATCHED)

@@ -23,7 +23,7 @@ from sagacity.temporal.models import (
     SagaStatus,
     Step,
 )
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.history import decrypted
 from workflows.order.shop import Shop
@@ -72,7 +72,7 @@ async def test_failed_call_and_failed_compensations_are_scrubbed(
     caplog.set_level(logging.DEBUG)
     sid = f"scrub-{uuid.uuid4().hex[:8]}"
     handle = await temporal_client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(
             steps=[Step(tool="leak", args={"fail": False}), Step(tool="leak", args={"fail": True})],
             options=SagaOptions(compensation_attempts=2, compensation_backoff_s=0.1),
@@ -118,7 +118,7 @@ async def test_a_retried_idempotent_call_leaves_no_secret_in_history(
     sample_tools.LEAK_CALLS.clear()
     sid = f"scrub-retry-{uuid.uuid4().hex[:8]}"
     handle = await temporal_client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=[Step(tool="leak_once", args={"key": "k"})]),
         id=sid,
         task_queue=worker.task_queue,

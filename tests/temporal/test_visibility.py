@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 
 from sagacity.temporal import visibility
 from sagacity.temporal.models import Approve, Reject, SagaResult, SagaSpec, SagaState, Step
-from sagacity.temporal.workflow import WORKFLOW_NAME
+from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal.conftest import awaiting_approval, wait_for
 
 FLAG = Step(tool="set_flag", args={"name": "a"})
@@ -25,7 +25,7 @@ FLAG = Step(tool="set_flag", args={"name": "a"})
 
 async def start(client: Client, worker: Worker, *steps: Step) -> WorkflowHandle[Any, SagaResult]:
     return await client.start_workflow(
-        WORKFLOW_NAME,
+        STEPS_WORKFLOW,
         SagaSpec(steps=list(steps)),
         id=f"vis-{uuid.uuid4().hex[:8]}",
         task_queue=worker.task_queue,

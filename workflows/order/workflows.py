@@ -8,8 +8,8 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, Step
-    from sagacity.temporal.saga import Saga
+    from sagacity.workflow import Saga, SagaOptions, SagaResult, SagaSpec, Step
+    from workflows.order.tools import create_order, reserve_inventory, send_confirmation
 
 
 class OrderRequest(BaseModel):
@@ -33,15 +33,15 @@ class PlaceOrder:
 
         async def place() -> dict[str, Any]:
             reservation = await saga.call(
-                "reserve_inventory", product_id=request.product_id, quantity=request.quantity
+                reserve_inventory, product_id=request.product_id, quantity=request.quantity
             )
             order = await saga.call(
-                "create_order",
+                create_order,
                 product_id=request.product_id,
                 quantity=request.quantity,
                 reservation_id=reservation["reservation_id"],
             )
-            confirmation = await saga.call("send_confirmation", order_id=order["order_id"])
+            confirmation = await saga.call(send_confirmation, order_id=order["order_id"])
             return {"order_id": order["order_id"], "message_id": confirmation["message_id"]}
 
         return await saga.run(place)
@@ -50,7 +50,7 @@ class PlaceOrder:
 def order_steps(
     product_id: str = "p-1", quantity: int = 2, options: SagaOptions | None = None
 ) -> SagaSpec:
-    """The Order saga for the generic ``sagacity.Saga`` workflow."""
+    """The Order saga for the generic steps workflow, ``sagacity.Steps``."""
     return SagaSpec(
         steps=[
             Step(tool="reserve_inventory", args={"product_id": product_id, "quantity": quantity}),

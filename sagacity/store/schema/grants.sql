@@ -42,3 +42,6 @@ GRANT USAGE, CREATE ON SCHEMA {role} TO {role};
 REVOKE UPDATE, DELETE, TRUNCATE ON sagacity_halt, sagacity_halt_gate FROM {role};
 REVOKE INSERT ON sagacity_halt, sagacity_halt_gate FROM {role};
 GRANT SELECT ON sagacity_halt, sagacity_halt_gate TO {role};
+
+-- Which migrations ran: a worker compares them with the ones it ships before it starts.
+GRANT SELECT ON sagacity_schema_version TO {role};

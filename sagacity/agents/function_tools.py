@@ -1,0 +1,140 @@
+"""An existing Agents SDK ``FunctionTool`` made a saga tool, with a declared undo.
+
+``compensable_function_tool(book_car, by=cancel_car)`` gives a :class:`~sagacity.CompensableTool`
+that the registry, the agent's tool catalog and the journal treat like any other: its arguments
+are checked against the FunctionTool's ``params_json_schema`` before the call (so a bad call
+never reaches it), and a call runs its ``on_invoke_tool`` with a :class:`ToolContext` of its own
+(the saga call's id; no run context, since the call runs in a worker's activity, not in the
+agent's run). What it returns (a string, usually) is the call's result, journaled as it is.
+
+A failure is the saga's to handle: the FunctionTool's own failure handler, which would turn an
+exception into a message for the model (and so a "successful" call), is switched off for the
+saga's copy. The SDK's run-time extras (guardrails, ``needs_approval``, ``is_enabled``) belong to
+an agent run and do not apply here; Sagacity's approval gate is the IRREVERSIBLE reversibility.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import jsonschema
+from agents import FunctionTool
+from agents.tool import set_function_tool_failure_error_function
+from agents.tool_context import ToolContext
+from pydantic import BaseModel
+
+from sagacity.errors import ToolDeclarationError
+from sagacity.tools import (
+    CompensableTool,
+    Compensation,
+    JsonArguments,
+    Reversibility,
+    compensable,
+    current_call,
+)
+
+__all__ = ["compensable_function_tool"]
+
+
+def compensable_function_tool(
+    tool: FunctionTool,
+    *,
+    by: Compensation | None = None,
+    reversibility: Reversibility | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+    timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
+    no_effect_on: tuple[type[BaseException], ...] = (),
+) -> CompensableTool[..., Awaitable[Any]]:
+    """``tool`` as a saga tool: ``book_car = compensable_function_tool(book_car_tool, by=cancel_car)``.
+
+    The keywords are :func:`~sagacity.compensable`'s (``by`` is a function taking a
+    :class:`~sagacity.CompensationContext`; reversibility defaults to REVERSIBLE); name and
+    description default to the FunctionTool's, the timeout to its ``timeout_seconds``. Raises
+    :class:`~sagacity.errors.ToolDeclarationError` for a tool that is not a FunctionTool, an
+    invalid parameters schema, or a FunctionTool that needs the SDK's approval but is not
+    declared IRREVERSIBLE.
+    """
+    if not isinstance(tool, FunctionTool):
+        raise ToolDeclarationError(
+            f"{tool!r} is not an Agents SDK FunctionTool: for a plain function use @compensable"
+        )
+    if tool.needs_approval is not False and reversibility is not Reversibility.IRREVERSIBLE:
+        raise ToolDeclarationError(
+            f"FunctionTool {tool.name!r} needs approval: declare it "
+            "reversibility=Reversibility.IRREVERSIBLE (Sagacity's approval gate), or drop "
+            "needs_approval"
+        )
+    try:
+        validator = jsonschema.Draft202012Validator(
+            tool.params_json_schema, format_checker=jsonschema.FormatChecker()
+        )
+        validator.check_schema(tool.params_json_schema)
+    except jsonschema.SchemaError as exc:
+        raise ToolDeclarationError(
+            f"FunctionTool {tool.name!r} has an invalid params_json_schema: {exc.message}"
+        ) from None
+
+    # the saga's own copy raises what the tool raises, instead of answering with an error text
+    runs = set_function_tool_failure_error_function(copy.copy(tool), None)
+    tool_name = name or tool.name
+
+    async def invoke(**arguments: Any) -> Any:
+        raw = json.dumps(arguments, ensure_ascii=False)
+        context: ToolContext[Any] = ToolContext(
+            context=None, tool_name=runs.name, tool_call_id=_call_id(), tool_arguments=raw
+        )
+        return _plain(await runs.on_invoke_tool(context, raw))
+
+    invoke.__name__ = invoke.__qualname__ = tool_name
+    declare = compensable(
+        by=by,
+        reversibility=reversibility,
+        name=tool_name,
+        description=description or tool.description or None,
+        idempotent=idempotent,
+        timeout=timeout
+        or (timedelta(seconds=tool.timeout_seconds) if tool.timeout_seconds else None),
+        heartbeat_timeout=heartbeat_timeout,
+        no_effect_on=no_effect_on,
+    )
+    saga_tool: CompensableTool[..., Awaitable[Any]] = declare(invoke)
+    saga_tool.json_arguments = JsonArguments(tool.params_json_schema, _problems(validator))
+    return saga_tool
+
+
+def _call_id() -> str:
+    """The id the SDK's tool context carries: the saga call's, stable across its retries."""
+    try:
+        call = current_call()
+    except LookupError:  # called directly, outside a saga
+        return "sagacity-direct"
+    return f"sagacity-{call.saga_id}-{call.seq}"
+
+
+def _problems(validator: jsonschema.Draft202012Validator) -> Callable[[dict[str, Any]], list[str]]:
+    def problems(arguments: dict[str, Any]) -> list[str]:
+        return [
+            f"{'.'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message}"
+            for error in sorted(
+                validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.path]
+            )
+        ]
+
+    return problems
+
+
+def _plain(output: Any) -> Any:
+    """The SDK's structured outputs (``ToolOutputText`` and the like) as JSON data; the rest as
+    it is."""
+    if isinstance(output, BaseModel):
+        return output.model_dump(mode="json")
+    if isinstance(output, list):
+        return [_plain(item) for item in output]
+    return output
