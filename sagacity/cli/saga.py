@@ -6,41 +6,60 @@ approval, a SUSPECT call), since nothing but that human can move it on. ``resolv
 human's answer for a SUSPECT call: whether it took effect. ``abort --dry-run`` says what an abort
 would compensate, in order, and what would stay live, and sends and writes nothing.
 
+``start --workflow NAME --input JSON`` starts any workflow the app's worker registers, with that
+JSON (or ``@file.json``) as its one argument; ``status`` and ``--wait`` print what it returned
+whatever its type (a saga's or an agent saga's result, else the value as JSON).
+
 Exit status: 0 done or waiting for a human, 1 the saga did not complete (compensated, aborted,
 failed), refused a resolution, or its journal does not verify (chain or anchors), 2 bad usage or
-input (one line on stderr, never a traceback) or unknown saga.
+input (one line on stderr, never a traceback) or unknown saga, 3 the saga cannot move on and the
+message says why: no worker polls its task queue, its workflow task is failing (the failure's
+message: an input that does not decode, a bug), or no worker registers its workflow type.
 """
 
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import uuid
 from collections.abc import AsyncIterator, Coroutine
-from contextlib import aclosing, asynccontextmanager
-from datetime import timedelta
+from contextlib import aclosing, asynccontextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeAlias
 
 import typer
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.api.enums.v1 import EventType, PendingWorkflowTaskState, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.suspects import Resolution, resolve_suspect
-from sagacity.cli._common import configured_checkpoints
+from sagacity.cli._common import configured_checkpoints, signing_identity
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import InvalidInput, SagacityError, SagaNotFound
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
-from sagacity.evidence.decisions import Signer
+from sagacity.evidence.decisions import Keyring, Signer
 from sagacity.evidence.report import SagaReport, Source, saga_report
 from sagacity.inputs import check_name, invalid, load_json
 from sagacity.journal import (
@@ -70,6 +89,9 @@ from sagacity.tools import Reversibility
 from sagacity.worker import connect
 from workflows.order.workflows import OrderRequest, order_steps
 
+if TYPE_CHECKING:  # the Agents SDK takes seconds to import: only for an agent saga's result
+    from sagacity.agents.workflow import AgentSagaResult
+
 __all__ = ["app"]
 
 
@@ -77,8 +99,12 @@ ORDER_WORKFLOW = "order.PlaceOrder"
 #: states in which only a human can move the saga on
 WAITING = frozenset({SagaState.AWAITING_APPROVAL, SagaState.SUSPECT})
 _QUERY_TIMEOUT = timedelta(seconds=10)
+#: a workflow task scheduled this long and not picked up: look whether any worker polls
+_UNPICKED = timedelta(seconds=3)
 #: a steps file larger than this is refused (Temporal refuses workflow inputs over 2 MB)
 MAX_STEPS_FILE = 1024 * 1024
+#: exit status of a saga that cannot move on (no worker, a failing workflow task)
+STUCK = 3
 #: Temporal's default limit on a workflow id's length
 _ID_MAX = 1000
 
@@ -97,6 +123,39 @@ Wait = Annotated[
 
 class _Usage(Exception):
     """Bad usage: exit 2 with this message."""
+
+
+class Stuck(SagacityError):
+    """The saga's workflow cannot move on, for a reason Temporal can tell (exit 3)."""
+
+
+class NoWorker(Stuck):
+    """No worker polls the workflow's task queue."""
+
+
+class WorkflowTaskFailing(Stuck):
+    """The workflow's task fails on the worker: the input does not decode, or its code raises."""
+
+
+class WorkflowNotRegistered(Stuck):
+    """The worker polling the task queue does not register the workflow's type."""
+
+
+@dataclass(frozen=True)
+class AppWorkflow:
+    """A workflow that is not a saga (it answers no ``status`` query): what it returned, as JSON,
+    or that it still runs."""
+
+    saga_id: str
+    workflow_type: str
+    running: bool
+    value: Any = None
+
+
+#: what a saga's workflow returned
+Ended: TypeAlias = "SagaResult | AgentSagaResult | AppWorkflow"
+#: an ended saga's result, or a running one's status
+Found: TypeAlias = "SagaResult | AgentSagaResult | AppWorkflow | SagaStatus"
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -118,6 +177,9 @@ def _run(work: Coroutine[Any, Any, int]) -> NoReturn:
     except (_Usage, InvalidInput, SagaNotFound) as exc:
         typer.echo(f"error: {exc}", err=True)
         code = 2
+    except Stuck as exc:
+        typer.echo(f"error: {exc}", err=True)
+        code = STUCK
     except (SagacityError, RPCError) as exc:
         typer.echo(f"error: {exc}", err=True)
         code = 1
@@ -138,10 +200,18 @@ async def _client(settings: Settings) -> AsyncIterator[Client]:
         yield client
 
 
-def _input(workflow: str, steps: Path | None, order: str | None, options: SagaOptions) -> Any:
-    """The workflow's argument from ``--steps`` or ``--order``; ``options`` unless the file has its own."""
-    if (steps is None) == (order is None):
-        raise _Usage("give one of --steps FILE.json or --order PRODUCT:QUANTITY")
+def _input(
+    workflow: str, steps: Path | None, order: str | None, given: str | None, options: SagaOptions
+) -> Any:
+    """The workflow's argument from ``--input``, ``--steps`` or ``--order``; ``options`` unless
+    the steps file has its own."""
+    if [steps, order, given].count(None) != 2:
+        raise _Usage(
+            "give one of --steps FILE.json or --order PRODUCT:QUANTITY, "
+            "or --workflow NAME --input JSON"
+        )
+    if given is not None:
+        return _json_input(given)
     if steps is not None:
         if workflow != STEPS_WORKFLOW:
             raise _Usage(f"--steps runs the generic {STEPS_WORKFLOW} workflow, not {workflow}")
@@ -157,9 +227,8 @@ def _input(workflow: str, steps: Path | None, order: str | None, options: SagaOp
     raise _Usage(f"--order starts {ORDER_WORKFLOW} or {STEPS_WORKFLOW}, not {workflow}")
 
 
-def _steps(path: Path, options: SagaOptions) -> SagaSpec:
-    """A steps file, checked whole before anything starts: bad input is one line, exit 2."""
-    what = f"--steps {path}"
+def _read(path: Path, *, what: str) -> bytes:
+    """A JSON input file's bytes, refused over :data:`MAX_STEPS_FILE` or unreadable (exit 2)."""
     try:
         with path.open("rb") as file:
             data = file.read(MAX_STEPS_FILE + 1)
@@ -167,7 +236,21 @@ def _steps(path: Path, options: SagaOptions) -> SagaSpec:
         raise _Usage(f"{what}: {exc.strerror or exc}") from None
     if len(data) > MAX_STEPS_FILE:
         raise _Usage(f"{what}: the file is over {MAX_STEPS_FILE // 1024} KiB")
-    raw = load_json(data, what=what)
+    return data
+
+
+def _json_input(given: str) -> Any:
+    """``--input``: JSON text, or ``@file.json``; the workflow's one argument, decoded by it."""
+    if given.startswith("@"):
+        what = f"--input {given}"
+        return load_json(_read(Path(given[1:]), what=what), what=what)
+    return load_json(given, what="--input")
+
+
+def _steps(path: Path, options: SagaOptions) -> SagaSpec:
+    """A steps file, checked whole before anything starts: bad input is one line, exit 2."""
+    what = f"--steps {path}"
+    raw = load_json(_read(path, what=what), what=what)
     document = raw if isinstance(raw, dict) else {"steps": raw}
     _known_fields(document, what=what)
     try:
@@ -225,17 +308,34 @@ def _check_refs(step: Step, earlier: list[str], *, what: str) -> None:
             stack.extend(value)
 
 
-async def _settle(handle: WorkflowHandle[Any, SagaResult]) -> SagaResult | SagaStatus:
+async def _settle(client: Client, handle: WorkflowHandle[Any, Any]) -> Found:
     """Wait until the saga ends (its result) or waits for a human (its status)."""
     while True:
-        status = await _status(handle)
-        if isinstance(status, SagaResult) or status.state in WAITING:
-            return status
+        found = await _look(client, handle, patient=True)
+        if found is None:  # a workflow task is under way: a query would only wait on it
+            await asyncio.sleep(0.25)
+            continue
+        if isinstance(found, AppWorkflow) and found.running:
+            return await _result(handle, found.workflow_type)  # nothing to follow but its end
+        if not isinstance(found, SagaStatus) or found.state in WAITING:
+            return found
         await asyncio.sleep(0.25)
 
 
-async def _status(handle: WorkflowHandle[Any, SagaResult]) -> SagaResult | SagaStatus:
-    """The result of an ended saga (from history: no worker needed), else its live status."""
+async def _status(client: Client, handle: WorkflowHandle[Any, Any]) -> Found:
+    """The result of an ended saga (from history: no worker needed), else its live status.
+
+    :class:`Stuck` when a running saga cannot answer and Temporal can tell why.
+    """
+    found = await _look(client, handle, patient=False)
+    assert found is not None  # only a patient look comes back empty
+    return found
+
+
+async def _look(client: Client, handle: WorkflowHandle[Any, Any], *, patient: bool) -> Found | None:
+    """:func:`_status`; ``patient``: None rather than a query while a workflow task is under
+    way. A failing task is reported once it failed; one no worker picks up, after
+    :data:`_UNPICKED`."""
     try:
         described = await handle.describe()
     except RPCError as exc:
@@ -243,31 +343,168 @@ async def _status(handle: WorkflowHandle[Any, SagaResult]) -> SagaResult | SagaS
             raise _Usage(f"no saga {handle.id!r} in this Temporal namespace") from None
         raise
     if described.status is not WorkflowExecutionStatus.RUNNING:
-        return await handle.result()
+        return await _result(handle, described.workflow_type)
+    pending = described.raw_description.pending_workflow_task
+    if pending.attempt > 1:  # the task failed at least once: say why rather than wait
+        failing = await _task_failure(client, handle, described)
+        if failing is not None:
+            raise failing
+    states = PendingWorkflowTaskState
+    if pending.state == states.PENDING_WORKFLOW_TASK_STATE_SCHEDULED:
+        waited = datetime.now(UTC) - pending.scheduled_time.ToDatetime(UTC)
+        if waited > _UNPICKED:  # no worker took it: is there one?
+            stuck = await _stuck(client, handle, described)
+            if stuck is not None:
+                raise stuck
+    if patient and pending.state != states.PENDING_WORKFLOW_TASK_STATE_UNSPECIFIED:
+        return None
     try:
         live: SagaStatus = await handle.query(
             "status", result_type=SagaStatus, rpc_timeout=_QUERY_TIMEOUT
         )
+    except WorkflowQueryFailedError:
+        # the worker answered, but not a status (no such query, and its message may be
+        # encrypted): a workflow of the app's own, not a saga
+        return AppWorkflow(handle.id, described.workflow_type, running=True)
     except RPCError as exc:
-        raise SagacityError(
-            f"saga {handle.id} is running but no worker answered ({exc}); is a worker polling "
-            "its task queue?"
+        raise await _stuck(client, handle, described) or SagacityError(
+            f"saga {handle.id} is running but no worker answered its status query: {exc}"
         ) from None
     return live
 
 
-def _report(saga: SagaResult | SagaStatus, *, as_json: bool, quiet: bool = False) -> int:
-    """Print ``saga`` (stderr in ``quiet`` mode, where stdout has the id); return the exit status."""
+async def _result(handle: WorkflowHandle[Any, Any], workflow_type: str) -> Ended:
+    """What the workflow returned, as the type it has; a failed workflow is an error (exit 1)."""
+    try:
+        raw = await handle.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+        raise SagacityError(
+            f"workflow {handle.id} ({workflow_type}) did not complete: {why}"
+        ) from None
+    if isinstance(raw, dict) and {"saga", "steps"} <= raw.keys():
+        from sagacity.agents.workflow import AgentSagaResult  # imported only here: see above
+
+        with suppress(ValidationError):
+            return AgentSagaResult.model_validate(raw)
+    elif isinstance(raw, dict):
+        with suppress(ValidationError):
+            return SagaResult.model_validate(raw)
+    return AppWorkflow(handle.id, workflow_type, running=False, value=raw)
+
+
+async def _stuck(
+    client: Client, handle: WorkflowHandle[Any, Any], described: WorkflowExecutionDescription
+) -> Stuck | None:
+    """Why a running workflow does not answer: its task fails, or no worker polls its queue."""
+    failing = await _task_failure(client, handle, described)
+    if failing is not None:
+        return failing
+    queue = described.task_queue
+    polled = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    if not polled.pollers:
+        return NoWorker(
+            f"no worker polls task queue {queue!r}, where saga {handle.id} "
+            f"({described.workflow_type}) waits: start one (`sagacity worker --app …`) with "
+            "SAGACITY_TASK_QUEUE set to it"
+        )
+    return None
+
+
+async def _task_failure(
+    client: Client, handle: WorkflowHandle[Any, Any], described: WorkflowExecutionDescription
+) -> Stuck | None:
+    """The newest ``WorkflowTaskFailed`` in the saga's history, as a typed error; None if none
+    since its last completed workflow task."""
+    history = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=described.raw_description.workflow_execution_info.execution,
+            maximum_page_size=50,
+        )
+    )
+    for event in history.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return None  # it failed before, but moved on since
+        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            continue
+        failure = event.workflow_task_failed_event_attributes.failure
+        message = _causes(await client.data_converter.decode_failure(failure))
+        kind = described.workflow_type
+        if "not registered" in message:
+            return WorkflowNotRegistered(
+                f"no worker on task queue {described.task_queue!r} registers workflow type "
+                f"{kind!r} (saga {handle.id}): {message}"
+            )
+        return WorkflowTaskFailing(
+            f"the workflow task of saga {handle.id} ({kind}) is failing: {message} "
+            "(the worker retries it; fix the input or the code, or terminate the workflow)"
+        )
+    return None
+
+
+def _causes(error: BaseException) -> str:
+    """An error and its causes on one line: "Failed decoding arguments" alone says too little."""
+    said: list[str] = []
+    cause: BaseException | None = error
+    while cause is not None and len(said) < 5:
+        text = " ".join(str(cause).split())
+        if text and text not in said:
+            said.append(text)
+        cause = cause.__cause__
+    return ": ".join(said)[:2000]
+
+
+def _report(found: Found, *, as_json: bool, quiet: bool = False) -> int:
+    """Print ``found`` (stderr in ``quiet`` mode, where stdout has the id); return the exit status."""
     if as_json:
-        typer.echo(saga.model_dump_json(indent=2))
+        if not isinstance(found, AppWorkflow):
+            typer.echo(found.model_dump_json(indent=2))
+        elif found.running:  # no value yet: say what runs
+            running = {"workflow_id": found.saga_id, "workflow_type": found.workflow_type}
+            typer.echo(json.dumps({**running, "running": True}, indent=2))
+        else:  # the app's own result, as it returned it
+            typer.echo(json.dumps(found.value, indent=2, ensure_ascii=False))
     else:
-        for line in _describe(saga):
+        for line in _describe(found):
             typer.echo(line, err=quiet)
-    ended_badly = isinstance(saga, SagaResult) and saga.status is not SagaState.COMPLETED
-    return 1 if ended_badly else 0
+    state = _ended_state(found)
+    return 1 if state is not None and state is not SagaState.COMPLETED else 0
 
 
-def _describe(saga: SagaResult | SagaStatus) -> list[str]:
+def _ended_state(found: Found) -> SagaState | None:
+    """How the saga ended (an app workflow's result: completed), or None while it runs."""
+    if isinstance(found, SagaResult):
+        return found.status
+    if isinstance(found, AppWorkflow):
+        return None if found.running else SagaState.COMPLETED
+    if isinstance(found, SagaStatus):
+        return None
+    return found.saga.status  # an agent saga's
+
+
+def _describe(saga: Found) -> list[str]:
+    if isinstance(saga, AppWorkflow):
+        if saga.running:
+            return [
+                f"workflow {saga.saga_id} ({saga.workflow_type}): running "
+                "(it answers no saga status query)"
+            ]
+        value = json.dumps(saga.value, ensure_ascii=False)
+        return [f"workflow {saga.saga_id} ({saga.workflow_type}): completed", f"  result: {value}"]
+    if not isinstance(saga, SagaResult | SagaStatus):  # an agent saga's result
+        lines = _describe(saga.saga)
+        lines.append(f"  agent tool calls: {len(saga.steps)}")
+        if saga.final_output is not None:
+            lines.append(f"  agent said: {saga.final_output}")
+        return lines
     if isinstance(saga, SagaResult):
         lines = [f"saga {saga.saga_id}: {saga.status.value} (journal head seq {saga.head.seq})"]
         if saga.error is not None:
@@ -314,8 +551,17 @@ def start(
         typer.Option(
             "--workflow",
             "--app-workflow",
-            help=f"Workflow to run: {ORDER_WORKFLOW} or {STEPS_WORKFLOW} "
+            help="Workflow type to run: any the app's worker registers, with --input; "
+            f"{ORDER_WORKFLOW} or {STEPS_WORKFLOW} with --order or --steps "
             "(default: the one --order or --steps implies).",
+            show_default=False,
+        ),
+    ] = None,
+    given: Annotated[
+        str | None,
+        typer.Option(
+            "--input",
+            help="With --workflow: the workflow's one argument as JSON, or @FILE.json.",
             show_default=False,
         ),
     ] = None,
@@ -351,10 +597,12 @@ def start(
 
     async def work() -> int:
         settings = _settings(task_queue=task_queue)
+        if given is not None and workflow is None:
+            raise _Usage("--input goes with --workflow NAME: the workflow type it is the input of")
         name = workflow or (STEPS_WORKFLOW if steps is not None else ORDER_WORKFLOW)
         # the deadline setting is the default for sagas started here; a steps file may override
         options = SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds())
-        argument = _input(name, steps, order, options)
+        argument = _input(name, steps, order, given, options)
         if saga_id is not None:
             check_name(saga_id, what="--id", max_len=_ID_MAX)
         sid = saga_id or f"{'order' if order else 'saga'}-{uuid.uuid4().hex[:8]}"
@@ -365,7 +613,6 @@ def start(
                     argument,
                     id=sid,
                     task_queue=settings.task_queue,
-                    result_type=SagaResult,
                     # one id, one journal: a closed saga's id is not reused either
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 )
@@ -377,7 +624,7 @@ def start(
             if not wait:
                 typer.echo(sid)
                 return 0
-            settled = await _settle(handle)
+            settled = await _settle(client, handle)
             if not as_json:
                 typer.echo(sid)
             return _report(settled, as_json=as_json, quiet=True)
@@ -392,8 +639,8 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
 
     async def work() -> int:
         async with _client(_settings()) as client:
-            handle = client.get_workflow_handle(saga, result_type=SagaResult)
-            found = await (_settle(handle) if wait else _status(handle))
+            handle = client.get_workflow_handle(saga)
+            found = await (_settle(client, handle) if wait else _status(client, handle))
             return _report(found, as_json=as_json)
 
     _run(work())
@@ -409,7 +656,12 @@ def abort(
     ] = None,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who aborts (default: your user name).", show_default=False),
+        typer.Option(
+            "--by",
+            help="Who aborts (default: whom SAGACITY_APPROVER_KEY signs for in the keyring, "
+            "else your user name); journaled, and signed with that key when it is set.",
+            show_default=False,
+        ),
     ] = None,
     wait: Wait = False,
     dry_run: Annotated[
@@ -434,35 +686,79 @@ def abort(
             return await _dry_run(saga, url, as_json=as_json)
         if reason is None:
             raise _Usage("--reason is required: say why the saga is aborted (it is journaled)")
-        async with _client(_settings()) as client:
-            handle = client.get_workflow_handle(saga, result_type=SagaResult)
-            current = await _status(handle)
-            if isinstance(current, SagaResult):
-                typer.echo(f"saga {saga} already ended: {current.status.value}", err=True)
+        settings = _settings()
+        signer, keyring = _keys(settings)
+        async with _client(settings) as client:
+            handle = client.get_workflow_handle(saga)
+            current = await _status(client, handle)
+            if _over(saga, current):
                 return 1
             try:
-                payload = Abort(reason=reason, by=by or _user())
+                payload = Abort(reason=reason, by=by or _operator(signer, keyring))
             except ValidationError as exc:
                 raise invalid(exc, what="abort") from None
+            if signer is not None:
+                signed = signer.sign(payload.statement(saga))
+                payload = payload.model_copy(update={"signature": signed})
             await handle.signal("abort", payload)
-            typer.echo(f"abort sent to {saga}: it compensates what ran", err=True)
-            return _report(await _settle(handle), as_json=False) if wait else 0
+            signed_as = "signed" if signer is not None else "unsigned"
+            typer.echo(
+                f"abort sent to {saga} by {payload.by} ({signed_as}): it compensates what ran",
+                err=True,
+            )
+            return _report(await _settle(client, handle), as_json=False) if wait else 0
 
     _run(work())
+
+
+def _over(saga: str, current: Found) -> bool:
+    """Whether the saga has ended (said on stderr): it takes no abort or resolution then.
+    A running workflow that is no saga is bad usage: it would drop the signal unread."""
+    if isinstance(current, AppWorkflow) and current.running:
+        raise _Usage(
+            f"workflow {saga} ({current.workflow_type}) is no saga: it takes no abort or resolution"
+        )
+    ended = _ended_state(current)
+    if ended is not None:
+        typer.echo(f"saga {saga} already ended: {ended.value}", err=True)
+    return ended is not None
+
+
+def _keys(settings: Settings) -> tuple[Signer | None, Keyring | None]:
+    """The operator's signing key (``SAGACITY_APPROVER_KEY``) and the keyring, or exit 2."""
+    try:
+        key = settings.approver_key
+        return (Signer.open(key) if key else None), settings.load_keyring()
+    except SagacityError as exc:
+        raise _Usage(str(exc)) from None
+
+
+def _operator(signer: Signer | None, keyring: Keyring | None) -> str:
+    """Who the CLI acts as: whom the signing key signs for in the keyring, else the login."""
+    try:
+        return signing_identity(signer, keyring)
+    except (OSError, KeyError):  # no user name in this environment (a bare container)
+        raise _Usage("no user name found: pass --by NAME") from None
 
 
 async def _dry_run(saga: str, url: str, *, as_json: bool) -> int:
     """Print what an abort of ``saga`` would do, from its journal; send and write nothing."""
     async with _client(_settings()) as client:
-        handle = client.get_workflow_handle(saga, result_type=SagaResult)
-        current = await _status(handle)
+        handle = client.get_workflow_handle(saga)
+        current = await _status(client, handle)
         # the catalog the saga decides with: whether each tool has a compensation
         catalog = await recorded_catalog(client, handle)
     async with await JournalStore.open(url, min_size=1, max_size=1) as store:
         rows = await store.read(saga)
     plan = rollback_plan(rows, {name: s.has_compensation for name, s in catalog.items()})
-    ended = isinstance(current, SagaResult)
-    state = current.status if isinstance(current, SagaResult) else current.state
+    over = _ended_state(current)
+    ended = over is not None
+    if isinstance(current, SagaStatus):
+        state = current.state
+    elif over is None:
+        raise _Usage(f"workflow {saga} is no saga: it has nothing an abort would compensate")
+    else:
+        state = over
     kinds = {name: s.reversibility for name, s in catalog.items()}
     document = _plan_json(saga, state, ended, plan, kinds)
     if as_json:
@@ -565,14 +861,6 @@ def _print_plan(plan: dict[str, Any]) -> None:
     typer.echo("dry run: nothing was sent to the saga and nothing was written")
 
 
-def _user() -> str:
-    """Who is at the keyboard, by the system's account name: the default ``--by``."""
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no user name in this environment (a bare container)
-        raise _Usage("no user name found: pass --by NAME") from None
-
-
 @app.command("resolve")
 @hard_exit
 def resolve(
@@ -606,7 +894,10 @@ def resolve(
     by: Annotated[
         str | None,
         typer.Option(
-            "--by", help="Who resolves (default: your user name); journaled.", show_default=False
+            "--by",
+            help="Who resolves (default: whom SAGACITY_APPROVER_KEY signs for in the keyring, "
+            "else your user name); journaled.",
+            show_default=False,
         ),
     ] = None,
     timeout: Annotated[
@@ -627,16 +918,14 @@ def resolve(
         if result is not None and not happened:
             raise _Usage("--result is only for a call that happened (--happened)")
         value = None if result is None else load_json(result, what="--result")
-        resolver = check_name(by if by is not None else _user(), what="--by")
         settings = _settings()
+        signer, keyring = _keys(settings)
+        resolver = check_name(by if by is not None else _operator(signer, keyring), what="--by")
         async with _client(settings) as client:
-            current = await _status(client.get_workflow_handle(saga, result_type=SagaResult))
-            if isinstance(current, SagaResult):
-                typer.echo(f"saga {saga} already ended: {current.status.value}", err=True)
+            current = await _status(client, client.get_workflow_handle(saga))
+            if _over(saga, current):
                 return 1
             journal = await _journal(settings)
-            key = settings.approver_key
-            signer, keyring = (Signer.open(key) if key else None), settings.load_keyring()
             try:
                 done = await resolve_suspect(
                     client,

@@ -61,9 +61,10 @@ DOMAIN = b"sagacity-decision-v1\n"
 ANY_PRINCIPAL = "*"
 
 #: ``approve``/``reject`` an approval request; ``happened``/``not_happened`` resolve a SUSPECT call;
-#: ``halt``/``resume`` and ``halt_report`` are an operator's halt, its lifting and its blast radius
+#: ``halt``/``resume`` and ``halt_report`` are an operator's halt, its lifting and its blast radius;
+#: ``abort`` stops one saga (``seq`` 0, no input hash: it names the saga and the reason only)
 DecisionKind = Literal[
-    "approve", "reject", "happened", "not_happened", "halt", "resume", "halt_report"
+    "approve", "reject", "happened", "not_happened", "halt", "resume", "halt_report", "abort"
 ]
 
 _TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"

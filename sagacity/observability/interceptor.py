@@ -3,8 +3,9 @@
 It reads what the saga activities already exchange (:mod:`sagacity.temporal.models`): a
 ``sagacity.call_tool`` result names the journaled outcome, a ``sagacity.compensate`` that returns
 has journaled COMPENSATED, and a ``sagacity.append`` of COMPENSATION_FAILED means a compensation
-gave up. Workflow results (:class:`~sagacity.temporal.models.SagaResult`) give sagas' outcomes;
-they are counted only outside replay, so a worker that replays a history counts nothing twice.
+gave up. Workflow results give sagas' outcomes: a :class:`~sagacity.temporal.models.SagaResult`,
+or one that holds it as ``saga`` (an agent saga's); they are counted only outside replay, so a
+worker that replays a history counts nothing twice.
 """
 
 from __future__ import annotations
@@ -111,8 +112,18 @@ class _WorkflowObserver(WorkflowInboundInterceptor):
         except asyncio.CancelledError:
             _ended(name, "cancelled")
             raise
-        _ended(name, result.status.value if isinstance(result, SagaResult) else "completed")
+        _ended(name, outcome(result))
         return result
+
+
+def outcome(result: Any) -> str:
+    """A workflow's result as a saga outcome: its saga's state, ``completed`` for other results.
+
+    An agent saga's result holds its saga's as ``saga`` (duck-typed: the agents package sits
+    above this one).
+    """
+    saga = result if isinstance(result, SagaResult) else getattr(result, "saga", None)
+    return saga.status.value if isinstance(saga, SagaResult) else "completed"
 
 
 def _ended(workflow_type: str, outcome: str) -> None:

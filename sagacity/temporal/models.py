@@ -665,10 +665,27 @@ def resolution_statement(saga_id: str, intent_hash: str, resolution: Resolve) ->
 
 
 class Abort(_Strict):
-    """Signal ``abort``: stop the saga and compensate what ran."""
+    """Signal ``abort``: stop the saga and compensate what ran.
+
+    ``signature`` (optional) is over :meth:`statement`; with a keyring, a verified one journals
+    ``by`` as the principal, anything else as ``unverified:<by>``. An abort is never refused: it
+    only makes the saga safer.
+    """
 
     reason: Reason = "aborted"
     by: Identity | None = None
+    signature: Signature | None = None
+
+    def statement(self, saga_id: str) -> Statement:
+        """What a signature on this abort vouches for: this saga, this reason, this sender."""
+        return Statement(
+            saga_id=saga_id,
+            seq=0,
+            input_hash="",
+            decision="abort",
+            principal=self.by or "",
+            reason=self.reason,
+        )
 
 
 DecisionKind = Literal["approve", "reject"]

@@ -113,6 +113,9 @@ OPEN_PATCH = "sagacity-open-saga"
 #: sagas from before this marker made again a call whose effect they read back from a redacted
 #: journal row (after a reset): the row could not equal the call's real input
 ADOPT_REDACTED_PATCH = "sagacity-adopt-redacted"
+#: sagas from before this marker journaled an abort during an approval wait as a plain rejection
+#: (``{"by", "reason"}``, ``by`` as the sender claimed it)
+ABORT_ROW_PATCH = "sagacity-abort-row"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -295,6 +298,8 @@ class Saga:
         #: the catalog lacks descriptions and schemas (see :meth:`tools`)
         self._brief = False
         self._abort: Abort | None = None
+        #: the abort came as a signal (its sender is checked), not from a cancel or a halt
+        self._abort_signalled = False
         self._cancelled = False
         #: the operator's halt the saga waits on, and how many ``resume`` signals came so far
         self._halt: HaltNotice | None = None
@@ -1104,14 +1109,15 @@ class Saga:
                 approver=self._abort.by or "sagacity",
                 reason=f"aborted before the approved call ran: {self._abort.reason}",
             )
+        payload = self._decision_payload(decision, pending) or to_json(
+            {"by": decision.approver, "reason": decision.reason}
+        )
+        if self._abort is not None and workflow.patched(ABORT_ROW_PATCH):
+            payload = self._abort_row(self._abort, decision.reason)
         await self._append(
             [
                 RowDraft(
-                    tool_name=APPROVAL_GATE,
-                    phase=Phase.REJECTED,
-                    input=input_json,
-                    payload=self._decision_payload(decision, pending)
-                    or to_json({"by": decision.approver, "reason": decision.reason}),
+                    tool_name=APPROVAL_GATE, phase=Phase.REJECTED, input=input_json, payload=payload
                 )
             ]
         )
@@ -1268,6 +1274,25 @@ class Saga:
         abort = self._parse("abort", Abort, payloads or ({},))
         if abort is not None and self._abort is None:
             self._abort = abort
+            self._abort_signalled = True
+
+    def _abort_row(self, abort: Abort, reason: str) -> str:
+        """The payload of the REJECTED row an abort writes: marked an abort, with its sender.
+
+        With a keyring, a signalled abort's sender is the principal its signature proves, else
+        ``unverified:<name>``; it is taken either way (an abort only makes the saga safer). A
+        cancel or a halt names who the workflow itself knows.
+        """
+        name = abort.by or "sagacity"
+        row: dict[str, Any] = {"abort": True, "by": name, "reason": reason}
+        if self._abort_signalled and self._keyring is not None:
+            signature = abort.signature
+            refused = self._keyring.refusal(abort.statement(self.saga_id), signature)
+            if refused is None and signature is not None and abort.by is not None:
+                row["key_id"] = signature.key_id
+            else:
+                row["by"] = f"unverified:{name}"
+        return to_json(row)
 
     def _on_halt(self, *payloads: Any) -> None:
         """An operator halted this saga: under ``compensate`` it aborts now (unless it waits for
