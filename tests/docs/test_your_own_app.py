@@ -9,6 +9,7 @@ says the reader sees (states, journal rows, verification, the app's own tables) 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -110,6 +111,7 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
     # compensated after the failure, compensated after the rejection, aborted
     states = [(state, int(seq)) for _, state, seq in STATUS.findall(transcript)]
     assert states == [
+        ("completed", 4),
         ("awaiting_approval", 7),
         ("completed", 10),
         ("compensated", 8),
@@ -123,10 +125,17 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
     )
     assert re.search(r"why: ApprovalRejected: charge_card rejected by \S+: over budget", transcript)
     assert "why: SagaAborted: aborted by ops-desk: ada cancelled the trip" in transcript
+    # the abort is journaled as one, under the unsigned sender's name marked unverified
+    rows = json.loads((app / "aborted.json").read_text())["rows"]
+    assert json.loads(rows[7]["payload"]) == {
+        "abort": True,
+        "by": "unverified:ops-desk",
+        "reason": "aborted: ada cancelled the trip",
+    }
     assert transcript.count("exit 1: the saga did not complete") == 3
 
     agent, happy, failed, rejected, aborted = [
-        journal(out) for out in said("sagacity saga journal")
+        journal(out) for out in said("sagacity saga journal") if out.strip()
     ]
     assert agent == BOOKINGS
     assert happy == [
