@@ -23,7 +23,7 @@ from sagacity.agents.models import (
 from sagacity.agents.plugin import agent_plugins, openai_agents_plugins, with_plugins
 from sagacity.agents.tools import AgentStep, function_tool_for, saga_function_tools
 from sagacity.agents.workflow import (
-    WORKFLOW_NAME,
+    AGENT_WORKFLOW,
     AgentSagaRequest,
     AgentSagaResult,
     AgentSagaWorkflow,
@@ -31,7 +31,7 @@ from sagacity.agents.workflow import (
 )
 
 __all__ = [
-    "WORKFLOW_NAME",
+    "AGENT_WORKFLOW",
     "AgentSagaRequest",
     "AgentSagaResult",
     "AgentSagaWorkflow",

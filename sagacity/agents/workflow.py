@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from sagacity.temporal.saga import Saga
 
 __all__ = [
-    "WORKFLOW_NAME",
+    "AGENT_WORKFLOW",
     "AgentResume",
     "AgentSagaRequest",
     "AgentSagaResult",
@@ -53,7 +53,7 @@ __all__ = [
     "compensation_summary",
 ]
 
-WORKFLOW_NAME = "sagacity.AgentSaga"
+AGENT_WORKFLOW = "sagacity.AgentSaga"
 
 DEFAULT_INSTRUCTIONS = (
     "You carry out the user's request with the tools you are given, one step at a time, passing "
@@ -168,7 +168,7 @@ def _aborted(exc: BaseException) -> bool:
     return False
 
 
-@workflow.defn(name=WORKFLOW_NAME)
+@workflow.defn(name=AGENT_WORKFLOW)
 class AgentSagaWorkflow:
     """An agent run (or a conversation) as one saga; compensates per the request's policy."""
 

@@ -38,7 +38,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from sagacity.agents import (
-    WORKFLOW_NAME,
+    AGENT_WORKFLOW,
     AgentSagaRequest,
     AgentSagaResult,
     agent_plugins,
@@ -223,7 +223,7 @@ async def run_demo(
             if fault:
                 say(f"fault armed: {FAULT[0]} will fail with {FAULT[1]!r}")
             handle = await client.start_workflow(
-                WORKFLOW_NAME,
+                AGENT_WORKFLOW,
                 AgentSagaRequest(prompt=prompt),
                 id=saga_id,
                 task_queue=task_queue,

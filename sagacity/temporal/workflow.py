@@ -19,8 +19,6 @@ from sagacity.temporal.saga import Saga
 STEPS_WORKFLOW = "sagacity.Steps"
 #: the type it had until the engine class ``Saga`` and it stopped sharing a name; deprecated
 LEGACY_STEPS_WORKFLOW = "sagacity.Saga"
-#: deprecated spelling of :data:`STEPS_WORKFLOW`
-WORKFLOW_NAME = STEPS_WORKFLOW
 
 
 def resolve_refs(value: Any, results: dict[str, Any]) -> Any:

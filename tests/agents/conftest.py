@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from sagacity.agents import (
-    WORKFLOW_NAME,
+    AGENT_WORKFLOW,
     AgentSagaRequest,
     AgentSagaResult,
     Script,
@@ -91,7 +91,7 @@ async def start_agent(
     client: Client, task_queue: str, request: AgentSagaRequest
 ) -> WorkflowHandle[Any, AgentSagaResult]:
     return await client.start_workflow(
-        WORKFLOW_NAME,
+        AGENT_WORKFLOW,
         request,
         id=f"agent-{uuid.uuid4().hex[:8]}",
         task_queue=task_queue,

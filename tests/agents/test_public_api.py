@@ -17,7 +17,7 @@ def test_public_names() -> None:
         "Script",
         "ScriptedModel",
         "ScriptedModelProvider",
-        "WORKFLOW_NAME",
+        "AGENT_WORKFLOW",
         "agent_plugins",
         "compensable_function_tool",
         "compensation_summary",

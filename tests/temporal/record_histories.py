@@ -55,7 +55,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from sagacity.agents import WORKFLOW_NAME as AGENT_WORKFLOW
+from sagacity.agents import AGENT_WORKFLOW as AGENT_WORKFLOW
 from sagacity.agents import (
     AgentSagaRequest,
     AgentSagaResult,
