@@ -7,6 +7,7 @@ import sagacity.agents
 
 def test_public_names() -> None:
     assert sorted(sagacity.agents.__all__) == [
+        "AGENT_WORKFLOW",
         "AgentSagaRequest",
         "AgentSagaResult",
         "AgentSagaWorkflow",
@@ -17,7 +18,6 @@ def test_public_names() -> None:
         "Script",
         "ScriptedModel",
         "ScriptedModelProvider",
-        "AGENT_WORKFLOW",
         "agent_plugins",
         "compensable_function_tool",
         "compensation_summary",
