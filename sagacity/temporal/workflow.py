@@ -7,12 +7,22 @@ former type ``sagacity.Saga`` run on :class:`SagaWorkflow`, registered alongside
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import ToolArgumentsInvalid
-from sagacity.temporal.models import SagaCarry, SagaProgress, SagaResult, SagaSpec
+from sagacity.temporal import names
+from sagacity.temporal.models import (
+    SagaCarry,
+    SagaProgress,
+    SagaResult,
+    SagaSpec,
+    StepsCheck,
+    StepsChecked,
+)
 from sagacity.temporal.saga import Saga
 
 #: the Temporal workflow type of :class:`StepsWorkflow`
@@ -21,6 +31,8 @@ STEPS_WORKFLOW = "sagacity.Steps"
 LEGACY_STEPS_WORKFLOW = "sagacity.Saga"
 #: deprecated spelling of :data:`STEPS_WORKFLOW`
 WORKFLOW_NAME = STEPS_WORKFLOW
+#: Patch marker (see docs/versioning.md): sagas started before it ran their steps unchecked
+VALIDATE_PATCH = "sagacity-validate-steps"
 
 
 def resolve_refs(value: Any, results: dict[str, Any]) -> Any:
@@ -47,6 +59,31 @@ def _lookup(ref: str, results: dict[str, Any]) -> Any:
     return value
 
 
+async def validate(spec: SagaSpec) -> None:
+    """Refuse steps that cannot run, before any runs: a typed, non-retryable ``StepsInvalid``
+    that lists every problem.
+
+    Checked before the saga claims its journal: a refused saga journals nothing and claims
+    nothing, so its id stays free for the corrected steps.
+    """
+    checked: StepsChecked = await workflow.execute_local_activity(
+        names.VALIDATE_STEPS,
+        StepsCheck(steps=spec.steps),
+        result_type=StepsChecked,
+        start_to_close_timeout=timedelta(seconds=10),
+    )
+    if checked.problems:
+        count = len(checked.problems)
+        listed = "".join(f"\n- {p}" for p in checked.problems)
+        raise ApplicationError(
+            f"the steps cannot run ({count} problem{'s' if count > 1 else ''}); "
+            f"no step ran and nothing was journaled:{listed}",
+            checked.problems,
+            type="StepsInvalid",
+            non_retryable=True,
+        )
+
+
 # Outside the sandbox: every line this workflow runs is Sagacity's own, deterministic by review
 # and by the replay corpus (tests/temporal/histories), and already shared across runs (the plugin
 # passes sagacity's modules through). The sandbox's per-activation cost was a third of a saga's
@@ -64,6 +101,8 @@ class StepsWorkflow:
     @workflow.run
     async def run(self, spec: SagaSpec) -> SagaResult:
         progress = spec.progress
+        if progress is None and workflow.patched(VALIDATE_PATCH):
+            await validate(spec)  # a run continued as new goes on with steps already checked
         saga = self.saga
         # what later steps' $refs get (secrets and all), and how the journal shows the results
         # redaction changed, which the saga's result shows instead
