@@ -311,7 +311,10 @@ async def saga_compensation_failed(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_tool_name_refused")
 async def saga_tool_name_refused(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Steps: the journal refuses a tool name (NUL), no INTENT; the first call undone."""
+    """sagacity.Steps: the journal refuses a tool name (NUL), no INTENT; the first call undone.
+
+    Recorded before ``sagacity-validate-steps``: such steps are now refused at the start.
+    """
     handle = await rig.steps(
         "saga_tool_name_refused",
         [Step(tool="set_flag", args={"name": "n"}), Step(tool="bad\x00name", args={})],
@@ -319,6 +322,24 @@ async def saga_tool_name_refused(rig: Rig) -> dict[str, WorkflowHistory]:
     done = await result(handle, SagaState.COMPENSATED)
     expect(done.error is not None and "InvalidEntry" in done.error.message, str(done.error))
     return await one(handle, "saga_tool_name_refused")
+
+
+@recording("saga_steps_refused")
+async def saga_steps_refused(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Steps: steps naming an unknown tool are refused (StepsInvalid) before any runs."""
+    handle = await rig.steps(
+        "saga_steps_refused",
+        [Step(tool="set_flag", args={"name": "v"}), Step(tool="launch_rocket", args={})],
+    )
+    try:
+        await asyncio.wait_for(handle.result(), 60)
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        expect(isinstance(cause, ApplicationError) and cause.type == "StepsInvalid", repr(cause))
+    else:
+        raise RecordingError("the steps were not refused")
+    expect(await phases(rig.journal, handle.id) == [], "a refused saga journaled rows")
+    return await one(handle, "saga_steps_refused")
 
 
 @recording("saga_id_reused")

@@ -15,6 +15,7 @@ from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import WORKFLOW_NAME
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases
+from tests.temporal.test_bad_input import run
 from workflows.order.shop import Shop
 
 
@@ -35,18 +36,6 @@ async def refused(client: Client, worker: Worker, steps: list[Step]) -> tuple[st
     problems = list(cause.details[0]) if cause.details else []
     assert all(p in cause.message for p in problems)  # the message lists them all
     return sid, problems
-
-
-async def run(client: Client, worker: Worker, steps: list[Step]) -> tuple[str, SagaResult]:
-    sid = f"valid-{uuid.uuid4().hex[:8]}"
-    result = await client.execute_workflow(
-        WORKFLOW_NAME,
-        SagaSpec(steps=steps),
-        id=sid,
-        task_queue=worker.task_queue,
-        result_type=SagaResult,
-    )
-    return sid, result
 
 
 async def nothing_journaled(journal: JournalStore, sid: str) -> None:
