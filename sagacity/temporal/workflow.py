@@ -23,7 +23,7 @@ from sagacity.temporal.models import (
     StepsCheck,
     StepsChecked,
 )
-from sagacity.temporal.saga import Saga
+from sagacity.temporal.saga import OPEN_PATCH, Saga
 
 #: the Temporal workflow type of :class:`StepsWorkflow`
 STEPS_WORKFLOW = "sagacity.Steps"
@@ -102,6 +102,10 @@ class StepsWorkflow:
     async def run(self, spec: SagaSpec) -> SagaResult:
         progress = spec.progress
         if progress is None and workflow.patched(VALIDATE_PATCH):
+            # the saga's own patch is decided here, before the check's local activity: asked
+            # after it, a replay of a history whose first workflow task ended there (a query
+            # does that) finds no marker in that task and takes the old branch
+            workflow.patched(OPEN_PATCH)
             await validate(spec)  # a run continued as new goes on with steps already checked
         saga = self.saga
         # what later steps' $refs get (secrets and all), and how the journal shows the results
