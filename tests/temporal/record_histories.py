@@ -342,6 +342,33 @@ async def saga_steps_refused(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "saga_steps_refused")
 
 
+@recording("saga_queried_at_start")
+async def saga_queried_at_start(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: status queried as it starts, which ends its first workflow task early."""
+    handle = await rig.steps(
+        "saga_queried_at_start",
+        [
+            Step(tool="set_flag", args={"name": "q"}),
+            Step(tool="wire", args={"amount": 3, "api_token": "tok-q"}),
+        ],
+    )
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    seq = status.pending_approval.journal_seq
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    history = await handle.fetch_history()
+    before_first_call = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            break
+        before_first_call.append(event.event_type)
+    # what this path is for: the local activities that open the saga span workflow tasks
+    tasks = before_first_call.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    expect(tasks > 1, "the queries did not end the first workflow task early; record again")
+    return {"saga_queried_at_start": history}
+
+
 @recording("saga_id_reused")
 async def saga_id_reused(rig: Rig) -> dict[str, WorkflowHistory]:
     """sagacity.Steps: a new run under a used saga id is refused (SagaIdTaken), runs nothing."""
