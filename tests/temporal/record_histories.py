@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -352,6 +353,13 @@ async def saga_queried_at_start(rig: Rig) -> dict[str, WorkflowHistory]:
             Step(tool="wire", args={"amount": 3, "api_token": "tok-q"}),
         ],
     )
+
+    async def ask() -> None:
+        # as fast as answers come: one lands while the saga's first task runs
+        with contextlib.suppress(Exception):
+            await handle.query("status", result_type=SagaStatus)
+
+    await asyncio.gather(*(ask() for _ in range(20)))
     status = await wait_for(handle, awaiting_approval)
     assert status.pending_approval is not None
     seq = status.pending_approval.journal_seq
