@@ -360,10 +360,7 @@ async def saga_queried_at_start(rig: Rig) -> dict[str, WorkflowHistory]:
             await handle.query("status", result_type=SagaStatus)
 
     await asyncio.gather(*(ask() for _ in range(20)))
-    status = await wait_for(handle, awaiting_approval)
-    assert status.pending_approval is not None
-    seq = status.pending_approval.journal_seq
-    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
     await result(handle, SagaState.COMPLETED)
     history = await handle.fetch_history()
     before_first_call = []
