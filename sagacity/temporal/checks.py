@@ -233,6 +233,11 @@ def _literal_problems(
 ) -> list[str]:
     """The step's arguments against the tool's signature; a $ref's value is not known yet, so
     only what it cannot change is reported there (a missing or unknown argument)."""
+    own = tool.tool.json_arguments
+    if own is not None:
+        # a tool with a JSON schema of its own (an Agents SDK FunctionTool) says what is wrong
+        # with whole arguments only: with a $ref among them, they are checked when the call runs
+        return [] if refs else [f"{tool.name!r}: {p}" for p in own.problems(args)]
     try:
         tool.arguments.model_validate(args)
     except ValidationError as exc:
