@@ -30,6 +30,12 @@ _BECOMES: dict[str, frozenset[str]] = {
     "object": frozenset({"object"}),
     "array": frozenset({"array"}),
 }
+#: the same for a tool with a JSON schema of its own, checked strictly: only an integer is also
+#: a number
+_STRICTLY: dict[str, frozenset[str]] = {
+    **{kind: frozenset({kind}) for kind in _BECOMES},
+    "integer": frozenset({"integer", "number"}),
+}
 _SCALARS: tuple[type, ...] = (str, int, float, bool, type(None), list, tuple, set, frozenset)
 #: pydantic errors about the arguments themselves, never about a $ref's placeholder value
 _SHAPE_ERRORS = frozenset({"missing", "extra_forbidden"})
@@ -119,7 +125,8 @@ def _check_ref(
         return None  # an unknown keyword, reported with the literal arguments
     wanted = _json_types(target, tool.params_schema.get("$defs", {}))
     given = _result_types(declared)
-    if wanted is None or given is None or any(wanted & _BECOMES[g] for g in given):
+    becomes = _BECOMES if tool.tool.json_arguments is None else _STRICTLY
+    if wanted is None or given is None or any(wanted & becomes[g] for g in given):
         return None
     return (
         f"$ref {ref!r} is {_kinds(given)}, but {tool.name!r} takes {_kinds(wanted)} there: "

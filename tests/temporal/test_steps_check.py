@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agents import function_tool
 from pydantic import BaseModel
 
 from sagacity import CompensationContext, compensable
+from sagacity.agents import compensable_function_tool
 from sagacity.temporal.checks import check_steps
 from sagacity.temporal.models import Step
 from sagacity.tools import ToolRegistry
@@ -56,7 +58,13 @@ def pay(amount: float, note: str = "", tags: list[str] | None = None) -> None:
     pass
 
 
-TOOLS = ToolRegistry([book, quote, anything, pay])
+@function_tool
+def rent_car(city: str, days: int) -> str:
+    """An Agents SDK tool: its arguments are checked against its own JSON schema."""
+    return city
+
+
+TOOLS = ToolRegistry([book, quote, anything, pay, compensable_function_tool(rent_car, by=undo)])
 
 
 def problems(*steps: Step) -> list[str]:
@@ -107,4 +115,27 @@ def test_a_whole_result_of_the_wrong_kind_is_refused() -> None:
     ) == [
         "steps[1] ('pay'): argument 'amount': $ref 'book' is object, but 'pay' takes number "
         "there: reference a field of that type, or change the tool's annotation"
+    ]
+
+
+def test_a_function_tool_is_checked_against_its_own_schema_strictly() -> None:
+    assert (
+        problems(
+            Step(tool="book", args={"city": "Oslo"}),
+            Step(
+                tool="rent_car",
+                args={"city": {"$ref": "book.ref"}, "days": {"$ref": "book.nights"}},
+            ),
+        )
+        == []
+    )
+    assert problems(
+        Step(tool="book", args={"city": "Oslo"}),
+        Step(tool="rent_car", args={"city": "Oslo"}),
+        # its schema takes no "7" for an integer, as pydantic would
+        Step(tool="rent_car", id="again", args={"city": "Oslo", "days": {"$ref": "book.ref"}}),
+    ) == [
+        "steps[1] ('rent_car'): 'rent_car': (arguments): 'days' is a required property",
+        "steps[2] ('again'): argument 'days': $ref 'book.ref' is string, but 'rent_car' takes "
+        "integer there: reference a field of that type, or change the tool's annotation",
     ]
