@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import typing
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
@@ -549,6 +550,15 @@ def _arguments_model(tool: CompensableTool[..., Any]) -> type[BaseModel]:
         raise ToolDeclarationError(
             f"tool {tool.name!r} has parameters pydantic cannot describe: {exc}"
         ) from None
+
+
+def declared_result(tool: CompensableTool[..., Any]) -> Any:
+    """The result type ``tool`` declares (its return annotation); ``Any`` when it declares none
+    or one that cannot be resolved."""
+    try:
+        return typing.get_type_hints(tool.fn).get("return", Any)
+    except Exception:  # a forward reference its module cannot resolve: the type is unknown
+        return Any
 
 
 @dataclass(frozen=True, slots=True)

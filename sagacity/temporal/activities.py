@@ -49,6 +49,7 @@ from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.halts import HaltStore
 from sagacity.store.journal import JournalStore
+from sagacity.temporal.checks import check_steps
 from sagacity.temporal.models import (
     AppendRequest,
     ApprovalClose,
@@ -70,6 +71,8 @@ from sagacity.temporal.models import (
     SagaOpened,
     SagaState,
     SealRequest,
+    StepsCheck,
+    StepsChecked,
     ToolSpec,
     failure_payload,
     resolution_statement,
@@ -84,6 +87,7 @@ from sagacity.temporal.names import (
     OPEN_SAGA,
     RESOLVE_CALL,
     SEAL_SAGA,
+    VALIDATE_STEPS,
     VERIFICATION_REFUSED,
 )
 from sagacity.tools import (
@@ -342,6 +346,7 @@ class SagaActivities:
             self.close_approval,
             self.resolve_call,
             self.seal_saga,
+            self.validate_steps,
         ]
 
     @activity.defn(name=DESCRIBE_TOOLS)
@@ -366,6 +371,17 @@ class SagaActivities:
             )
             for t in self.tools
         ]
+
+    @activity.defn(name=VALIDATE_STEPS)
+    async def validate_steps(self, req: StepsCheck) -> StepsChecked:
+        """Check a declarative saga's steps against this worker's tools: every problem, before
+        any step runs (the journal is not touched)."""
+        try:
+            return StepsChecked(problems=check_steps(req.steps, self.tools))
+        except Exception:
+            # a fault in the check must not hold every saga: the steps run, checked as they go
+            _log.exception("the steps check failed; the saga's steps run unchecked")
+            return StepsChecked()
 
     @activity.defn(name=OPEN_SAGA)
     @_typed
@@ -460,6 +476,8 @@ class SagaActivities:
     @activity.defn(name=OPEN_APPROVAL)
     @_typed
     async def open_approval(self, req: ApprovalOpen) -> ApprovalOpened:
+        # an approver is never asked about a call that cannot run: refused before the request
+        self.tools.get(req.tool_name).bind(json.loads(req.input_json) if req.input_json else {})
         draft = self._draft(req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json)
         entry = await self._append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
         await self._at_tail(entry)
@@ -504,6 +522,7 @@ class SagaActivities:
             earlier = await self._resume(req, intent)
             if earlier is not None:
                 return earlier
+        await self._bindable(req)
         if req.approval_seq is not None:
             refusal = await self._verify_approval(req)
             if refusal is not None:
@@ -527,6 +546,16 @@ class SagaActivities:
         outcome = await self._run(req, intent_row)
         await self._consume_approval(req)
         return outcome
+
+    async def _bindable(self, req: CallRequest) -> None:
+        """Refuse a call whose tool is unknown or whose arguments do not fit its signature,
+        before its INTENT: the journal never shows a call that was not attempted."""
+        try:
+            self.tools.get(req.tool_name).bind(req.args)
+        except (UnknownTool, ToolArgumentsInvalid):
+            # its approval, if any, is spent: the approved call cannot run
+            await self._consume_approval(req)
+            raise
 
     async def _consume_approval(self, req: CallRequest) -> None:
         # consumed once the call has its outcome, so a failure here can never turn a call that

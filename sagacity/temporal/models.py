@@ -426,6 +426,18 @@ class Step(BaseModel):
         return self.id or self.tool
 
 
+class StepsCheck(BaseModel):
+    """A declarative saga's steps, for the worker to check before any of them runs."""
+
+    steps: list[Step]
+
+
+class StepsChecked(BaseModel):
+    """What is wrong with the steps (empty: they can run), each naming the step and the fix."""
+
+    problems: list[str] = Field(default_factory=list)
+
+
 class SagaCarry(BaseModel):
     """A saga's state handed from one run to the next by continue-as-new: seq goes on."""
 

@@ -9,5 +9,6 @@ OPEN_APPROVAL = "sagacity.open_approval"
 CLOSE_APPROVAL = "sagacity.close_approval"
 RESOLVE_CALL = "sagacity.resolve_call"
 SEAL_SAGA = "sagacity.seal_saga"
+VALIDATE_STEPS = "sagacity.validate_steps"
 
 VERIFICATION_REFUSED = "verification refused execution"

@@ -1050,6 +1050,13 @@ class Saga:
                 ),
                 ApprovalOpened,
             )
+        except ActivityError as err:
+            if _error_type(err) != "ToolArgumentsInvalid":
+                raise
+            # the call cannot run, so no approver is asked: nothing was journaled for it
+            error = ErrorInfo(type=_error_type(err), message=_error_message(err))
+            self.failures.append(error)
+            raise ToolFailed(spec.name, error.type, error.message) from None
         finally:
             self._opening = None
         self._track(opened.rows)

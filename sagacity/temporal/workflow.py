@@ -7,18 +7,30 @@ former type ``sagacity.Saga`` run on :class:`SagaWorkflow`, registered alongside
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import ToolArgumentsInvalid
-from sagacity.temporal.models import SagaCarry, SagaProgress, SagaResult, SagaSpec
-from sagacity.temporal.saga import Saga
+from sagacity.temporal import names
+from sagacity.temporal.models import (
+    SagaCarry,
+    SagaProgress,
+    SagaResult,
+    SagaSpec,
+    StepsCheck,
+    StepsChecked,
+)
+from sagacity.temporal.saga import OPEN_PATCH, Saga
 
 #: the Temporal workflow type of :class:`StepsWorkflow`
 STEPS_WORKFLOW = "sagacity.Steps"
 #: the type it had until the engine class ``Saga`` and it stopped sharing a name; deprecated
 LEGACY_STEPS_WORKFLOW = "sagacity.Saga"
+#: Patch marker (see docs/versioning.md): sagas started before it ran their steps unchecked
+VALIDATE_PATCH = "sagacity-validate-steps"
 
 
 def resolve_refs(value: Any, results: dict[str, Any]) -> Any:
@@ -45,6 +57,31 @@ def _lookup(ref: str, results: dict[str, Any]) -> Any:
     return value
 
 
+async def validate(spec: SagaSpec) -> None:
+    """Refuse steps that cannot run, before any runs: a typed, non-retryable ``StepsInvalid``
+    that lists every problem.
+
+    Checked before the saga claims its journal: a refused saga journals nothing and claims
+    nothing, so its id stays free for the corrected steps.
+    """
+    checked: StepsChecked = await workflow.execute_local_activity(
+        names.VALIDATE_STEPS,
+        StepsCheck(steps=spec.steps),
+        result_type=StepsChecked,
+        start_to_close_timeout=timedelta(seconds=10),
+    )
+    if checked.problems:
+        count = len(checked.problems)
+        listed = "".join(f"\n- {p}" for p in checked.problems)
+        raise ApplicationError(
+            f"the steps cannot run ({count} problem{'s' if count > 1 else ''}); "
+            f"no step ran and nothing was journaled:{listed}",
+            checked.problems,
+            type="StepsInvalid",
+            non_retryable=True,
+        )
+
+
 # Outside the sandbox: every line this workflow runs is Sagacity's own, deterministic by review
 # and by the replay corpus (tests/temporal/histories), and already shared across runs (the plugin
 # passes sagacity's modules through). The sandbox's per-activation cost was a third of a saga's
@@ -62,6 +99,12 @@ class StepsWorkflow:
     @workflow.run
     async def run(self, spec: SagaSpec) -> SagaResult:
         progress = spec.progress
+        if progress is None and workflow.patched(VALIDATE_PATCH):
+            # the saga's own patch is decided here, before the check's local activity: asked
+            # after it, a replay of a history whose first workflow task ended there (a query
+            # does that) finds no marker in that task and takes the old branch
+            workflow.patched(OPEN_PATCH)
+            await validate(spec)  # a run continued as new goes on with steps already checked
         saga = self.saga
         # what later steps' $refs get (secrets and all), and how the journal shows the results
         # redaction changed, which the saga's result shows instead

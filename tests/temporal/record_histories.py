@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -311,7 +312,10 @@ async def saga_compensation_failed(rig: Rig) -> dict[str, WorkflowHistory]:
 
 @recording("saga_tool_name_refused")
 async def saga_tool_name_refused(rig: Rig) -> dict[str, WorkflowHistory]:
-    """sagacity.Steps: the journal refuses a tool name (NUL), no INTENT; the first call undone."""
+    """sagacity.Steps: the journal refuses a tool name (NUL), no INTENT; the first call undone.
+
+    Recorded before ``sagacity-validate-steps``: such steps are now refused at the start.
+    """
     handle = await rig.steps(
         "saga_tool_name_refused",
         [Step(tool="set_flag", args={"name": "n"}), Step(tool="bad\x00name", args={})],
@@ -319,6 +323,55 @@ async def saga_tool_name_refused(rig: Rig) -> dict[str, WorkflowHistory]:
     done = await result(handle, SagaState.COMPENSATED)
     expect(done.error is not None and "InvalidEntry" in done.error.message, str(done.error))
     return await one(handle, "saga_tool_name_refused")
+
+
+@recording("saga_steps_refused")
+async def saga_steps_refused(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Steps: steps naming an unknown tool are refused (StepsInvalid) before any runs."""
+    handle = await rig.steps(
+        "saga_steps_refused",
+        [Step(tool="set_flag", args={"name": "v"}), Step(tool="launch_rocket", args={})],
+    )
+    try:
+        await asyncio.wait_for(handle.result(), 60)
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        expect(isinstance(cause, ApplicationError) and cause.type == "StepsInvalid", repr(cause))
+    else:
+        raise RecordingError("the steps were not refused")
+    expect(await phases(rig.journal, handle.id) == [], "a refused saga journaled rows")
+    return await one(handle, "saga_steps_refused")
+
+
+@recording("saga_queried_at_start")
+async def saga_queried_at_start(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Saga: status queried as it starts, which ends its first workflow task early."""
+    handle = await rig.steps(
+        "saga_queried_at_start",
+        [
+            Step(tool="set_flag", args={"name": "q"}),
+            Step(tool="wire", args={"amount": 3, "api_token": "tok-q"}),
+        ],
+    )
+
+    async def ask() -> None:
+        # as fast as answers come: one lands while the saga's first task runs
+        with contextlib.suppress(Exception):
+            await handle.query("status", result_type=SagaStatus)
+
+    await asyncio.gather(*(ask() for _ in range(20)))
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    history = await handle.fetch_history()
+    before_first_call = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            break
+        before_first_call.append(event.event_type)
+    # what this path is for: the local activities that open the saga span workflow tasks
+    tasks = before_first_call.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    expect(tasks > 1, "the queries did not end the first workflow task early; record again")
+    return {"saga_queried_at_start": history}
 
 
 @recording("saga_id_reused")

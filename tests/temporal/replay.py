@@ -22,7 +22,7 @@ from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import Settings
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import ABORT_ROW_PATCH, ADOPT_REDACTED_PATCH, OPEN_PATCH
-from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
+from sagacity.temporal.workflow import VALIDATE_PATCH, SagaWorkflow, StepsWorkflow
 from sagacity.worker import load_apps
 
 HISTORIES = Path(__file__).with_name("histories")
@@ -31,7 +31,7 @@ KNOWN_NONDETERMINISTIC = HISTORIES / "known_nondeterministic"
 
 #: the patch ids workflow code checks with ``workflow.patched``: the corpus must show sagas from
 #: before each (no marker) and after it (marker) replaying. Remove an id when it is deprecated.
-PATCHED = [OPEN_PATCH, ADOPT_REDACTED_PATCH, ABORT_ROW_PATCH]
+PATCHED = [OPEN_PATCH, ADOPT_REDACTED_PATCH, ABORT_ROW_PATCH, VALIDATE_PATCH]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves
 WORKERS: dict[str, tuple[str, ...]] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from sagacity import CompensableTool, CompensationContext, Reversibility, compensable
 from sagacity.errors import NoEffect
@@ -214,7 +214,26 @@ def grant_tokens(token_amount: int, account: str) -> str:
     return f"granted {token_amount}"
 
 
+class Tally(TypedDict):
+    """What ``count_stock`` declares it returns: its fields' types are known before it runs."""
+
+    sku: str
+    count: int
+
+
+@compensable(by="uncount")
+def count_stock(sku: str) -> Tally:
+    """Returns a declared type (a TypedDict), so a $ref to its fields is checked up front."""
+    EFFECTS.append(f"counted {sku}")
+    return {"sku": sku, "count": 7}
+
+
+def uncount(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"uncounted {ctx.input['sku']}")
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
+    count_stock,
     wire,
     issue_key,
     open_account,

@@ -424,16 +424,14 @@ async def test_a_tool_name_the_journal_refuses_fails_at_once(
         worker,
         [Step(tool="set_flag", args={"name": "n"}), Step(tool="bad\x00name", args={})],
     )
-    result = await asyncio.wait_for(handle.result(), 30)
-
-    assert result.status is SagaState.COMPENSATED
-    assert result.error is not None and "InvalidEntry" in result.error.message
-    assert sample_tools.EFFECTS == ["set n", "unset n"]
-    assert await phases(journal, handle.id) == [
-        ("set_flag", "INTENT"),
-        ("set_flag", "EXECUTED"),
-        ("set_flag", "COMPENSATED"),
-    ]
+    # no tool has that name: the steps are refused before any runs (test_validation.py)
+    with pytest.raises(WorkflowFailureError) as refused:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "StepsInvalid"
+    assert "no tool named 'bad\\x00name'" in cause.message
+    assert sample_tools.EFFECTS == []
+    assert await phases(journal, handle.id) == []
 
 
 # -- long sagas -------------------------------------------------------------------------------

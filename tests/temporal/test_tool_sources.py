@@ -13,7 +13,8 @@ import pytest
 from agents import function_tool
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from sagacity import CompensationContext, compensable, current_call, tools_of
@@ -227,23 +228,21 @@ async def test_a_completed_saga_keeps_the_rows_and_the_rental(
 async def test_function_tool_arguments_are_checked_against_its_schema_before_it_runs(
     temporal_client: Client, travel_worker: Worker, bookings: Bookings, journal: JournalStore
 ) -> None:
-    sid, result = await run(
-        temporal_client,
-        travel_worker,
-        [
-            Step(tool="book_flight", args={"traveler": "cy", "day": "2027-02-03"}),
-            Step(tool="rent_car", args={"city": "Lima", "days": "many"}),
-        ],
+    # checked with the steps, before the first one runs (test_validation.py)
+    with pytest.raises(WorkflowFailureError) as refused:
+        await run(
+            temporal_client,
+            travel_worker,
+            [
+                Step(tool="book_flight", args={"traveler": "cy", "day": "2027-02-03"}),
+                Step(tool="rent_car", args={"city": "Lima", "days": "many"}),
+            ],
+        )
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "StepsInvalid"
+    assert "steps[1] ('rent_car'): 'rent_car': days: 'many' is not of type 'integer'" in (
+        cause.message
     )
-    assert result.status is SagaState.COMPENSATED
-    rows = await journal.read(sid)
-    assert [(r.tool_name, r.phase.value) for r in rows[2:]] == [
-        ("rent_car", "INTENT"),
-        ("rent_car", "FAILED"),
-        ("book_flight", "COMPENSATED"),
-    ]
-    assert "ToolArgumentsInvalid" in rows[3].payload
-    assert "days: 'many' is not of type 'integer'" in rows[3].payload
     assert RENTED == [] and await bookings.held() == []
 
 

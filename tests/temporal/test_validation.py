@@ -1,0 +1,197 @@
+"""Mistakes are refused before any side effect: a saga's steps when it starts, a call's
+arguments before its INTENT or its approval request."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.workflow import STEPS_WORKFLOW
+from tests.temporal import sample_tools
+from tests.temporal.conftest import phases
+from tests.temporal.test_bad_input import run
+from workflows.order.shop import Shop
+
+
+async def refused(client: Client, worker: Worker, steps: list[Step]) -> tuple[str, list[str]]:
+    """Start the steps, expecting the saga to refuse them: its id and the problems it lists."""
+    sid = f"invalid-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(WorkflowFailureError) as failed:
+        await client.execute_workflow(
+            STEPS_WORKFLOW,
+            SagaSpec(steps=steps),
+            id=sid,
+            task_queue=worker.task_queue,
+            result_type=SagaResult,
+        )
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "StepsInvalid", cause
+    assert cause.non_retryable
+    problems = list(cause.details[0]) if cause.details else []
+    assert all(p in cause.message for p in problems)  # the message lists them all
+    return sid, problems
+
+
+async def nothing_journaled(journal: JournalStore, sid: str) -> None:
+    assert await journal.read(sid) == []
+    # not even claimed: the id is free for the corrected steps
+    assert await journal.owners(saga_ids=[sid]) == []
+
+
+async def test_an_unknown_tool_in_step_three_is_refused_before_step_one_runs(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, problems = await refused(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "a"}),
+            Step(tool="send_note", args={"text": "hi"}),
+            Step(tool="sendnote", args={"text": "again"}),
+        ],
+    )
+    assert sample_tools.EFFECTS == []  # step one never ran
+    await nothing_journaled(journal, sid)
+    assert len(problems) == 1
+    assert problems[0].startswith("steps[2] ('sendnote'): no tool named 'sendnote'")
+    assert "did you mean 'send_note'?" in problems[0]
+    assert "known tools: " in problems[0] and "set_flag" in problems[0]
+
+
+async def test_refs_of_the_wrong_type_or_to_missing_fields_are_refused(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, problems = await refused(
+        temporal_client,
+        worker,
+        [
+            Step(tool="count_stock", args={"sku": "p-1"}),
+            # count is an int: pydantic never makes a str of it
+            Step(tool="set_flag", args={"name": {"$ref": "count_stock.count"}}),
+            Step(tool="send_note", args={"text": {"$ref": "count_stock.total"}}),
+            Step(tool="post_notice", args={"text": {"$ref": "count_stock.sku.upper"}}),
+            Step(tool="set_flag", id="later", args={"name": {"$ref": "after.x"}}),
+            Step(tool="set_flag", id="after", args={"name": "z"}),
+        ],
+    )
+    assert sample_tools.EFFECTS == []
+    await nothing_journaled(journal, sid)
+    assert problems == [
+        "steps[1] ('set_flag'): argument 'name': $ref 'count_stock.count' is integer, "
+        "but 'set_flag' takes string there: reference a field of that type, or change the "
+        "tool's annotation",
+        "steps[2] ('send_note'): argument 'text': $ref 'count_stock.total': count_stock is "
+        "Tally, which has no field 'total' (fields: sku, count)",
+        "steps[3] ('post_notice'): argument 'text': $ref 'count_stock.sku.upper': "
+        "count_stock.sku is str, which has no fields",
+        "steps[4] ('later'): argument 'name': $ref 'after.x' names step 'after', which runs "
+        "later: move it before this one",
+    ]
+
+
+async def test_literal_argument_problems_are_all_listed(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    sid, problems = await refused(
+        temporal_client,
+        worker,
+        [
+            Step(tool="reserve_inventory", args={"product_id": "p-1", "quantity": "many"}),
+            Step(tool="set_flag", args={}),
+            Step(tool="send_note", args={"text": "hi", "colour": "red"}),
+            Step(tool="set_flag", id="twice", args={"name": "a"}),
+            Step(tool="send_note", id="twice", args={"text": "b"}),
+        ],
+    )
+    await nothing_journaled(journal, sid)
+    assert (await shop.snapshot()).available["p-1"] == 10  # the tool never ran
+    assert problems[0].startswith("steps[0] ('reserve_inventory'): argument 'quantity': ")
+    assert "got 'many'" in problems[0]
+    assert problems[1] == "steps[1] ('set_flag'): 'set_flag' needs argument 'name': add it"
+    assert problems[2] == (
+        "steps[2] ('send_note'): 'send_note' takes no argument 'colour': remove it, "
+        "or use one of: text"
+    )
+    assert problems[3:] == [
+        f"steps[{i}] ('twice'): id 'twice' names more than one step (steps[3], steps[4]): "
+        "give each step its own id"
+        for i in (3, 4)
+    ]
+
+
+async def test_valid_refs_still_run(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    _, result = await run(
+        temporal_client,
+        worker,
+        [
+            Step(tool="count_stock", args={"sku": "p-9"}),
+            Step(tool="set_flag", args={"name": {"$ref": "count_stock.sku"}}),
+            # a field of a result whose fields are not declared (dict[str, str]): not checked
+            Step(tool="open_account", args={"owner": "ann"}),
+            Step(tool="send_note", args={"text": {"$ref": "open_account.account_id"}}),
+        ],
+    )
+    assert result.status is SagaState.COMPLETED, result.error
+    assert sample_tools.EFFECTS == ["counted p-9", "set p-9", "note acc-ann"]
+
+
+async def test_arguments_a_ref_makes_invalid_are_refused_before_intent(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    """A $ref to an undeclared result passes the start; its value, known only then, does not fit:
+    the call is refused before its INTENT, and what ran is compensated."""
+    sid, result = await run(
+        temporal_client,
+        worker,
+        [
+            Step(tool="send_note", args={"text": "hi"}),
+            Step(tool="flaky_lookup", args={"key": "k", "failures": {"$ref": "send_note.text"}}),
+        ],
+    )
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and "ToolArgumentsInvalid" in result.error.message
+    assert "failures" in result.error.message
+    assert sample_tools.FLAKY_CALLS == []
+    assert await phases(journal, sid) == [
+        ("send_note", "INTENT"),
+        ("send_note", "EXECUTED"),
+        ("send_note", "COMPENSATED"),
+    ]
+
+
+async def test_an_irreversible_call_with_invalid_arguments_asks_no_approver(
+    temporal_client: Client,
+    worker: Worker,
+    shop: Shop,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+) -> None:
+    sid, result = await run(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": "w"}),
+            Step(tool="send_note", args={"text": "ten"}),
+            Step(tool="wire", args={"amount": {"$ref": "send_note.text"}, "api_token": "t"}),
+        ],
+    )
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and "ToolArgumentsInvalid" in result.error.message
+    assert await approvals.list(saga_id=sid) == []
+    assert await phases(journal, sid) == [
+        ("set_flag", "INTENT"),
+        ("set_flag", "EXECUTED"),
+        ("send_note", "INTENT"),
+        ("send_note", "EXECUTED"),
+        ("send_note", "COMPENSATED"),
+        ("set_flag", "COMPENSATED"),
+    ]
+    assert sample_tools.EFFECTS == ["set w", "note ten", "unnote ten", "unset w"]
