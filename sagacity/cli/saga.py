@@ -49,7 +49,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
 )
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.suspects import Resolution, resolve_suspect
@@ -379,6 +379,9 @@ async def _result(handle: WorkflowHandle[Any, Any], workflow_type: str) -> Ended
         raw = await handle.result()
     except WorkflowFailureError as exc:
         cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "StepsInvalid":
+            # refused whole before any step ran: bad input, like a malformed steps file
+            raise InvalidInput(f"the worker refused saga {handle.id}'s steps: {cause}") from None
         why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
         raise SagacityError(
             f"workflow {handle.id} ({workflow_type}) did not complete: {why}"

@@ -139,3 +139,31 @@ async def test_a_saga_that_cannot_move_on_says_why_and_exits_3(
     for run in (bad, unknown, orphan):
         saga_id = run.stderr.split(" as ", 1)[1].split()[0]
         await temporal_client.get_workflow_handle(saga_id).terminate("test done")
+
+
+async def test_steps_the_worker_refuses_are_one_error_naming_each_problem(
+    cli: Cli, worker: Worker, tmp_path: Path
+) -> None:
+    # the file is well-formed (the CLI passes it), but the worker knows no tool "set_flagg"
+    steps = tmp_path / "steps.json"
+    steps.write_text(
+        json.dumps(
+            {
+                "steps": [
+                    {"tool": "set_flag", "args": {"name": "cli"}},
+                    {"tool": "set_flagg", "args": {"name": "typo"}},
+                ]
+            }
+        )
+    )
+    refused = await cli(
+        "saga", "start", "--steps", str(steps), "--task-queue", worker.task_queue, "--wait"
+    )  # fmt: skip
+    assert refused.code == 2, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "StepsInvalid" in refused.stderr and "nothing was journaled" in refused.stderr
+    assert "steps[1] ('set_flagg')" in refused.stderr and "set_flag" in refused.stderr
+    # asked later, the saga says the same
+    saga_id = refused.stderr.split(" as ", 1)[1].split()[0]
+    again = await cli("saga", "status", saga_id)
+    assert again.code == 2 and "steps[1] ('set_flagg')" in again.stderr
