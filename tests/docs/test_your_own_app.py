@@ -141,8 +141,14 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
     assert "StepsInvalid: the steps cannot run (3 problems)" in transcript
     assert "steps[1] ('book_hotell'): no tool named 'book_hotell'" in transcript
     assert "did you mean 'book_hotel'?" in transcript
-    assert re.search(r"steps\[2\] \('book_hotel'\): argument 'nights': Input should be a valid integer", transcript)
-    assert re.search(r"steps\[3\] \('charge_card'\): argument 'traveler': \$ref 'book_flight' is object", transcript)
+    assert re.search(
+        r"steps\[2\] \('book_hotel'\): argument 'nights': Input should be a valid integer",
+        transcript,
+    )
+    assert re.search(
+        r"steps\[3\] \('charge_card'\): argument 'traveler': \$ref 'book_flight' is object",
+        transcript,
+    )
     assert re.search(r"why: ApprovalRejected: charge_card rejected by \S+: over budget", transcript)
     assert "why: SagaAborted: aborted by unverified:ops-desk: ada cancelled the trip" in transcript
     # the abort is journaled as one, under the unsigned sender's name marked unverified

@@ -10,7 +10,16 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from sagacity.workflow import Saga, SagaResult
-    from tests.temporal.trip_tools import Bag, Flight, Impostor, Seat, Seats, add_miles, book_flight, check_bag
+    from tests.temporal.trip_tools import (
+        Bag,
+        Flight,
+        Impostor,
+        Seat,
+        Seats,
+        add_miles,
+        book_flight,
+        check_bag,
+    )
 
 
 class Trip(BaseModel):
