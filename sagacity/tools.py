@@ -206,6 +206,12 @@ class CompensableTool(Generic[P, R]):
         return bound
 
     @property
+    def origin(self) -> str:
+        """The declared function, ``module.qualname``: which tool a typed call names, checked
+        against the worker's tool of the same name."""
+        return _where(self.fn)
+
+    @property
     def method_of(self) -> type | None:
         """The class that declares this tool as a method, while it is not bound to an instance."""
         return self._owner if not inspect.ismethod(self.fn) else None

@@ -368,6 +368,7 @@ class SagaActivities:
                 params_schema={} if brief else t.params_schema,
                 timeout_s=t.tool.options.timeout.total_seconds(),
                 heartbeat_timeout_s=t.tool.options.heartbeat_timeout.total_seconds(),
+                origin=t.tool.origin,
             )
             for t in self.tools
         ]

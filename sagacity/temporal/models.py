@@ -66,6 +66,9 @@ class ToolSpec(Lean):
     params_schema: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float
     heartbeat_timeout_s: float
+    #: the declared function (``module.qualname``), which a typed call must name (absent in
+    #: older histories: not checked)
+    origin: str = ""
 
 
 class RowRef(Lean):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
@@ -29,14 +30,16 @@ from sagacity.tools import CompensableTool, ToolRegistry
 _log = logging.getLogger(__name__)
 
 
-def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
+def sandbox(existing: WorkflowRunner | None, *, tool_modules: Sequence[str] = ()) -> WorkflowRunner:
     """The workflow sandbox a worker with this plugin runs sandboxed workflows in.
 
     Sagacity's own modules are deterministic and stateless at import: loaded once per worker
     rather than once per workflow run. `cryptography` too: the saga checks decisions' signatures
-    in workflow code, and its Rust extension cannot be imported again inside each run. A sandbox
-    another plugin configured keeps its own passthroughs; an unsandboxed runner is left as its
-    owner chose.
+    in workflow code, and its Rust extension cannot be imported again inside each run. The
+    modules that declare the worker's tools (``tool_modules``) too: a workflow names tools and
+    never runs them, and a tools module may import what the sandbox refuses (an HTTP client,
+    the Agents SDK) when a workflow's package imports it. A sandbox another plugin configured
+    keeps its own passthroughs; an unsandboxed runner is left as its owner chose.
     """
     if existing is None:
         existing = SandboxedWorkflowRunner()
@@ -45,9 +48,16 @@ def sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
     return dataclasses.replace(
         existing,
         restrictions=existing.restrictions.with_passthrough_modules(
-            "sagacity", "cryptography", "_cffi_backend"
+            "sagacity", "cryptography", "_cffi_backend", *tool_modules
         ),
     )
+
+
+def _tool_modules(tools: ToolRegistry, workflows: Sequence[type]) -> list[str]:
+    """The modules declaring ``tools``, less those of ``workflows`` (a workflow's own module
+    stays in the sandbox its author chose) and ``__main__``."""
+    own = {w.__module__ for w in workflows} | {"__main__"}
+    return sorted({t.tool.fn.__module__ for t in tools} - own)
 
 
 class _FromSettings(enum.Enum):
@@ -117,7 +127,9 @@ class SagacityPlugin(SimplePlugin):
             activities=self._activities.all() if self._activities else None,
             # the steps workflow, and under its former type for sagas started under that
             workflows=[StepsWorkflow, SagaWorkflow, *workflows] if journal is not None else None,
-            workflow_runner=sandbox,
+            workflow_runner=functools.partial(
+                sandbox, tool_modules=_tool_modules(registry, workflows)
+            ),
         )
         self.tools = registry
 

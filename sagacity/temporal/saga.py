@@ -28,6 +28,7 @@ from datetime import timedelta
 from typing import Any, Literal, ParamSpec, TypeVar, get_args, get_origin, overload
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -39,6 +40,7 @@ from sagacity.errors import (
     SagacityError,
     ToolArgumentsInvalid,
     ToolFailed,
+    UnknownTool,
 )
 from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed, signed_row
 from sagacity.evidence.redaction import could_be
@@ -219,26 +221,49 @@ def _typing(tool: CompensableTool[..., Any]) -> _ToolTyping:
 def _named_call(
     tool: str | CompensableTool[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
-    """The tool's name and its arguments by name: what the journal records either way."""
+    """The tool's name and its arguments by name, as JSON data: what the journal records and
+    the worker binds either way. :class:`ToolArgumentsInvalid` (the saga compensates) for what
+    no call can take, rather than a workflow task that fails until someone terminates it."""
     if isinstance(tool, str):
         if args:
             raise ToolArgumentsInvalid(
                 f"tool {tool!r} is named by string: pass its arguments by keyword, or pass "
                 "the tool itself"
             )
-        return tool, kwargs
+        return tool, _json_arguments(tool, kwargs)
+    if not isinstance(tool, CompensableTool):
+        raise ToolArgumentsInvalid(
+            f"saga.call takes a declared tool (@compensable) or a tool's name, not {tool!r}"
+        )
     # before the call runs: a return type pydantic cannot convert fails the workflow task
     # (which waits for a fixed worker) while the call has had no effect yet
     typing = _typing(tool)
     if not args:
-        return tool.name, kwargs
+        return tool.name, _json_arguments(tool.name, kwargs)
     try:
         bound = typing.signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise ToolArgumentsInvalid(
             f"arguments for tool {tool.name!r} do not match its signature: {exc}"
         ) from None
-    return tool.name, dict(bound.arguments)
+    return tool.name, _json_arguments(tool.name, dict(bound.arguments))
+
+
+def _origin(tool: str | CompensableTool[..., Any]) -> str | None:
+    """Which function a typed call names (None for a tool named by string)."""
+    return None if isinstance(tool, str) else tool.origin
+
+
+def _json_arguments(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` as JSON data: a pydantic model, a dataclass or a date given to a typed tool
+    becomes the JSON the worker validates back into it (plain JSON data is left as it is)."""
+    try:
+        data: dict[str, Any] = to_jsonable_python(args)
+    except PydanticSerializationError as exc:
+        raise ToolArgumentsInvalid(
+            f"arguments for tool {name!r} cannot be journaled as JSON: {exc}"
+        ) from None
+    return data
 
 
 def _typed_result(tool: str | CompensableTool[..., Any], result: Any) -> Any:
@@ -717,7 +742,7 @@ class Saga:
         """
         name, named = _named_call(tool, args, kwargs)
         async with self._lock:
-            result = await self._call_locked(name, named)
+            result = await self._call_locked(name, named, _origin(tool))
         return _typed_result(tool, result)
 
     @overload
@@ -758,16 +783,26 @@ class Saga:
         async with self._lock:
             self._ending = True
             try:
-                result = await self._call_locked(name, named)
+                result = await self._call_locked(name, named, _origin(tool))
             finally:
                 self._ending = False
         return _typed_result(tool, result)
 
-    async def _call_locked(self, tool: str, args: dict[str, Any]) -> Any:
+    async def _call_locked(self, tool: str, args: dict[str, Any], origin: str | None) -> Any:
         catalog = await self.tools()
         self._raise_if_aborted()
         spec = catalog.get(tool)
-        input_json = to_json(args)
+        if spec is not None and origin and spec.origin and spec.origin != origin:
+            # the worker's tool of that name is another function: running it would run what
+            # the workflow never named (and hand back a result of another type)
+            raise UnknownTool(
+                f"the worker's tool {tool!r} is {spec.origin}, not {origin}: register "
+                f"{origin} on the worker, or give one of them another name="
+            )
+        try:
+            input_json = to_json(args)
+        except ValueError as exc:  # NaN or an infinity: no JSON, so no journal row
+            raise ToolArgumentsInvalid(f"arguments for tool {tool!r}: {exc}") from None
         while True:
             adopted = self._adopt(tool, args, input_json)
             if adopted is not None:
@@ -1290,16 +1325,23 @@ class Saga:
         ``unverified:<name>``; it is taken either way (an abort only makes the saga safer). A
         cancel or a halt names who the workflow itself knows.
         """
-        name = abort.by or "sagacity"
-        row: dict[str, Any] = {"abort": True, "by": name, "reason": reason}
-        if self._abort_signalled and self._keyring is not None:
-            signature = abort.signature
-            refused = self._keyring.refusal(abort.statement(self.saga_id), signature)
-            if refused is None and signature is not None and abort.by is not None:
-                row["key_id"] = signature.key_id
-            else:
-                row["by"] = f"unverified:{name}"
+        by, key_id = self._abort_sender(abort)
+        row: dict[str, Any] = {"abort": True, "by": by, "reason": reason}
+        if key_id is not None:
+            row["key_id"] = key_id
         return to_json(row)
+
+    def _abort_sender(self, abort: Abort) -> tuple[str, str | None]:
+        """Who sent ``abort``, as the journal and the saga's error name them, and the key that
+        proves it (None: unsigned, or no keyring to check it with)."""
+        name = abort.by or "sagacity"
+        if not self._abort_signalled or self._keyring is None:
+            return name, None
+        signature = abort.signature
+        refused = self._keyring.refusal(abort.statement(self.saga_id), signature)
+        if refused is None and signature is not None and abort.by is not None:
+            return name, signature.key_id
+        return f"unverified:{name}", None
 
     def _on_halt(self, *payloads: Any) -> None:
         """An operator halted this saga: under ``compensate`` it aborts now (unless it waits for
@@ -1389,7 +1431,8 @@ class Saga:
     def _raise_if_aborted(self) -> None:
         if self._abort is not None:
             kind = SagaCancelled if self._cancelled else SagaAborted
-            raise kind(f"aborted by {self._abort.by or 'unknown'}: {self._abort.reason}")
+            by, _ = self._abort_sender(self._abort)
+            raise kind(f"aborted by {by}: {self._abort.reason}")
 
     @property
     def aborted(self) -> bool:

@@ -71,6 +71,7 @@ def test_the_guide_names_every_file_of_its_layout() -> None:
         "agent_trip.py",
         "bookings.py",
         "trip.json",
+        "typo.json",
         "my_worker.py",
     }
     layout = GUIDE.read_text(encoding="utf-8").split("```text\n", 1)[1].split("```", 1)[0]
@@ -92,6 +93,16 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    # the app is typed as the guide says: strict mypy in the app's own folder sees Sagacity's
+    # types (py.typed) and finds nothing wrong, typed calls included
+    typed = subprocess.run(
+        [BIN / "python", "-m", "mypy", "--strict", "travel_app", "start_trip.py"],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert typed.returncode == 0, typed.stdout + typed.stderr
 
     commands = list(shell_commands(GUIDE))
     assert not any(c.skipped for c in commands)
@@ -123,8 +134,23 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
     assert "why: ToolFailed: tool 'rent_car' failed: SoldOut: no cars to rent in Venice" in (
         transcript
     )
+    # the misspelt steps file: refused whole, every mistake named, nothing ran (the journal
+    # holds no saga for it: `verify --all` below counts five)
+    (typo,) = said("sagacity saga start --steps typo.json")
+    assert "exit 2: refused, nothing ran" in typo
+    assert "StepsInvalid: the steps cannot run (3 problems)" in transcript
+    assert "steps[1] ('book_hotell'): no tool named 'book_hotell'" in transcript
+    assert "did you mean 'book_hotel'?" in transcript
+    assert re.search(
+        r"steps\[2\] \('book_hotel'\): argument 'nights': Input should be a valid integer",
+        transcript,
+    )
+    assert re.search(
+        r"steps\[3\] \('charge_card'\): argument 'traveler': \$ref 'book_flight' is object",
+        transcript,
+    )
     assert re.search(r"why: ApprovalRejected: charge_card rejected by \S+: over budget", transcript)
-    assert "why: SagaAborted: aborted by ops-desk: ada cancelled the trip" in transcript
+    assert "why: SagaAborted: aborted by unverified:ops-desk: ada cancelled the trip" in transcript
     # the abort is journaled as one, under the unsigned sender's name marked unverified
     rows = json.loads((app / "aborted.json").read_text())["rows"]
     assert json.loads(rows[7]["payload"]) == {

@@ -113,3 +113,51 @@ async def test_a_result_not_of_its_return_type_fails_the_call_and_compensates(
         "freed 12A",
         "cancelled FL-Ada-2027-01-02",
     ]
+
+
+async def test_a_model_argument_is_journaled_as_json_and_validated_back_into_the_model(
+    temporal_client: Client, trip_worker: Worker, journal: JournalStore
+) -> None:
+    result = await trip(temporal_client, trip_worker, "tests.Trip", bag=23)
+
+    assert result.status is SagaState.COMPLETED, result.error
+    assert "bag of 23.0 kg on FL-Ada-2027-01-02" in trip_tools.EFFECTS
+    rows = await journaled(journal, result.saga_id)
+    assert rows[2][:3] == (
+        "check_bag",
+        "INTENT",
+        '{"bag":{"fragile":true,"kilos":23.0},"flight_id":"FL-Ada-2027-01-02"}',
+    )
+
+
+async def test_arguments_that_are_no_json_are_refused_and_the_saga_compensates(
+    temporal_client: Client, trip_worker: Worker, journal: JournalStore
+) -> None:
+    # a NaN in the model: no JSON, so no journal row; the saga ends instead of wedging
+    result = await trip(temporal_client, trip_worker, "tests.Trip", bag=-1)
+
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and result.error.type == "ToolArgumentsInvalid"
+    assert "check_bag" in result.error.message
+    assert trip_tools.EFFECTS == ["booked Ada", "cancelled FL-Ada-2027-01-02"]
+    phases = [(tool, phase) for tool, phase, _, _ in await journaled(journal, result.saga_id)]
+    assert phases == [
+        ("book_flight", "INTENT"),
+        ("book_flight", "EXECUTED"),
+        ("book_flight", "COMPENSATED"),
+    ]
+
+
+async def test_a_typed_call_to_another_function_of_the_same_name_is_refused(
+    temporal_client: Client, trip_worker: Worker, journal: JournalStore
+) -> None:
+    # the worker serves Seats.pick_seat; the workflow names Impostor.pick_seat
+    result = await trip(temporal_client, trip_worker, "tests.Trip", impostor=True)
+
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and result.error.type == "UnknownTool"
+    assert "Seats.pick_seat, not tests.temporal.trip_tools.Impostor.pick_seat" in (
+        result.error.message
+    )
+    assert "the impostor ran" not in trip_tools.EFFECTS
+    assert trip_tools.EFFECTS == ["booked Ada", "cancelled FL-Ada-2027-01-02"]

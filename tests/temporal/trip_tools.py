@@ -71,4 +71,36 @@ def forget_miles(ctx: CompensationContext) -> None:
     EFFECTS.append(f"forgot miles {ctx.result}")
 
 
-TOOLS: list[CompensableTool[..., object]] = [book_flight, *tools_of(Seats("A")), add_miles]
+class Bag(BaseModel):
+    kilos: float
+    fragile: bool = False
+
+
+@compensable(by="unpack")
+def check_bag(flight_id: str, bag: Bag) -> str:
+    """Check a bag in (its argument a pydantic model)."""
+    EFFECTS.append(f"bag of {bag.kilos} kg on {flight_id}")
+    return f"bag-{bag.kilos}"
+
+
+def unpack(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"unpacked {ctx.result}")
+
+
+class Impostor:
+    """A class the worker does not serve, with a tool of the same name as a served one."""
+
+    @compensable(by="free_seat")
+    def pick_seat(self, flight_id: str, row: int = 12) -> Seat:
+        EFFECTS.append("the impostor ran")
+        return Seat(flight_id=flight_id, seat="0Z")
+
+    def free_seat(self, ctx: CompensationContext) -> None: ...
+
+
+TOOLS: list[CompensableTool[..., object]] = [
+    book_flight,
+    *tools_of(Seats("A")),
+    add_miles,
+    check_bag,
+]

@@ -10,7 +10,16 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from sagacity.workflow import Saga, SagaResult
-    from tests.temporal.trip_tools import Flight, Seat, Seats, add_miles, book_flight
+    from tests.temporal.trip_tools import (
+        Bag,
+        Flight,
+        Impostor,
+        Seat,
+        Seats,
+        add_miles,
+        book_flight,
+        check_bag,
+    )
 
 
 class Trip(BaseModel):
@@ -20,6 +29,10 @@ class Trip(BaseModel):
     miles: bool = False
     #: call the tools by name instead
     by_name: bool = False
+    #: then check a bag in, its argument a model (and with kilos=None, no JSON at all)
+    bag: int | None = None
+    #: then name the seat tool of a class the worker does not serve
+    impostor: bool = False
 
 
 def _shape(flight: Any, seat: Any) -> dict[str, Any]:
@@ -37,6 +50,11 @@ async def _typed(saga: Saga, trip: Trip) -> dict[str, Any]:
     # positionally, as mypy allows through the tool's ParamSpec; a method tool named from its
     # class, as workflow code (which has no instance) names it
     flight = await saga.call(book_flight, trip.traveler, day=trip.day)
+    if trip.bag is not None:
+        kilos: Any = trip.bag if trip.bag >= 0 else float("nan")
+        await saga.call(check_bag, flight.flight_id, Bag(kilos=kilos, fragile=True))
+    if trip.impostor:
+        await saga.call(Impostor.pick_seat, flight.flight_id)
     if not trip.miles:
         return _shape(flight, await saga.call_last(Seats.pick_seat, flight.flight_id))
     seat = await saga.call(Seats.pick_seat, flight.flight_id)
