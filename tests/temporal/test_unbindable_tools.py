@@ -6,7 +6,6 @@ declaration, as a tool whose schema is built at run time might."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -21,11 +20,11 @@ from sagacity.agents import compensable_function_tool
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore
-from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.models import SagaResult, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases
+from tests.temporal.test_bad_input import run
 from workflows.order.shop import Shop
 
 #: what the broken tools did: nothing, ever
@@ -95,19 +94,7 @@ async def broken_worker(
 
 async def run_briefly(client: Client, worker: Worker, steps: list[Step]) -> tuple[str, SagaResult]:
     """Run the steps; a saga still running after 60 s is wedged, and the test fails."""
-    sid = f"unbindable-{uuid.uuid4().hex[:8]}"
-    handle = await client.start_workflow(
-        STEPS_WORKFLOW,
-        SagaSpec(steps=steps),
-        id=sid,
-        task_queue=worker.task_queue,
-        result_type=SagaResult,
-    )
-    try:
-        return sid, await asyncio.wait_for(handle.result(), timeout=60)
-    except TimeoutError:
-        await handle.terminate("wedged")
-        raise
+    return await asyncio.wait_for(run(client, worker, steps), timeout=60)
 
 
 async def test_a_call_whose_arguments_cannot_be_checked_is_refused_and_the_saga_compensates(
