@@ -152,12 +152,16 @@ class SettingsError(SagacityError, ValueError):
 
 
 class ToolFailed(SagacityError):
-    """A tool call in a saga failed (FAILED is journaled); the saga compensates."""
+    """A tool call in a saga failed (FAILED is journaled), or was refused before it ran (``ran``
+    false: its tool is unknown or its arguments do not fit, and nothing was journaled for it);
+    the saga compensates."""
 
     code = "tool_failed"
 
-    def __init__(self, tool_name: str, error_type: str, message: str) -> None:
-        super().__init__(f"tool {tool_name!r} failed: {error_type}: {message}")
+    def __init__(self, tool_name: str, error_type: str, message: str, *, ran: bool = True) -> None:
+        what = "failed" if ran else "was refused before it ran"
+        super().__init__(f"tool {tool_name!r} {what}: {error_type}: {message}")
+        self.ran = ran
         self.tool_name = tool_name
         self.error_type = error_type
         self.error_message = message

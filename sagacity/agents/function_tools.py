@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urljoin
 
 import jsonschema
 from agents import FunctionTool
 from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 from pydantic import BaseModel
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from sagacity.errors import ToolDeclarationError
 from sagacity.tools import (
@@ -57,33 +61,32 @@ def compensable_function_tool(
     The keywords are :func:`~sagacity.compensable`'s (``by`` is a function taking a
     :class:`~sagacity.CompensationContext`; reversibility defaults to REVERSIBLE); name and
     description default to the FunctionTool's, the timeout to its ``timeout_seconds``. Raises
-    :class:`~sagacity.errors.ToolDeclarationError` for a tool that is not a FunctionTool, an
-    invalid parameters schema, or a FunctionTool that needs the SDK's approval but is not
-    declared IRREVERSIBLE.
+    :class:`~sagacity.errors.ToolDeclarationError` for a tool that is not a FunctionTool, a name
+    that is empty or not printable, a ``by`` that is not callable, a parameters schema that is
+    invalid, does not describe an object or has a ``$ref`` that resolves to nothing, or a
+    FunctionTool that needs the SDK's approval but is not declared IRREVERSIBLE.
     """
     if not isinstance(tool, FunctionTool):
         raise ToolDeclarationError(
             f"{tool!r} is not an Agents SDK FunctionTool: for a plain function use @compensable"
         )
+    tool_name = tool.name if name is None else name
+    _check_name(tool_name)
     if tool.needs_approval is not False and reversibility is not Reversibility.IRREVERSIBLE:
         raise ToolDeclarationError(
-            f"FunctionTool {tool.name!r} needs approval: declare it "
+            f"FunctionTool {tool_name!r} needs approval: declare it "
             "reversibility=Reversibility.IRREVERSIBLE (Sagacity's approval gate), or drop "
             "needs_approval"
         )
-    try:
-        validator = jsonschema.Draft202012Validator(
-            tool.params_json_schema, format_checker=jsonschema.FormatChecker()
-        )
-        validator.check_schema(tool.params_json_schema)
-    except jsonschema.SchemaError as exc:
+    if by is not None and not callable(by):
         raise ToolDeclarationError(
-            f"FunctionTool {tool.name!r} has an invalid params_json_schema: {exc.message}"
-        ) from None
+            f"FunctionTool {tool_name!r}: by={by!r} is not callable: pass the compensation "
+            "function itself, def undo(ctx: CompensationContext) -> None"
+        )
+    validator = _validator(tool_name, tool.params_json_schema)
 
     # the saga's own copy raises what the tool raises, instead of answering with an error text
     runs = set_function_tool_failure_error_function(copy.copy(tool), None)
-    tool_name = name or tool.name
 
     async def invoke(**arguments: Any) -> Any:
         raw = json.dumps(arguments, ensure_ascii=False)
@@ -107,6 +110,67 @@ def compensable_function_tool(
     saga_tool: CompensableTool[..., Awaitable[Any]] = declare(invoke)
     saga_tool.json_arguments = JsonArguments(tool.params_json_schema, _problems(validator))
     return saga_tool
+
+
+def _check_name(name: str) -> None:
+    if not name.strip() or not name.isprintable():
+        raise ToolDeclarationError(
+            f"a FunctionTool made a saga tool needs a name of printable text, not {name!r}: "
+            "pass name=..."
+        )
+
+
+def _validator(name: str, schema: Any) -> jsonschema.Draft202012Validator:
+    """A validator of ``schema``, which must describe a JSON object and resolve every ``$ref``:
+    a call's arguments are checked with it before the call, so it must never fail to check."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        kind = schema.get("type") if isinstance(schema, dict) else type(schema).__name__
+        raise ToolDeclarationError(
+            f"FunctionTool {name!r} has a params_json_schema of type {kind!r}: a tool's "
+            'arguments are a JSON object, so its schema needs "type": "object"'
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ToolDeclarationError(
+            f"FunctionTool {name!r} has an invalid params_json_schema: {exc.message}"
+        ) from None
+    resource = DRAFT202012.create_resource(schema)
+    base = resource.id() or ""
+    registry: Registry[Any] = Registry().with_resource(base, resource).crawl()
+    for ref, within in _refs(schema, base):
+        try:
+            registry.resolver(within).lookup(ref)
+        except Unresolvable:
+            raise ToolDeclarationError(
+                f"FunctionTool {name!r} has a params_json_schema whose $ref {ref!r} points "
+                "nowhere: define what it names in the schema itself (under $defs), or "
+                "replace the $ref with the schema it stands for"
+            ) from None
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+#: keywords whose values are data, not schemas: a "$ref" inside them is not a reference
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _refs(node: Any, base: str) -> Iterator[tuple[str, str]]:
+    """Each ``$ref`` (and ``$dynamicRef``) in the schema ``node``, with the base URI it resolves
+    against (a subschema with its own ``$id`` is a base of its own)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _refs(item, base)
+        return
+    if not isinstance(node, dict):
+        return
+    if isinstance(node.get("$id"), str):
+        base = urljoin(base, node["$id"])
+    for keyword in ("$ref", "$dynamicRef"):
+        if isinstance(node.get(keyword), str):
+            yield node[keyword], base
+    for key, value in node.items():
+        if key not in _DATA_KEYWORDS:
+            yield from _refs(value, base)
 
 
 def _call_id() -> str:

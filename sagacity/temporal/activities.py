@@ -178,6 +178,9 @@ def _tool_type(kind: str) -> str:
     return f"Tool{kind}" if kind in _RESERVED_TYPES else kind
 
 
+#: how much of an unexpected fault's text a refused call's error keeps
+_FAULT_CHARS = 300
+
 _FINAL = (InvalidEntry, SeqConflict, SagaIdTaken, UnknownTool, ToolArgumentsInvalid, SuspectCall)
 
 
@@ -478,7 +481,7 @@ class SagaActivities:
     @_typed
     async def open_approval(self, req: ApprovalOpen) -> ApprovalOpened:
         # an approver is never asked about a call that cannot run: refused before the request
-        self.tools.get(req.tool_name).bind(json.loads(req.input_json) if req.input_json else {})
+        self._bound(req.tool_name, json.loads(req.input_json) if req.input_json else {})
         draft = self._draft(req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json)
         entry = await self._append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
         await self._at_tail(entry)
@@ -552,11 +555,36 @@ class SagaActivities:
         """Refuse a call whose tool is unknown or whose arguments do not fit its signature,
         before its INTENT: the journal never shows a call that was not attempted."""
         try:
-            self.tools.get(req.tool_name).bind(req.args)
+            self._bound(req.tool_name, req.args)
         except (UnknownTool, ToolArgumentsInvalid):
             # its approval, if any, is spent: the approved call cannot run
             await self._consume_approval(req)
             raise
+
+    def _bound(self, tool_name: str, args: dict[str, Any]) -> tuple[RegisteredTool, dict[str, Any]]:
+        """The tool and the keyword arguments to call it with. Any fault in checking them (a
+        tool's schema whose ``$ref`` points nowhere, say) refuses the call as
+        :class:`ToolArgumentsInvalid`, which is never retried: a retry would meet the same
+        fault, and the saga would wait on the call forever instead of compensating."""
+        tool = self.tools.get(tool_name)
+        try:
+            return tool, tool.bind(args)
+        except ToolArgumentsInvalid:
+            raise
+        except Exception as exc:
+            _log.error("checking the arguments of tool %r failed", tool_name, exc_info=exc)
+            # the fault's own text may quote a whole schema: kept short, and its chain dropped,
+            # so the failure fits in the workflow's history
+            kind = type(exc).__name__
+            # a private wrapper (jsonschema's) names the error it wraps in its own text
+            text = str(exc) if kind.startswith("_") else f"{kind}: {exc}"
+            fault = self.redactor.scrub(tool_name, text)
+            if len(fault) > _FAULT_CHARS:
+                fault = fault[:_FAULT_CHARS] + "…"
+            raise ToolArgumentsInvalid(
+                f"arguments for tool {tool_name!r} could not be checked ({fault}): "
+                "fix the tool's declaration"
+            ) from None
 
     async def _consume_approval(self, req: CallRequest) -> None:
         # consumed once the call has its outcome, so a failure here can never turn a call that
@@ -682,8 +710,7 @@ class SagaActivities:
 
     async def _run(self, req: CallRequest, intent_row: Entry) -> CallOutcome:
         try:
-            tool = self.tools.get(req.tool_name)
-            kwargs = tool.bind(req.args)
+            tool, kwargs = self._bound(req.tool_name, req.args)
         except (UnknownTool, ToolArgumentsInvalid) as exc:
             # refused before the tool was called: certainly no effect
             return await self._failed(req, intent_row, exc, effect_unknown=False)

@@ -2,13 +2,26 @@
 
 A steps file's mistakes (a misspelt tool, a missing argument, a ``$ref`` to a field that is not
 there or of the wrong type) would otherwise surface mid-saga, after earlier steps took effect.
-What the tools declare is checked; what they leave open (``Any``, ``dict[str, Any]``) is not.
+
+What is checked: each step's tool exists; its literal arguments fit the tool's signature (or the
+JSON schema of its own, for an Agents SDK ``FunctionTool``); each ``$ref`` names an earlier step
+and, through declared result types (models, dataclasses, TypedDicts, ``dict[str, V]``), fields
+that exist; and a ``$ref`` that is a whole argument has a JSON type that argument takes, judged
+strictly in JSON terms (a string never feeds an integer, though pydantic would coerce ``"7"``;
+only an integer also counts as a number).
+
+What is not: what a tool leaves open (``Any``, an unannotated parameter or result,
+``dict[str, Any]``), the type of a ``$ref`` nested inside a literal, and the values themselves
+(a string of the right type may still fail a ``pattern``). Those are checked when the call runs,
+before its INTENT. A fault in checking one step leaves that step to that check: it is logged,
+and the other steps are still checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,28 +32,25 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from sagacity.temporal.models import Step
 from sagacity.tools import RegisteredTool, ToolRegistry, declared_result
 
-#: the JSON types of a value pydantic (lax, as a tool's arguments are bound) can turn into each
-#: JSON type of a parameter: "42" into an int, 1 into a bool; never a number into a string
-_BECOMES: dict[str, frozenset[str]] = {
-    "string": frozenset({"string", "integer", "number", "boolean"}),
-    "integer": frozenset({"integer", "number", "boolean"}),
-    "number": frozenset({"integer", "number", "boolean"}),
-    "boolean": frozenset({"boolean", "integer", "number"}),
+#: the JSON types a value of each JSON type may be taken as, strictly: only an integer is also a
+#: number (pydantic would also turn "42" into an int, or 1 into a bool; a steps file that relies
+#: on that is refused, as its type is wrong)
+_STRICTLY: dict[str, frozenset[str]] = {
+    "string": frozenset({"string"}),
+    "integer": frozenset({"integer", "number"}),
+    "number": frozenset({"number"}),
+    "boolean": frozenset({"boolean"}),
     "null": frozenset({"null"}),
     "object": frozenset({"object"}),
     "array": frozenset({"array"}),
-}
-#: the same for a tool with a JSON schema of its own, checked strictly: only an integer is also
-#: a number
-_STRICTLY: dict[str, frozenset[str]] = {
-    **{kind: frozenset({kind}) for kind in _BECOMES},
-    "integer": frozenset({"integer", "number"}),
 }
 _SCALARS: tuple[type, ...] = (str, int, float, bool, type(None), list, tuple, set, frozenset)
 #: pydantic errors about the arguments themselves, never about a $ref's placeholder value
 _SHAPE_ERRORS = frozenset({"missing", "extra_forbidden"})
 
 Path = tuple[str | int, ...]
+
+_log = logging.getLogger(__name__)
 
 
 def check_steps(steps: Sequence[Step], tools: ToolRegistry) -> list[str]:
@@ -61,14 +71,30 @@ def check_steps(steps: Sequence[Step], tools: ToolRegistry) -> list[str]:
         tool = tools.get(step.tool) if step.tool in tools else None
         if tool is None:
             problems.append(f"{where}: {_unknown_tool(step.tool, tools)}")
-        refs = list(_refs(step.args))
-        for path, ref in refs:
-            problem = _check_ref(ref, path, tool, earlier, keys[index + 1 :])
-            if problem is not None:
-                problems.append(f"{where}: argument {_show(path)}: {problem}")
-        if tool is not None:
-            problems += [f"{where}: {p}" for p in _literal_problems(tool, step.args, refs)]
+        try:
+            problems += [
+                f"{where}: {p}" for p in _step_problems(step, tool, earlier, keys[index + 1 :])
+            ]
+        except Exception:
+            # a fault in checking one step (a tool's broken schema, a type this check trips on)
+            # must not hold the saga: that step's arguments are checked when its call runs,
+            # before its INTENT, where any such fault refuses the call once, never retried
+            _log.exception("checking %s failed; its arguments are checked when it runs", where)
         earlier[step.key] = declared_result(tool.tool) if tool is not None else Any
+    return problems
+
+
+def _step_problems(
+    step: Step, tool: RegisteredTool | None, earlier: dict[str, Any], later: list[str]
+) -> list[str]:
+    problems: list[str] = []
+    refs = list(_refs(step.args))
+    for path, ref in refs:
+        problem = _check_ref(ref, path, tool, earlier, later)
+        if problem is not None:
+            problems.append(f"argument {_show(path)}: {problem}")
+    if tool is not None:
+        problems += _literal_problems(tool, step.args, refs)
     return problems
 
 
@@ -125,8 +151,7 @@ def _check_ref(
         return None  # an unknown keyword, reported with the literal arguments
     wanted = _json_types(target, tool.params_schema.get("$defs", {}))
     given = _result_types(declared)
-    becomes = _BECOMES if tool.tool.json_arguments is None else _STRICTLY
-    if wanted is None or given is None or any(wanted & becomes[g] for g in given):
+    if wanted is None or given is None or any(wanted & _STRICTLY[g] for g in given):
         return None
     return (
         f"$ref {ref!r} is {_kinds(given)}, but {tool.name!r} takes {_kinds(wanted)} there: "
@@ -203,7 +228,7 @@ def _json_types(schema: dict[str, Any], defs: dict[str, Any]) -> frozenset[str] 
         return _json_types(defs.get(str(schema["$ref"]).rsplit("/", 1)[-1], {}), defs)
     if "type" in schema:
         kind = schema["type"]
-        return frozenset([kind] if isinstance(kind, str) else kind) & frozenset(_BECOMES) or None
+        return frozenset([kind] if isinstance(kind, str) else kind) & frozenset(_STRICTLY) or None
     if "const" in schema:
         return frozenset({_json_type(schema["const"])})
     if "enum" in schema:

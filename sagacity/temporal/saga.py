@@ -139,6 +139,8 @@ _JOURNAL_RETRY = RetryPolicy(
 _OPENING = (Phase.INTENT, Phase.AWAITING_APPROVAL, Phase.REJECTED)
 # activity error types that mean "the journal holds rows this run has not seen"
 _AHEAD = frozenset({"JournalAhead", "SeqConflict", "SeqTaken"})
+#: activity error types of a call the worker refused before its INTENT: the tool never ran
+_REFUSED_BEFORE_INTENT = frozenset({"ToolArgumentsInvalid", "UnknownTool"})
 
 
 class _Desync(Exception):
@@ -934,7 +936,8 @@ class Saga:
         except ActivityError:
             # no INTENT was written: nothing ran, and there is no row to pair a FAILED with
             self.failures.append(error)
-            raise ToolFailed(tool, error.type, error.message) from None
+            refused = error.type in _REFUSED_BEFORE_INTENT
+            raise ToolFailed(tool, error.type, error.message, ran=not refused) from None
         self._track(resolved.outcome.rows)
         return resolved.outcome
 
@@ -1091,7 +1094,7 @@ class Saga:
             # the call cannot run, so no approver is asked: nothing was journaled for it
             error = ErrorInfo(type=_error_type(err), message=_error_message(err))
             self.failures.append(error)
-            raise ToolFailed(spec.name, error.type, error.message) from None
+            raise ToolFailed(spec.name, error.type, error.message, ran=False) from None
         finally:
             self._opening = None
         self._track(opened.rows)

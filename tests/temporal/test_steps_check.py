@@ -58,13 +58,45 @@ def pay(amount: float, note: str = "", tags: list[str] | None = None) -> None:
     pass
 
 
+class Ticket(BaseModel):
+    ticket_id: str
+    labels: list[str]
+    meta: dict[str, str]
+
+
+@compensable(by=undo)
+def make_ticket(title: str) -> Ticket:
+    return Ticket(ticket_id=title, labels=[], meta={})
+
+
+@compensable(by=undo)
+def list_items(  # type: ignore[no-untyped-def]
+    n: int,
+    urgent: bool = False,
+    filters: dict[str, str] | None = None,
+    note: str = "",
+    loose=None,
+) -> dict[str, str]:
+    return {}
+
+
 @function_tool
 def rent_car(city: str, days: int) -> str:
     """An Agents SDK tool: its arguments are checked against its own JSON schema."""
     return city
 
 
-TOOLS = ToolRegistry([book, quote, anything, pay, compensable_function_tool(rent_car, by=undo)])
+TOOLS = ToolRegistry(
+    [
+        book,
+        quote,
+        anything,
+        pay,
+        make_ticket,
+        list_items,
+        compensable_function_tool(rent_car, by=undo),
+    ]
+)
 
 
 def problems(*steps: Step) -> list[str]:
@@ -139,3 +171,53 @@ def test_a_function_tool_is_checked_against_its_own_schema_strictly() -> None:
         "steps[2] ('again'): argument 'days': $ref 'book.ref' is string, but 'rent_car' takes "
         "integer there: reference a field of that type, or change the tool's annotation",
     ]
+
+
+def wrong(ref: str, given: str, tool: str, wanted: str) -> str:
+    return (
+        f"$ref {ref!r} is {given}, but {tool!r} takes {wanted} there: reference a field of "
+        "that type, or change the tool's annotation"
+    )
+
+
+def test_refs_are_typed_strictly_in_json_terms_not_by_what_pydantic_coerces() -> None:
+    """pydantic would turn a ticket id "42" into n=42 when the call runs; a steps file that
+    leans on that is refused before any step runs, like one whose id is "abc"."""
+    assert problems(
+        Step(tool="make_ticket", args={"title": "t"}),
+        Step(tool="list_items", id="first", args={"n": {"$ref": "make_ticket.ticket_id"}}),
+        Step(tool="list_items", id="urgent", args={"n": 1, "urgent": {"$ref": "first.x"}}),
+        Step(tool="list_items", id="noted", args={"n": 1, "note": {"$ref": "make_ticket.meta"}}),
+        Step(tool="list_items", id="f", args={"n": 1, "filters": {"$ref": "make_ticket.labels"}}),
+        Step(tool="pay", args={"amount": {"$ref": "noted.anything"}}),
+    ) == [
+        "steps[1] ('first'): argument 'n': "
+        + wrong("make_ticket.ticket_id", "string", "list_items", "integer"),
+        # a field of a dict[str, str] result: any key may be there, and its value is a string
+        "steps[2] ('urgent'): argument 'urgent': "
+        + wrong("first.x", "string", "list_items", "boolean"),
+        "steps[3] ('noted'): argument 'note': "
+        + wrong("make_ticket.meta", "object", "list_items", "string"),
+        "steps[4] ('f'): argument 'filters': "
+        + wrong("make_ticket.labels", "array", "list_items", "null or object"),
+        "steps[5] ('pay'): argument 'amount': "
+        + wrong("noted.anything", "string", "pay", "number"),
+    ]
+
+
+def test_an_integer_feeds_a_number_and_open_types_feed_anything() -> None:
+    assert (
+        problems(
+            Step(tool="book", args={"city": "Oslo"}),
+            Step(tool="make_ticket", args={"title": "t"}),
+            Step(tool="anything"),
+            # integer into number
+            Step(tool="pay", args={"amount": {"$ref": "book.nights"}}),
+            # the whole dict[str, str] result into a dict[str, str] parameter
+            Step(tool="list_items", args={"n": 1, "filters": {"$ref": "make_ticket.meta"}}),
+            # an unannotated parameter takes anything; an Any result feeds anything
+            Step(tool="list_items", id="loose", args={"n": 2, "loose": {"$ref": "book"}}),
+            Step(tool="list_items", id="open", args={"n": {"$ref": "anything.count"}}),
+        )
+        == []
+    )

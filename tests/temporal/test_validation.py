@@ -95,6 +95,38 @@ async def test_refs_of_the_wrong_type_or_to_missing_fields_are_refused(
     ]
 
 
+async def test_a_ref_pydantic_would_coerce_is_still_refused_before_step_one_runs(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    """A sku "7" would pass as quantity 7 when the call runs, and "abc" would fail there, after
+    step one took effect: the types are judged strictly, before any step runs."""
+    sid, problems = await refused(
+        temporal_client,
+        worker,
+        [
+            Step(tool="count_stock", args={"sku": "7"}),
+            Step(
+                tool="reserve_inventory",
+                args={"product_id": "p-1", "quantity": {"$ref": "count_stock.sku"}},
+            ),
+            Step(tool="open_account", args={"owner": "ann"}),
+            # a field of a dict[str, str] result is a string, whatever its key
+            Step(tool="flaky_lookup", args={"key": "k", "failures": {"$ref": "open_account.id"}}),
+        ],
+    )
+    assert sample_tools.EFFECTS == [] and sample_tools.RECEIVED == []
+    assert (await shop.snapshot()).available["p-1"] == 10
+    await nothing_journaled(journal, sid)
+    assert problems == [
+        "steps[1] ('reserve_inventory'): argument 'quantity': $ref 'count_stock.sku' is string, "
+        "but 'reserve_inventory' takes integer there: reference a field of that type, or "
+        "change the tool's annotation",
+        "steps[3] ('flaky_lookup'): argument 'failures': $ref 'open_account.id' is string, "
+        "but 'flaky_lookup' takes integer there: reference a field of that type, or change "
+        "the tool's annotation",
+    ]
+
+
 async def test_literal_argument_problems_are_all_listed(
     temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
 ) -> None:
@@ -134,7 +166,8 @@ async def test_valid_refs_still_run(
         [
             Step(tool="count_stock", args={"sku": "p-9"}),
             Step(tool="set_flag", args={"name": {"$ref": "count_stock.sku"}}),
-            # a field of a result whose fields are not declared (dict[str, str]): not checked
+            # a field of a result whose keys are not declared (dict[str, str]): its presence is
+            # not checked, its type (str) is
             Step(tool="open_account", args={"owner": "ann"}),
             Step(tool="send_note", args={"text": {"$ref": "open_account.account_id"}}),
         ],
