@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -70,21 +71,28 @@ async def worker(
     checkpoint_writer: CheckpointWriter,
     redactor: Redactor,
 ) -> AsyncIterator[Worker]:
-    plugin = SagacityPlugin(
+    async with serving(
+        temporal_client,
+        task_queue,
         journal=journal,
         approvals=approvals,
         tools=[*order_app.TOOLS, *sample_tools.TOOLS],
         workflows=order_app.WORKFLOWS,
         redactor=redactor,
         checkpoints=checkpoint_writer,
-    )
-    worker = Worker(
-        temporal_client,
+    ) as worker:
+        yield worker
+
+
+@asynccontextmanager
+async def serving(client: Client, task_queue: str, **plugin: Any) -> AsyncIterator[Worker]:
+    """A worker on ``task_queue`` with a :class:`SagacityPlugin` of ``plugin``'s arguments."""
+    async with Worker(
+        client,
         task_queue=task_queue,
-        plugins=[plugin],
+        plugins=[SagacityPlugin(**plugin)],
         graceful_shutdown_timeout=timedelta(seconds=1),
-    )
-    async with worker:
+    ) as worker:
         yield worker
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import CompensableTool, app_tools
-from tests.temporal.conftest import phases
+from tests.temporal.conftest import phases, serving
 from tests.temporal.test_bad_input import run
 
 Pool = AsyncConnectionPool[AsyncConnection[Any]]
@@ -148,20 +147,15 @@ async def travel_worker(
     redactor: Redactor,
     bookings: Bookings,
 ) -> AsyncIterator[Worker]:
-    plugin = SagacityPlugin(
+    async with serving(
+        temporal_client,
+        task_queue,
         journal=journal,
         approvals=approvals,
         tools=app_tools(travel_app, bookings),
         redactor=redactor,
         checkpoints=checkpoint_writer,
-    )
-    worker = Worker(
-        temporal_client,
-        task_queue=task_queue,
-        plugins=[plugin],
-        graceful_shutdown_timeout=timedelta(seconds=1),
-    )
-    async with worker:
+    ) as worker:
         yield worker
 
 

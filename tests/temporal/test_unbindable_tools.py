@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,9 +20,8 @@ from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaResult, SagaState, Step
-from sagacity.temporal.plugin import SagacityPlugin
 from tests.temporal import sample_tools
-from tests.temporal.conftest import phases
+from tests.temporal.conftest import phases, serving
 from tests.temporal.test_bad_input import run
 from workflows.order.shop import Shop
 
@@ -75,20 +73,15 @@ async def broken_worker(
     redactor: Redactor,
 ) -> AsyncIterator[Worker]:
     RAN.clear()
-    plugin = SagacityPlugin(
+    async with serving(
+        temporal_client,
+        task_queue,
         journal=journal,
         approvals=approvals,
         tools=[*sample_tools.TOOLS, *BROKEN],
         redactor=redactor,
         checkpoints=checkpoint_writer,
-    )
-    worker = Worker(
-        temporal_client,
-        task_queue=task_queue,
-        plugins=[plugin],
-        graceful_shutdown_timeout=timedelta(seconds=1),
-    )
-    async with worker:
+    ) as worker:
         yield worker
 
 
