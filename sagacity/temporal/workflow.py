@@ -57,18 +57,22 @@ def _lookup(ref: str, results: dict[str, Any]) -> Any:
     return value
 
 
-async def validate(spec: SagaSpec) -> None:
+async def validate(spec: SagaSpec, saga: Saga) -> None:
     """Refuse steps that cannot run, before any runs: a typed, non-retryable ``StepsInvalid``
     that lists every problem.
 
     Checked before the saga claims its journal: a refused saga journals nothing and claims
-    nothing, so its id stays free for the corrected steps.
+    nothing, so its id stays free for the corrected steps. A Temporal cancel that comes during
+    the check aborts ``saga`` like a cancel at any later moment: the saga still ends ABORTED
+    (``SagaCancelled``) with its result, instead of the workflow ending cancelled.
     """
-    checked: StepsChecked = await workflow.execute_local_activity(
-        names.VALIDATE_STEPS,
-        StepsCheck(steps=spec.steps),
-        result_type=StepsChecked,
-        start_to_close_timeout=timedelta(seconds=10),
+    checked: StepsChecked = await saga._shielded(
+        workflow.start_local_activity(
+            names.VALIDATE_STEPS,
+            StepsCheck(steps=spec.steps),
+            result_type=StepsChecked,
+            start_to_close_timeout=timedelta(seconds=10),
+        )
     )
     if checked.problems:
         count = len(checked.problems)
@@ -104,7 +108,8 @@ class StepsWorkflow:
             # after it, a replay of a history whose first workflow task ended there (a query
             # does that) finds no marker in that task and takes the old branch
             workflow.patched(OPEN_PATCH)
-            await validate(spec)  # a run continued as new goes on with steps already checked
+            # a run continued as new goes on with steps already checked
+            await validate(spec, self.saga)
         saga = self.saga
         # what later steps' $refs get (secrets and all), and how the journal shows the results
         # redaction changed, which the saga's result shows instead

@@ -59,6 +59,17 @@ POLL_S = 0.7
 NO_SUCH_SEQ = 9999
 
 
+def _error_chain(exc: BaseException) -> str:
+    """``exc`` and its causes, outermost first: a failed workflow's reason is in its cause."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 6:
+        kind = getattr(seen, "type", None) or type(seen).__name__
+        parts.append(f"{kind}: {seen}")
+        seen = seen.__cause__ or getattr(seen, "cause", None)
+    return " <- ".join(parts)
+
+
 class Fate(StrEnum):
     """How a saga is meant to end, and what the driver does to make it so."""
 
@@ -288,7 +299,7 @@ class OpsDriver:
             else:
                 out.result = result.result()
         except Exception as exc:
-            out.error = f"{type(exc).__name__}: {exc}"
+            out.error = _error_chain(exc)
         finally:
             self.running.pop(plan.saga_id, None)
             done.set()

