@@ -114,6 +114,24 @@ class ToolTimeout(SagacityError, TimeoutError):
     code = "tool_timeout"
 
 
+class UpstreamToolError(SagacityError):
+    """An MCP upstream's call failed: its result said ``isError`` (``is_error_result``: the
+    upstream itself reported the failure, so the call had no effect unless the policy says it
+    may), or the connection broke, the protocol failed or the call timed out (effect unknown)."""
+
+    code = "mcp_upstream"
+
+    def __init__(self, message: str, *, is_error_result: bool = False) -> None:
+        super().__init__(message)
+        self.is_error_result = is_error_result
+
+
+class UpstreamUnavailable(UpstreamToolError):
+    """An MCP upstream could not be reached (started, connected or initialised)."""
+
+    code = "mcp_upstream_unavailable"
+
+
 class SuspectCall(SagacityError):
     """An INTENT has no outcome: a worker died mid-call and a human must say what happened."""
 
@@ -149,6 +167,13 @@ class SettingsError(SagacityError, ValueError):
     """A setting is missing or malformed; the message names it and what was expected."""
 
     code = "settings"
+
+
+class PolicyError(SettingsError):
+    """An MCP policy file is unreadable or wrong; the message names the file, the key (and its
+    line) and what was expected."""
+
+    code = "mcp_policy"
 
 
 class ToolFailed(SagacityError):
