@@ -77,6 +77,6 @@ def lifespan(settings: Settings) -> AbstractAsyncContextManager[Tools]:
     return open_mcp_tools(settings.mcp_policy)
 
 
-def TOOLS(opened: Tools) -> Tools:  # noqa: N802  (the name an app module exposes)
+def TOOLS(opened: Tools) -> Tools:
     """The ready-made app's tools: those its lifespan opened."""
     return opened
