@@ -22,6 +22,7 @@ rules for the tool decide.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from pydantic import ValidationError
 from sagacity.errors import UpstreamReported, UpstreamToolError, UpstreamUnavailable
 from sagacity.mcp.policy import ServerSpec
 
-__all__ = ["CallOutcome", "Upstream", "error_text", "journaled"]
+__all__ = ["CallOutcome", "Upstream", "call_result", "error_text", "journaled"]
 
 log = logging.getLogger("sagacity.mcp")
 
@@ -61,16 +62,37 @@ class CallOutcome:
 def journaled(result: CallToolResult) -> dict[str, Any]:
     """A call's result as JSON, without ``isError``: ``{"content": [...]}`` plus
     ``"structuredContent"`` when the upstream gave one. Content blocks of every kind (text,
-    images, resources) are kept as the protocol spells them."""
-    data: dict[str, Any] = {
-        "content": [
-            block.model_dump(mode="json", by_alias=True, exclude_none=True)
-            for block in result.content
-        ]
-    }
-    if result.structured_content is not None:
-        data["structuredContent"] = result.structured_content
+    images, resources) are kept as the protocol spells them, except a text block that only
+    restates ``structuredContent`` as JSON (the protocol asks servers to add one): kept, it
+    would carry every value a second time, as text that redaction rules (which match keys)
+    cannot reach. :func:`call_result` puts it back."""
+    structured = result.structured_content
+    blocks = [
+        block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content
+    ]
+    data: dict[str, Any] = {"content": [b for b in blocks if not _restates(b, structured)]}
+    if structured is not None:
+        data["structuredContent"] = structured
     return data
+
+
+def call_result(data: Mapping[str, Any]) -> CallToolResult:
+    """A journaled result (see :func:`journaled`) as the upstream's CallToolResult, the text
+    block restating ``structuredContent`` put back when it has no text of its own."""
+    content = list(data.get("content") or [])
+    structured = data.get("structuredContent")
+    if structured is not None and not any(b.get("type") == "text" for b in content):
+        content.append({"type": "text", "text": json.dumps(structured, ensure_ascii=False)})
+    return CallToolResult.model_validate({"content": content, "structuredContent": structured})
+
+
+def _restates(block: Mapping[str, Any], structured: Any) -> bool:
+    if structured is None or block.get("type") != "text" or set(block) != {"type", "text"}:
+        return False
+    try:
+        return bool(json.loads(block["text"]) == structured)
+    except ValueError:
+        return False
 
 
 def error_text(result: CallToolResult) -> str:
