@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
@@ -240,7 +241,13 @@ class Upstream:
             raise UpstreamReported(
                 f"{what} was answered with protocol error {exc.code}: {exc.error.message}"
             ) from None
-        except (OSError, httpx2.HTTPError, ValidationError) as exc:
+        except (
+            OSError,
+            httpx2.HTTPError,
+            ValidationError,
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+        ) as exc:
             raise UpstreamToolError(
                 f"{what} failed mid-call ({_describe(exc)}); whether it took effect is unknown"
             ) from None

@@ -266,3 +266,27 @@ async def test_a_result_too_big_for_the_journal_keeps_what_fits_and_says_what_it
             }
         ]
     }
+
+
+async def test_sagas_at_once_share_the_workers_upstream_session(
+    http_desk: Desk, temporal_client: Client, worker_settings: Settings, journal: JournalStore
+) -> None:
+    sids = [new_id("mcp-many") for _ in range(6)]
+    async with mcp_worker(worker_settings, http_desk.policy("http")):
+        results = await asyncio.gather(
+            *(
+                run_steps(
+                    temporal_client,
+                    worker_settings,
+                    sid,
+                    [Step(tool="create_ticket", args={"title": sid})],
+                )
+                for sid in sids
+            )
+        )
+    assert {r.status for r in results} == {SagaState.COMPLETED}
+    tickets = http_desk.state()["tickets"].values()
+    assert sorted(t["title"] for t in tickets) == sorted(sids)
+    for sid in sids:
+        (_, executed) = await journal.read(sid)
+        assert payload(executed)["structuredContent"]["title"] == sid
