@@ -114,6 +114,34 @@ class ToolTimeout(SagacityError, TimeoutError):
     code = "tool_timeout"
 
 
+class UpstreamToolError(SagacityError):
+    """An MCP upstream's call failed: its result said ``isError`` (``is_error_result``: the
+    upstream itself reported the failure, so the call had no effect unless the policy says it
+    may), or the connection broke, the protocol failed or the call timed out (effect unknown)."""
+
+    code = "mcp_upstream"
+
+    def __init__(self, message: str, *, is_error_result: bool = False) -> None:
+        super().__init__(message)
+        self.is_error_result = is_error_result
+
+
+class UpstreamReported(UpstreamToolError):
+    """An MCP upstream answered that the call failed (an ``isError`` result, or a JSON-RPC
+    error): unless the policy says ``error_may_have_effect``, the call had no effect."""
+
+    code = "mcp_upstream_reported"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, is_error_result=True)
+
+
+class UpstreamUnavailable(UpstreamToolError):
+    """An MCP upstream could not be reached (started, connected or initialised)."""
+
+    code = "mcp_upstream_unavailable"
+
+
 class SuspectCall(SagacityError):
     """An INTENT has no outcome: a worker died mid-call and a human must say what happened."""
 
@@ -149,6 +177,20 @@ class SettingsError(SagacityError, ValueError):
     """A setting is missing or malformed; the message names it and what was expected."""
 
     code = "settings"
+
+
+class PolicyError(SettingsError):
+    """An MCP policy file is unreadable or wrong; the message names the file, the key (and its
+    line) and what was expected."""
+
+    code = "mcp_policy"
+
+
+class CompensationUnresolvable(SagacityError):
+    """A policy-mapped compensation cannot be built for this call: a mapped path of its input or
+    result names nothing. No retry can fix it; a human must undo the effect."""
+
+    code = "compensation_unresolvable"
 
 
 class ToolFailed(SagacityError):
