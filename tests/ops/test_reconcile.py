@@ -23,7 +23,13 @@ from tests.approvals import conftest as approval_fixtures
 from tests.approvals.conftest import MakeSuspects, StartOrder
 from tests.conftest import scratch_database
 from tests.ops.conftest import Cli, CliResult, StartWorker
-from tests.temporal.conftest import awaiting_approval, intent_written, phases, wait_for
+from tests.temporal.conftest import (
+    awaiting_approval,
+    forget_killed_worker,
+    intent_written,
+    phases,
+    wait_for,
+)
 from tests.temporal.test_crash import OPTIONS
 from workflows.order.shop import Shop
 from workflows.order.tools import effect_id
@@ -185,6 +191,7 @@ async def test_with_a_keyring_the_resolution_is_signed_by_a_key_trusted_for_the_
     assert first.proc is not None
     first.proc.kill()  # mid-call: create_order's INTENT has no outcome
     first.proc.wait()
+    await forget_killed_worker(temporal_client, handle.id)
     await start_worker()
     status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
     assert status.suspect is not None and status.suspect.tool_name == "create_order"
