@@ -4,7 +4,7 @@
 # /usr/bin/chromium for the browser tests: apt-get installs it when run as root; otherwise one line
 # says how, and the browser tests skip.
 #
-#   make test ARGS="-k store -x"     extra pytest arguments
+#   make test ARGS="-k store -x"     extra pytest arguments (one pytest run, chaos tests included)
 
 PYTHON   ?= python3
 VENV     := .venv
@@ -25,10 +25,23 @@ help:
 demo: $(STAMP)
 	$(BIN)/sagacity demo
 
+# With no ARGS, tests/chaos runs in a second pytest beside the rest: its tests mostly wait on
+# purpose (Postgres outages, killed workers, drains), so both take about as long as the rest
+# alone. Its output follows the rest's; either failing fails the target.
 test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+ifeq ($(strip $(ARGS)),)
+	@chaos_log=$$(mktemp); \
+	$(BIN)/pytest tests/chaos -p no:cacheprovider >"$$chaos_log" 2>&1 & chaos_pid=$$!; \
+	trap 'kill $$chaos_pid 2>/dev/null' INT TERM; \
+	$(BIN)/pytest --ignore=tests/chaos; rest=$$?; \
+	wait $$chaos_pid; chaos=$$?; \
+	echo "==== tests/chaos, run beside the rest ===="; cat "$$chaos_log"; rm -f "$$chaos_log"; \
+	exit $$(( rest ? rest : chaos ))
+else
 	$(BIN)/pytest $(ARGS)
+endif
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -12,7 +12,7 @@ from sagacity.devstack import Endpoints
 from sagacity.store import JournalStore
 from sagacity.temporal.models import Approve, SagaState
 from tests.agents.conftest import start_agent
-from tests.temporal.conftest import awaiting_approval, wait_for
+from tests.temporal.conftest import awaiting_approval, forget_killed_worker, wait_for
 from tests.temporal.test_crash import WorkerProcess
 from workflows.agent_order.script import PROMPT
 from workflows.order.shop import Shop
@@ -41,6 +41,7 @@ async def test_agent_run_survives_a_sigkilled_worker(
         assert waiting.pending_approval is not None
         # two tool calls done, the third waits for a human: the worker dies here
         worker.kill()
+        await forget_killed_worker(temporal_client, handle.id)
         await worker.start()
         await handle.signal(
             "approve", Approve(journal_seq=waiting.pending_approval.journal_seq, approver="alice")

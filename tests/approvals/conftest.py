@@ -30,7 +30,12 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaState, SagaStatus
 from tests.serving import serve
 from tests.temporal import conftest as saga_fixtures
-from tests.temporal.conftest import awaiting_approval, intent_written, wait_for
+from tests.temporal.conftest import (
+    awaiting_approval,
+    forget_killed_worker,
+    intent_written,
+    wait_for,
+)
 from tests.temporal.test_crash import OPTIONS, WorkerProcess
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
@@ -144,6 +149,7 @@ async def make_suspects(
         for handle in handles:
             await intent_written(journal, handle.id, "create_order")
         process.kill()
+        await forget_killed_worker(temporal_client, *(handle.id for handle in handles))
         await process.start()
         return [
             Suspect(

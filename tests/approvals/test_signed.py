@@ -42,7 +42,13 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaResult, SagaState, SagaStatus
 from tests.approvals.conftest import Cli, CliResult, codec_server
 from tests.evidence.test_default_config_tamper import Owner
-from tests.temporal.conftest import awaiting_approval, intent_written, phases, wait_for
+from tests.temporal.conftest import (
+    awaiting_approval,
+    forget_killed_worker,
+    intent_written,
+    phases,
+    wait_for,
+)
 from tests.temporal.test_crash import OPTIONS, WorkerProcess
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
@@ -371,6 +377,7 @@ async def test_a_suspect_call_is_resolved_only_by_a_signed_allowed_resolver(
     )
     await intent_written(journal, handle.id, "create_order")
     signed_worker.kill()
+    await forget_killed_worker(temporal_client, handle.id)
     await signed_worker.start()
     status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
     assert status.suspect is not None and status.suspect.intent_hash

@@ -34,6 +34,7 @@ from sagacity.temporal.models import (
 )
 from tests.chaos.harness import APPROVER, HEARTBEAT_TIMEOUT_S, RESOLVER, WorkerProcess
 from tests.chaos.scenario import prepare_shop
+from tests.temporal.conftest import forget_killed_worker
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
 
@@ -91,6 +92,7 @@ async def test_a_resolved_suspect_approved_call_leaves_no_pending_request(
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)
         worker.kill()  # mid-call: INTENT is written, the mail not sent
+        await forget_killed_worker(chaos_client, handle.id)
         await worker.start()
         suspect = (await status_when(handle, SagaState.SUSPECT)).suspect
         assert suspect is not None and suspect.tool_name == "send_confirmation"

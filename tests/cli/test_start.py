@@ -3,6 +3,7 @@ the errors that say why a saga does not move on, against real Temporal and Postg
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from dataclasses import dataclass
@@ -106,30 +107,30 @@ async def test_a_saga_that_cannot_move_on_says_why_and_exits_3(
     cli: Cli, worker: Worker, temporal_client: Client
 ) -> None:
     queue = worker.task_queue
-
-    # an input the workflow cannot decode: the workflow task fails, and the failure is shown
-    bad = await cli(
-        "saga", "start", "--workflow", "order.PlaceOrder", "--input", '{"quantity": "many"}',
-        "--task-queue", queue, "--wait",
+    nobody = f"nobody-{uuid.uuid4().hex[:8]}"
+    # three sagas stuck each its own way, started at once (each command waits to see it stuck)
+    bad, unknown, orphan = await asyncio.gather(
+        # an input the workflow cannot decode: the workflow task fails, and the failure is shown
+        cli(
+            "saga", "start", "--workflow", "order.PlaceOrder", "--input", '{"quantity": "many"}',
+            "--task-queue", queue, "--wait",
+        ),
+        # a workflow type no worker on the queue registers
+        cli(
+            "saga", "start", "--workflow", "travel.BookTrip", "--input", "{}",
+            "--task-queue", queue, "--wait",
+        ),
+        # a task queue no worker polls
+        cli(
+            "saga", "start", "--workflow", "order.PlaceOrder", "--input", '{"quantity": 1}',
+            "--task-queue", nobody, "--wait",
+        ),
     )  # fmt: skip
     assert bad.code == 3, (bad.code, bad.stderr)
     assert "is failing:" in bad.stderr and "quantity" in bad.stderr
     assert "Traceback" not in bad.stderr
-
-    # a workflow type no worker on the queue registers
-    unknown = await cli(
-        "saga", "start", "--workflow", "travel.BookTrip", "--input", "{}",
-        "--task-queue", queue, "--wait",
-    )  # fmt: skip
     assert unknown.code == 3, (unknown.code, unknown.stderr)
     assert "registers workflow type 'travel.BookTrip'" in unknown.stderr
-
-    # a task queue no worker polls
-    nobody = f"nobody-{uuid.uuid4().hex[:8]}"
-    orphan = await cli(
-        "saga", "start", "--workflow", "order.PlaceOrder", "--input", '{"quantity": 1}',
-        "--task-queue", nobody, "--wait",
-    )  # fmt: skip
     assert orphan.code == 3, (orphan.code, orphan.stderr)
     assert f"no worker polls task queue {nobody!r}" in orphan.stderr
     saga_id = orphan.stderr.split(" as ", 1)[1].split()[0]

@@ -149,12 +149,13 @@ async def test_an_approval_waiting_past_its_sla_or_deadline_fails_it(
 
 
 async def test_bad_input_is_exit_2_and_says_why(database_url: str) -> None:
-    for args, said in (
+    refusals = (
         (["--approval-sla=soon"], "--approval-sla"),
         (["--approval-sla=PT0S"], "longer than zero"),
         (["--since=yesterday"], "--since"),
         (["--saga=a\x01b"], "saga id"),
         (["--saga=x", "--since=PT1H"], "not both"),
-    ):
-        code, _, err = await certify(database_url, *args)
+    )
+    runs = await asyncio.gather(*(certify(database_url, *args) for args, _ in refusals))
+    for (args, said), (code, _, err) in zip(refusals, runs, strict=True):
         assert code == 2 and said in err, (args, err)

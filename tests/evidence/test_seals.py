@@ -55,7 +55,7 @@ from tests.ops.conftest import (
     start_worker,  # noqa: F401  (a fixture)
 )
 from tests.temporal import sample_tools
-from tests.temporal.conftest import awaiting_approval, wait_for
+from tests.temporal.conftest import awaiting_approval, forget_killed_worker, wait_for
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest, order_steps
 
@@ -450,6 +450,7 @@ async def test_a_worker_killed_after_the_last_row_leaves_the_seal_to_the_next(
     assert first.proc is not None
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait()
+    await forget_killed_worker(temporal_client, saga_id)
     log.unlink()
     log.write_bytes(signed)  # the lines signed before the kill, as a plain log again
 

@@ -36,6 +36,7 @@ from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import _HALT_RECHECK_MAX
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.ops.conftest import Cli
+from tests.temporal.conftest import wait_for
 
 TQ = "adv-tq"
 
@@ -550,8 +551,9 @@ async def test_an_idempotent_tool_is_not_called_again_after_a_halt_covering_it(
             task_queue=task_queue,
             result_type=SagaResult,
         )
-        # attempt 1 halts and fails; attempt 2 starts ~1 s later
-        await asyncio.sleep(6)
+        # attempt 1 halts and fails, Temporal retries it unbeknown to the saga: the saga moves
+        # on only once attempt 2 has ended, held by the halt (or, calling the tool, completed)
+        await wait_for(handle, lambda s: s.state is not SagaState.RUNNING)
         calls = list(CALLS)
         with contextlib.suppress(Exception):
             await handle.terminate("test over")
@@ -904,9 +906,9 @@ async def test_a_long_quarantine_fits_in_one_workflow_history(
         async def length() -> int:
             return len((await handle.fetch_history()).events)
 
-        await asyncio.sleep(3)
+        await wait_for(handle, lambda s: s.state is SagaState.HALTED)  # its first look is done
         before = await length()
-        looks = 10
+        looks = 5  # each look is the same few events: five give the average ten did
         for _ in range(looks):
             await handle.signal("resume", {"halt_id": 1, "operator": "bob"})
             await asyncio.sleep(0.7)

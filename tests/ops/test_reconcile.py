@@ -7,6 +7,7 @@ installed executable loading ``workflows.order.app``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -23,7 +24,13 @@ from tests.approvals import conftest as approval_fixtures
 from tests.approvals.conftest import MakeSuspects, StartOrder
 from tests.conftest import scratch_database
 from tests.ops.conftest import Cli, CliResult, StartWorker
-from tests.temporal.conftest import awaiting_approval, intent_written, phases, wait_for
+from tests.temporal.conftest import (
+    awaiting_approval,
+    forget_killed_worker,
+    intent_written,
+    phases,
+    wait_for,
+)
 from tests.temporal.test_crash import OPTIONS
 from workflows.order.shop import Shop
 from workflows.order.tools import effect_id
@@ -185,6 +192,7 @@ async def test_with_a_keyring_the_resolution_is_signed_by_a_key_trusted_for_the_
     assert first.proc is not None
     first.proc.kill()  # mid-call: create_order's INTENT has no outcome
     first.proc.wait()
+    await forget_killed_worker(temporal_client, handle.id)
     await start_worker()
     status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
     assert status.suspect is not None and status.suspect.tool_name == "create_order"
@@ -226,7 +234,7 @@ async def test_bad_input_is_a_clear_error_and_changes_nothing(
     )
     path = {"PYTHONPATH": str(tmp_path)}
     before = await journal.read(suspect.saga_id)
-    for args, said in (
+    refusals = (
         ((), "give a saga id or --all"),
         ((suspect.saga_id, "--all"), "give a saga id or --all"),
         (("no-such-saga",), "no saga 'no-such-saga' in the journal"),
@@ -234,16 +242,20 @@ async def test_bad_input_is_a_clear_error_and_changes_nothing(
         ((suspect.saga_id, "--app", "no_such_app"), "cannot load app no_such_app"),
         ((suspect.saga_id, "--app", "no_probes"), "no tool of no_probes declares a probe"),
         ((suspect.saga_id, "--database-url", "postgresql://nobody@127.0.0.1:1/x"), "connect"),
-    ):
-        result = await cli("reconcile", *args, "--resolve-suspects", extra_env=path)
+    )
+    # each is refused before it changes anything, so they run at once
+    *results, unreachable = await asyncio.gather(
+        *(cli("reconcile", *args, "--resolve-suspects", extra_env=path) for args, _ in refusals),
+        cli(
+            "reconcile",
+            suspect.saga_id,
+            "--resolve-suspects",
+            extra_env={"TEMPORAL_ADDRESS": "127.0.0.1:1"},
+        ),
+    )
+    for (args, said), result in zip(refusals, results, strict=True):
         assert result.code == 2, (args, result.stdout, result.stderr)
         assert said in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
-    unreachable = await cli(
-        "reconcile",
-        suspect.saga_id,
-        "--resolve-suspects",
-        extra_env={"TEMPORAL_ADDRESS": "127.0.0.1:1"},
-    )
     assert unreachable.code == 2 and "cannot reach Temporal" in unreachable.stderr
     assert await journal.read(suspect.saga_id) == before
     status = await wait_for(suspect.handle, lambda s: s.state is SagaState.SUSPECT)

@@ -9,6 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -136,4 +138,28 @@ async def intent_written(
         await asyncio.sleep(0.1)
 
 
-__all__ = ["Awaitable", "awaiting_approval", "intent_written", "phases", "wait_for"]
+async def forget_killed_worker(client: Client, *saga_ids: str) -> None:
+    """Send the sagas' next workflow tasks to their task queue, not to a SIGKILLed worker's cache.
+
+    A killed worker never tells Temporal that its sticky queue is gone, so the server keeps
+    offering each saga's next workflow task there until that queue's poller has been silent for
+    10 s (a fixed window of its matching service), and only then to the task queue, where the
+    new worker replays the history. ResetStickyTaskQueue takes that fallback at once: the new
+    worker gets the same task with the same history, some 8 s sooner per kill.
+    """
+    for saga_id in saga_ids:
+        await client.workflow_service.reset_sticky_task_queue(
+            ResetStickyTaskQueueRequest(
+                namespace=client.namespace, execution=WorkflowExecution(workflow_id=saga_id)
+            )
+        )
+
+
+__all__ = [
+    "Awaitable",
+    "awaiting_approval",
+    "forget_killed_worker",
+    "intent_written",
+    "phases",
+    "wait_for",
+]

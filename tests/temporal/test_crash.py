@@ -24,7 +24,7 @@ from sagacity.temporal.models import (
     SagaState,
     SagaStatus,
 )
-from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.conftest import awaiting_approval, forget_killed_worker, phases, wait_for
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
 
@@ -142,6 +142,7 @@ async def test_kill_during_non_idempotent_call_is_suspect_until_resolved(
     handle = temporal_client.get_workflow_handle(sid, result_type=SagaResult)
     await wait_journal(journal, sid, lambda p: ("create_order", "INTENT") in p)
     worker_process.kill()
+    await forget_killed_worker(temporal_client, sid)
     await worker_process.start()
 
     status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
@@ -187,6 +188,7 @@ async def test_kill_between_two_compensations_runs_each_once(
     await wait_journal(journal, sid, lambda p: ("create_order", "COMPENSATED") in p)
     await asyncio.sleep(0.5)  # release_inventory is now stalled inside its activity
     worker_process.kill()
+    await forget_killed_worker(temporal_client, sid)
     await worker_process.start()
     result = await asyncio.wait_for(handle.result(), timeout=90)
 
@@ -218,6 +220,7 @@ async def test_suspect_call_resolved_as_happened_becomes_an_effect_to_compensate
     handle = temporal_client.get_workflow_handle(sid, result_type=SagaResult)
     await wait_journal(journal, sid, lambda p: ("create_order", "INTENT") in p)
     worker_process.kill()
+    await forget_killed_worker(temporal_client, sid)
     await worker_process.start()
     status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
     assert status.suspect is not None
