@@ -43,7 +43,7 @@ from temporalio.client import (
     WorkflowUpdateStage,
 )
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.mcp.policy import Policy, Seen, ServerSpec, skeleton
 from sagacity.mcp.session import (
@@ -165,23 +165,29 @@ class SagaSession:
     ) -> types.CallToolResult:
         """Run one call in the session's saga, one at a time; its result, or an error result."""
         async with self._lock:
-            try:
-                handle = await self._open()
-            except _Refused as exc:
-                return _text(str(exc))
-            expires = datetime.now(UTC) + timedelta(seconds=self.gateway.accept_timeout_s)
-            update = McpCall(tool=tool, arguments=arguments, expires_at=expires)
-            watch = asyncio.create_task(self._watch_approval(ctx, handle, tool))
-            self._in_flight = True
-            try:
-                result = await self._update(handle, "call", update)
-            except _Refused as exc:
+            while True:
+                try:
+                    handle = await self._open()
+                except _Refused as exc:
+                    return _text(str(exc))
+                expires = datetime.now(UTC) + timedelta(seconds=self.gateway.accept_timeout_s)
+                update = McpCall(tool=tool, arguments=arguments, expires_at=expires)
+                watch = asyncio.create_task(self._watch_approval(ctx, handle, tool))
+                self._in_flight = True
+                try:
+                    result = await self._update(handle, "call", update)
+                except _Gone:
+                    self._in_flight = False
+                    if self.closed is None:
+                        continue  # explicit: the saga ended while idle; the call goes to a new one
+                    return _text(self.closed)
+                except _Refused as exc:
+                    self._in_flight = False
+                    return _text(str(exc))
+                finally:
+                    watch.cancel()
                 self._in_flight = False
-                return _text(str(exc))
-            finally:
-                watch.cancel()
-            self._in_flight = False
-            return types.CallToolResult.model_validate(result)
+                return types.CallToolResult.model_validate(result)
 
     async def finish(self, how: str) -> types.CallToolResult:
         """``commit`` or ``rollback`` the current saga; what became of it, in words."""
@@ -228,10 +234,14 @@ class SagaSession:
                 self._ended(cause.message)
             raise _Refused(cause.message) from None
         except RPCError as err:
+            if err.status is not RPCStatusCode.NOT_FOUND:
+                raise _Refused(
+                    f"saga {handle.id}: {name} could not be sent: {err.message}"
+                ) from None
             # the workflow is gone: it ended by itself (its lease, an abort) or was terminated
             message = f"saga {handle.id} has ended ({err.message}); {name} was not run"
             self._ended(message)
-            raise _Refused(message) from None
+            raise _Gone(message) from None
 
     async def _watch_approval(
         self, ctx: ServerRequestContext[Any], handle: WorkflowHandle[Any, McpEnd], tool: str
@@ -278,6 +288,10 @@ class SagaSession:
 
 class _Refused(Exception):
     """A call or commit that did not run, or ended its saga: the message is the client's."""
+
+
+class _Gone(_Refused):
+    """The saga's workflow had already ended: nothing was sent to it."""
 
 
 class Gateway:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError, WorkflowUpdateStage
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from sagacity.evidence.checkpoints import CheckpointWriter
@@ -94,8 +94,9 @@ async def test_rollback_undoes_each_call_newest_first(
     assert ("send_note", "COMPENSATED") in await phases(journal, handle.id)
     assert (await journal.verify(handle.id)).ok
     # ended: the workflow takes no more calls
-    with pytest.raises(RPCError, match="already completed"):
+    with pytest.raises(RPCError, match="already completed") as gone:
         await call(handle, "set_flag", name="b")
+    assert gone.value.status is RPCStatusCode.NOT_FOUND  # what the gateway looks for
 
 
 async def test_commit_keeps_what_ran(

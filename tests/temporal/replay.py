@@ -37,6 +37,8 @@ PATCHED = [OPEN_PATCH, ADOPT_REDACTED_PATCH, ABORT_ROW_PATCH, VALIDATE_PATCH]
 WORKERS: dict[str, tuple[str, ...]] = {
     "order worker": ("workflows.order.app",),
     "agent worker": ("workflows.order.app", "workflows.agent_order.app"),
+    # sagacity.McpSession, the MCP gateway's session workflow
+    "mcp worker": ("sagacity.mcp.app",),
 }
 
 HINT = (
