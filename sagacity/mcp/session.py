@@ -172,15 +172,16 @@ class McpSessionWorkflow:
             self._failed = (index, kind, str(exc))
             raise
 
-    def _ended(self, result: SagaResult) -> McpEnd:
+    def _ended(self, result: SagaResult, *, why: bool = True) -> McpEnd:
+        """How the saga ended, in words; ``why``: with the error that ended it."""
         saga_id = self._saga.saga_id
         state = result.status.value
         if result.status is SagaState.COMPLETED:
             message = f"saga {saga_id} committed ({state})"
         else:
-            why = result.error.message if result.error else "ended"
+            cause = f": {result.error.message}" if why and result.error else ""
             message = (
-                f"saga {saga_id} rolled back ({state}): {why}; compensated, newest first: "
+                f"saga {saga_id} rolled back ({state}){cause}; compensated, newest first: "
                 f"{undone(result.compensated)}"
             )
             if result.compensation_failed or result.needs_attention:
@@ -208,16 +209,16 @@ class McpSessionWorkflow:
                 raise reply
             return reply
         assert self._result is not None
-        ended = self._ended(self._result)
         if self._failed is not None and self._failed[0] == index:
             _, kind, why = self._failed
+            ended = self._ended(self._result, why=False)
             raise ApplicationError(
-                f"{call.tool} failed in saga {ended.saga_id}: {why}. {ended.message}; "
-                f"{self._after()}",
+                f"{call.tool} failed: {why}. So {ended.message}; {self._after()}",
                 ended.model_dump(mode="json"),
                 type=kind,
                 non_retryable=True,
             )
+        ended = self._ended(self._result)
         raise ApplicationError(
             f"{call.tool} was not run: {ended.message}; {self._after()}",
             type="McpSessionEnded",

@@ -37,7 +37,8 @@ __all__ = ["cli", "journal", "mcp_stack", "pool"]
 
 def saga_of(result: types.CallToolResult) -> str:
     """The saga id an error result names."""
-    return next(word for word in text_of(result).split() if word.startswith("mcp-tickets-"))
+    said = text_of(result)
+    return next(w.strip(":;,.()") for w in said.split() if w.startswith("mcp-tickets-"))
 
 
 async def sagas_started(temporal_client: TemporalClient, since: set[str]) -> list[str]:
