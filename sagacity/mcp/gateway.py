@@ -40,6 +40,7 @@ from temporalio.client import (
     Client,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
 from temporalio.exceptions import ApplicationError
@@ -219,29 +220,41 @@ class SagaSession:
                 ),
                 self.gateway.accept_timeout_s,
             )
-            return await update.result()
-        except TimeoutError:
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            # the SDK turns the cancel of an update still waiting for a worker into its own error
             raise _Refused(
                 f"no Sagacity worker took the call within {self.gateway.accept_timeout_s:g}s "
                 f"(task queue {self.gateway.task_queue!r}, saga {handle.id}); it was not run and "
                 "will not run. Is `sagacity worker --app sagacity.mcp.app` running?"
             ) from None
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            if not isinstance(cause, ApplicationError):
-                raise _Refused(f"saga {handle.id}: {name} failed: {cause}") from None
-            if cause.type in _ENDED:
-                self._ended(cause.message)
-            raise _Refused(cause.message) from None
-        except RPCError as err:
+        except (WorkflowUpdateFailedError, RPCError) as err:
+            raise self._refusal(handle, name, err) from None
+        try:
+            return await update.result()
+        except (WorkflowUpdateFailedError, RPCError) as err:
+            raise self._refusal(handle, name, err) from None
+
+    def _refusal(
+        self,
+        handle: WorkflowHandle[Any, McpEnd],
+        name: str,
+        err: WorkflowUpdateFailedError | RPCError,
+    ) -> _Refused:
+        """What the client is told of a failed update; a failure that ended the saga ends it
+        here too."""
+        if isinstance(err, RPCError):
             if err.status is not RPCStatusCode.NOT_FOUND:
-                raise _Refused(
-                    f"saga {handle.id}: {name} could not be sent: {err.message}"
-                ) from None
+                return _Refused(f"saga {handle.id}: {name} could not be sent: {err.message}")
             # the workflow is gone: it ended by itself (its lease, an abort) or was terminated
             message = f"saga {handle.id} has ended ({err.message}); {name} was not run"
             self._ended(message)
-            raise _Gone(message) from None
+            return _Gone(message)
+        cause = err.cause
+        if not isinstance(cause, ApplicationError):
+            return _Refused(f"saga {handle.id}: {name} failed: {cause}")
+        if cause.type in _ENDED:
+            self._ended(cause.message)
+        return _Refused(cause.message)
 
     async def _watch_approval(
         self, ctx: ServerRequestContext[Any], handle: WorkflowHandle[Any, McpEnd], tool: str

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,6 +30,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from sagacity.devstack import Endpoints
+from tests.mcp.ticket_server import read_state
 from tests.temporal.test_crash import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,10 +72,6 @@ tools:
   send_email:
     reversibility: IRREVERSIBLE
 """
-
-
-def read_state(state: Path) -> dict[str, Any]:
-    return dict(json.loads(state.read_text())) if state.exists() else {"calls": [], "outbox": []}
 
 
 def calls(state: Path, tool: str) -> list[dict[str, Any]]:
@@ -240,3 +238,10 @@ def _listening(port: int) -> bool:
 
 def text_of(result: types.CallToolResult) -> str:
     return " ".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+def saga_named(text: str) -> str:
+    """The first gateway saga id (``mcp-tickets-<hex>[-n]``) in ``text``."""
+    found = re.search(r"mcp-tickets-[0-9a-f]{12}(?:-\d+)?", text)
+    assert found is not None, f"no saga named in {text!r}"
+    return found.group(0)

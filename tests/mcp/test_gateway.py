@@ -16,9 +16,11 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from temporalio.client import Client as TemporalClient
 
+from sagacity.mcp.policy import PolicyError, load_policy
 from sagacity.mcp.session import McpEnd
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaState
+from sagacity.tools import Reversibility
 from tests.approvals.conftest import Cli, cli
 from tests.mcp.gateway_fixtures import (
     Heard,
@@ -27,18 +29,13 @@ from tests.mcp.gateway_fixtures import (
     http_gateway,
     mcp_stack,
     read_state,
+    saga_named,
     stdio_gateway,
     text_of,
 )
 from tests.temporal.conftest import journal, phases, pool
 
 __all__ = ["cli", "journal", "mcp_stack", "pool"]
-
-
-def saga_of(result: types.CallToolResult) -> str:
-    """The saga id an error result names."""
-    said = text_of(result)
-    return next(w.strip(":;,.()") for w in said.split() if w.startswith("mcp-tickets-"))
 
 
 async def sagas_started(temporal_client: TemporalClient, since: set[str]) -> list[str]:
@@ -159,7 +156,7 @@ async def test_an_is_error_result_is_failed_and_compensates_the_session(
         said = text_of(failed)
         assert "refuses tickets titled 'fail'" in said
         assert "create_ticket (call 1)" in said  # what was compensated
-        saga_id = saga_of(failed)
+        saga_id = saga_named(text_of(failed))
     ticket_id = ticket.structured_content["id"]
     assert read_state(mcp_stack.state)["tickets"][ticket_id]["status"] == "closed"
     rows = await phases(journal, saga_id)
@@ -221,3 +218,28 @@ async def test_a_sigkilled_gateway_leaves_the_saga_to_compensate_on_the_workers(
     closes = [c["ticket_id"] for c in calls(mcp_stack.state, "close_ticket")]
     assert closes[-2:] == [ids[1], ids[0]]
     assert (await journal.verify(saga_id)).ok
+
+
+async def test_observe_mode_writes_a_skeleton_that_loads_once_reviewed(
+    mcp_stack: McpStack,
+) -> None:
+    out = mcp_stack.folder / "observed.policy.yaml"
+    policy = mcp_stack.write_policy("observe")
+    async with stdio_gateway(mcp_stack, policy, "--observe", "--write-policy", str(out)) as client:
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"describe_ticket", "close_ticket"} <= listed  # everything, named or not
+        made = await client.call_tool("create_ticket", {"title": "observed"})
+        assert not made.is_error  # forwarded as is: no saga
+        failed = await client.call_tool("create_ticket", {"title": "fail"})
+        assert failed.is_error
+        await client.call_tool("describe_ticket", {"ticket_id": made.structured_content["id"]})
+    text = out.read_text()
+    assert "reviewed: false" in text
+    assert "close_ticket" in text  # the guessed undo of create_ticket, as a comment
+    with pytest.raises(PolicyError, match="review"):
+        load_policy(out)
+    out.write_text(text.replace("reviewed: false", "reviewed: true"))
+    reviewed = load_policy(out)
+    assert set(reviewed.tools) == {"create_ticket", "describe_ticket"}
+    assert all(t.reversibility is Reversibility.IRREVERSIBLE for t in reviewed.tools.values())
+    assert reviewed.server.command == load_policy(policy).server.command
