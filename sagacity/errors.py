@@ -126,6 +126,16 @@ class UpstreamToolError(SagacityError):
         self.is_error_result = is_error_result
 
 
+class UpstreamReported(UpstreamToolError):
+    """An MCP upstream answered that the call failed (an ``isError`` result, or a JSON-RPC
+    error): unless the policy says ``error_may_have_effect``, the call had no effect."""
+
+    code = "mcp_upstream_reported"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, is_error_result=True)
+
+
 class UpstreamUnavailable(UpstreamToolError):
     """An MCP upstream could not be reached (started, connected or initialised)."""
 
@@ -174,6 +184,13 @@ class PolicyError(SettingsError):
     line) and what was expected."""
 
     code = "mcp_policy"
+
+
+class CompensationUnresolvable(SagacityError):
+    """A policy-mapped compensation cannot be built for this call: a mapped path of its input or
+    result names nothing. No retry can fix it; a human must undo the effect."""
+
+    code = "compensation_unresolvable"
 
 
 class ToolFailed(SagacityError):

@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     model_api: Literal["auto", "responses", "chat_completions"] = Field(
         default="auto", description="auto: Responses at OpenAI, Chat Completions elsewhere"
     )
+    mcp_policy: Path | None = Field(
+        default=None,
+        description="the MCP policy file (YAML) of `sagacity worker --app sagacity.mcp.app`: "
+        "the upstream MCP server and its saga tools",
+    )
     checkpoint_dir: Path | None = Field(
         default=None,
         description="where signed checkpoints of chain heads go; keep it out of the DB owner's reach",

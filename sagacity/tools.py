@@ -19,15 +19,20 @@ from __future__ import annotations
 import inspect
 import sys
 import typing
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from types import MethodType, ModuleType
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
+from urllib.parse import urljoin
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from sagacity.errors import ToolArgumentsInvalid, ToolDeclarationError, UnknownTool
 
@@ -126,6 +131,74 @@ class JsonArguments:
     schema: dict[str, Any]
     #: what is wrong with a call's arguments, one line each; empty when they fit
     problems: Callable[[dict[str, Any]], list[str]]
+
+    @classmethod
+    def of(cls, schema: Any, *, owner: str, field: str = "schema") -> JsonArguments:
+        """Arguments checked against ``schema`` (JSON Schema 2020-12), which must describe a
+        JSON object and resolve every ``$ref``: a call's arguments are checked with it before
+        the call, so it must never fail to check. ``owner`` and ``field`` name the schema in
+        the :class:`~sagacity.errors.ToolDeclarationError` raised otherwise
+        ("FunctionTool 'ship'", "params_json_schema")."""
+        validator = _validator(schema, f"{owner} has", field)
+
+        def problems(arguments: dict[str, Any]) -> list[str]:
+            return [
+                f"{'.'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message}"
+                for error in sorted(
+                    validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.path]
+                )
+            ]
+
+        return cls(schema, problems)
+
+
+def _validator(schema: Any, owner_has: str, field: str) -> jsonschema.Draft202012Validator:
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        kind = schema.get("type") if isinstance(schema, dict) else type(schema).__name__
+        raise ToolDeclarationError(
+            f"{owner_has} a {field} of type {kind!r}: a tool's arguments are a JSON object, so "
+            'its schema needs "type": "object"'
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ToolDeclarationError(f"{owner_has} an invalid {field}: {exc.message}") from None
+    resource = DRAFT202012.create_resource(schema)
+    base = resource.id() or ""
+    registry: Registry[Any] = Registry().with_resource(base, resource).crawl()
+    for ref, within in _refs(schema, base):
+        try:
+            registry.resolver(within).lookup(ref)
+        except Unresolvable:
+            raise ToolDeclarationError(
+                f"{owner_has} a {field} whose $ref {ref!r} points nowhere: define what it "
+                "names in the schema itself (under $defs), or replace the $ref with the schema "
+                "it stands for"
+            ) from None
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+
+
+#: keywords whose values are data, not schemas: a "$ref" inside them is not a reference
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _refs(node: Any, base: str) -> Iterator[tuple[str, str]]:
+    """Each ``$ref`` (and ``$dynamicRef``) in the schema ``node``, with the base URI it resolves
+    against (a subschema with its own ``$id`` is a base of its own)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _refs(item, base)
+        return
+    if not isinstance(node, dict):
+        return
+    if isinstance(node.get("$id"), str):
+        base = urljoin(base, node["$id"])
+    for keyword in ("$ref", "$dynamicRef"):
+        if isinstance(node.get(keyword), str):
+            yield node[keyword], base
+    for key, value in node.items():
+        if key not in _DATA_KEYWORDS:
+            yield from _refs(value, base)
 
 
 class CompensableTool(Generic[P, R]):

@@ -17,19 +17,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urljoin
 
-import jsonschema
 from agents import FunctionTool
 from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 from pydantic import BaseModel
-from referencing import Registry
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012
 
 from sagacity.errors import ToolDeclarationError
 from sagacity.tools import (
@@ -83,7 +78,11 @@ def compensable_function_tool(
             f"FunctionTool {tool_name!r}: by={by!r} is not callable: pass the compensation "
             "function itself, def undo(ctx: CompensationContext) -> None"
         )
-    validator = _validator(tool_name, tool.params_json_schema)
+    json_arguments = JsonArguments.of(
+        tool.params_json_schema,
+        owner=f"FunctionTool {tool_name!r}",
+        field="params_json_schema",
+    )
 
     # the saga's own copy raises what the tool raises, instead of answering with an error text
     runs = set_function_tool_failure_error_function(copy.copy(tool), None)
@@ -108,7 +107,7 @@ def compensable_function_tool(
         no_effect_on=no_effect_on,
     )
     saga_tool: CompensableTool[..., Awaitable[Any]] = declare(invoke)
-    saga_tool.json_arguments = JsonArguments(tool.params_json_schema, _problems(validator))
+    saga_tool.json_arguments = json_arguments
     return saga_tool
 
 
@@ -120,59 +119,6 @@ def _check_name(name: str) -> None:
         )
 
 
-def _validator(name: str, schema: Any) -> jsonschema.Draft202012Validator:
-    """A validator of ``schema``, which must describe a JSON object and resolve every ``$ref``:
-    a call's arguments are checked with it before the call, so it must never fail to check."""
-    if not isinstance(schema, dict) or schema.get("type") != "object":
-        kind = schema.get("type") if isinstance(schema, dict) else type(schema).__name__
-        raise ToolDeclarationError(
-            f"FunctionTool {name!r} has a params_json_schema of type {kind!r}: a tool's "
-            'arguments are a JSON object, so its schema needs "type": "object"'
-        )
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ToolDeclarationError(
-            f"FunctionTool {name!r} has an invalid params_json_schema: {exc.message}"
-        ) from None
-    resource = DRAFT202012.create_resource(schema)
-    base = resource.id() or ""
-    registry: Registry[Any] = Registry().with_resource(base, resource).crawl()
-    for ref, within in _refs(schema, base):
-        try:
-            registry.resolver(within).lookup(ref)
-        except Unresolvable:
-            raise ToolDeclarationError(
-                f"FunctionTool {name!r} has a params_json_schema whose $ref {ref!r} points "
-                "nowhere: define what it names in the schema itself (under $defs), or "
-                "replace the $ref with the schema it stands for"
-            ) from None
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
-
-
-#: keywords whose values are data, not schemas: a "$ref" inside them is not a reference
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
-
-
-def _refs(node: Any, base: str) -> Iterator[tuple[str, str]]:
-    """Each ``$ref`` (and ``$dynamicRef``) in the schema ``node``, with the base URI it resolves
-    against (a subschema with its own ``$id`` is a base of its own)."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _refs(item, base)
-        return
-    if not isinstance(node, dict):
-        return
-    if isinstance(node.get("$id"), str):
-        base = urljoin(base, node["$id"])
-    for keyword in ("$ref", "$dynamicRef"):
-        if isinstance(node.get(keyword), str):
-            yield node[keyword], base
-    for key, value in node.items():
-        if key not in _DATA_KEYWORDS:
-            yield from _refs(value, base)
-
-
 def _call_id() -> str:
     """The id the SDK's tool context carries: the saga call's, stable across its retries."""
     try:
@@ -180,18 +126,6 @@ def _call_id() -> str:
     except LookupError:  # called directly, outside a saga
         return "sagacity-direct"
     return f"sagacity-{call.saga_id}-{call.seq}"
-
-
-def _problems(validator: jsonschema.Draft202012Validator) -> Callable[[dict[str, Any]], list[str]]:
-    def problems(arguments: dict[str, Any]) -> list[str]:
-        return [
-            f"{'.'.join(str(p) for p in error.absolute_path) or '(arguments)'}: {error.message}"
-            for error in sorted(
-                validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.path]
-            )
-        ]
-
-    return problems
 
 
 def _plain(output: Any) -> Any:

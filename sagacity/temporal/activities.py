@@ -753,7 +753,9 @@ class SagaActivities:
         """``exc`` as it may leave the activity for Temporal's history and logs: its text
         scrubbed, its type (unless Sagacity's own, see ``_RESERVED_TYPES``) and retryability
         kept, its chain (unscrubbed text) dropped."""
-        message = self.redactor.scrub(tool_name, str(exc) or type(exc).__name__)
+        # an ApplicationError's str() starts with its type, which the new error carries anyway
+        text = exc.message if isinstance(exc, ApplicationError) else str(exc)
+        message = self.redactor.scrub(tool_name, text or type(exc).__name__)
         if isinstance(exc, ApplicationError):
             return ApplicationError(
                 message,

@@ -10,7 +10,8 @@ JSON file ``--state``, written atomically under a file lock, so a test reads the
 account of what happened, and a restarted server (or a second one) carries on from it.
 
 Titles that steer a test, each without any effect: ``fail`` answers ``isError: true``;
-``hang`` never answers; ``crash`` ends the server process mid-call.
+``hang`` never answers; ``crash`` ends the server process mid-call (the first time it is seen in
+the state file; later a ``crash`` ticket is created like any other, as a retry would find).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Tickets(TypedDict):
 
 
 def empty_state() -> dict[str, Any]:
-    return {"tickets": {}, "outbox": [], "calls": [], "next_id": 1}
+    return {"tickets": {}, "outbox": [], "calls": [], "next_id": 1, "crashed": 0}
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -96,7 +97,11 @@ def build(state_file: Path) -> MCPServer:
         if title == "hang":
             await asyncio.sleep(3600)
         if title == "crash":
-            os._exit(3)
+            with _locked(state_file) as state:
+                crashed = state.setdefault("crashed", 0)
+                state["crashed"] += 1
+            if not crashed:
+                os._exit(3)
 
     @server.tool()
     async def create_ticket(title: str) -> Ticket:
