@@ -53,6 +53,7 @@ from sagacity.mcp.session import (
     McpEnd,
     McpSessionRequest,
 )
+from sagacity.mcp.upstream import call_result
 from sagacity.temporal.models import Abort, SagaOptions, SagaState, SagaStatus
 
 __all__ = ["Gateway", "Observer", "SagaSession"]
@@ -188,7 +189,7 @@ class SagaSession:
                 finally:
                     watch.cancel()
                 self._in_flight = False
-                return types.CallToolResult.model_validate(result)
+                return call_result(result)
 
     async def finish(self, how: str) -> types.CallToolResult:
         """``commit`` or ``rollback`` the current saga; what became of it, in words."""

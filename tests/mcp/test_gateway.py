@@ -28,11 +28,11 @@ from tests.mcp.gateway_fixtures import (
     calls,
     http_gateway,
     mcp_stack,
-    read_state,
     saga_named,
     stdio_gateway,
     text_of,
 )
+from tests.mcp.ticket_server import read_state
 from tests.temporal.conftest import journal, phases, pool
 
 __all__ = ["cli", "journal", "mcp_stack", "pool"]

@@ -22,11 +22,11 @@ from tests.mcp.gateway_fixtures import (
     calls,
     free_port,
     mcp_stack,
-    read_state,
     saga_named,
     stdio_gateway,
     text_of,
 )
+from tests.mcp.ticket_server import read_state
 from tests.temporal.conftest import journal, phases, pool
 from tests.temporal.test_crash import WorkerProcess
 
