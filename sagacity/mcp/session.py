@@ -184,6 +184,8 @@ class McpSessionWorkflow:
                 f"saga {saga_id} rolled back ({state}){cause}; compensated, newest first: "
                 f"{undone(result.compensated)}"
             )
+            if result.live_effects:
+                message += f"; still in effect (no undo): {undone(result.live_effects)}"
             if result.compensation_failed or result.needs_attention:
                 message += f"; needs attention: {result.needs_attention}"
         return McpEnd(saga_id=saga_id, state=result.status, message=message, saga=result)

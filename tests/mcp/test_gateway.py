@@ -82,9 +82,14 @@ async def test_two_tickets_rolled_back_close_newest_first(
 async def test_irreversible_call_waits_then_runs_once_when_approved_through_the_cli(
     mcp_stack: McpStack, journal: JournalStore, cli: Cli
 ) -> None:
+    """The README's story: two tickets, an approved email, a rollback."""
     policy = mcp_stack.write_policy("approve")
     heard = Heard()
     async with stdio_gateway(mcp_stack, policy, heard=heard) as client:
+        made = [
+            await client.call_tool("create_ticket", {"title": title})
+            for title in ("printer on fire", "coffee machine")
+        ]
         sending = asyncio.create_task(
             client.call_tool("send_email", {"to": "ops@example.com", "body": "approved one"})
         )
@@ -96,15 +101,20 @@ async def test_irreversible_call_waits_then_runs_once_when_approved_through_the_
         sent = await asyncio.wait_for(sending, 60)
         assert not sent.is_error, text_of(sent)
         assert sent.structured_content["message_id"].startswith("M-")
-        committed = await client.call_tool("commit", {})
-        assert not committed.is_error and "committed" in text_of(committed)
+        rolled = await client.call_tool("rollback", {})
+    said = text_of(rolled)
+    assert "compensated, newest first: create_ticket (call 3), create_ticket (call 1)" in said
+    assert "still in effect (no undo): send_email" in said
     saga_id = command[2]
     bodies = [c["body"] for c in calls(mcp_stack.state, "send_email")]
     assert bodies.count("approved one") == 1
     assert [m["body"] for m in read_state(mcp_stack.state)["outbox"]].count("approved one") == 1
+    ids = [r.structured_content["id"] for r in made]
+    assert [c["ticket_id"] for c in calls(mcp_stack.state, "close_ticket")][-2:] == ids[::-1]
     rows = await phases(journal, saga_id)
     counted = Counter(p for _, p in rows)
-    assert counted["AWAITING_APPROVAL"] == counted["APPROVED"] == counted["INTENT"] == 1
+    assert counted["AWAITING_APPROVAL"] == counted["APPROVED"] == 1
+    assert counted["INTENT"] == 3 and counted["COMPENSATED"] == 2
     assert (await journal.verify(saga_id)).ok
 
 
