@@ -182,7 +182,10 @@ async def _gateway(
         settings.task_queue,
     )
     try:
-        await _serve(gateway.server(), transport, host, port)
+        if transport is Transport.http:
+            await _serve_http(gateway.http_app(host), host, port)
+        else:
+            await _serve(gateway.server(), transport, host, port)
     finally:
         await gateway.close()
 
@@ -226,6 +229,10 @@ async def _serve(server: Any, transport: Transport, host: str, port: int) -> Non
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         return
+    await _serve_http(server.streamable_http_app(host=host), host, port)
+
+
+async def _serve_http(app: Any, host: str, port: int) -> None:
     import uvicorn
 
     class Quiet(uvicorn.Server):
@@ -233,5 +240,4 @@ async def _serve(server: Any, transport: Transport, host: str, port: int) -> Non
         def capture_signals(self) -> Iterator[None]:
             yield  # SIGTERM and SIGINT cancel the serving task instead (_until_signalled)
 
-    app = server.streamable_http_app(host=host)
     await Quiet(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()

@@ -36,6 +36,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from starlette.types import ASGIApp, Receive, Scope, Send
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -393,6 +394,20 @@ class Gateway:
         if name == spec.rollback_tool:
             return await session.finish("rollback")
         return await session.call(ctx, name, arguments)
+
+    def http_app(self, host: str) -> ASGIApp:
+        """The streamable HTTP app; a client's ``DELETE`` of its session ends that session's saga."""
+        app = self.server().streamable_http_app(host=host)
+
+        async def ending_sessions(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and scope["method"] == "DELETE":
+                key = dict(scope["headers"]).get(b"mcp-session-id", b"").decode("latin-1")
+                session = self.sessions.pop(key, None) if key else None
+                if session is not None:
+                    await session.close("the MCP client ended its session")
+            await app(scope, receive, send)
+
+        return ending_sessions
 
     async def close(self, reason: str = "the MCP session closed") -> None:
         """End every open session's saga (a clean close: ``on_end`` decides what happens)."""

@@ -253,3 +253,32 @@ async def test_observe_mode_writes_a_skeleton_that_loads_once_reviewed(
     assert set(reviewed.tools) == {"create_ticket", "describe_ticket"}
     assert all(t.reversibility is Reversibility.IRREVERSIBLE for t in reviewed.tools.values())
     assert reviewed.server.command == load_policy(policy).server.command
+
+
+async def test_over_http_each_handshake_session_gets_a_saga_of_its_own(
+    mcp_stack: McpStack,
+) -> None:
+    policy = mcp_stack.write_policy("http-sessions", boundary="explicit")
+    with http_gateway(mcp_stack, policy) as gateway:
+        async with (
+            Client(gateway.url, mode="legacy") as one,
+            Client(gateway.url, mode="legacy") as two,
+        ):
+            kept = await one.call_tool("create_ticket", {"title": "one's ticket"})
+            undone = await two.call_tool("create_ticket", {"title": "two's ticket"})
+            committed = await one.call_tool("commit", {})
+            rolled = await two.call_tool("rollback", {})
+        async with Client(gateway.url, mode="legacy") as three:
+            left = await three.call_tool("create_ticket", {"title": "three's ticket"})
+        # three ended its session (DELETE) without a commit: on_end compensates, gateway or not
+        left_id = left.structured_content["id"]
+        for _ in range(300):
+            if read_state(mcp_stack.state)["tickets"][left_id]["status"] == "closed":
+                break
+            await asyncio.sleep(0.1)
+        assert read_state(mcp_stack.state)["tickets"][left_id]["status"] == "closed"
+        assert gateway.proc.poll() is None  # ended by the client, not by the gateway stopping
+    assert saga_named(text_of(committed)) != saga_named(text_of(rolled))
+    tickets = read_state(mcp_stack.state)["tickets"]
+    assert tickets[kept.structured_content["id"]]["status"] == "open"
+    assert tickets[undone.structured_content["id"]]["status"] == "closed"
