@@ -72,7 +72,8 @@ class McpCall(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tool: str = Field(min_length=1, max_length=256)
+    #: a tool's name: no control characters (the journal stores it as TEXT)
+    tool: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
     arguments: dict[str, Any] = Field(default_factory=dict)
     #: a call a worker takes up later than this is refused: the gateway gave up waiting and told
     #: its client the call was not run, so it must never run after all

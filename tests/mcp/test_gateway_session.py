@@ -172,3 +172,30 @@ async def test_a_lost_session_ends_by_its_lease_as_the_policy_says(
     end = await handle.result()  # no keepalive comes
     assert end.state is state
     assert "said nothing for 2s" in end.message or state is SagaState.COMPLETED
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"tool": "set_flag", "arguments": {"name": "x"}, "surprise": 1},  # unknown field
+        {"tool": "set_flag", "arguments": "name=x"},  # wrong type
+        {"tool": "", "arguments": {}},  # empty tool
+        {"tool": "set\x00flag", "arguments": {}},  # NUL
+        {"arguments": {"name": "x"}},  # no tool
+    ],
+)
+async def test_a_malformed_call_is_refused_and_the_session_goes_on(
+    temporal_client: Client, session_worker: Worker, journal: JournalStore, payload: Any
+) -> None:
+    handle = await start(temporal_client, session_worker)
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update("call", payload)
+    # junk on the signals changes nothing either
+    await handle.signal("end", {"reason": ["not", "text"]})
+    await handle.signal("keepalive", "unexpected")
+    assert await call(handle, "set_flag", name="after") == "after"
+    end = await handle.execute_update("commit", result_type=McpEnd)
+    assert end.state is SagaState.COMPLETED
+    assert [p for p in await phases(journal, handle.id) if p[1] == "INTENT"] == [
+        ("set_flag", "INTENT")
+    ]
