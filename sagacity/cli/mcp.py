@@ -54,6 +54,16 @@ def mcp(
             "refused and never runs.",
         ),
     ] = 30.0,
+    elicit_as: Annotated[
+        str | None,
+        typer.Option(
+            "--elicit-approvals-as",
+            help="Also ask the MCP client's user to approve IRREVERSIBLE calls (MCP "
+            "elicitation, where the client supports it); answers are decisions of this approver, "
+            "signed with SAGACITY_APPROVER_KEY. Off by default.",
+            show_default=False,
+        ),
+    ] = None,
     observe: Annotated[
         bool,
         typer.Option(
@@ -119,7 +129,7 @@ def mcp(
         loaded = load_policy(policy)
     except PolicyError as exc:
         raise fail(str(exc)) from None
-    _run(_gateway(loaded, transport, host, port, accept_timeout))
+    _run(_gateway(loaded, transport, host, port, accept_timeout, elicit_as))
 
 
 def _policy_server(path: Path) -> Any:
@@ -154,9 +164,16 @@ async def _until_signalled(work: Awaitable[None]) -> None:
 
 
 async def _gateway(
-    policy: Any, transport: Transport, host: str, port: int, accept_timeout: float
+    policy: Any,
+    transport: Transport,
+    host: str,
+    port: int,
+    accept_timeout: float,
+    elicit_as: str | None,
 ) -> None:
-    from sagacity.mcp.gateway import Gateway
+    from sagacity.approvals import ApprovalService
+    from sagacity.cli._common import decision_keys_or_exit
+    from sagacity.mcp.gateway import Elicitation, Gateway
     from sagacity.mcp.policy import check_against
     from sagacity.worker import connect_client
 
@@ -173,7 +190,21 @@ async def _gateway(
         ) from None
     tools = await _upstream_tools(policy.server, policy.folder)
     check_against(policy, tools)
-    gateway = Gateway(policy, tools, client, settings.task_queue, accept_timeout_s=accept_timeout)
+    elicitation = None
+    if elicit_as is not None:
+        signer, keyring = decision_keys_or_exit(settings.approver_key, settings)
+        service = ApprovalService(
+            client, approvers=settings.approvers, signer=signer, keyring=keyring
+        )
+        elicitation = Elicitation(service, elicit_as)
+    gateway = Gateway(
+        policy,
+        tools,
+        client,
+        settings.task_queue,
+        accept_timeout_s=accept_timeout,
+        elicitation=elicitation,
+    )
     log.info(
         "gateway for %s ready (%s): %d tools, task queue %s",
         policy.server.name,

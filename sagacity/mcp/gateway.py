@@ -11,7 +11,8 @@ The client sees the tools the policy names (their schemas from the upstream) and
 policy's ``commit_tool`` and ``rollback_tool``. A tool the policy does not name is refused with
 an MCP error before anything starts. A failed call comes back as an ``isError`` result naming the
 saga and what it compensated. While a call waits for its approval, the client gets a log message
-and a progress notification with the command that approves it.
+and a progress notification with the command that approves it; with an :class:`Elicitation`,
+its user is also asked to decide (MCP elicitation), and the answer is a decision like any other.
 
 Observe mode (:class:`Observer`) forwards every call straight to the upstream instead, records
 which tools were called with which argument keys and what their results held, and writes a
@@ -29,6 +30,7 @@ import tempfile
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,8 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from sagacity.approvals import ApprovalService
+from sagacity.errors import SagacityError
 from sagacity.mcp.policy import Policy, Seen, ServerSpec, skeleton
 from sagacity.mcp.session import (
     MCP_SESSION_WORKFLOW,
@@ -55,9 +59,15 @@ from sagacity.mcp.session import (
     McpSessionRequest,
 )
 from sagacity.mcp.upstream import call_result
-from sagacity.temporal.models import Abort, SagaOptions, SagaState, SagaStatus
+from sagacity.temporal.models import (
+    Abort,
+    PendingApproval,
+    SagaOptions,
+    SagaState,
+    SagaStatus,
+)
 
-__all__ = ["Gateway", "Observer", "SagaSession"]
+__all__ = ["Elicitation", "Gateway", "Observer", "SagaSession"]
 
 log = logging.getLogger("sagacity.mcp.gateway")
 
@@ -93,6 +103,31 @@ async def _notify(ctx: ServerRequestContext[Any], message: str) -> None:
             )
     with contextlib.suppress(Exception):
         await ctx.session.report_progress(0, None, message)
+
+
+@dataclass(frozen=True)
+class Elicitation:
+    """Approvals asked of the MCP client itself (elicitation), decided as ``approver`` through
+    ``service`` (which signs with the approver's key, as ``sagacity approvals`` does)."""
+
+    service: ApprovalService
+    approver: str
+
+
+#: what the client's form asks for
+_DECISION_FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve this call?"},
+        "reason": {"type": "string", "title": "Why (journaled with a rejection)"},
+    },
+    "required": ["approve"],
+}
+
+
+def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
+    capabilities = ctx.session.client_capabilities
+    return bool(capabilities and capabilities.elicitation and ctx.session.can_send_request)
 
 
 class SagaSession:
@@ -262,6 +297,21 @@ class SagaSession:
         self, ctx: ServerRequestContext[Any], handle: WorkflowHandle[Any, McpEnd], tool: str
     ) -> None:
         told: set[int] = set()
+        asks: list[asyncio.Task[None]] = []
+        try:
+            await self._watch(ctx, handle, tool, told, asks)
+        finally:
+            for ask in asks:
+                ask.cancel()
+
+    async def _watch(
+        self,
+        ctx: ServerRequestContext[Any],
+        handle: WorkflowHandle[Any, McpEnd],
+        tool: str,
+        told: set[int],
+        asks: list[asyncio.Task[None]],
+    ) -> None:
         while True:
             await asyncio.sleep(_APPROVAL_POLL_S)
             try:
@@ -280,6 +330,43 @@ class SagaSession:
             )
             log.warning("%s", message)
             await _notify(ctx, message)
+            if self.gateway.elicitation is not None and _can_elicit(ctx):
+                # asked beside the wait: the other routes still decide meanwhile
+                asks.append(asyncio.create_task(self._ask(ctx, handle, pending, message)))
+
+    async def _ask(
+        self,
+        ctx: ServerRequestContext[Any],
+        handle: WorkflowHandle[Any, McpEnd],
+        pending: PendingApproval,
+        message: str,
+    ) -> None:
+        """Ask the client's user to decide; an answer is a decision like any other."""
+        elicitation = self.gateway.elicitation
+        assert elicitation is not None
+        try:
+            answer = await ctx.session.elicit_form(
+                f"{message}\nYour answer is journaled as {elicitation.approver}'s decision.",
+                _DECISION_FORM,
+                related_request_id=ctx.request_id,
+            )
+        except Exception as exc:  # the client cannot ask, or has gone: other routes decide
+            log.info("session %s: no answer through elicitation: %s", self.id, exc)
+            return
+        if answer.action == "cancel":
+            return  # dismissed: the request still waits for another route
+        content = answer.content or {}
+        service, seq = elicitation.service, pending.journal_seq
+        try:
+            if answer.action == "accept" and content.get("approve") is True:
+                await service.approve(
+                    handle.id, seq, approver=elicitation.approver, input_hash=pending.input_hash
+                )
+            else:
+                reason = str(content.get("reason") or "declined in the MCP client")
+                await service.reject(handle.id, seq, approver=elicitation.approver, reason=reason)
+        except SagacityError as exc:  # decided another way meanwhile, or refused
+            log.warning("session %s: the client's decision was not taken: %s", self.id, exc)
 
     async def close(self, reason: str) -> None:
         """The client's session closed cleanly: its open saga follows the policy's ``on_end``.
@@ -321,8 +408,10 @@ class Gateway:
         *,
         options: SagaOptions | None = None,
         accept_timeout_s: float = 30.0,
+        elicitation: Elicitation | None = None,
     ) -> None:
         self.policy = policy
+        self.elicitation = elicitation
         self.client = client
         self.task_queue = task_queue
         self.options = options or SagaOptions()

@@ -155,7 +155,12 @@ class Heard:
 
 @contextlib.asynccontextmanager
 async def stdio_gateway(
-    stack: McpStack, policy: Path, *args: str, heard: Heard | None = None, **env: str
+    stack: McpStack,
+    policy: Path,
+    *args: str,
+    heard: Heard | None = None,
+    client_options: dict[str, Any] | None = None,
+    **env: str,
 ) -> AsyncIterator[Client]:
     """``sagacity mcp --policy POLICY ARGS`` started by an MCP client over stdio."""
     heard = heard or Heard()
@@ -166,7 +171,11 @@ async def stdio_gateway(
         cwd=REPO,
     )
     async with Client(
-        params, logging_callback=heard.log, log_level="info", read_timeout_seconds=120
+        params,
+        logging_callback=heard.log,
+        log_level="info",
+        read_timeout_seconds=120,
+        **(client_options or {}),
     ) as client:
         yield client
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from temporalio.client import Client as TemporalClient
 
@@ -282,3 +284,41 @@ async def test_over_http_each_handshake_session_gets_a_saga_of_its_own(
     tickets = read_state(mcp_stack.state)["tickets"]
     assert tickets[kept.structured_content["id"]]["status"] == "open"
     assert tickets[undone.structured_content["id"]]["status"] == "closed"
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_asks(
+    mcp_stack: McpStack, journal: JournalStore, approve: bool
+) -> None:
+    policy = mcp_stack.write_policy(f"elicit-{approve}")
+    asked: list[str] = []
+
+    async def answer(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params.message)
+        content: dict[str, Any] = {"approve": approve, "reason": "not today"}
+        return types.ElicitResult(action="accept", content=content)
+
+    body = f"elicited {approve}"
+    async with stdio_gateway(
+        mcp_stack,
+        policy,
+        "--elicit-approvals-as",
+        "carol",
+        client_options={"mode": "legacy", "elicitation_callback": answer},
+    ) as client:
+        sent = await client.call_tool("send_email", {"to": "x@example.com", "body": body})
+    assert len(asked) == 1 and "carol" in asked[0] and "sagacity approvals approve" in asked[0]
+    saga_id = saga_named(asked[0])
+    outbox = [m["body"] for m in read_state(mcp_stack.state)["outbox"]]
+    rows = await journal.read(saga_id)
+    decided = [r for r in rows if r.phase.value in ("APPROVED", "REJECTED")]
+    assert len(decided) == 1 and "carol" in decided[0].payload
+    if approve:
+        assert not sent.is_error and outbox.count(body) == 1
+        assert decided[0].phase.value == "APPROVED"
+    else:
+        assert sent.is_error and "not today" in text_of(sent) and body not in outbox
+        assert decided[0].phase.value == "REJECTED"
+    assert (await journal.verify(saga_id)).ok
