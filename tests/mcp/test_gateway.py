@@ -322,3 +322,18 @@ async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_as
         assert sent.is_error and "not today" in text_of(sent) and body not in outbox
         assert decided[0].phase.value == "REJECTED"
     assert (await journal.verify(saga_id)).ok
+
+
+async def test_a_session_closed_without_commit_follows_on_end_commit(
+    mcp_stack: McpStack, temporal_client: TemporalClient
+) -> None:
+    # a lease longer than the wait below: only the gateway's `end` can end the saga in time
+    policy = mcp_stack.write_policy("on-end-commit", on_end="commit", lease_s=300)
+    before = set(await sagas_started(temporal_client, set()))
+    async with stdio_gateway(mcp_stack, policy) as client:
+        made = await client.call_tool("create_ticket", {"title": "kept by on_end"})
+    (saga_id,) = await sagas_started(temporal_client, before)
+    handle = temporal_client.get_workflow_handle(saga_id, result_type=McpEnd)
+    end = await asyncio.wait_for(handle.result(), 30)
+    assert end.state is SagaState.COMPLETED  # the clean close sent `end`; on_end says commit
+    assert read_state(mcp_stack.state)["tickets"][made.structured_content["id"]]["status"] == "open"
