@@ -108,6 +108,11 @@ def mcp(
     if observe:
         if write_policy is None:
             raise fail("--observe needs --write-policy FILE: where the policy skeleton goes")
+        if _reviewed(write_policy):
+            raise fail(
+                f"--write-policy {write_policy}: refusing to overwrite a policy that is not an "
+                "unreviewed skeleton; give another file"
+            )
         if policy is not None:
             spec, folder = _policy_server(policy), policy.resolve().parent
         else:
@@ -130,6 +135,16 @@ def mcp(
     except PolicyError as exc:
         raise fail(str(exc)) from None
     _run(_gateway(loaded, transport, host, port, accept_timeout, elicit_as))
+
+
+def _reviewed(path: Path) -> bool:
+    """Whether ``path`` holds something other than an unreviewed skeleton (observe mode's own)."""
+    try:
+        return "reviewed: false" not in path.read_text()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError):
+        return True
 
 
 def _policy_server(path: Path) -> Any:
