@@ -94,9 +94,11 @@ def mcp(
 ) -> None:
     """Serve an upstream MCP server's tools to MCP clients, each client session a saga.
 
-    Every call runs on Sagacity workers (`sagacity worker --app sagacity.mcp.app` with the same
-    policy) as a journaled step; IRREVERSIBLE calls wait for an approval. With --observe, calls
-    go straight to the upstream and a policy skeleton is written.
+    Calls run as journaled steps on `sagacity worker --app sagacity.mcp.app` (same policy).
+
+    IRREVERSIBLE calls wait for an approval (the client is told the command that approves).
+
+    With --observe, calls go straight to the upstream and a policy skeleton is written.
     """
     from sagacity.mcp.policy import PolicyError, ServerSpec, load_policy
 
