@@ -25,6 +25,7 @@ bounds it, and the lease is looked at when it returns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 MCP_SESSION_WORKFLOW = "sagacity.McpSession"
+#: sessions from before this marker wait out their approval deadline when lost at a gate
+LEASE_AT_GATE_PATCH = "sagacity-mcp-lease-at-gate"
 
 Boundary = Literal["session", "explicit"]
 OnEnd = Literal["compensate", "commit"]
@@ -147,11 +150,40 @@ class McpSessionWorkflow:
                     return
                 raise SessionEnded(why)
 
+        watching = asyncio.create_task(self._watch_gates(lease))
         result = await saga.run(session, compensate_swallowed_failures=False)
         self._result = result
+        await watching
         # let the updates waiting on the end answer before the workflow completes
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._ended(result)
+
+    async def _watch_gates(self, lease: timedelta) -> None:
+        """Under ``on_end: compensate``, a session lost while a call waits for approval aborts
+        the saga: nobody waits for that call's outcome any more. (The session loop, blocked in
+        the call, cannot see the lease run out.) Without a gate, this adds nothing to history."""
+        saga, request = self._saga, self._request
+        if request.on_end != "compensate":
+            return
+        while True:
+            await workflow.wait_condition(
+                lambda: saga.state is SagaState.AWAITING_APPROVAL or self._result is not None
+            )
+            if self._result is not None or not workflow.patched(LEASE_AT_GATE_PATCH):
+                return
+            while saga.state is SagaState.AWAITING_APPROVAL and not saga.aborted:
+                left = self._last_word + lease - workflow.now()
+                if left <= timedelta(0):
+                    saga.abort(
+                        f"the gateway said nothing for {request.lease_s:g}s while a call waited "
+                        "for approval: session lost",
+                        by="sagacity-mcp",
+                    )
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: saga.state is not SagaState.AWAITING_APPROVAL, timeout=left
+                    )
 
     async def _run_call(self, index: int, call: McpCall) -> None:
         try:

@@ -970,6 +970,23 @@ async def mcp_session_lost(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "mcp_session_lost")
 
 
+@recording("mcp_session_lost_at_gate")
+async def mcp_session_lost_at_gate(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: a call, then an IRREVERSIBLE one at its gate and no word for the
+    lease: the saga aborts, the waiting call never runs, the first is undone."""
+    handle = await mcp_session(rig, "mcp_session_lost_at_gate", lease_s=2)
+    await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": "g"}))
+    await handle.start_update(
+        "call",
+        McpCall(tool="wire", arguments={"amount": 7, "api_token": "tok-g"}),
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    )
+    end = await asyncio.wait_for(handle.result(), 60)
+    expect(end.state is SagaState.ABORTED, end.message)
+    expect([e.tool_name for e in end.saga.compensated] == ["set_flag"], end.message)
+    return await one(handle, "mcp_session_lost_at_gate")
+
+
 # -- running it ----------------------------------------------------------------------------------
 
 
