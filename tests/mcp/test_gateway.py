@@ -203,8 +203,15 @@ async def test_explicit_boundary_starts_a_new_saga_after_a_commit(mcp_stack: Mcp
         committed = await client.call_tool("commit", {})
         undone = await client.call_tool("create_ticket", {"title": "undone"})
         rolled = await client.call_tool("rollback", {})
+        failed = await client.call_tool("create_ticket", {"title": "fail"})
+        after = await client.call_tool("create_ticket", {"title": "after the failure"})
+        await client.call_tool("commit", {})
     first, second = text_of(committed).split()[1], text_of(rolled).split()[1]
     assert first != second and second == f"{first}-2"
+    # a failure ends its saga; the next call goes to a new one
+    assert failed.is_error and saga_named(text_of(failed)) == f"{first}-3"
+    assert "starts a new saga for the next call" in text_of(failed)
+    assert not after.is_error
     tickets = read_state(mcp_stack.state)["tickets"]
     assert tickets[kept.structured_content["id"]]["status"] == "open"
     assert tickets[undone.structured_content["id"]]["status"] == "closed"
