@@ -19,8 +19,8 @@ gateway then starts a new saga for the client's next call; with ``session`` the 
 a new MCP session (the refusal says which). A call refused before it ran (unknown to the workers,
 arguments that do not fit) fails alone, and the session goes on.
 
-A call that waits at its approval gate is not cut short by the lease: its approval deadline
-bounds it, and the lease is looked at when it returns.
+A session lost while a call waits at its approval gate aborts the saga under ``on_end:
+compensate`` (the call never runs); under ``commit`` the call waits for a human or its deadline.
 """
 
 from __future__ import annotations
