@@ -17,7 +17,8 @@ How a session's saga ends:
 A session's saga ends once; after that, ``call`` is refused. With ``boundary: explicit`` the
 gateway then starts a new saga for the client's next call; with ``session`` the client must open
 a new MCP session (the refusal says which). A call refused before it ran (unknown to the workers,
-arguments that do not fit) fails alone, and the session goes on.
+arguments that do not fit) fails alone, and the session goes on. A long session continues as
+new between calls, carrying its saga.
 
 A session lost while a call waits at its approval gate aborts the saga under ``on_end:
 compensate`` (the call never runs); under ``commit`` the call waits for a human or its deadline.
@@ -36,13 +37,14 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from sagacity.errors import ApprovalRejected, SagacityError, SessionEnded, ToolFailed
-    from sagacity.temporal.models import Effect, SagaOptions, SagaResult, SagaState
+    from sagacity.temporal.models import Effect, SagaCarry, SagaOptions, SagaResult, SagaState
     from sagacity.temporal.saga import Saga
 
 __all__ = [
     "MCP_SESSION_WORKFLOW",
     "McpCall",
     "McpEnd",
+    "McpResume",
     "McpSessionRequest",
     "McpSessionWorkflow",
     "undone",
@@ -54,6 +56,13 @@ LEASE_AT_GATE_PATCH = "sagacity-mcp-lease-at-gate"
 
 Boundary = Literal["session", "explicit"]
 OnEnd = Literal["compensate", "commit"]
+
+
+class McpResume(BaseModel):
+    """A session handed to its next run by continue-as-new, between calls."""
+
+    carry: SagaCarry
+    last_word: datetime
 
 
 class McpSessionRequest(BaseModel):
@@ -68,6 +77,8 @@ class McpSessionRequest(BaseModel):
     #: no word from the gateway for this long: the session is lost and ends per ``on_end``
     lease_s: float = Field(default=60.0, gt=0)
     options: SagaOptions = Field(default_factory=SagaOptions)
+    #: set by the workflow itself when a long session continues as new; None from the gateway
+    resume: McpResume | None = None
 
 
 class McpCall(BaseModel):
@@ -105,8 +116,9 @@ class McpSessionWorkflow:
     @workflow.init
     def __init__(self, request: McpSessionRequest) -> None:
         self._request = request
+        resume = request.resume
         # the saga's signals, updates and its `status` query answer from the first task
-        self._saga = Saga(request.options)
+        self._saga = Saga(request.options, carry=resume.carry if resume else None)
         self._queue: list[tuple[int, McpCall]] = []
         self._taken = 0
         self._replies: dict[int, Any] = {}
@@ -114,7 +126,7 @@ class McpSessionWorkflow:
         self._failed: tuple[int, str, str] | None = None
         #: how the session is to end ("commit" or "compensate") and why, once asked
         self._end: tuple[OnEnd, str] | None = None
-        self._last_word = workflow.now()
+        self._last_word = resume.last_word if resume else workflow.now()
         self._result: SagaResult | None = None
 
     @workflow.run
@@ -122,9 +134,19 @@ class McpSessionWorkflow:
         saga = self._saga
         lease = timedelta(seconds=request.lease_s)
 
+        def go_on(carry: SagaCarry) -> None:
+            resume = McpResume(carry=carry, last_word=self._last_word)
+            workflow.continue_as_new(request.model_copy(update={"resume": resume}))
+
+        def idle_and_long() -> bool:
+            # between calls, with no update waiting: nothing is lost by handing over now
+            return saga.continue_as_new_suggested() and workflow.all_handlers_finished()
+
         async def session() -> None:
             while True:
                 while not (self._queue or self._end or saga.aborted):
+                    if idle_and_long():
+                        go_on(saga.carry())
                     left = self._last_word + lease - workflow.now()
                     if left <= timedelta(0):
                         self._end = (
@@ -135,7 +157,10 @@ class McpSessionWorkflow:
                     # woken by work, or by the timer: keepalives moved the lease on, or it ran out
                     with contextlib.suppress(TimeoutError):
                         await workflow.wait_condition(
-                            lambda: bool(self._queue or self._end or saga.aborted), timeout=left
+                            lambda: (
+                                bool(self._queue or self._end or saga.aborted) or idle_and_long()
+                            ),
+                            timeout=left,
                         )
                 if saga.aborted:
                     return  # saga.run compensates and ends it ABORTED
@@ -151,6 +176,8 @@ class McpSessionWorkflow:
                 raise SessionEnded(why)
 
         watching = asyncio.create_task(self._watch_gates(lease))
+        # no hand-over while compensating: a `rollback` or `call` waiting for the outcome must
+        # get its answer from this run
         result = await saga.run(session, compensate_swallowed_failures=False)
         self._result = result
         await watching
