@@ -987,6 +987,22 @@ async def mcp_session_lost_at_gate(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "mcp_session_lost_at_gate")
 
 
+@recording("mcp_session_continued")
+async def mcp_session_continued(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: a long session continues as new between calls; rolled back across
+    its runs."""
+    handle = await mcp_session(
+        rig, "mcp_session_continued", options=SagaOptions(continue_as_new_events=50)
+    )
+    for n in range(6):
+        await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": f"c{n}"}))
+    end = await handle.execute_update("rollback", result_type=McpEnd)
+    expect(end.state is SagaState.COMPENSATED and end.saga.compensated_count == 6, end.message)
+    runs = await chain(rig, handle, "mcp_session_continued")
+    expect(len(runs) >= 2, f"{len(runs)} run(s): the session did not continue as new")
+    return runs
+
+
 # -- running it ----------------------------------------------------------------------------------
 
 
