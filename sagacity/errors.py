@@ -310,6 +310,13 @@ class AgentRunFailed(SagacityError):
     code = "agent_run_failed"
 
 
+class SessionEnded(SagacityError):
+    """An MCP gateway session's saga was rolled back: by the client's rollback tool, or because
+    its session ended or was lost (no word for its lease) under ``on_end: compensate``."""
+
+    code = "session_ended"
+
+
 class EvidenceUnavailable(SagacityError):
     """A signing key, checkpoint directory or bundle cannot be used; the message says which and why."""
 

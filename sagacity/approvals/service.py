@@ -34,6 +34,7 @@ from sagacity.errors import (
     DecisionUnsigned,
     InvalidInput,
     SagaUnavailable,
+    SettingsError,
 )
 from sagacity.evidence.decisions import (
     Keyring,
@@ -132,6 +133,8 @@ def check_signer(signer: Signer | None, keyring: Keyring | None, principal: str)
 class ApprovalService:
     """Lists pending approvals and takes decisions on them, as a named approver.
 
+    ``approvals`` (the stored requests) is needed to list and show them (:meth:`inbox`,
+    :meth:`get`), not to decide one a saga waits with.
     ``approvers`` and ``resolvers`` are the policy checked here for a precise early refusal
     (tool name or ``"*"`` to identities; None lets anyone); the worker enforces the same policy
     (``SAGACITY_APPROVERS``, ``SAGACITY_RESOLVERS``) for every route, raw signals included, and a
@@ -146,7 +149,7 @@ class ApprovalService:
     def __init__(
         self,
         client: Client,
-        approvals: ApprovalStore,
+        approvals: ApprovalStore | None = None,
         *,
         approvers: Mapping[str, Sequence[str]] | None = None,
         resolvers: Mapping[str, Sequence[str]] | None = None,
@@ -178,8 +181,8 @@ class ApprovalService:
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidInput(f"limit must be 1 to {MAX_PAGE}, got {limit}")
         requests, counts = await asyncio.gather(
-            self._store.page(where, after=_cursor(after), limit=limit + 1),
-            self._store.counts(where),
+            self.approvals.page(where, after=_cursor(after), limit=limit + 1),
+            self.approvals.counts(where),
         )
         more = len(requests) > limit
         requests = requests[:limit]
@@ -205,6 +208,8 @@ class ApprovalService:
     @property
     def approvals(self) -> ApprovalStore:
         """Where the waiting requests are stored."""
+        if self._store is None:
+            raise SettingsError("this approval service was given no store of the requests")
         return self._store
 
     @property
@@ -218,7 +223,7 @@ class ApprovalService:
 
     async def get(self, saga_id: str, journal_seq: int) -> PendingRequest:
         """One stored request with its saga's live status; :class:`ApprovalNotFound` if none."""
-        request = await self._store.get(saga_id, journal_seq)
+        request = await self.approvals.get(saga_id, journal_seq)
         if request is None:
             raise ApprovalNotFound(
                 f"no approval request is pending for saga {saga_id!r} at seq {journal_seq}"

@@ -18,6 +18,7 @@ from sagacity.cli import (
     export,
     halt,
     keyring,
+    mcp,
     reconcile,
     saga,
     tlog,
@@ -65,6 +66,7 @@ app.command("halts")(halt.halts)
 app.command("keygen")(export.keygen)
 app.add_typer(keyring.app, name="keyring")
 app.add_typer(tlog.app, name="log")
+app.command("mcp")(mcp.mcp)
 app.command("prove")(tlog.prove)
 app.command("reconcile")(reconcile.reconcile_command)
 app.command("resume")(halt.resume)

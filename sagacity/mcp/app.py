@@ -26,6 +26,7 @@ from typing import Any
 
 from sagacity.errors import SettingsError
 from sagacity.mcp.policy import Policy, load_policy
+from sagacity.mcp.session import McpSessionWorkflow
 from sagacity.mcp.tools import mcp_tools
 from sagacity.mcp.upstream import Upstream
 from sagacity.settings import Settings
@@ -36,7 +37,7 @@ __all__ = ["TOOLS", "WORKFLOWS", "lifespan", "mcp_app", "open_mcp_tools"]
 Tools = list[CompensableTool[..., Any]]
 
 #: workflows this app serves beside the saga workflow (the MCP gateway's session workflow)
-WORKFLOWS: list[type] = []
+WORKFLOWS: list[type] = [McpSessionWorkflow]
 
 
 @contextlib.asynccontextmanager

@@ -51,6 +51,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowHistory,
     WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
@@ -70,6 +71,13 @@ from sagacity.agents import (
 from sagacity.devstack import DevStack, Endpoints, ensure_dev_approvers
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import Policy, Signer, Statement, load_keyring
+from sagacity.mcp.session import (
+    MCP_SESSION_WORKFLOW,
+    McpCall,
+    McpEnd,
+    McpSessionRequest,
+    McpSessionWorkflow,
+)
 from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import load_settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
@@ -910,6 +918,91 @@ async def agent_compensated(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "agent_compensated")
 
 
+# -- the MCP gateway's session workflow, sagacity.McpSession --------------------------------------
+
+
+async def mcp_session(rig: Rig, name: str, **request: Any) -> WorkflowHandle[Any, McpEnd]:
+    return await rig.client.start_workflow(
+        MCP_SESSION_WORKFLOW,
+        McpSessionRequest(server="samples", **request),
+        id=rig.new_id(name),
+        task_queue=rig.queue,
+        result_type=McpEnd,
+    )
+
+
+@recording("mcp_session_rolled_back")
+async def mcp_session_rolled_back(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: two calls and a keepalive, then ``rollback``: undone, newest first."""
+    handle = await mcp_session(rig, "mcp_session_rolled_back")
+    await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": "m"}))
+    await handle.signal("keepalive")
+    await handle.execute_update("call", McpCall(tool="send_note", arguments={"text": "m"}))
+    end = await handle.execute_update("rollback", result_type=McpEnd)
+    expect(end.state is SagaState.COMPENSATED, end.message)
+    expect([e.tool_name for e in end.saga.compensated] == ["send_note", "set_flag"], end.message)
+    return await one(handle, "mcp_session_rolled_back")
+
+
+@recording("mcp_session_approved_committed")
+async def mcp_session_approved_committed(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: an IRREVERSIBLE call approved by signal, then ``commit``."""
+    handle = await mcp_session(rig, "mcp_session_approved_committed")
+    wire = await handle.start_update(
+        "call",
+        McpCall(tool="wire", arguments={"amount": 5, "api_token": "tok-m"}),
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    )
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await wire.result()
+    end = await handle.execute_update("commit", result_type=McpEnd)
+    expect(end.state is SagaState.COMPLETED, end.message)
+    return await one(handle, "mcp_session_approved_committed")
+
+
+@recording("mcp_session_lost")
+async def mcp_session_lost(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: a call, then no word for the lease: compensated by ``on_end``."""
+    handle = await mcp_session(rig, "mcp_session_lost", lease_s=2)
+    await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": "l"}))
+    end = await asyncio.wait_for(handle.result(), 60)
+    expect(end.state is SagaState.COMPENSATED and "said nothing" in end.message, end.message)
+    return await one(handle, "mcp_session_lost")
+
+
+@recording("mcp_session_lost_at_gate")
+async def mcp_session_lost_at_gate(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: a call, then an IRREVERSIBLE one at its gate and no word for the
+    lease: the saga aborts, the waiting call never runs, the first is undone."""
+    handle = await mcp_session(rig, "mcp_session_lost_at_gate", lease_s=2)
+    await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": "g"}))
+    await handle.start_update(
+        "call",
+        McpCall(tool="wire", arguments={"amount": 7, "api_token": "tok-g"}),
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    )
+    end = await asyncio.wait_for(handle.result(), 60)
+    expect(end.state is SagaState.ABORTED, end.message)
+    expect([e.tool_name for e in end.saga.compensated] == ["set_flag"], end.message)
+    return await one(handle, "mcp_session_lost_at_gate")
+
+
+@recording("mcp_session_continued")
+async def mcp_session_continued(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: a long session continues as new between calls; rolled back across
+    its runs."""
+    handle = await mcp_session(
+        rig, "mcp_session_continued", options=SagaOptions(continue_as_new_events=50)
+    )
+    for n in range(6):
+        await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": f"c{n}"}))
+    end = await handle.execute_update("rollback", result_type=McpEnd)
+    expect(end.state is SagaState.COMPENSATED and end.saga.compensated_count == 6, end.message)
+    runs = await chain(rig, handle, "mcp_session_continued")
+    expect(len(runs) >= 2, f"{len(runs)} run(s): the session did not continue as new")
+    return runs
+
+
 # -- running it ----------------------------------------------------------------------------------
 
 
@@ -962,7 +1055,7 @@ async def rig(scratch: Path) -> AsyncIterator[Rig]:
                 journal=journal,
                 approvals=approvals,
                 tools=TOOLS,
-                workflows=order_app.WORKFLOWS,
+                workflows=[*order_app.WORKFLOWS, McpSessionWorkflow],
                 checkpoints=checkpoints,
                 codec=None,
                 **decisions,

@@ -1,0 +1,291 @@
+"""``sagacity mcp``: the MCP gateway (see :mod:`sagacity.mcp.gateway`), over stdio or HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sagacity.cli._common import fail, settings_or_exit
+from sagacity.cli._exit import hard_exit
+from sagacity.errors import SagacityError
+
+__all__ = ["mcp"]
+
+log = logging.getLogger("sagacity.mcp.gateway")
+
+
+class Transport(StrEnum):
+    stdio = "stdio"
+    http = "http"
+
+
+@hard_exit
+def mcp(
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            help="The policy file: the upstream server, its tools, the session semantics.",
+            show_default=False,
+        ),
+    ] = None,
+    transport: Annotated[
+        Transport, typer.Option("--transport", help="How MCP clients reach the gateway.")
+    ] = Transport.stdio,
+    host: Annotated[str, typer.Option("--host", help="HTTP: the address to listen on.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="HTTP: the port.")] = 8931,
+    accept_timeout: Annotated[
+        float,
+        typer.Option(
+            "--accept-timeout",
+            min=0.1,
+            help="Seconds a call waits for a Sagacity worker to take it up; after that it is "
+            "refused and never runs.",
+        ),
+    ] = 30.0,
+    elicit_as: Annotated[
+        str | None,
+        typer.Option(
+            "--elicit-approvals-as",
+            help="Also ask the MCP client's user to approve IRREVERSIBLE calls (MCP "
+            "elicitation, where the client supports it); answers are decisions of this approver, "
+            "signed with SAGACITY_APPROVER_KEY. Off by default.",
+            show_default=False,
+        ),
+    ] = None,
+    observe: Annotated[
+        bool,
+        typer.Option(
+            "--observe",
+            help="Forward every call straight to the upstream (no saga) and write a policy "
+            "skeleton of what was called to --write-policy.",
+        ),
+    ] = False,
+    write_policy: Annotated[
+        Path | None,
+        typer.Option("--write-policy", help="Observe mode: where the skeleton goes."),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Observe mode without --policy: the upstream's name."),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", help="Observe mode without --policy: a streamable HTTP upstream."),
+    ] = None,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Observe mode without --policy: a stdio upstream's command, after --.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve an upstream MCP server's tools to MCP clients, each client session a saga.
+
+    Calls run as journaled steps on `sagacity worker --app sagacity.mcp.app` (same policy).
+
+    IRREVERSIBLE calls wait for an approval (the client is told the command that approves).
+
+    With --observe, calls go straight to the upstream and a policy skeleton is written.
+    """
+    from sagacity.mcp.policy import PolicyError, ServerSpec, load_policy
+
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="sagacity mcp: %(levelname)s %(message)s"
+    )
+    logging.getLogger("temporalio").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if observe:
+        if write_policy is None:
+            raise fail("--observe needs --write-policy FILE: where the policy skeleton goes")
+        if _reviewed(write_policy):
+            raise fail(
+                f"--write-policy {write_policy}: refusing to overwrite a policy that is not an "
+                "unreviewed skeleton; give another file"
+            )
+        if policy is not None:
+            spec, folder = _policy_server(policy), policy.resolve().parent
+        else:
+            if name is None or (url is None) == (not command):
+                raise fail(
+                    "--observe needs --policy FILE, or --name NAME with --url URL or "
+                    "-- COMMAND ... for the upstream"
+                )
+            try:
+                spec = ServerSpec(name=name, url=url, command=command or None)
+            except ValueError as exc:
+                raise fail(f"upstream: {exc}") from None
+            folder = Path.cwd()
+        _run(_observe(spec, folder, write_policy, transport, host, port))
+        return
+    if policy is None:
+        raise fail("give --policy FILE (or --observe to write one)")
+    try:
+        loaded = load_policy(policy)
+    except PolicyError as exc:
+        raise fail(str(exc)) from None
+    _run(_gateway(loaded, transport, host, port, accept_timeout, elicit_as))
+
+
+def _reviewed(path: Path) -> bool:
+    """Whether ``path`` holds something other than an unreviewed skeleton (observe mode's own)."""
+    try:
+        return "reviewed: false" not in path.read_text()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError):
+        return True
+
+
+def _policy_server(path: Path) -> Any:
+    """The server block of a policy file, reviewed or not (observe mode only needs that)."""
+    import yaml
+
+    from sagacity.mcp.policy import ServerSpec
+
+    try:
+        data = yaml.safe_load(path.read_text())
+        return ServerSpec.model_validate(data["server"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise fail(f"{path}: no usable server block: {exc}") from None
+
+
+def _run(work: Awaitable[None]) -> None:
+    try:
+        asyncio.run(_until_signalled(work))
+    except SagacityError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+async def _until_signalled(work: Awaitable[None]) -> None:
+    """Run ``work``; SIGTERM or SIGINT cancels it, so it closes cleanly (sessions end)."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _gateway(
+    policy: Any,
+    transport: Transport,
+    host: str,
+    port: int,
+    accept_timeout: float,
+    elicit_as: str | None,
+) -> None:
+    from sagacity.approvals import ApprovalService
+    from sagacity.cli._common import decision_keys_or_exit
+    from sagacity.mcp.gateway import Elicitation, Gateway
+    from sagacity.mcp.policy import check_against
+    from sagacity.worker import connect_client
+
+    settings = settings_or_exit()
+    try:
+        client = await connect_client(settings)
+    except SagacityError:
+        raise
+    except Exception as exc:  # the SDK's connection errors are plain RuntimeErrors
+        raise fail(
+            f"cannot reach Temporal at {settings.temporal_address} "
+            f"(namespace {settings.temporal_namespace}): {exc}",
+            1,
+        ) from None
+    tools = await _upstream_tools(policy.server, policy.folder)
+    check_against(policy, tools)
+    elicitation = None
+    if elicit_as is not None:
+        signer, keyring = decision_keys_or_exit(settings.approver_key, settings)
+        service = ApprovalService(
+            client, approvers=settings.approvers, signer=signer, keyring=keyring
+        )
+        elicitation = Elicitation(service, elicit_as)
+    gateway = Gateway(
+        policy,
+        tools,
+        client,
+        settings.task_queue,
+        accept_timeout_s=accept_timeout,
+        elicitation=elicitation,
+    )
+    log.info(
+        "gateway for %s ready (%s): %d tools, task queue %s",
+        policy.server.name,
+        transport.value,
+        len(gateway.tools),
+        settings.task_queue,
+    )
+    try:
+        if transport is Transport.http:
+            await _serve_http(gateway.http_app(host), host, port)
+        else:
+            await _serve(gateway.server(), transport, host, port)
+    finally:
+        await gateway.close()
+
+
+async def _observe(
+    spec: Any, folder: Path, out: Path, transport: Transport, host: str, port: int
+) -> None:
+    import mcp_types as types
+
+    from sagacity.errors import UpstreamToolError
+    from sagacity.mcp.gateway import Observer
+    from sagacity.mcp.upstream import Upstream
+
+    async with Upstream(spec, folder=folder) as upstream:
+
+        async def forward(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+            try:
+                return await upstream.call_raw(name, arguments)
+            except UpstreamToolError as exc:
+                return types.CallToolResult(
+                    content=[types.TextContent(text=str(exc))], is_error=True
+                )
+
+        observer = Observer(spec, await upstream.list_tools(), forward, out)
+        log.info("observing %s: every call forwarded; skeleton in %s", spec.name, out)
+        async with observer.writing():
+            await _serve(observer.server(), transport, host, port)
+
+
+async def _upstream_tools(spec: Any, folder: Path) -> list[Any]:
+    from sagacity.mcp.upstream import Upstream
+
+    async with Upstream(spec, folder=folder) as upstream:
+        return await upstream.list_tools()
+
+
+async def _serve(server: Any, transport: Transport, host: str, port: int) -> None:
+    if transport is Transport.stdio:
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return
+    await _serve_http(server.streamable_http_app(host=host), host, port)
+
+
+async def _serve_http(app: Any, host: str, port: int) -> None:
+    import uvicorn
+
+    class Quiet(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # SIGTERM and SIGINT cancel the serving task instead (_until_signalled)
+
+    await Quiet(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()
