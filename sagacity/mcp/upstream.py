@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
@@ -47,6 +48,9 @@ log = logging.getLogger("sagacity.mcp")
 _ERROR_CHARS = 2000
 #: how long a closing connection may take before its task is cancelled
 _CLOSE_S = 5.0
+#: the largest journaled result, in characters of ASCII JSON: a result travels in the call's
+#: Temporal payload, which Temporal refuses past a few megabytes (the saga would wait forever)
+RESULT_CHARS = 512 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +69,11 @@ def journaled(result: CallToolResult) -> dict[str, Any]:
     images, resources) are kept as the protocol spells them, except a text block that only
     restates ``structuredContent`` as JSON (the protocol asks servers to add one): kept, it
     would carry every value a second time, as text that redaction rules (which match keys)
-    cannot reach. :func:`call_result` puts it back."""
+    cannot reach. :func:`call_result` puts it back.
+
+    A result over :data:`RESULT_CHARS` keeps what fits: its largest parts are replaced, one by
+    one, with a text block saying what was left out (``structuredContent`` last).
+    """
     structured = result.structured_content
     blocks = [
         block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content
@@ -73,7 +81,44 @@ def journaled(result: CallToolResult) -> dict[str, Any]:
     data: dict[str, Any] = {"content": [b for b in blocks if not _restates(b, structured)]}
     if structured is not None:
         data["structuredContent"] = structured
+    return _bounded(data)
+
+
+def _bounded(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` under :data:`RESULT_CHARS`, its largest content blocks (then its structured
+    content) replaced by notes saying what was left out."""
+    size = _chars(data)
+    if size <= RESULT_CHARS:
+        return data
+    log.warning(
+        "an MCP result of %d characters is over the journal's %d: its largest parts are left out",
+        size,
+        RESULT_CHARS,
+    )
+    content = list(data["content"])
+    sizes = [_chars(block) for block in content]
+    for index in sorted(range(len(content)), key=sizes.__getitem__, reverse=True):
+        if size <= RESULT_CHARS:
+            break
+        content[index] = _left_out(f"a {content[index].get('type', '?')} block", sizes[index])
+        size -= sizes[index] - _chars(content[index])
+    data = {**data, "content": content}
+    if size > RESULT_CHARS and "structuredContent" in data:
+        left_out = _left_out("the structured content", _chars(data.pop("structuredContent")))
+        data["content"] = [*content, left_out]
     return data
+
+
+def _left_out(what: str, size: int) -> dict[str, Any]:
+    return {
+        "type": "text",
+        "text": f"[left out by Sagacity: {what} of {size} characters; a journaled result is "
+        f"kept under {RESULT_CHARS} characters]",
+    }
+
+
+def _chars(value: Any) -> int:
+    return len(json.dumps(value))  # ASCII: no shorter than its UTF-8 bytes
 
 
 def call_result(data: Mapping[str, Any]) -> CallToolResult:
@@ -196,7 +241,13 @@ class Upstream:
             raise UpstreamReported(
                 f"{what} was answered with protocol error {exc.code}: {exc.error.message}"
             ) from None
-        except (OSError, httpx2.HTTPError, ValidationError) as exc:
+        except (
+            OSError,
+            httpx2.HTTPError,
+            ValidationError,
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+        ) as exc:
             raise UpstreamToolError(
                 f"{what} failed mid-call ({_describe(exc)}); whether it took effect is unknown"
             ) from None

@@ -11,11 +11,12 @@ import uuid
 import pytest
 from temporalio.client import Client
 
+from sagacity.mcp.upstream import RESULT_CHARS
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from tests.mcp.conftest import Desk, mcp_worker, payload, run_steps
+from tests.mcp.conftest import POLICY_TOOLS, Desk, mcp_worker, payload, run_steps
 from tests.temporal.conftest import phases
 from tests.temporal.test_validation import refused
 
@@ -238,3 +239,54 @@ async def test_an_http_upstream_killed_mid_call_is_reached_again_once_restarted(
         {"ticket_id": "T-1", "reason": "rolled back by a saga"}
     ]
     assert (await journal.verify(sid)).ok
+
+
+async def test_a_result_too_big_for_the_journal_keeps_what_fits_and_says_what_it_left_out(
+    desk: Desk, temporal_client: Client, worker_settings: Settings, journal: JournalStore
+) -> None:
+    """Temporal refuses a payload of a few megabytes, which would leave the saga waiting."""
+    tools = {**POLICY_TOOLS, "ticket_history": {"read_only": True}}
+    sid = new_id("mcp-big")
+    async with mcp_worker(worker_settings, desk.policy(tools=tools)):
+        result = await run_steps(
+            temporal_client,
+            worker_settings,
+            sid,
+            [Step(tool="ticket_history", args={"ticket_id": "T-9", "padding": 3_000_000})],
+        )
+    assert result.status is SagaState.COMPLETED
+    rows = await journal.read(sid)
+    assert len(rows[1].payload) < RESULT_CHARS
+    assert payload(rows[1]) == {
+        "content": [
+            {
+                "type": "text",
+                "text": "[left out by Sagacity: a text block of 3000041 characters; a journaled "
+                f"result is kept under {RESULT_CHARS} characters]",
+            }
+        ]
+    }
+
+
+async def test_sagas_at_once_share_the_workers_upstream_session(
+    http_desk: Desk, temporal_client: Client, worker_settings: Settings, journal: JournalStore
+) -> None:
+    sids = [new_id("mcp-many") for _ in range(6)]
+    async with mcp_worker(worker_settings, http_desk.policy("http")):
+        results = await asyncio.gather(
+            *(
+                run_steps(
+                    temporal_client,
+                    worker_settings,
+                    sid,
+                    [Step(tool="create_ticket", args={"title": sid})],
+                )
+                for sid in sids
+            )
+        )
+    assert {r.status for r in results} == {SagaState.COMPLETED}
+    tickets = http_desk.state()["tickets"].values()
+    assert sorted(t["title"] for t in tickets) == sorted(sids)
+    for sid in sids:
+        (_, executed) = await journal.read(sid)
+        assert payload(executed)["structuredContent"]["title"] == sid

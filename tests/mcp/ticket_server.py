@@ -3,7 +3,8 @@ tests.mcp.ticket_server --state FILE [--http PORT]`` (stdio without ``--http``).
 
 Tools: ``create_ticket(title) -> {id, title, status}`` (structured output), ``close_ticket(
 ticket_id, reason?)``, ``send_email(to, body)`` (appends to an outbox), ``list_tickets()``,
-``describe_ticket(ticket_id)`` (plain, non-JSON text) and ``ticket_badge(ticket_id)`` (an image).
+``describe_ticket(ticket_id)`` (plain, non-JSON text), ``ticket_history(ticket_id, padding)``
+(text as long as asked) and ``ticket_badge(ticket_id)`` (an image).
 
 Its whole state (tickets, outbox, and a log of every call with its tool and arguments) is the
 JSON file ``--state``, written atomically under a file lock, so a test reads the upstream's own
@@ -150,6 +151,13 @@ def build(state_file: Path) -> MCPServer:
         return (
             f"{ticket_id}: {ticket['title']} ({ticket['status']})" if ticket else "no such ticket"
         )
+
+    @server.tool(structured_output=False)
+    def ticket_history(ticket_id: str, padding: int = 0) -> str:
+        """A ticket's history as text; ``padding`` characters of filler after it (big results)."""
+        with _locked(state_file) as state:
+            log(state, "ticket_history", {"ticket_id": ticket_id, "padding": padding}, True)
+        return f"{ticket_id}: opened\n" + "." * padding
 
     @server.tool()
     def ticket_badge(ticket_id: str) -> Image:
