@@ -87,11 +87,17 @@ async def raw_stdio(
             "clientInfo": {"name": "prober", "version": "0"},
         },
     }
-    proc.stdin.write(json.dumps(hello).encode() + b"\n")
-    proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
-    for line in lines:
-        proc.stdin.write(line.rstrip(b"\n") + b"\n")
-    await proc.stdin.drain()
+    stdin = proc.stdin
+
+    async def send() -> None:
+        # beside the reading: a gateway blocked on a full stdout must not block us in turn
+        stdin.write(json.dumps(hello).encode() + b"\n")
+        stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        for line in lines:
+            stdin.write(line.rstrip(b"\n") + b"\n")
+            await stdin.drain()
+
+    sending = asyncio.create_task(send())
     answers: dict[Any, dict[str, Any]] = {}
     wanted: set[Any] = {2 + n for n in range(len(lines))}
     try:
@@ -107,6 +113,7 @@ async def raw_stdio(
     except TimeoutError:
         pass
     finally:
+        sending.cancel()
         proc.stdin.close()
         try:
             await asyncio.wait_for(proc.wait(), 20)
