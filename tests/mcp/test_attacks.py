@@ -111,7 +111,7 @@ def test_a_policy_value_of_the_wrong_type_is_refused(values: dict[str, Any]) -> 
     strict=True,
     reason="a policy with lease_s or timeout_s of .inf or 1e300 loads; such a value cannot be "
     "a timedelta (OverflowError), so the worker or the session workflow breaks later instead "
-    "of load_policy refusing it",
+    "of load_policy refusing it; a lease below the gateway's 0.2 s keepalive beat loads too",
 )
 @pytest.mark.parametrize(
     "values",
@@ -327,6 +327,7 @@ async def test_a_bad_call_is_refused_and_the_next_call_runs(
         mcp_stack,
         policy,
         [bad, tool_call(3, "create_ticket", {"title": title}), tool_call(4, "rollback", {})],
+        timeout=15,  # the good calls take a few seconds; an unanswered one waits it out
     )
     refused, after, rolled, unread = answers
     assert "result" in after and not after["result"].get("isError"), json.dumps(after)[:500]
