@@ -94,9 +94,11 @@ def mcp(
 ) -> None:
     """Serve an upstream MCP server's tools to MCP clients, each client session a saga.
 
-    Every call runs on Sagacity workers (`sagacity worker --app sagacity.mcp.app` with the same
-    policy) as a journaled step; IRREVERSIBLE calls wait for an approval. With --observe, calls
-    go straight to the upstream and a policy skeleton is written.
+    Calls run as journaled steps on `sagacity worker --app sagacity.mcp.app` (same policy).
+
+    IRREVERSIBLE calls wait for an approval (the client is told the command that approves).
+
+    With --observe, calls go straight to the upstream and a policy skeleton is written.
     """
     from sagacity.mcp.policy import PolicyError, ServerSpec, load_policy
 
@@ -108,6 +110,11 @@ def mcp(
     if observe:
         if write_policy is None:
             raise fail("--observe needs --write-policy FILE: where the policy skeleton goes")
+        if _reviewed(write_policy):
+            raise fail(
+                f"--write-policy {write_policy}: refusing to overwrite a policy that is not an "
+                "unreviewed skeleton; give another file"
+            )
         if policy is not None:
             spec, folder = _policy_server(policy), policy.resolve().parent
         else:
@@ -130,6 +137,16 @@ def mcp(
     except PolicyError as exc:
         raise fail(str(exc)) from None
     _run(_gateway(loaded, transport, host, port, accept_timeout, elicit_as))
+
+
+def _reviewed(path: Path) -> bool:
+    """Whether ``path`` holds something other than an unreviewed skeleton (observe mode's own)."""
+    try:
+        return "reviewed: false" not in path.read_text()
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError):
+        return True
 
 
 def _policy_server(path: Path) -> Any:

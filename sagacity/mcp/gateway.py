@@ -167,13 +167,16 @@ class SagaSession:
             lease_s=spec.lease_s,
             options=self.gateway.options,
         )
-        self.handle = await self.gateway.client.start_workflow(
-            MCP_SESSION_WORKFLOW,
-            request,
-            id=self._saga_id(),
-            task_queue=self.gateway.task_queue,
-            result_type=McpEnd,
-        )
+        try:
+            self.handle = await self.gateway.client.start_workflow(
+                MCP_SESSION_WORKFLOW,
+                request,
+                id=self._saga_id(),
+                task_queue=self.gateway.task_queue,
+                result_type=McpEnd,
+            )
+        except RPCError as err:
+            raise _Refused(f"no saga could be started, so nothing ran: {err.message}") from None
         log.info("session %s: saga %s started", self.id, self.handle.id)
         self._keepalive = asyncio.create_task(self._keep_alive(self.handle, spec.lease_s))
         return self.handle
@@ -196,6 +199,8 @@ class SagaSession:
             try:
                 await handle.signal("keepalive")
             except RPCError as err:
+                if err.status is RPCStatusCode.NOT_FOUND:
+                    return  # it ended (an abort, a terminate): the next call finds out
                 log.warning("session %s: keepalive to %s failed: %s", self.id, handle.id, err)
 
     async def call(
@@ -296,10 +301,9 @@ class SagaSession:
     async def _watch_approval(
         self, ctx: ServerRequestContext[Any], handle: WorkflowHandle[Any, McpEnd], tool: str
     ) -> None:
-        told: set[int] = set()
         asks: list[asyncio.Task[None]] = []
         try:
-            await self._watch(ctx, handle, tool, told, asks)
+            await self._watch(ctx, handle, tool, asks)
         finally:
             for ask in asks:
                 ask.cancel()
@@ -309,9 +313,9 @@ class SagaSession:
         ctx: ServerRequestContext[Any],
         handle: WorkflowHandle[Any, McpEnd],
         tool: str,
-        told: set[int],
         asks: list[asyncio.Task[None]],
     ) -> None:
+        told: set[int] = set()
         while True:
             await asyncio.sleep(_APPROVAL_POLL_S)
             try:

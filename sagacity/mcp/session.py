@@ -17,14 +17,16 @@ How a session's saga ends:
 A session's saga ends once; after that, ``call`` is refused. With ``boundary: explicit`` the
 gateway then starts a new saga for the client's next call; with ``session`` the client must open
 a new MCP session (the refusal says which). A call refused before it ran (unknown to the workers,
-arguments that do not fit) fails alone, and the session goes on.
+arguments that do not fit) fails alone, and the session goes on. A long session continues as
+new between calls, carrying its saga.
 
-A call that waits at its approval gate is not cut short by the lease: its approval deadline
-bounds it, and the lease is looked at when it returns.
+A session lost while a call waits at its approval gate aborts the saga under ``on_end:
+compensate`` (the call never runs); under ``commit`` the call waits for a human or its deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -35,22 +37,32 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from sagacity.errors import ApprovalRejected, SagacityError, SessionEnded, ToolFailed
-    from sagacity.temporal.models import Effect, SagaOptions, SagaResult, SagaState
+    from sagacity.temporal.models import Effect, SagaCarry, SagaOptions, SagaResult, SagaState
     from sagacity.temporal.saga import Saga
 
 __all__ = [
     "MCP_SESSION_WORKFLOW",
     "McpCall",
     "McpEnd",
+    "McpResume",
     "McpSessionRequest",
     "McpSessionWorkflow",
     "undone",
 ]
 
 MCP_SESSION_WORKFLOW = "sagacity.McpSession"
+#: sessions from before this marker wait out their approval deadline when lost at a gate
+LEASE_AT_GATE_PATCH = "sagacity-mcp-lease-at-gate"
 
 Boundary = Literal["session", "explicit"]
 OnEnd = Literal["compensate", "commit"]
+
+
+class McpResume(BaseModel):
+    """A session handed to its next run by continue-as-new, between calls."""
+
+    carry: SagaCarry
+    last_word: datetime
 
 
 class McpSessionRequest(BaseModel):
@@ -65,6 +77,8 @@ class McpSessionRequest(BaseModel):
     #: no word from the gateway for this long: the session is lost and ends per ``on_end``
     lease_s: float = Field(default=60.0, gt=0)
     options: SagaOptions = Field(default_factory=SagaOptions)
+    #: set by the workflow itself when a long session continues as new; None from the gateway
+    resume: McpResume | None = None
 
 
 class McpCall(BaseModel):
@@ -102,8 +116,9 @@ class McpSessionWorkflow:
     @workflow.init
     def __init__(self, request: McpSessionRequest) -> None:
         self._request = request
+        resume = request.resume
         # the saga's signals, updates and its `status` query answer from the first task
-        self._saga = Saga(request.options)
+        self._saga = Saga(request.options, carry=resume.carry if resume else None)
         self._queue: list[tuple[int, McpCall]] = []
         self._taken = 0
         self._replies: dict[int, Any] = {}
@@ -111,7 +126,7 @@ class McpSessionWorkflow:
         self._failed: tuple[int, str, str] | None = None
         #: how the session is to end ("commit" or "compensate") and why, once asked
         self._end: tuple[OnEnd, str] | None = None
-        self._last_word = workflow.now()
+        self._last_word = resume.last_word if resume else workflow.now()
         self._result: SagaResult | None = None
 
     @workflow.run
@@ -119,9 +134,19 @@ class McpSessionWorkflow:
         saga = self._saga
         lease = timedelta(seconds=request.lease_s)
 
+        def go_on(carry: SagaCarry) -> None:
+            resume = McpResume(carry=carry, last_word=self._last_word)
+            workflow.continue_as_new(request.model_copy(update={"resume": resume}))
+
+        def idle_and_long() -> bool:
+            # between calls, with no update waiting: nothing is lost by handing over now
+            return saga.continue_as_new_suggested() and workflow.all_handlers_finished()
+
         async def session() -> None:
             while True:
                 while not (self._queue or self._end or saga.aborted):
+                    if idle_and_long():
+                        go_on(saga.carry())
                     left = self._last_word + lease - workflow.now()
                     if left <= timedelta(0):
                         self._end = (
@@ -132,7 +157,10 @@ class McpSessionWorkflow:
                     # woken by work, or by the timer: keepalives moved the lease on, or it ran out
                     with contextlib.suppress(TimeoutError):
                         await workflow.wait_condition(
-                            lambda: bool(self._queue or self._end or saga.aborted), timeout=left
+                            lambda: (
+                                bool(self._queue or self._end or saga.aborted) or idle_and_long()
+                            ),
+                            timeout=left,
                         )
                 if saga.aborted:
                     return  # saga.run compensates and ends it ABORTED
@@ -147,11 +175,42 @@ class McpSessionWorkflow:
                     return
                 raise SessionEnded(why)
 
+        watching = asyncio.create_task(self._watch_gates(lease))
+        # no hand-over while compensating: a `rollback` or `call` waiting for the outcome must
+        # get its answer from this run
         result = await saga.run(session, compensate_swallowed_failures=False)
         self._result = result
+        await watching
         # let the updates waiting on the end answer before the workflow completes
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._ended(result)
+
+    async def _watch_gates(self, lease: timedelta) -> None:
+        """Under ``on_end: compensate``, a session lost while a call waits for approval aborts
+        the saga: nobody waits for that call's outcome any more. (The session loop, blocked in
+        the call, cannot see the lease run out.) Without a gate, this adds nothing to history."""
+        saga, request = self._saga, self._request
+        if request.on_end != "compensate":
+            return
+        while True:
+            await workflow.wait_condition(
+                lambda: saga.state is SagaState.AWAITING_APPROVAL or self._result is not None
+            )
+            if self._result is not None or not workflow.patched(LEASE_AT_GATE_PATCH):
+                return
+            while saga.state is SagaState.AWAITING_APPROVAL and not saga.aborted:
+                left = self._last_word + lease - workflow.now()
+                if left <= timedelta(0):
+                    saga.abort(
+                        f"the gateway said nothing for {request.lease_s:g}s while a call waited "
+                        "for approval: session lost",
+                        by="sagacity-mcp",
+                    )
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: saga.state is not SagaState.AWAITING_APPROVAL, timeout=left
+                    )
 
     async def _run_call(self, index: int, call: McpCall) -> None:
         try:

@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -168,10 +169,13 @@ class Upstream:
 
     @property
     def where(self) -> str:
-        """The upstream's command or URL, for messages."""
+        """The upstream's program, or its URL without credentials or query, for messages (which
+        may be journaled: arguments and tokens stay out)."""
         if self.server.url is not None:
-            return self.server.url
-        return " ".join(self.server.command or [])
+            url = urlsplit(self.server.url)
+            return f"{url.scheme}://{url.hostname}{f':{url.port}' if url.port else ''}{url.path}"
+        program, *args = self.server.command or ["?"]
+        return f"{program} …" if args else program
 
     async def __aenter__(self) -> Upstream:
         self._closed = False
@@ -301,7 +305,7 @@ class _Connection:
         cls,
         target: StdioServerParameters | str,
         timeout_s: float,
-        describe: Any,
+        describe: Callable[[BaseException], str],
     ) -> _Connection:
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         stop = asyncio.Event()

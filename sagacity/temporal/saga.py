@@ -1441,6 +1441,13 @@ class Saga:
     def aborted(self) -> bool:
         return self._abort is not None
 
+    def abort(self, reason: str, *, by: str) -> None:
+        """Abort from the workflow's own code, as the ``abort`` signal from ``by`` would: a call
+        waiting for approval is rejected, and the saga compensates. A second abort changes
+        nothing."""
+        if self._abort is None:
+            self._abort = Abort(reason=reason, by=by)
+
     @property
     def cancelled(self) -> bool:
         """Whether a Temporal cancel request reached the saga (it aborts, then compensates)."""

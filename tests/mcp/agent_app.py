@@ -1,6 +1,6 @@
-"""A worker app mixing MCP and Python tools, with an agent: the ticket desk's tools (from
-``SAGACITY_MCP_POLICY``, through :func:`~sagacity.mcp.app.mcp_app`'s pieces), a Python tool, the
-agent saga workflow and a scripted model that opens tickets until the desk refuses one."""
+"""A worker app mixing MCP and Python tools, with an agent: the ticket desk's tools (those of
+``SAGACITY_MCP_POLICY``, opened by the ready-made app's lifespan), a Python tool, the agent saga
+workflow and a scripted model that opens tickets until the desk refuses one."""
 
 from __future__ import annotations
 

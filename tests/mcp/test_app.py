@@ -13,12 +13,13 @@ import pytest
 from temporalio.client import Client
 
 from sagacity.agents import AGENT_WORKFLOW, AgentSagaRequest, AgentSagaResult
-from sagacity.errors import PolicyError, SettingsError, UpstreamUnavailable
+from sagacity.errors import PolicyError, SettingsError, UpstreamReported, UpstreamUnavailable
 from sagacity.evidence.redaction import parse_rules
-from sagacity.mcp.app import mcp_app
+from sagacity.mcp.app import mcp_app, open_mcp_tools
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaState, Step
+from sagacity.tools import Reversibility
 from tests.mcp import agent_app
 from tests.mcp.conftest import POLICY_TOOLS, Desk, mcp_worker, payload, run_steps
 from tests.temporal.conftest import phases
@@ -138,3 +139,41 @@ async def test_a_python_compensation_of_an_mcp_tool_gets_the_real_call_while_the
     # the compensation works with the call's real input, not the journal's fingerprint
     assert closed == "closed T-1 by hand, input {'title': \"the patient's diagnosis\"}"
     assert desk.calls("close_ticket") == []  # the function, not a tool, undid it
+
+
+async def test_the_policy_becomes_each_tools_options(desk: Desk) -> None:
+    tools = {
+        **POLICY_TOOLS,
+        "create_ticket": {**POLICY_TOOLS["create_ticket"], "error_may_have_effect": True},
+    }
+    async with open_mcp_tools(desk.policy(tools=tools)) as opened:
+        by_name = {t.name: t for t in opened}
+    create, listing, email = (by_name[n] for n in ("create_ticket", "list_tickets", "send_email"))
+    # an error answer may have had an effect: it is compensated like an unknown outcome
+    assert UpstreamReported not in create.options.no_effect_on
+    assert UpstreamUnavailable in create.options.no_effect_on
+    assert not create.options.idempotent
+    # a read-only tool: nothing to undo, safe to repeat, and its error answers had no effect
+    assert listing.reversibility is Reversibility.REVERSIBLE and listing.options.idempotent
+    assert UpstreamReported in listing.options.no_effect_on
+    assert listing.declared_compensation is not None
+    assert email.reversibility is Reversibility.IRREVERSIBLE
+    assert email.declared_compensation is None
+
+
+async def test_a_compensation_function_that_cannot_be_imported_stops_the_start(
+    desk: Desk,
+) -> None:
+    for function, expected in [
+        ("tests.mcp.nowhere:undo", r"cannot import 'tests\.mcp\.nowhere'"),
+        ("tests.mcp.agent_app:nothing", r"tests\.mcp\.agent_app has no function 'nothing'"),
+    ]:
+        tools = {
+            "create_ticket": {
+                "reversibility": "REVERSIBLE",
+                "compensation": {"function": function},
+            }
+        }
+        with pytest.raises(PolicyError, match=expected):
+            async with open_mcp_tools(desk.policy(tools=tools)):
+                pass

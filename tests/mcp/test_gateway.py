@@ -8,6 +8,7 @@ sees: the client's results and errors, the journal, and the ticket server's own 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -35,7 +36,7 @@ from tests.mcp.gateway_fixtures import (
     text_of,
 )
 from tests.mcp.ticket_server import read_state
-from tests.temporal.conftest import journal, phases, pool
+from tests.temporal.conftest import awaiting_approval, journal, phases, pool, wait_for
 
 __all__ = ["cli", "journal", "mcp_stack", "pool"]
 
@@ -202,8 +203,15 @@ async def test_explicit_boundary_starts_a_new_saga_after_a_commit(mcp_stack: Mcp
         committed = await client.call_tool("commit", {})
         undone = await client.call_tool("create_ticket", {"title": "undone"})
         rolled = await client.call_tool("rollback", {})
+        failed = await client.call_tool("create_ticket", {"title": "fail"})
+        after = await client.call_tool("create_ticket", {"title": "after the failure"})
+        await client.call_tool("commit", {})
     first, second = text_of(committed).split()[1], text_of(rolled).split()[1]
     assert first != second and second == f"{first}-2"
+    # a failure ends its saga; the next call goes to a new one
+    assert failed.is_error and saga_named(text_of(failed)) == f"{first}-3"
+    assert "starts a new saga for the next call" in text_of(failed)
+    assert not after.is_error
     tickets = read_state(mcp_stack.state)["tickets"]
     assert tickets[kept.structured_content["id"]]["status"] == "open"
     assert tickets[undone.structured_content["id"]]["status"] == "closed"
@@ -321,4 +329,48 @@ async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_as
     else:
         assert sent.is_error and "not today" in text_of(sent) and body not in outbox
         assert decided[0].phase.value == "REJECTED"
+    assert (await journal.verify(saga_id)).ok
+
+
+async def test_a_session_closed_without_commit_follows_on_end_commit(
+    mcp_stack: McpStack, temporal_client: TemporalClient
+) -> None:
+    # a lease longer than the wait below: only the gateway's `end` can end the saga in time
+    policy = mcp_stack.write_policy("on-end-commit", on_end="commit", lease_s=300)
+    before = set(await sagas_started(temporal_client, set()))
+    async with stdio_gateway(mcp_stack, policy) as client:
+        made = await client.call_tool("create_ticket", {"title": "kept by on_end"})
+    (saga_id,) = await sagas_started(temporal_client, before)
+    handle = temporal_client.get_workflow_handle(saga_id, result_type=McpEnd)
+    end = await asyncio.wait_for(handle.result(), 30)
+    assert end.state is SagaState.COMPLETED  # the clean close sent `end`; on_end says commit
+    assert read_state(mcp_stack.state)["tickets"][made.structured_content["id"]]["status"] == "open"
+
+
+async def test_a_gateway_killed_while_a_call_waits_for_approval_aborts_the_saga(
+    mcp_stack: McpStack, temporal_client: TemporalClient, journal: JournalStore
+) -> None:
+    policy = mcp_stack.write_policy("killed-at-gate")
+    before = set(await sagas_started(temporal_client, set()))
+    with http_gateway(mcp_stack, policy) as gateway:
+        async with Client(gateway.url) as client:
+            made = await client.call_tool("create_ticket", {"title": "before the gate"})
+            sending = asyncio.create_task(
+                client.call_tool("send_email", {"to": "x@example.com", "body": "orphaned"})
+            )
+            (saga_id,) = await sagas_started(temporal_client, before)
+            handle = temporal_client.get_workflow_handle(saga_id, result_type=McpEnd)
+            await wait_for(handle, awaiting_approval)
+            sending.cancel()  # the client gives up on it (the saga is not told) ...
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
+            gateway.kill()  # ... and the gateway dies: no end, no abort, no keepalive
+    end = await asyncio.wait_for(handle.result(), 60)  # the lease runs out at the gate
+    assert end.state is SagaState.ABORTED and "session lost" in end.message
+    assert read_state(mcp_stack.state)["tickets"][made.structured_content["id"]]["status"] == (
+        "closed"
+    )
+    assert "orphaned" not in [c["body"] for c in calls(mcp_stack.state, "send_email")]
+    rows = await phases(journal, saga_id)
+    assert ("send_email", "INTENT") not in rows
     assert (await journal.verify(saga_id)).ok

@@ -150,3 +150,25 @@ def test_bad_invocations_exit_2_with_one_line(
     )
     assert done.returncode == 2
     assert says in done.stderr.decode() and "Traceback" not in done.stderr.decode()
+
+
+def test_observe_mode_never_overwrites_a_reviewed_policy(mcp_stack: McpStack) -> None:
+    before = mcp_stack.policy.read_text()
+    done = subprocess.run(
+        [
+            SAGACITY,
+            "mcp",
+            "--observe",
+            "--policy",
+            str(mcp_stack.policy),
+            "--write-policy",
+            str(mcp_stack.policy),
+        ],
+        cwd=REPO,
+        env=mcp_stack.env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "refusing to overwrite" in done.stderr.decode()
+    assert mcp_stack.policy.read_text() == before

@@ -199,3 +199,26 @@ async def test_a_malformed_call_is_refused_and_the_session_goes_on(
     assert [p for p in await phases(journal, handle.id) if p[1] == "INTENT"] == [
         ("set_flag", "INTENT")
     ]
+
+
+async def test_a_long_session_continues_as_new_and_rolls_back_across_runs(
+    temporal_client: Client, session_worker: Worker, journal: JournalStore
+) -> None:
+    handle = await temporal_client.start_workflow(
+        MCP_SESSION_WORKFLOW,
+        McpSessionRequest(server="samples", options=SagaOptions(continue_as_new_events=50)),
+        id=f"mcp-samples-{uuid.uuid4().hex[:8]}",
+        task_queue=session_worker.task_queue,
+        result_type=McpEnd,
+    )
+    names = [f"n{i}" for i in range(8)]
+    for name in names:
+        assert await call(handle, "set_flag", name=name) == name
+    end = await handle.execute_update("rollback", result_type=McpEnd)
+    assert end.state is SagaState.COMPENSATED
+    assert end.saga.compensated_count == len(names)
+    runs = {e.run_id async for e in temporal_client.list_workflows(f"WorkflowId = '{handle.id}'")}
+    assert len(runs) > 1  # it did continue as new
+    rows = await phases(journal, handle.id)
+    assert [t for t, p in rows if p == "COMPENSATED"] == ["set_flag"] * len(names)
+    assert (await journal.verify(handle.id)).ok

@@ -9,7 +9,8 @@ import json
 import uuid
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from sagacity.mcp.upstream import RESULT_CHARS
 from sagacity.settings import Settings
@@ -18,7 +19,6 @@ from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.mcp.conftest import POLICY_TOOLS, Desk, mcp_worker, payload, run_steps
 from tests.temporal.conftest import phases
-from tests.temporal.test_validation import refused
 
 
 def new_id(prefix: str) -> str:
@@ -89,21 +89,22 @@ async def test_a_failed_step_closes_each_ticket_newest_first(
 async def test_a_tool_the_policy_does_not_name_is_no_saga_tool(
     desk: Desk, temporal_client: Client, worker_settings: Settings, journal: JournalStore
 ) -> None:
+    sid = new_id("mcp-refused")
     async with mcp_worker(worker_settings, desk.policy()):
-        settings = worker_settings
-
-        class _Queue:  # what `refused` reads of a worker
-            task_queue = settings.task_queue
-
-        sid, problems = await refused(
-            temporal_client,
-            _Queue(),  # type: ignore[arg-type]
-            [
-                Step(tool="create_ticket", args={"title": "fine"}),
-                Step(tool="describe_ticket", args={"ticket_id": "T-1"}),
-                Step(tool="create_ticket", args={"title": 42}),
-            ],
-        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await run_steps(
+                temporal_client,
+                worker_settings,
+                sid,
+                [
+                    Step(tool="create_ticket", args={"title": "fine"}),
+                    Step(tool="describe_ticket", args={"ticket_id": "T-1"}),
+                    Step(tool="create_ticket", args={"title": 42}),
+                ],
+            )
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "StepsInvalid", cause
+    problems = list(cause.details[0])
     assert any("describe_ticket" in p for p in problems), problems
     # the arguments are checked against the upstream's inputSchema, before anything runs
     assert any("title" in p and "string" in p for p in problems), problems

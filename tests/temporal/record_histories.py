@@ -970,6 +970,39 @@ async def mcp_session_lost(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "mcp_session_lost")
 
 
+@recording("mcp_session_lost_at_gate")
+async def mcp_session_lost_at_gate(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: a call, then an IRREVERSIBLE one at its gate and no word for the
+    lease: the saga aborts, the waiting call never runs, the first is undone."""
+    handle = await mcp_session(rig, "mcp_session_lost_at_gate", lease_s=2)
+    await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": "g"}))
+    await handle.start_update(
+        "call",
+        McpCall(tool="wire", arguments={"amount": 7, "api_token": "tok-g"}),
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+    )
+    end = await asyncio.wait_for(handle.result(), 60)
+    expect(end.state is SagaState.ABORTED, end.message)
+    expect([e.tool_name for e in end.saga.compensated] == ["set_flag"], end.message)
+    return await one(handle, "mcp_session_lost_at_gate")
+
+
+@recording("mcp_session_continued")
+async def mcp_session_continued(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.McpSession: a long session continues as new between calls; rolled back across
+    its runs."""
+    handle = await mcp_session(
+        rig, "mcp_session_continued", options=SagaOptions(continue_as_new_events=50)
+    )
+    for n in range(6):
+        await handle.execute_update("call", McpCall(tool="set_flag", arguments={"name": f"c{n}"}))
+    end = await handle.execute_update("rollback", result_type=McpEnd)
+    expect(end.state is SagaState.COMPENSATED and end.saga.compensated_count == 6, end.message)
+    runs = await chain(rig, handle, "mcp_session_continued")
+    expect(len(runs) >= 2, f"{len(runs)} run(s): the session did not continue as new")
+    return runs
+
+
 # -- running it ----------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from sagacity.mcp.session import LEASE_AT_GATE_PATCH
 from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import Settings
 from sagacity.temporal.plugin import SagacityPlugin
@@ -31,7 +32,7 @@ KNOWN_NONDETERMINISTIC = HISTORIES / "known_nondeterministic"
 
 #: the patch ids workflow code checks with ``workflow.patched``: the corpus must show sagas from
 #: before each (no marker) and after it (marker) replaying. Remove an id when it is deprecated.
-PATCHED = [OPEN_PATCH, ADOPT_REDACTED_PATCH, ABORT_ROW_PATCH, VALIDATE_PATCH]
+PATCHED = [OPEN_PATCH, ADOPT_REDACTED_PATCH, ABORT_ROW_PATCH, VALIDATE_PATCH, LEASE_AT_GATE_PATCH]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves
 WORKERS: dict[str, tuple[str, ...]] = {
