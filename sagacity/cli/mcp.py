@@ -192,6 +192,7 @@ async def _gateway(
     from sagacity.cli._common import decision_keys_or_exit
     from sagacity.mcp.gateway import Elicitation, Gateway
     from sagacity.mcp.policy import check_against
+    from sagacity.temporal.models import SagaOptions
     from sagacity.worker import connect_client
 
     settings = settings_or_exit()
@@ -221,6 +222,8 @@ async def _gateway(
         settings.task_queue,
         accept_timeout_s=accept_timeout,
         elicitation=elicitation,
+        # as `sagacity saga start`: an IRREVERSIBLE call waits the configured deadline
+        options=SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds()),
     )
     log.info(
         "gateway for %s ready (%s): %d tools, task queue %s",

@@ -444,12 +444,6 @@ async def test_a_session_reset_to_before_its_call_neither_repeats_nor_forgets_it
     assert (await journal.verify(saga_id)).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gateway ignores SAGACITY_APPROVAL_DEADLINE (sagacity saga start honours it): "
-    "an MCP session's IRREVERSIBLE call always waits the 7-day default, so a gateway killed "
-    "at a gate leaves its saga open for a week whatever the operator configured",
-)
 async def test_an_mcp_call_s_approval_deadline_is_the_configured_one(
     mcp_stack: McpStack,
 ) -> None:
