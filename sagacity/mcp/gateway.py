@@ -234,20 +234,28 @@ class SagaSession:
 
     async def finish(self, how: str) -> types.CallToolResult:
         """``commit`` or ``rollback`` the current saga; what became of it, in words."""
+        if how == "rollback" and self._in_flight and self.handle is not None:
+            # not behind the call in flight: it may wait for a human, and the rollback ends it
+            return await self._finish(how)
         async with self._lock:
-            if self.handle is None:
-                if self.closed is not None:
-                    return _text(self.closed)
-                return _text(
-                    f"nothing to {how}: no call was made since the last saga ended", error=False
-                )
-            try:
-                end = McpEnd.model_validate(await self._update(self.handle, how, None))
-            except _Refused as exc:
-                return _text(str(exc))
-            self._ended(end.message)
-            failed = end.state not in (SagaState.COMPLETED, SagaState.COMPENSATED)
-            return _text(end.message, error=failed)
+            return await self._finish(how)
+
+    async def _finish(self, how: str) -> types.CallToolResult:
+        """The rollback or commit update, without the lock."""
+        if self.handle is None:
+            if self.closed is not None:
+                return _text(self.closed)
+            return _text(
+                f"nothing to {how}: no call was made since the last saga ended", error=False
+            )
+        try:
+            end = McpEnd.model_validate(await self._update(self.handle, how, None))
+        except _Refused as exc:
+            return _text(str(exc))
+        self._ended(end.message)
+        # a rollback that aborted a call at its approval gate ends ABORTED, as asked
+        failed = end.state not in (SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.ABORTED)
+        return _text(end.message, error=failed)
 
     async def _update(
         self, handle: WorkflowHandle[Any, McpEnd], name: str, arg: McpCall | None

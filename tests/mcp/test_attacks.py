@@ -174,12 +174,6 @@ async def test_odd_arguments_are_run_or_refused_and_the_session_goes_on(
     assert (await journal.verify(saga_id)).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rollback cannot interrupt a call waiting for approval: the gateway serialises "
-    "rollback behind the pending IRREVERSIBLE call, so a client that changes its mind waits "
-    "for a human (up to the approval deadline, a week) before anything is undone",
-)
 async def test_rollback_while_a_call_waits_for_approval_rolls_back(
     mcp_stack: McpStack, journal: JournalStore
 ) -> None:
