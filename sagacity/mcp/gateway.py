@@ -35,6 +35,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import jsonschema.exceptions
+import jsonschema.validators
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
@@ -230,7 +232,7 @@ class SagaSession:
                 finally:
                     watch.cancel()
                 self._in_flight = False
-                return call_result(result)
+                return self.gateway.answer(tool, call_result(result))
 
     async def finish(self, how: str) -> types.CallToolResult:
         """``commit`` or ``rollback`` the current saga; what became of it, in words."""
@@ -443,6 +445,7 @@ class Gateway:
             ),
         ]
         self._offered = {tool.name for tool in self.tools}
+        self._schemas = {t.name: t.output_schema for t in self.tools if t.output_schema}
         self.sessions: dict[str, SagaSession] = {}
 
     def session_for(self, ctx: ServerRequestContext[Any]) -> SagaSession:
@@ -455,6 +458,26 @@ class Gateway:
         if session is None:
             session = self.sessions[key] = SagaSession(self)
         return session
+
+    def answer(self, tool: str, result: types.CallToolResult) -> types.CallToolResult:
+        """``result``, or an error result saying why it no longer fits the tool's output
+        schema (a result cut to fit Temporal can break it): a client that validates output
+        would otherwise fail on it with an exception."""
+        schema = self._schemas.get(tool)
+        if schema is None or result.structured_content is None:
+            return result
+        error = jsonschema.exceptions.best_match(
+            jsonschema.validators.validator_for(schema)(schema).iter_errors(
+                result.structured_content
+            )
+        )
+        if error is None:
+            return result
+        said = "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+        return _text(
+            f"{tool} ran, but its result, cut to fit Sagacity's journal, no longer fits the "
+            f"tool's output schema ({error.message[:300]}); the result as journaled:\n{said}"
+        )
 
     def server(self) -> Server[Any]:
         async def list_tools(

@@ -453,13 +453,6 @@ async def test_an_mcp_call_s_approval_deadline_is_the_configured_one(
     assert "deadline" not in [c["body"] for c in calls(mcp_stack.state, "send_email")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a result over the gateway's 512 KiB cut loses its structuredContent, yet the "
-    "gateway still lists the upstream's outputSchema for the tool: the MCP client refuses the "
-    "answer ('has an output schema but did not return structured content'), so a call that "
-    "ran (EXECUTED, a ticket made) reaches the client as an exception",
-)
 async def test_a_big_result_reaches_an_mcp_client(mcp_stack: McpStack) -> None:
     policy = mcp_stack.write_policy("big-result")
     async with stdio_gateway(mcp_stack, policy) as client:
@@ -472,13 +465,6 @@ async def test_a_big_result_reaches_an_mcp_client(mcp_stack: McpStack) -> None:
     assert not result.is_error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a REVERSIBLE call whose result is over the 512 KiB cut cannot be compensated: "
-    "the journaled result lost its structuredContent, so result.id resolves to nothing and "
-    "the rollback ends COMPENSATION_FAILED with the ticket open, though the upstream answered "
-    "with its id",
-)
 async def test_a_call_with_a_big_result_is_still_compensated(mcp_stack: McpStack) -> None:
     policy = mcp_stack.write_policy("big-undo")
     title = f"big undo {uuid.uuid4().hex[:6]} " + "x" * 600_000
