@@ -360,7 +360,8 @@ class SagaSession:
         assert elicitation is not None
         try:
             answer = await ctx.session.elicit_form(
-                f"{message}\nYour answer is journaled as {elicitation.approver}'s decision.",
+                f"{message}\n{_approved_input(pending)}\n"
+                f"Your answer is journaled as {elicitation.approver}'s decision.",
                 _DECISION_FORM,
                 related_request_id=ctx.request_id,
             )
@@ -400,6 +401,23 @@ class SagaSession:
                 await handle.signal("end", reason)
         except RPCError as err:
             log.warning("session %s: could not end %s: %s", self.id, handle.id, err)
+
+
+#: how much of a call's input an elicitation shows (the CLI and console show all of it)
+_INPUT_CHARS = 4000
+
+
+def _approved_input(pending: PendingApproval) -> str:
+    """What the approver decides on: the tool and its input, as the approval request stores it
+    (the worker's redaction rules applied)."""
+    text = pending.input_json
+    if len(text) > _INPUT_CHARS:
+        text = (
+            f"{text[:_INPUT_CHARS]}… ({len(pending.input_json)} characters: see them all with "
+            "sagacity approvals show)"
+        )
+    hidden = f" (hidden by redaction: {', '.join(pending.hidden)})" if pending.hidden else ""
+    return f"Tool: {pending.tool_name}\nInput{hidden}: {text}"
 
 
 class _Refused(Exception):

@@ -198,12 +198,6 @@ async def test_rollback_while_a_call_waits_for_approval_rolls_back(
     assert (await journal.verify(command[2])).ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the elicitation that asks the client's user to approve an IRREVERSIBLE call does "
-    "not show the call's arguments (to whom, what): the answer is journaled as the approver's "
-    "signed decision on an input they were never shown",
-)
 async def test_an_elicited_approval_shows_the_input_it_approves(
     mcp_stack: McpStack, journal: JournalStore
 ) -> None:
