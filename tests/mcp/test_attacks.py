@@ -17,7 +17,6 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp.client import ClientRequestContext
-from mcp.shared.exceptions import MCPError
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
@@ -26,7 +25,6 @@ from temporalio.client import Client as TemporalClient
 from sagacity.mcp.policy import PolicyError, parse_policy
 from sagacity.mcp.session import McpEnd
 from sagacity.store import JournalStore
-from sagacity.temporal.codec import new_codec_key
 from tests.mcp.attack_fixtures import (
     gateway_policy,
     raw_stdio,
@@ -46,7 +44,6 @@ from tests.mcp.gateway_fixtures import (
 )
 from tests.mcp.ticket_server import read_state
 from tests.temporal.conftest import journal, phases, pool
-from tests.temporal.test_crash import WorkerProcess
 
 __all__ = ["journal", "mcp_stack", "pool"]
 
@@ -318,50 +315,30 @@ async def test_a_bad_call_is_refused_and_the_next_call_runs(
 # -- secrets in Temporal history -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a gateway started as the README shows it, from a folder without the dev stack's "
-    "codec keys, sends each call's arguments to Temporal in plain text and the workers (which "
-    "encrypt) run them silently: the secret sits in history; the client gets 'Internal server "
-    "error' (the encrypted result is unreadable) though the call ran",
-)
-async def test_a_gateway_without_the_codec_keys_puts_no_secret_in_history(
-    mcp_stack: McpStack,
-    temporal_client: TemporalClient,
-    database_url: str,
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_gateway_without_the_codec_keys_refuses_to_start(
+    mcp_stack: McpStack, temporal_client: TemporalClient, tmp_path: Any
 ) -> None:
+    """Started by an MCP client in a folder without the dev stack's codec keys, the gateway
+    would put each call's arguments in clear into Temporal's history: it refuses, saying where
+    keys are looked for and how to opt out, and nothing reaches Temporal."""
     queue = f"mcp-codec-{uuid.uuid4().hex[:6]}"
-    worker = WorkerProcess(
-        mcp_stack.endpoints,
-        database_url,
-        queue,
-        mcp_stack.folder / "codec-worker.log",
-        apps=("sagacity.mcp.app",),
+    env = mcp_stack.env(SAGACITY_TASK_QUEUE=queue)
+    for name in ("SAGACITY_CODEC_KEYS", "SAGACITY_CODEC_KEYS_FILE"):
+        env.pop(name, None)
+    policy = mcp_stack.write_policy("codec")
+    done = subprocess.run(
+        [SAGACITY, "mcp", "--policy", str(policy)],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
     )
-    worker.env["SAGACITY_MCP_POLICY"] = str(mcp_stack.policy)
-    # the workers encrypt, as the dev stack's do
-    worker.env.pop("SAGACITY_CODEC_KEYS_FILE", None)
-    worker.env["SAGACITY_CODEC_KEYS"] = new_codec_key("adv")
-    await worker.start()
-    # the gateway, started by an MCP client in its own folder, finds no keys
-    monkeypatch.delenv("SAGACITY_CODEC_KEYS_FILE", raising=False)
-    monkeypatch.delenv("SAGACITY_CODEC_KEYS", raising=False)
-    secret = f"hunter2-{uuid.uuid4().hex[:8]}"
-    try:
-        policy = mcp_stack.write_policy("codec")
-        async with stdio_gateway(mcp_stack, policy, SAGACITY_TASK_QUEUE=queue) as client:
-            try:
-                made = text_of(await client.call_tool("create_ticket", {"title": secret}))
-            except MCPError as exc:  # today: "Internal server error" (the result is unreadable)
-                made = str(exc)
-    finally:
-        worker.stop()
-    [saga_id] = [w.id async for w in temporal_client.list_workflows(f"TaskQueue = '{queue}'")]
-    history = await temporal_client.get_workflow_handle(saga_id).fetch_history()
-    assert secret.encode() not in b"".join(e.SerializeToString() for e in history.events), (
-        f"the client was told {made!r}; the secret is in {saga_id}'s history in plain text"
-    )
+    said = done.stderr.decode()
+    assert done.returncode == 2 and "Traceback" not in said, said
+    assert str(tmp_path / ".sagacity" / "codec-keys") in said, said
+    assert "SAGACITY_ALLOW_CLEAR_PAYLOADS" in said, said
+    assert [w.id async for w in temporal_client.list_workflows(f"TaskQueue = '{queue}'")] == []
 
 
 # -- operators -----------------------------------------------------------------------------------
