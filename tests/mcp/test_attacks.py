@@ -288,7 +288,7 @@ async def test_a_bad_call_is_refused_and_the_next_call_runs(
         mcp_stack,
         policy,
         [bad, tool_call(3, "create_ticket", {"title": title}), tool_call(4, "rollback", {})],
-        timeout=15,  # the good calls take a few seconds; an unanswered one waits it out
+        timeout=8,  # the good calls take a few seconds; an unanswered one waits it out
     )
     refused, after, rolled, unread = answers
     assert "result" in after and not after["result"].get("isError"), json.dumps(after)[:500]
