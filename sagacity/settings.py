@@ -65,6 +65,11 @@ class Settings(BaseSettings):
         default=False,
         description="let a production worker start although its role can rewrite the journal",
     )
+    allow_clear_payloads: bool = Field(
+        default=False,
+        description="let `sagacity mcp` start without codec keys, its calls' arguments and "
+        "results going to Temporal's history in clear (never in production)",
+    )
     temporal_address: str | None = Field(
         default=None,
         validation_alias=AliasChoices("SAGACITY_TEMPORAL_ADDRESS", "TEMPORAL_ADDRESS"),

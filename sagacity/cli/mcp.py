@@ -10,13 +10,16 @@ import sys
 from collections.abc import Awaitable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from sagacity.cli._common import fail, settings_or_exit
 from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
+
+if TYPE_CHECKING:
+    from sagacity.settings import Settings
 
 __all__ = ["mcp"]
 
@@ -192,9 +195,11 @@ async def _gateway(
     from sagacity.cli._common import decision_keys_or_exit
     from sagacity.mcp.gateway import Elicitation, Gateway
     from sagacity.mcp.policy import check_against
+    from sagacity.temporal.models import SagaOptions
     from sagacity.worker import connect_client
 
     settings = settings_or_exit()
+    _refuse_clear_payloads(settings)
     try:
         client = await connect_client(settings)
     except SagacityError:
@@ -221,6 +226,8 @@ async def _gateway(
         settings.task_queue,
         accept_timeout_s=accept_timeout,
         elicitation=elicitation,
+        # as `sagacity saga start`: an IRREVERSIBLE call waits the configured deadline
+        options=SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds()),
     )
     log.info(
         "gateway for %s ready (%s): %d tools, task queue %s",
@@ -236,6 +243,33 @@ async def _gateway(
             await _serve(gateway.server(), transport, host, port)
     finally:
         await gateway.close()
+
+
+def _refuse_clear_payloads(settings: Settings) -> None:
+    """Without codec keys, each call's arguments would reach Temporal's history in clear (and
+    workers that encrypt could not be read): the gateway refuses, unless told that is meant."""
+    from sagacity.settings import dev_codec_keys
+
+    if settings.payload_codec() is not None:
+        return
+    where = (
+        "SAGACITY_CODEC_KEYS, SAGACITY_CODEC_KEYS_FILE, or the dev stack's "
+        f"{dev_codec_keys(settings.data_dir.resolve())} (written by `sagacity dev` in the "
+        "folder it ran in; start the gateway there, or export the SAGACITY_CODEC_KEYS_FILE "
+        "`sagacity dev` prints)"
+    )
+    if settings.production or not settings.allow_clear_payloads:
+        raise fail(
+            "refusing to start: no codec keys, so each call's arguments and results would "
+            f"reach Temporal's history in clear. Keys are looked for in {where}."
+            + (
+                ""
+                if settings.production
+                else " To send payloads in clear on purpose, set SAGACITY_ALLOW_CLEAR_PAYLOADS=1."
+            ),
+            2,
+        )
+    log.warning("PAYLOADS IN CLEAR (SAGACITY_ALLOW_CLEAR_PAYLOADS): no codec keys in %s", where)
 
 
 async def _observe(

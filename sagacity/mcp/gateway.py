@@ -35,6 +35,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import jsonschema.exceptions
+import jsonschema.validators
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
@@ -230,24 +232,32 @@ class SagaSession:
                 finally:
                     watch.cancel()
                 self._in_flight = False
-                return call_result(result)
+                return self.gateway.answer(tool, call_result(result))
 
     async def finish(self, how: str) -> types.CallToolResult:
         """``commit`` or ``rollback`` the current saga; what became of it, in words."""
+        if how == "rollback" and self._in_flight and self.handle is not None:
+            # not behind the call in flight: it may wait for a human, and the rollback ends it
+            return await self._finish(how)
         async with self._lock:
-            if self.handle is None:
-                if self.closed is not None:
-                    return _text(self.closed)
-                return _text(
-                    f"nothing to {how}: no call was made since the last saga ended", error=False
-                )
-            try:
-                end = McpEnd.model_validate(await self._update(self.handle, how, None))
-            except _Refused as exc:
-                return _text(str(exc))
-            self._ended(end.message)
-            failed = end.state not in (SagaState.COMPLETED, SagaState.COMPENSATED)
-            return _text(end.message, error=failed)
+            return await self._finish(how)
+
+    async def _finish(self, how: str) -> types.CallToolResult:
+        """The rollback or commit update, without the lock."""
+        if self.handle is None:
+            if self.closed is not None:
+                return _text(self.closed)
+            return _text(
+                f"nothing to {how}: no call was made since the last saga ended", error=False
+            )
+        try:
+            end = McpEnd.model_validate(await self._update(self.handle, how, None))
+        except _Refused as exc:
+            return _text(str(exc))
+        self._ended(end.message)
+        # a rollback that aborted a call at its approval gate ends ABORTED, as asked
+        failed = end.state not in (SagaState.COMPLETED, SagaState.COMPENSATED, SagaState.ABORTED)
+        return _text(end.message, error=failed)
 
     async def _update(
         self, handle: WorkflowHandle[Any, McpEnd], name: str, arg: McpCall | None
@@ -350,7 +360,8 @@ class SagaSession:
         assert elicitation is not None
         try:
             answer = await ctx.session.elicit_form(
-                f"{message}\nYour answer is journaled as {elicitation.approver}'s decision.",
+                f"{message}\n{_approved_input(pending)}\n"
+                f"Your answer is journaled as {elicitation.approver}'s decision.",
                 _DECISION_FORM,
                 related_request_id=ctx.request_id,
             )
@@ -390,6 +401,23 @@ class SagaSession:
                 await handle.signal("end", reason)
         except RPCError as err:
             log.warning("session %s: could not end %s: %s", self.id, handle.id, err)
+
+
+#: how much of a call's input an elicitation shows (the CLI and console show all of it)
+_INPUT_CHARS = 4000
+
+
+def _approved_input(pending: PendingApproval) -> str:
+    """What the approver decides on: the tool and its input, as the approval request stores it
+    (the worker's redaction rules applied)."""
+    text = pending.input_json
+    if len(text) > _INPUT_CHARS:
+        text = (
+            f"{text[:_INPUT_CHARS]}… ({len(pending.input_json)} characters: see them all with "
+            "sagacity approvals show)"
+        )
+    hidden = f" (hidden by redaction: {', '.join(pending.hidden)})" if pending.hidden else ""
+    return f"Tool: {pending.tool_name}\nInput{hidden}: {text}"
 
 
 class _Refused(Exception):
@@ -435,6 +463,7 @@ class Gateway:
             ),
         ]
         self._offered = {tool.name for tool in self.tools}
+        self._schemas = {t.name: t.output_schema for t in self.tools if t.output_schema}
         self.sessions: dict[str, SagaSession] = {}
 
     def session_for(self, ctx: ServerRequestContext[Any]) -> SagaSession:
@@ -447,6 +476,26 @@ class Gateway:
         if session is None:
             session = self.sessions[key] = SagaSession(self)
         return session
+
+    def answer(self, tool: str, result: types.CallToolResult) -> types.CallToolResult:
+        """``result``, or an error result saying why it no longer fits the tool's output
+        schema (a result cut to fit Temporal can break it): a client that validates output
+        would otherwise fail on it with an exception."""
+        schema = self._schemas.get(tool)
+        if schema is None or result.structured_content is None:
+            return result
+        error = jsonschema.exceptions.best_match(
+            jsonschema.validators.validator_for(schema)(schema).iter_errors(
+                result.structured_content
+            )
+        )
+        if error is None:
+            return result
+        said = "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+        return _text(
+            f"{tool} ran, but its result, cut to fit Sagacity's journal, no longer fits the "
+            f"tool's output schema ({error.message[:300]}); the result as journaled:\n{said}"
+        )
 
     def server(self) -> Server[Any]:
         async def list_tools(

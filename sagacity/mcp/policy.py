@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from mcp.types import Tool
@@ -42,6 +42,23 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 #: a server name goes into workflow ids and logs: plain characters only
 _SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+#: NUL and other control characters: never part of a name, a command or an env value
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+#: the bounds of the policy's durations (seconds); docs/mcp.md states them
+TIMEOUT_MAX_S = 3600.0
+LEASE_MIN_S = 1.0
+LEASE_MAX_S = 86400.0
+#: a yes/no that is written true or false (never 'yes', never 1)
+StrictBool = Annotated[bool, Field(strict=True)]
+#: a plain text value with no control characters
+_Text = Annotated[str, Field(strict=True, pattern=r"^[^\x00-\x08\x0b-\x1f\x7f]*$")]
+
+
+def _duration(
+    *, default: float, ge: float | None = None, gt: float | None = None, le: float
+) -> Any:
+    """A number of seconds, written as a number (never a string or a bool), finite, bounded."""
+    return Field(default=default, strict=True, ge=ge, gt=gt, le=le, allow_inf_nan=False)
 
 
 class ServerSpec(BaseModel):
@@ -51,16 +68,16 @@ class ServerSpec(BaseModel):
 
     name: str = Field(pattern=_SERVER_NAME)
     #: a stdio upstream: the command and its arguments, started by whoever connects
-    command: list[str] | None = Field(default=None, min_length=1)
+    command: list[_Text] | None = Field(default=None, min_length=1)
     #: a streamable HTTP upstream
     url: str | None = Field(default=None, pattern=r"^https?://")
     #: extra environment of a stdio upstream
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[_Text, _Text] = Field(default_factory=dict)
     #: working directory of a stdio upstream; relative to the policy file's folder, which is
     #: also the default
     cwd: str | None = None
     #: one upstream call's timeout, in seconds
-    timeout_s: float = Field(default=30, gt=0)
+    timeout_s: float = _duration(default=30, gt=0, le=TIMEOUT_MAX_S)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerSpec:
@@ -84,9 +101,9 @@ class SessionSpec(BaseModel):
     #: what a saga still open when its session ends or is lost does
     on_end: Literal["compensate", "commit"] = "compensate"
     #: no word from the gateway for this long (seconds) = the session is lost
-    lease_s: float = Field(default=60, gt=0)
-    commit_tool: str = Field(default="commit", min_length=1)
-    rollback_tool: str = Field(default="rollback", min_length=1)
+    lease_s: float = _duration(default=60, ge=LEASE_MIN_S, le=LEASE_MAX_S)
+    commit_tool: _Text = Field(default="commit", min_length=1)
+    rollback_tool: _Text = Field(default="rollback", min_length=1)
 
     @model_validator(mode="after")
     def _distinct(self) -> SessionSpec:
@@ -101,7 +118,7 @@ class Compensation(BaseModel):
     model_config = _STRICT
 
     #: the upstream tool to call (it need not be named in ``tools``: the worker calls it)
-    tool: str | None = Field(default=None, min_length=1)
+    tool: _Text | None = Field(default=None, min_length=1)
     #: its arguments, each ``input.<path>`` or ``result.<path>`` of the call it undoes
     arguments: dict[str, str] = Field(default_factory=dict)
     #: literal arguments
@@ -146,12 +163,12 @@ class ToolPolicy(BaseModel):
     #: REVERSIBLE | COMPENSATABLE | IRREVERSIBLE, as ``@compensable``; not with read_only
     reversibility: Reversibility | None = None
     #: the tool has no effect: nothing to undo (each call is journaled all the same)
-    read_only: bool = False
+    read_only: StrictBool = False
     #: a repeat is harmless, so a call may be retried (default: read_only)
-    idempotent: bool | None = None
+    idempotent: StrictBool | None = None
     compensation: Compensation | None = None
     #: an ``isError`` result may still have had an effect (default: it had none)
-    error_may_have_effect: bool = False
+    error_may_have_effect: StrictBool = False
 
     @model_validator(mode="after")
     def _undo_fits(self) -> ToolPolicy:
@@ -190,11 +207,11 @@ class Policy(BaseModel):
 
     version: Literal[1]
     #: observe mode writes false; a policy must be reviewed before it is used
-    reviewed: bool
+    reviewed: StrictBool
     server: ServerSpec
     session: SessionSpec = Field(default_factory=SessionSpec)
     #: the saga tools; an upstream tool not named here is refused
-    tools: dict[str, ToolPolicy] = Field(min_length=1)
+    tools: dict[_Text, ToolPolicy] = Field(min_length=1)
     _source: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -237,6 +254,7 @@ def parse_policy(text: str, *, source: Path | None = None) -> Policy:
     if "\x00" in text:
         raise PolicyError(f"{where}: the file holds NUL bytes; a policy is YAML text")
     try:
+        _refuse_anchors(where, text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -264,6 +282,27 @@ def parse_policy(text: str, *, source: Path | None = None) -> Policy:
         )
     policy._source = source
     return policy
+
+
+def _refuse_anchors(where: str, text: str) -> None:
+    """A policy needs no anchors, aliases or merge keys, and aliases nested in aliases expand
+    exponentially (the "billion laughs"): refuse them before anything expands them."""
+    try:
+        events = list(yaml.parse(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return  # composing the text reports it, with its line
+    for event in events:
+        line = f" (line {event.start_mark.line + 1})"
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise PolicyError(
+                f"{where}{line}: YAML anchors and aliases (&name, *name) are not allowed in a "
+                "policy; write each value out"
+            )
+        if isinstance(event, yaml.ScalarEvent) and event.value == "<<" and event.implicit[0]:
+            raise PolicyError(
+                f"{where}{line}: YAML merge keys (<<) are not allowed in a policy; write each "
+                "key out"
+            )
 
 
 def _refuse_duplicate_keys(where: str, node: yaml.Node) -> None:

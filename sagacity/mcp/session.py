@@ -53,6 +53,8 @@ __all__ = [
 MCP_SESSION_WORKFLOW = "sagacity.McpSession"
 #: sessions from before this marker wait out their approval deadline when lost at a gate
 LEASE_AT_GATE_PATCH = "sagacity-mcp-lease-at-gate"
+#: a `rollback` while a call waits for approval aborts the saga (before: it waited for a human)
+ROLLBACK_AT_GATE_PATCH = "sagacity-mcp-rollback-at-gate"
 
 Boundary = Literal["session", "explicit"]
 OnEnd = Literal["compensate", "commit"]
@@ -319,6 +321,15 @@ class McpSessionWorkflow:
         self._last_word = workflow.now()
         if self._end is None:
             self._end = (how, why)
+        if how == "compensate":
+            # a call waiting for approval would hold the rollback up until a human decides:
+            # abort the saga, which rejects that call at its gate and compensates
+            saga = self._saga
+            await workflow.wait_condition(
+                lambda: self._result is not None or saga.state is SagaState.AWAITING_APPROVAL
+            )
+            if self._result is None and workflow.patched(ROLLBACK_AT_GATE_PATCH):
+                saga.abort(why, by="sagacity-mcp")
         await workflow.wait_condition(lambda: self._result is not None)
         assert self._result is not None
         return self._ended(self._result)

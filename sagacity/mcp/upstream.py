@@ -22,6 +22,8 @@ rules for the tool decide.
 from __future__ import annotations
 
 import asyncio
+import copy
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -73,7 +75,9 @@ def journaled(result: CallToolResult) -> dict[str, Any]:
     cannot reach. :func:`call_result` puts it back.
 
     A result over :data:`RESULT_CHARS` keeps what fits: its largest parts are replaced, one by
-    one, with a text block saying what was left out (``structuredContent`` last).
+    one, with a text block saying what was left out; then the longest strings of
+    ``structuredContent``, each with a note of its length and sha256; ``structuredContent``
+    as a whole last.
     """
     structured = result.structured_content
     blocks = [
@@ -105,9 +109,52 @@ def _bounded(data: dict[str, Any]) -> dict[str, Any]:
         size -= sizes[index] - _chars(content[index])
     data = {**data, "content": content}
     if size > RESULT_CHARS and "structuredContent" in data:
+        # its long strings cut, the structured content keeps its shape: result.id still
+        # resolves for a compensation, and the value still fits a schema's string type
+        data["structuredContent"] = _pruned(data["structuredContent"], size - RESULT_CHARS)
+        size = _chars(data)
+    if size > RESULT_CHARS and "structuredContent" in data:
         left_out = _left_out("the structured content", _chars(data.pop("structuredContent")))
         data["content"] = [*content, left_out]
     return data
+
+
+#: a string this long or shorter is never cut from structured content
+_KEEP_CHARS = 256
+
+
+def _pruned(value: Any, excess: int) -> Any:
+    """``value`` with its longest strings (longest first) replaced by a note of their length
+    and sha256, until ``excess`` characters are gone or no string over :data:`_KEEP_CHARS` is
+    left."""
+    strings: list[tuple[int, tuple[Any, ...]]] = []
+
+    def walk(node: Any, at: tuple[Any, ...]) -> None:
+        if isinstance(node, str) and at and len(node) > _KEEP_CHARS:
+            strings.append((_chars(node), at))
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                walk(item, (*at, key))
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                walk(item, (*at, index))
+
+    walk(value, ())
+    pruned = copy.deepcopy(value)
+    for size, at in sorted(strings, key=lambda found: found[0], reverse=True):
+        if excess <= 0:
+            break
+        parent = pruned
+        for part in at[:-1]:
+            parent = parent[part]
+        text: str = parent[at[-1]]
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        parent[at[-1]] = (
+            f"[cut by Sagacity: a string of {len(text)} characters, sha256 {digest}; a "
+            f"journaled result is kept under {RESULT_CHARS} characters]"
+        )
+        excess -= size - _chars(parent[at[-1]])
+    return pruned
 
 
 def _left_out(what: str, size: int) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from mcp.types import CallToolResult, ImageContent, TextContent
 
 from sagacity.mcp.upstream import RESULT_CHARS, call_result, journaled
@@ -40,7 +42,16 @@ def test_a_result_over_the_limit_loses_its_largest_parts_first() -> None:
     assert data["content"][1]["text"].startswith("[left out by Sagacity: a text block of")
     assert data["structuredContent"] == {"id": "T-1"}  # it fitted once the text was gone
 
-    huge = CallToolResult(content=[], structured_content={"rows": [big]})
+    huge = CallToolResult(content=[], structured_content={"id": "T-2", "rows": [big]})
     data = journaled(huge)
+    # its long string is cut, with its length and digest; the rest (result.id) is kept
+    assert data["structuredContent"]["id"] == "T-2"
+    assert data["structuredContent"]["rows"][0].startswith(
+        f"[cut by Sagacity: a string of {RESULT_CHARS} characters, sha256 "
+        f"{hashlib.sha256(big.encode()).hexdigest()}"
+    )
+
+    many = CallToolResult(content=[], structured_content={"rows": ["y" * 100] * 10_000})
+    data = journaled(many)
     assert "structuredContent" not in data
     assert data["content"][0]["text"].startswith("[left out by Sagacity: the structured content")
