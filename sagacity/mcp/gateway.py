@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -53,7 +52,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals import ApprovalService
 from sagacity.errors import SagacityError
-from sagacity.mcp.policy import Policy, Seen, ServerSpec, skeleton
+from sagacity.mcp.policy import Policy, Seen, ServerSpec, result_data, skeleton
 from sagacity.mcp.session import (
     MCP_SESSION_WORKFLOW,
     McpCall,
@@ -498,25 +497,15 @@ class Gateway:
         )
 
     def server(self) -> Server[Any]:
-        async def list_tools(
-            ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-        ) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=self.tools)
-
-        async def call_tool(
-            ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-        ) -> types.CallToolResult:
-            return await self.call(ctx, params.name, params.arguments or {})
-
-        return Server(
+        return _server(
             f"sagacity-{self.policy.server.name}",
+            self.tools,
+            self.call,
             instructions=(
                 f"Tools of {self.policy.server.name}, each call a journaled step of a saga. "
                 f"Call {self.policy.session.commit_tool} to keep what the calls did, "
                 f"{self.policy.session.rollback_tool} to undo it."
             ),
-            on_list_tools=list_tools,
-            on_call_tool=call_tool,
         )
 
     async def call(
@@ -557,17 +546,34 @@ class Gateway:
         self.sessions.clear()
 
 
+def _server(
+    name: str,
+    tools: list[types.Tool],
+    call: Callable[
+        [ServerRequestContext[Any], str, dict[str, Any]], Awaitable[types.CallToolResult]
+    ],
+    *,
+    instructions: str | None = None,
+) -> Server[Any]:
+    """An MCP server that lists ``tools`` and hands each call to ``call``."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await call(ctx, params.name, params.arguments or {})
+
+    return Server(name, instructions=instructions, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
 def _result_keys(result: types.CallToolResult) -> set[str]:
-    if isinstance(result.structured_content, dict):
-        return set(result.structured_content)
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            with contextlib.suppress(ValueError):
-                data = json.loads(block.text)
-                if isinstance(data, dict):
-                    return set(data)
-            break
-    return set()
+    """The top-level keys of a result's data, read as a compensation mapping reads it."""
+    data = result_data(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return set(data) if isinstance(data, dict) else set()
 
 
 class Observer:
@@ -592,18 +598,10 @@ class Observer:
         self._changed = True
 
     def server(self) -> Server[Any]:
-        async def list_tools(
-            ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-        ) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=self.tools)
-
-        async def call_tool(
-            ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-        ) -> types.CallToolResult:
-            return await self.call(params.name, params.arguments or {})
-
-        return Server(
-            f"sagacity-observe-{self.spec.name}", on_list_tools=list_tools, on_call_tool=call_tool
+        return _server(
+            f"sagacity-observe-{self.spec.name}",
+            self.tools,
+            lambda ctx, name, arguments: self.call(name, arguments),
         )
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:

@@ -35,6 +35,7 @@ __all__ = [
     "load_policy",
     "parse_policy",
     "resolve_path",
+    "result_data",
     "skeleton",
 ]
 
@@ -376,7 +377,7 @@ def resolve_path(path: str, *, input: Mapping[str, Any], result: Any) -> Any:
     first text content block.
     """
     root, _, rest = path.partition(".")
-    value: Any = input if root == "input" else _result_data(result)
+    value: Any = input if root == "input" else result_data(result)
     walked = root
     for part in rest.split("."):
         if isinstance(value, Mapping) and part in value:
@@ -389,7 +390,9 @@ def resolve_path(path: str, *, input: Mapping[str, Any], result: Any) -> Any:
     return value
 
 
-def _result_data(result: Any) -> Any:
+def result_data(result: Any) -> Any:
+    """What ``result.<path>`` walks in a journaled result: its ``structuredContent``, else the
+    JSON of its first text block (the text itself when that is not JSON)."""
     if not isinstance(result, Mapping):
         return result
     if result.get("structuredContent") is not None:
