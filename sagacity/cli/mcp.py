@@ -19,6 +19,7 @@ from sagacity.cli._exit import hard_exit
 from sagacity.errors import SagacityError
 
 if TYPE_CHECKING:
+    from sagacity.evidence.decisions import Keyring, Signer
     from sagacity.settings import Settings
 
 __all__ = ["mcp"]
@@ -192,7 +193,6 @@ async def _gateway(
     elicit_as: str | None,
 ) -> None:
     from sagacity.approvals import ApprovalService
-    from sagacity.cli._common import decision_keys_or_exit
     from sagacity.mcp.gateway import Elicitation, Gateway
     from sagacity.mcp.policy import check_against
     from sagacity.temporal.models import SagaOptions
@@ -200,6 +200,8 @@ async def _gateway(
 
     settings = settings_or_exit()
     _refuse_clear_payloads(settings)
+    # checked before anything starts: a key the keyring refuses would lose every answer
+    asked = None if elicit_as is None else (elicit_as, *_elicitation_keys(settings, elicit_as))
     try:
         client = await connect_client(settings)
     except SagacityError:
@@ -213,12 +215,12 @@ async def _gateway(
     tools = await _upstream_tools(policy.server, policy.folder)
     check_against(policy, tools)
     elicitation = None
-    if elicit_as is not None:
-        signer, keyring = decision_keys_or_exit(settings.approver_key, settings)
+    if asked is not None:
+        approver, signer, keyring = asked
         service = ApprovalService(
             client, approvers=settings.approvers, signer=signer, keyring=keyring
         )
-        elicitation = Elicitation(service, elicit_as)
+        elicitation = Elicitation(service, approver)
     gateway = Gateway(
         policy,
         tools,
@@ -243,6 +245,26 @@ async def _gateway(
             await _serve(gateway.server(), transport, host, port)
     finally:
         await gateway.close()
+
+
+def _elicitation_keys(settings: Settings, approver: str) -> tuple[Signer | None, Keyring | None]:
+    """The key the client's decisions are signed with, and the keyring; exit 2 when the keyring
+    would refuse a decision signed as ``approver`` (every answer would be lost, the call left
+    waiting)."""
+    from sagacity.cli._common import decision_keys_or_exit
+    from sagacity.evidence.decisions import signer_refusal
+
+    signer, keyring = decision_keys_or_exit(settings.approver_key, settings)
+    why = signer_refusal(signer, keyring, approver)
+    if why is None:
+        return signer, keyring
+    entry = keyring.find(signer.key_id) if keyring is not None and signer is not None else None
+    may = f" (this key signs for {', '.join(entry.principals)})" if entry is not None else ""
+    raise fail(
+        f"--elicit-approvals-as {approver}: {why}, so every decision asked of the client would "
+        f"be refused. Name an identity the key signs for{may}, or set SAGACITY_APPROVER_KEY to "
+        f"a key the keyring ({settings.keyring}) trusts for {approver!r}."
+    )
 
 
 def _refuse_clear_payloads(settings: Settings) -> None:

@@ -51,7 +51,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals import ApprovalService
-from sagacity.errors import SagacityError
+from sagacity.errors import ApprovalConflict, ApprovalNotFound, SagacityError
 from sagacity.mcp.policy import Policy, Seen, ServerSpec, result_data, skeleton
 from sagacity.mcp.session import (
     MCP_SESSION_WORKFLOW,
@@ -379,8 +379,13 @@ class SagaSession:
             else:
                 reason = str(content.get("reason") or "declined in the MCP client")
                 await service.reject(handle.id, seq, approver=elicitation.approver, reason=reason)
-        except SagacityError as exc:  # decided another way meanwhile, or refused
-            log.warning("session %s: the client's decision was not taken: %s", self.id, exc)
+        except (ApprovalConflict, ApprovalNotFound) as exc:  # decided another way meanwhile
+            log.info("session %s: the client's decision came too late: %s", self.id, exc)
+        except SagacityError as exc:  # refused: the request still waits
+            said = f"your decision on request {seq} was not taken: {exc}"
+            log.warning("session %s: %s", self.id, said)
+            # told, so the client's user does not wait on an answer that was lost
+            await _notify(ctx, f"{said}. The call waits for a decision by another route.")
 
     async def close(self, reason: str) -> None:
         """The client's session closed cleanly: its open saga follows the policy's ``on_end``.

@@ -58,11 +58,16 @@ async def wait_for_phase(
 
 
 async def raw_stdio(
-    stack: McpStack, policy: Path, lines: list[bytes], timeout: float = 30
+    stack: McpStack,
+    policy: Path,
+    lines: list[bytes],
+    then: list[bytes] = [],  # noqa: B006 - read, never changed
+    timeout: float = 30,
 ) -> list[dict[str, Any]]:
     """Speak JSON-RPC to ``sagacity mcp`` over stdio byte for byte, as a prober would (no MCP
-    client to tidy the input): initialize, then ``lines`` (each one message, ids from 2); the
-    answers to the requests with an id, in order, once each has come or ``timeout`` passed."""
+    client to tidy the input): initialize, then ``lines`` at once, then each of ``then`` once
+    the request before it is answered (ids from 2, in that order); the answers to the requests
+    with an id, in order, once each has come or ``timeout`` passed."""
     log = (stack.folder / "prober.log").open("ab")
     proc = await asyncio.create_subprocess_exec(
         SAGACITY,
@@ -88,6 +93,9 @@ async def raw_stdio(
         },
     }
     stdin = proc.stdin
+    answers: dict[Any, dict[str, Any]] = {}
+    wanted: set[Any] = {2 + n for n in range(len(lines) + len(then))}
+    answered = {n: asyncio.Event() for n in wanted}
 
     async def send() -> None:
         # beside the reading: a gateway blocked on a full stdout must not block us in turn
@@ -96,10 +104,14 @@ async def raw_stdio(
         for line in lines:
             stdin.write(line.rstrip(b"\n") + b"\n")
             await stdin.drain()
+        for n, line in enumerate(then, start=len(lines) + 2):
+            # concurrent requests have no order in JSON-RPC: a rollback sent beside a call may
+            # be taken first
+            await answered[n - 1].wait()
+            stdin.write(line.rstrip(b"\n") + b"\n")
+            await stdin.drain()
 
     sending = asyncio.create_task(send())
-    answers: dict[Any, dict[str, Any]] = {}
-    wanted: set[Any] = {2 + n for n in range(len(lines))}
     try:
         async with asyncio.timeout(timeout):
             while not wanted <= answers.keys():
@@ -110,6 +122,8 @@ async def raw_stdio(
                     message = json.loads(raw)
                     if isinstance(message, dict) and "id" in message:
                         answers[message["id"]] = message
+                        if message["id"] in answered:
+                            answered[message["id"]].set()
     except TimeoutError:
         pass
     finally:

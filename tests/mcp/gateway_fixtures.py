@@ -30,6 +30,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from sagacity.devstack import Endpoints
+from sagacity.settings import Settings
 from tests.mcp.ticket_server import read_state
 from tests.temporal.test_crash import WorkerProcess
 
@@ -89,6 +90,9 @@ class McpStack:
     endpoints: Endpoints
     folder: Path
     worker: WorkerProcess
+    #: the session's decision keys, as ``sagacity dev`` makes them: a keyring trusting alice's
+    #: approver key, which ``sagacity`` processes of the stack sign with
+    keys: dict[str, str]
 
     def write_policy(self, name: str, **session: Any) -> Path:
         """A gateway's policy: the worker's tools, with these ``session`` settings."""
@@ -103,13 +107,17 @@ class McpStack:
             "TEMPORAL_ADDRESS": self.endpoints.temporal_address,
             "TEMPORAL_NAMESPACE": self.endpoints.temporal_namespace,
             "SAGACITY_TASK_QUEUE": self.task_queue,
+            **self.keys,
             **extra,
         }
 
 
 @pytest.fixture(scope="module")
 async def mcp_stack(
-    endpoints: Endpoints, database_url: str, tmp_path_factory: pytest.TempPathFactory
+    endpoints: Endpoints,
+    database_url: str,
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[McpStack]:
     folder = tmp_path_factory.mktemp("mcp-gateway")
     state = folder / "tickets.json"
@@ -119,10 +127,16 @@ async def mcp_stack(
     worker = WorkerProcess(
         endpoints, database_url, task_queue, folder / "worker.log", apps=("sagacity.mcp.app",)
     )
-    worker.env["SAGACITY_MCP_POLICY"] = str(policy)
+    # signed decisions required, as on the dev stack (its keys are not inherited: the database
+    # is named, and the repository's `.sagacity` is not this session's)
+    keys = {
+        "SAGACITY_KEYRING": str(settings.keyring),
+        "SAGACITY_APPROVER_KEY": str(settings.approver_key),
+    }
+    worker.env.update(SAGACITY_MCP_POLICY=str(policy), **keys)
     await worker.start()
     try:
-        yield McpStack(state, policy, task_queue, endpoints, folder, worker)
+        yield McpStack(state, policy, task_queue, endpoints, folder, worker, keys)
     finally:
         worker.stop()
 
@@ -140,17 +154,22 @@ class Heard:
         if message:
             self.messages.append(message)
 
-    async def approval_command(self, timeout: float = 60) -> list[str]:
-        """The ``sagacity approvals approve SAGA SEQ`` the gateway said to run, as argv."""
+    async def said(self, words: str, timeout: float = 60) -> str:
+        """The first message with ``words`` in it, once it has come."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             for message in self.messages:
-                if "sagacity approvals approve " in message:
-                    tail = message.split("sagacity approvals approve ", 1)[1].split()
-                    return ["approvals", "approve", tail[0], tail[1]]
+                if words in message:
+                    return message
             if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"no approval command was sent; heard {self.messages}")
+                raise TimeoutError(f"nothing said {words!r}; heard {self.messages}")
             await asyncio.sleep(0.1)
+
+    async def approval_command(self, timeout: float = 60) -> list[str]:
+        """The ``sagacity approvals approve SAGA SEQ`` the gateway said to run, as argv."""
+        message = await self.said("sagacity approvals approve ", timeout)
+        tail = message.split("sagacity approvals approve ", 1)[1].split()
+        return ["approvals", "approve", tail[0], tail[1]]
 
 
 @contextlib.asynccontextmanager

@@ -26,6 +26,7 @@ from sagacity.temporal.models import SagaState
 from sagacity.tools import Reversibility
 from tests.approvals.conftest import Cli, cli
 from tests.mcp.gateway_fixtures import (
+    SAGACITY,
     Heard,
     McpStack,
     calls,
@@ -294,12 +295,6 @@ async def test_over_http_each_handshake_session_gets_a_saga_of_its_own(
     assert tickets[undone.structured_content["id"]]["status"] == "closed"
 
 
-@pytest.mark.xfail(
-    reason="open defect: under the default configuration (embedded Postgres, no "
-    "SAGACITY_DATABASE_URL) the elicited decision never reaches the saga and the call times "
-    "out; passes against the machine's Postgres",
-    strict=False,
-)
 @pytest.mark.parametrize("approve", [True, False])
 async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_asks(
     mcp_stack: McpStack, journal: JournalStore, approve: bool
@@ -319,16 +314,16 @@ async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_as
         mcp_stack,
         policy,
         "--elicit-approvals-as",
-        "carol",
+        "alice",
         client_options={"mode": "legacy", "elicitation_callback": answer},
     ) as client:
         sent = await client.call_tool("send_email", {"to": "x@example.com", "body": body})
-    assert len(asked) == 1 and "carol" in asked[0] and "sagacity approvals approve" in asked[0]
+    assert len(asked) == 1 and "alice" in asked[0] and "sagacity approvals approve" in asked[0]
     saga_id = saga_named(asked[0])
     outbox = [m["body"] for m in read_state(mcp_stack.state)["outbox"]]
     rows = await journal.read(saga_id)
     decided = [r for r in rows if r.phase.value in ("APPROVED", "REJECTED")]
-    assert len(decided) == 1 and "carol" in decided[0].payload
+    assert len(decided) == 1 and "alice" in decided[0].payload
     if approve:
         assert not sent.is_error and outbox.count(body) == 1
         assert decided[0].phase.value == "APPROVED"
@@ -336,6 +331,72 @@ async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_as
         assert sent.is_error and "not today" in text_of(sent) and body not in outbox
         assert decided[0].phase.value == "REJECTED"
     assert (await journal.verify(saga_id)).ok
+
+
+async def test_a_gateway_whose_key_cannot_sign_for_the_elicited_approver_refuses_to_start(
+    mcp_stack: McpStack,
+) -> None:
+    """Every answer would be refused by the keyring and the call left waiting: said at once."""
+    policy = mcp_stack.write_policy("elicit-unsigned")
+    started = await asyncio.create_subprocess_exec(
+        SAGACITY,
+        "mcp",
+        "--policy",
+        str(policy),
+        "--elicit-approvals-as",
+        "carol",
+        env=mcp_stack.env(),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(started.communicate(), 60)
+    said = err.decode()
+    assert started.returncode == 2, said
+    assert "--elicit-approvals-as carol" in said and "may not sign for 'carol'" in said, said
+    assert "this key signs for alice" in said and "Traceback" not in said, said
+
+
+async def test_a_decision_the_gateway_cannot_take_is_told_and_another_route_decides(
+    mcp_stack: McpStack, journal: JournalStore, cli: Cli
+) -> None:
+    # the gateway's approvers policy lets only bob decide: alice's answer is refused there
+    policy = mcp_stack.write_policy("elicit-refused")
+    asked: list[str] = []
+
+    async def answer(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    heard = Heard()
+    async with stdio_gateway(
+        mcp_stack,
+        policy,
+        "--elicit-approvals-as",
+        "alice",
+        heard=heard,
+        client_options={"mode": "legacy", "elicitation_callback": answer},
+        SAGACITY_APPROVERS="send_email=bob",
+    ) as client:
+        sending = asyncio.create_task(
+            client.call_tool("send_email", {"to": "x@example.com", "body": "second route"})
+        )
+        refusal = await heard.said("was not taken")
+        assert not sending.done()
+        assert "'alice' may not decide 'send_email' calls" in refusal, refusal
+        assert "waits for a decision by another route" in refusal, refusal
+        approved = await cli(
+            *await heard.approval_command(), "--as", "alice", extra_env=mcp_stack.env()
+        )
+        assert approved.code == 0, approved.stderr
+        sent = await asyncio.wait_for(sending, 60)
+    assert len(asked) == 1 and not sent.is_error, text_of(sent)
+    assert [m["body"] for m in read_state(mcp_stack.state)["outbox"]].count("second route") == 1
+    rows = await journal.read(saga_named(asked[0]))
+    decided = [r for r in rows if r.phase.value in ("APPROVED", "REJECTED")]
+    assert [r.phase.value for r in decided] == ["APPROVED"]
 
 
 async def test_a_session_closed_without_commit_follows_on_end_commit(
