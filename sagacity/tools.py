@@ -553,10 +553,10 @@ def _register(tool: CompensableTool[..., Any]) -> RegisteredTool:
             "or declare reversibility=Reversibility.IRREVERSIBLE"
         )
     if compensation is not None:
-        _check_takes_context(tool.name, compensation, "compensation", "CompensationContext")
+        _check_takes_context(tool.name, compensation, "compensation", CompensationContext)
     probe = cast(Probe | None, tool.declared_probe)  # bound with the tool, when a method
     if probe is not None:
-        _check_takes_context(tool.name, probe, "probe", "ProbeContext")
+        _check_takes_context(tool.name, probe, "probe", ProbeContext)
     arguments = _arguments_model(tool)
     schema = arguments.model_json_schema()
     if tool.json_arguments is not None:
@@ -592,17 +592,33 @@ def _resolve_compensation(tool: CompensableTool[..., Any]) -> Compensation | Non
     return resolved
 
 
-def _check_takes_context(tool_name: str, fn: Callable[..., Any], role: str, context: str) -> None:
+def _check_takes_context(
+    tool_name: str, fn: Callable[..., Any], role: str, context: type[_JournaledCall]
+) -> None:
+    """Refuse, at registration, a compensation or probe that could not take its context: the
+    mistake would otherwise surface only when a saga compensates, after retries."""
+    name = getattr(fn, "__name__", repr(fn))
+    returns = "bool" if role == "probe" else "None"
+    params = "self, ctx" if inspect.ismethod(fn) else "ctx"
+    declare = f"declare it as def {name}({params}: {context.__name__}) -> {returns}"
     try:
-        inspect.signature(fn).bind(object())
+        bound = inspect.signature(fn).bind(object())
     except (TypeError, ValueError):  # ValueError: a method without even self
-        name = getattr(fn, "__name__", repr(fn))
-        returns = "bool" if role == "probe" else "None"
-        params = "self, ctx" if inspect.ismethod(fn) else "ctx"
         raise ToolDeclarationError(
-            f"{role} {name!r} of tool {tool_name!r} cannot take the context: "
-            f"declare it as def {name}({params}: {context}) -> {returns}"
+            f"{role} {name!r} of tool {tool_name!r} cannot take the context: {declare}"
         ) from None
+    (param,) = bound.arguments
+    try:
+        hint = inspect.signature(fn, eval_str=True).parameters[param].annotation
+    except (NameError, TypeError, SyntaxError):  # an annotation only a type checker resolves
+        return
+    if isinstance(hint, type) and not issubclass(context, hint):
+        # say `def undo(order_id: str)`: it would get the context, not the tool's arguments
+        raise ToolDeclarationError(
+            f"{role} {name!r} of tool {tool_name!r} takes {param}: {hint.__name__}, but is "
+            f"called with a {context.__name__} (the call's input and result are ctx.input and "
+            f"ctx.result): {declare}"
+        )
 
 
 def _arguments_model(tool: CompensableTool[..., Any]) -> type[BaseModel]:

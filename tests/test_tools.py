@@ -79,6 +79,30 @@ def test_compensation_that_cannot_take_the_context() -> None:
         ToolRegistry([hold])
 
 
+def test_a_compensation_declared_with_the_tool_s_arguments_is_refused_at_registration() -> None:
+    # the mistake a new user makes: the undo takes the tool's argument, not the context
+    async def delete_bucket(bucket_id: str) -> None: ...
+
+    @compensable(by=delete_bucket)
+    async def create_bucket(bucket_id: str) -> str:
+        return bucket_id
+
+    with pytest.raises(
+        ToolDeclarationError,
+        match=r"compensation 'delete_bucket' of tool 'create_bucket' takes bucket_id: str, but "
+        r"is called with a CompensationContext .*ctx.input and ctx.result.*: "
+        r"declare it as def delete_bucket\(ctx: CompensationContext\) -> None",
+    ):
+        ToolRegistry([create_bucket])
+
+    def relaxed(ctx: object, attempt: int = 1) -> None: ...
+
+    @compensable(by=relaxed)
+    def open_gate(gate: str) -> None: ...
+
+    assert ToolRegistry([open_gate]).get("open_gate").compensation is relaxed
+
+
 def test_duplicate_tool_names() -> None:
     @compensable(by=undo, name="book_room")
     def other(room: str) -> str:
