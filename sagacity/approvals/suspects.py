@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
-from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowFailureError
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.live import Live, live_status
@@ -26,7 +26,6 @@ from sagacity.errors import (
     DecisionUnsigned,
     InvalidInput,
     ResolverNotAllowed,
-    SagacityError,
     SagaNotFound,
     SagaUnavailable,
     SuspectConflict,
@@ -111,10 +110,9 @@ async def saga_view(
     live = await live_status(client, saga_id, rpc_timeout)
     status = _running(saga_id, live, closed_ok=True)
     if status is None:
-        outcome = None
-        if live.workflow_status == "completed":
-            outcome = await _ended_as(client, saga_id, rpc_timeout)
-        return SagaView(saga_id=saga_id, workflow_status=live.workflow_status, outcome=outcome)
+        return SagaView(
+            saga_id=saga_id, workflow_status=live.workflow_status, outcome=live.outcome
+        )
     suspect = None
     if status.suspect is not None:
         entry = None if journal is None else await journal.get(saga_id, status.suspect.call_seq)
@@ -136,20 +134,6 @@ async def saga_view(
         refused_decisions=status.refused_decisions,
         needs_attention=status.needs_attention,
     )
-
-
-async def _ended_as(client: Client, saga_id: str, rpc_timeout: timedelta) -> SagaState | None:
-    """The end state a completed saga's result names (a saga's, or an agent saga's ``saga``)."""
-    try:
-        handle = client.get_workflow_handle(saga_id, result_type=dict)
-        result: dict[str, Any] = await handle.result(rpc_timeout=rpc_timeout)
-    except (RPCError, WorkflowFailureError, RPCTimeoutOrCancelledError, SagacityError, ValueError):
-        return None  # not a saga's result, or unreadable here: the page says what Temporal says
-    found = result.get("status") or (result.get("saga") or {}).get("status")
-    try:
-        return SagaState(str(found))
-    except ValueError:
-        return None
 
 
 def check_resolution(resolver: str, happened: bool, result: Any) -> None:
@@ -290,7 +274,7 @@ def _running(saga_id: str, live: Live, *, closed_ok: bool = False) -> SagaStatus
     if live.workflow_status == "no_answer":
         raise SagaUnavailable(f"saga {saga_id!r} did not answer: {live.detail}")
     if live.status is None and not closed_ok:
-        raise SuspectConflict("not_waiting", f"saga {saga_id!r} has ended ({live.workflow_status})")
+        raise SuspectConflict("not_waiting", f"saga {saga_id!r} has ended ({live.ended})")
     return live.status
 
 

@@ -126,6 +126,9 @@ async def test_show_approve_and_reject_commands(
 
     again = await cli("approvals", "approve", first.saga_id, str(first.seq), "--as", "alice")
     assert again.code == 1 and "has ended (completed)" in again.stderr
+    # the saga's own end, not Temporal's ("completed" for every saga that returned)
+    late = await cli("approvals", "approve", second.saga_id, str(second.seq), "--as", "alice")
+    assert late.code == 1 and "has ended (compensated)" in late.stderr, late.stderr
     snap = await shop.snapshot()
     assert snap.outbox == 1 and snap.available == {**START, "p-1": START["p-1"] - 2}
 
