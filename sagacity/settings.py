@@ -444,6 +444,21 @@ def dev_codec_keys(data_dir: Path) -> Path:
     return data_dir / "codec-keys"
 
 
+def dev_env_file(data_dir: Path) -> Path:
+    """The ``export`` lines of the running ``sagacity dev``, ``<data_dir>/dev.env``, for a
+    terminal to ``source``; written while it runs."""
+    return data_dir.expanduser().resolve() / "dev.env"
+
+
+def dev_stack_hint(data_dir: Path) -> str:
+    """How to get the unset endpoint settings: source the running dev stack's exports, or
+    run it."""
+    exports = dev_env_file(data_dir)
+    if exports.is_file():
+        return f"(`sagacity dev` runs: `source {exports}`)"
+    return "(or run `sagacity dev`)"
+
+
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
     """A TOML file (``task_queue = "orders"``) or an ``.env`` file (``SAGACITY_TASK_QUEUE=orders``)."""
     if not path.is_file():

@@ -87,7 +87,7 @@ from sagacity.observability import (
     tracing,
 )
 from sagacity.observability.metrics import APPROVALS_WAITING
-from sagacity.settings import Settings
+from sagacity.settings import Settings, dev_stack_hint
 from sagacity.store import ApprovalStore, JournalStore, Pool, journal_rights, open_pool
 from sagacity.store.migrate import migrate as apply_migrations
 from sagacity.store.migrate import unapplied
@@ -245,7 +245,10 @@ def _entered(app: str, manager: Any) -> AbstractAsyncContextManager[Any]:
     return manager
 
 
-_NO_TEMPORAL = "no Temporal address: set TEMPORAL_ADDRESS (or run `sagacity dev`)"
+def _no_temporal(settings: Settings) -> SettingsError:
+    return SettingsError(
+        f"no Temporal address: set TEMPORAL_ADDRESS {dev_stack_hint(settings.data_dir)}"
+    )
 
 
 async def connect(
@@ -258,7 +261,7 @@ async def connect(
 ) -> Client:
     """A client of the configured Temporal frontend; :class:`SettingsError` when none is set."""
     if not settings.temporal_address:
-        raise SettingsError(_NO_TEMPORAL)
+        raise _no_temporal(settings)
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
@@ -326,7 +329,8 @@ def journal_database(settings: Settings) -> str:
     database_url = settings.database_url or running_dev_database(settings.data_dir)
     if not database_url:
         raise SettingsError(
-            "no journal database: set SAGACITY_DATABASE_URL (or run `sagacity dev`)"
+            "no journal database: set SAGACITY_DATABASE_URL "
+            f"{dev_stack_hint(settings.data_dir)}"
         )
     return database_url
 
@@ -494,7 +498,7 @@ async def _running(
             )
         )
         if sagacity.client is None:
-            raise SettingsError(_NO_TEMPORAL)
+            raise _no_temporal(settings)
         worker = Worker(
             sagacity.client,
             task_queue=settings.task_queue,

@@ -4,8 +4,10 @@ status despite the Temporal SDK's teardown hazard."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -284,6 +286,11 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
                 break
         exports = dict(re.findall(r"export (\w+)=(\S+)", "".join(printed)))
         assert "TEMPORAL_ADDRESS" in exports, "".join(printed)
+        # the same lines in a file to source, the stack's own (it names its keys)
+        env_file = private_data_dir / "dev.env"
+        assert f"`source {env_file}`" in "".join(printed)
+        assert dict(re.findall(r"export (\w+)=(\S+)", env_file.read_text())) == exports
+        assert env_file.stat().st_mode & 0o777 == 0o600
         url = exports["SAGACITY_DATABASE_URL"].strip("'")
         with psycopg.connect(url) as conn:
             # what other terminals get is the append-only login, on a migrated journal
@@ -324,6 +331,19 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
             )
             assert journal.returncode == 1, journal.stdout + journal.stderr
             assert "SAGACITY_DATABASE_URL" not in journal.stderr, journal.stderr
+            # a command that needs Temporal says to source the file; sourced, it runs
+            listed = [_sagacity_exe(), "approvals", "list", "--json"]
+            bare = subprocess.run(listed, env=env, capture_output=True, text=True, timeout=60)
+            assert bare.returncode == 2 and f"source {env_file}" in bare.stderr, bare.stderr
+            sourced = subprocess.run(
+                ["bash", "-c", f"source {shlex.quote(str(env_file))} && {shlex.join(listed)}"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert sourced.returncode == 0, sourced.stderr
+            assert json.loads(sourced.stdout)["total"] == 0
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -332,6 +352,7 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
             proc.communicate()
     assert proc.returncode == 0, err
     assert (private_data_dir / "temporal.db").exists()
+    assert not env_file.exists()  # gone with the stack
 
 
 # -- exit status ---------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from sagacity.errors import InvalidInput, SagacityError, SettingsError
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import ANY_PRINCIPAL, Keyring, Signer
 from sagacity.evidence.keys import verifying_key
-from sagacity.settings import Settings, load_settings
+from sagacity.settings import Settings, dev_stack_hint, load_settings
 
 T = TypeVar("T")
 
@@ -104,7 +104,7 @@ def service_settings_or_exit() -> Settings:
         if not value
     ]
     if missing:
-        raise fail(f"set {' and '.join(missing)} (or run `sagacity dev`)")
+        raise fail(f"set {' and '.join(missing)} {dev_stack_hint(settings.data_dir)}")
     return settings
 
 

@@ -5,12 +5,14 @@ Starts a file-backed Temporal dev server and the embedded Postgres under the dat
 its owner (migrations, the append-only ``sagacity_app`` role) and the anchors (a signing key and a
 checkpoint folder under ``<data_dir>/anchors``, created once) and the payload codec's keys
 (``<data_dir>/codec-keys``, created once), prints the ``export`` lines another
-terminal needs, and stops both cleanly on Ctrl-C or SIGTERM.
+terminal needs (and keeps them in ``<data_dir>/dev.env`` while it runs, to ``source``), and
+stops both cleanly on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import signal
 from pathlib import Path
@@ -21,7 +23,7 @@ import typer
 from sagacity.cli._exit import hard_exit
 from sagacity.devstack import DevSetup, DevStack, Endpoints, tcp_port_free
 from sagacity.errors import DevStackError, SagacityError, SettingsError
-from sagacity.settings import load_settings
+from sagacity.settings import dev_env_file, load_settings
 
 __all__ = ["dev"]
 
@@ -76,6 +78,13 @@ def _say_anchors(setup: DevSetup) -> None:
         )
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner only (it names the stack's keys)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
 async def _run(stack: DevStack) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -98,8 +107,13 @@ async def _run(stack: DevStack) -> None:
                     err=True,
                 )
             _say_anchors(setup)
-        typer.echo("Sagacity dev stack is running. In another terminal:\n")
-        for line in _exports(endpoints, setup):
+        exports = _exports(endpoints, setup)
+        env_file = dev_env_file(stack.data_dir)
+        _write_private(env_file, "".join(f"{line}\n" for line in exports))
+        typer.echo(
+            f"Sagacity dev stack is running. In another terminal, `source {env_file}`, or:\n"
+        )
+        for line in exports:
             typer.echo(f"  {line}")
         logs = [p for p in (stack.temporal_log, stack.postgres_log) if p is not None]
         typer.echo(f"\nLogs: {', '.join(str(p) for p in logs)}")
@@ -107,6 +121,8 @@ async def _run(stack: DevStack) -> None:
         await stop.wait()
         typer.echo("\nstopping...", err=True)
     finally:
+        # gone with the stack: a stale file would send the next terminal to a dead server
+        dev_env_file(stack.data_dir).unlink(missing_ok=True)
         await stack.stop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)

@@ -448,7 +448,8 @@ async def _task_failure(
             )
         return WorkflowTaskFailing(
             f"the workflow task of saga {handle.id} ({kind}) is failing: {message} "
-            "(the worker retries it; fix the input or the code, or terminate the workflow)"
+            "(the worker retries it: fix the code and restart the worker, or end it with "
+            f"`temporal workflow terminate --workflow-id {handle.id}` and start it again)"
         )
     return None
 

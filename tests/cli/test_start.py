@@ -128,6 +128,7 @@ async def test_a_saga_that_cannot_move_on_says_why_and_exits_3(
     )  # fmt: skip
     assert bad.code == 3, (bad.code, bad.stderr)
     assert "is failing:" in bad.stderr and "quantity" in bad.stderr
+    assert "`temporal workflow terminate --workflow-id " in bad.stderr  # no saga to abort yet
     assert "Traceback" not in bad.stderr
     assert unknown.code == 3, (unknown.code, unknown.stderr)
     assert "registers workflow type 'travel.BookTrip'" in unknown.stderr
