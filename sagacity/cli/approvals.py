@@ -161,9 +161,12 @@ def list_command(
     if not inbox.requests:
         typer.echo("no approvals pending" if not inbox.total else "no more on this page")
         return
-    table = Table(
-        "saga", "seq", "tool", "input", "input hash", "requested (UTC)", "deadline (UTC)", "status"
-    )
+    table = Table()
+    # ids fold rather than end in "…": they are what the next command is given
+    for name in ("saga", "seq", "tool", "input"):
+        table.add_column(name, overflow="fold")
+    for name in ("input hash", "requested (UTC)", "deadline (UTC)", "status"):
+        table.add_column(name)
     for r in inbox.requests:
         table.add_row(
             r.saga_id,
@@ -175,7 +178,8 @@ def list_command(
             "-" if r.deadline is None else f"{r.deadline:%Y-%m-%d %H:%M:%S}",
             _flags(r),
         )
-    Console().print(table)
+    # a pipe gets 80 columns by default: too few for the ids
+    Console(width=max(Console().width, 160)).print(table)
     tools = ", ".join(f"{name} {n}" for name, n in sorted(inbox.by_tool.items()))
     typer.echo(f"{len(inbox.requests)} shown of {inbox.total} pending ({tools})")
     if inbox.next is not None:

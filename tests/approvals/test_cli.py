@@ -52,7 +52,7 @@ async def test_list_shows_the_waiting_call_and_a_temporal_signal_approves_it(
     assert item["waiting"] is True and item["intact"] is True
     assert item["saga_state"] == "awaiting_approval"
 
-    table = await cli("approvals", "list")
+    table = await cli("approvals", "list", extra_env={"COLUMNS": "80"})  # a pipe's width
     assert table.code == 0, table.stderr
     line = next(row for row in table.stdout.splitlines() if waiting.saga_id in row)
     assert "send_confirmation" in line and order_id in line and item["input_hash"][:12] in line
