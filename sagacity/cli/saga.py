@@ -645,9 +645,32 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
         async with _client(_settings()) as client:
             handle = client.get_workflow_handle(saga)
             found = await (_settle(client, handle) if wait else _status(client, handle))
-            return _report(found, as_json=as_json)
+            code = _report(found, as_json=as_json)
+            if isinstance(found, SagaStatus) and not as_json:
+                for line in await _retrying(client, handle):
+                    typer.echo(line)
+            return code
 
     _run(work())
+
+
+async def _retrying(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """A line for each of the saga's activities that failed and is retried, with its last error:
+    a compensation failing for minutes otherwise shows only as ``compensating``."""
+    described = await handle.describe()
+    lines = []
+    for pending in described.raw_description.pending_activities:
+        if pending.attempt <= 1 or not pending.HasField("last_failure"):
+            continue
+        failure = await client.data_converter.decode_failure(pending.last_failure)
+        error = _causes(failure)
+        if isinstance(failure, ApplicationError) and failure.type:
+            error = f"{failure.type}: {error}"
+        lines.append(
+            f"  retrying: {pending.activity_type.name} (activity {pending.activity_id}), "
+            f"attempt {pending.attempt}; last error: {error}"
+        )
+    return lines
 
 
 @app.command("abort")

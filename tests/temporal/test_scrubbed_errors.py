@@ -4,6 +4,7 @@ request's credentials in the message leaves none of them in the journal, the sag
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -24,9 +25,12 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.workflow import STEPS_WORKFLOW
+from tests.approvals.conftest import Cli, cli
 from tests.temporal import sample_tools
 from tests.temporal.history import decrypted
 from workflows.order.shop import Shop
+
+__all__ = ["cli"]
 
 
 def leaks(text: str) -> list[str]:
@@ -132,3 +136,36 @@ async def test_a_retried_idempotent_call_leaves_no_secret_in_history(
     assert "api_key=[redacted]" in history and leaks(history) == []
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert leaks(logged) == []
+
+
+async def test_status_shows_a_compensation_being_retried_and_its_scrubbed_error(
+    temporal_client: Client, worker: Worker, cli: Cli
+) -> None:
+    """A compensation that keeps failing shows in ``saga status`` while it is retried, with its
+    last error (scrubbed as everywhere), not only as ``compensating``."""
+    sid = f"retried-{uuid.uuid4().hex[:8]}"
+    handle = await temporal_client.start_workflow(
+        STEPS_WORKFLOW,
+        SagaSpec(
+            steps=[Step(tool="leak", args={"fail": False}), Step(tool="leak", args={"fail": True})],
+            options=SagaOptions(compensation_attempts=100, compensation_backoff_s=0.2),
+        ),
+        id=sid,
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+    try:
+        said = ""
+        for _ in range(100):
+            shown = await cli("saga", "status", sid)
+            said = shown.stdout
+            if "retrying:" in said:
+                break
+            await asyncio.sleep(0.2)
+        assert f"saga {sid}: compensating" in said, said
+        line = next(x for x in said.splitlines() if "retrying:" in x)
+        assert "sagacity.compensate" in line and "attempt " in line, line
+        assert "ConnectionError: undo refused: password=[redacted]" in line, line
+        assert not leaks(said), said
+    finally:
+        await handle.terminate("test over")
