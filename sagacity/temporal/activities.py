@@ -525,7 +525,7 @@ class SagaActivities:
         if activity.info().attempt > 1:
             earlier = await self._resume(req, intent)
             if earlier is not None:
-                return earlier
+                return _deliverable(req.tool_name, earlier)
         await self._bindable(req)
         if req.approval_seq is not None:
             refusal = await self._verify_approval(req)
@@ -546,10 +546,10 @@ class SagaActivities:
             # an overlapping attempt of this call wrote INTENT first: the call is its own
             earlier = await self._resume(req, intent)
             assert earlier is not None, "INTENT exists, so resume decides"
-            return earlier
+            return _deliverable(req.tool_name, earlier)
         outcome = await self._run(req, intent_row)
         await self._consume_approval(req)
-        return outcome
+        return _deliverable(req.tool_name, outcome)
 
     async def _bindable(self, req: CallRequest) -> None:
         """Refuse a call whose tool is unknown or whose arguments do not fit its signature,
@@ -905,7 +905,7 @@ class SagaActivities:
         the lock (a later attempt also before), so an attempt that overlaps a slow one, or follows
         one that died after writing, never undoes twice.
         """
-        if req.by_ref:
+        if req.by_ref or req.result_by_ref:
             req = await self._from_journal(req)
         done = self._draft(req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json)
         tool = self.tools.get(req.tool_name)
@@ -950,7 +950,8 @@ class SagaActivities:
             )
 
     async def _from_journal(self, req: CompensateRequest) -> CompensateRequest:
-        """An effect carried by reference: its input and result, as the journal holds them."""
+        """An effect carried by reference: its input (unless only its result is) and result, as
+        the journal holds them."""
         intent = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq))
         outcome = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
         if intent is None or intent.phase is not Phase.INTENT or intent.tool_name != req.tool_name:
@@ -960,11 +961,12 @@ class SagaActivities:
         executed = outcome is not None and outcome.phase is Phase.EXECUTED
         return req.model_copy(
             update={
-                "input_json": intent.input,
+                "input_json": intent.input if req.by_ref else req.input_json,
                 "result": json.loads(outcome.payload)
                 if executed and outcome and outcome.payload
                 else None,
                 "by_ref": False,
+                "result_by_ref": False,
             }
         )
 
@@ -1000,6 +1002,41 @@ class SagaActivities:
         except Exception as exc:
             # journaled by the workflow as COMPENSATION_FAILED once the retries run out
             raise self._scrubbed(req.tool_name, exc) from None
+
+
+#: the most result a call hands its workflow, in JSON bytes: Temporal refuses an activity's
+#: answer over 2 MiB (and would retry the call's activity for ever), and the answer may carry
+#: the result twice (as returned and as journaled, when redaction changed it)
+MAX_RESULT_BYTES = 512 * 1024
+
+
+def _deliverable(tool_name: str, outcome: CallOutcome) -> CallOutcome:
+    """``outcome``, or, when its result is too big to hand the workflow, the call EXECUTED with
+    its result withheld (it stays in the journal) and a ``ResultTooLarge`` error: the saga fails
+    the call and compensates it instead of waiting on an answer Temporal refuses."""
+    if outcome.status is not CallStatus.EXECUTED:
+        return outcome
+    size = len(to_json(outcome.result).encode())
+    carried = size
+    if outcome.journaled is not None:
+        carried += len(to_json(outcome.journaled.result).encode())
+    if carried <= MAX_RESULT_BYTES:
+        return outcome
+    journaled = outcome.journaled
+    return outcome.model_copy(
+        update={
+            "result": None,
+            "journaled": None if journaled is None else Journaled(input=journaled.input),
+            "result_withheld": True,
+            "error": ErrorInfo(
+                type="ResultTooLarge",
+                message=f"{tool_name} returned {size:,} bytes of JSON, more than a saga hands "
+                f"its workflow ({MAX_RESULT_BYTES:,}); the call took effect (EXECUTED, its "
+                "result in the journal) and is compensated with that result. Return a "
+                "reference (an id, a URL) to big data instead",
+            ),
+        }
+    )
 
 
 def _seal_as(req: CallRequest, outcome: Phase) -> SagaState | None:

@@ -192,6 +192,9 @@ class CallOutcome(Lean):
     #: FAILED, and the tool may have taken effect before it failed: compensate it or tell a human
     effect_unknown: bool = False
     journaled: Journaled | None = None
+    #: EXECUTED, but its result was too big to hand the workflow (``error`` says so): it is in
+    #: the journal only
+    result_withheld: bool = False
 
 
 class Resolved(BaseModel):
@@ -213,6 +216,8 @@ class CompensateRequest(Lean):
     failed: bool = False
     #: input and result are to be read from the journal rows of ``call_seq``
     by_ref: bool = False
+    #: only the result is (too big for the workflow to have held it)
+    result_by_ref: bool = False
     #: this is the saga's last row: seal it as the end, in this state
     seal_as: SagaState | None = None
 
@@ -312,6 +317,8 @@ class Original(BaseModel):
     call_seq: int
     input: dict[str, Any]
     result: Any = None
+    #: the result was too big to hand the workflow: the compensation reads it from the journal
+    result_in_journal: bool = False
 
 
 class SagaOpen(Lean):

@@ -969,6 +969,11 @@ class Saga:
         self._note_view(call_seq, outcome.journaled)
         if outcome.status is CallStatus.EXECUTED:
             self._took_effect(tool, call_seq, args, outcome.result, journaled=outcome.journaled)
+            if outcome.result_withheld:
+                # undone with the result the journal holds, and the input it was called with
+                self._originals[call_seq] = Original(
+                    call_seq=call_seq, input=args, result_in_journal=True
+                )
         elif outcome.effect_unknown:
             # the call may have done something before it failed: undo whatever it did
             self._took_effect(tool, call_seq, args, None, failed=True, journaled=outcome.journaled)
@@ -1547,6 +1552,7 @@ class Saga:
                 result=original.result if original else effect.result,
                 failed=effect.failed,
                 by_ref=effect.by_ref and original is None,
+                result_by_ref=original is not None and original.result_in_journal,
                 seal_as=seal_as,
             )
             try:

@@ -232,7 +232,20 @@ def uncount(ctx: CompensationContext) -> None:
     EFFECTS.append(f"uncounted {ctx.input['sku']}")
 
 
+@compensable(by="shred_report")
+def big_report(size: int, api_token: str) -> str:
+    """Returns ``size`` characters: more than a Temporal payload may carry when it is large.
+    ``api_token`` is redacted from the journal by the default rules."""
+    EFFECTS.append(f"reported {size}")
+    return "r" * size
+
+
+def shred_report(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"shredded {len(ctx.result)} with {ctx.input['api_token']}")
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
+    big_report,
     count_stock,
     wire,
     issue_key,
