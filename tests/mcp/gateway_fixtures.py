@@ -27,6 +27,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
 
 from sagacity.devstack import Endpoints
@@ -139,6 +140,21 @@ async def mcp_stack(
         yield McpStack(state, policy, task_queue, endpoints, folder, worker, keys)
     finally:
         worker.stop()
+
+
+@dataclass
+class User:
+    """The MCP client's user, who answers every elicitation with ``content``; what they were
+    asked, in order."""
+
+    content: dict[str, Any]
+    asked: list[str] = field(default_factory=list)
+
+    async def answer(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        self.asked.append(params.message)
+        return types.ElicitResult(action="accept", content=self.content)
 
 
 @dataclass

@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from typing import Any
 
 import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.client import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from temporalio.client import Client as TemporalClient
 
@@ -29,6 +27,7 @@ from tests.mcp.gateway_fixtures import (
     SAGACITY,
     Heard,
     McpStack,
+    User,
     calls,
     http_gateway,
     mcp_stack,
@@ -300,14 +299,8 @@ async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_as
     mcp_stack: McpStack, journal: JournalStore, approve: bool
 ) -> None:
     policy = mcp_stack.write_policy(f"elicit-{approve}")
-    asked: list[str] = []
-
-    async def answer(
-        context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
-        asked.append(params.message)
-        content: dict[str, Any] = {"approve": approve, "reason": "not today"}
-        return types.ElicitResult(action="accept", content=content)
+    user = User({"approve": approve, "reason": "not today"})
+    asked = user.asked
 
     body = f"elicited {approve}"
     async with stdio_gateway(
@@ -315,7 +308,7 @@ async def test_the_client_s_user_decides_through_elicitation_when_the_gateway_as
         policy,
         "--elicit-approvals-as",
         "alice",
-        client_options={"mode": "legacy", "elicitation_callback": answer},
+        client_options={"mode": "legacy", "elicitation_callback": user.answer},
     ) as client:
         sent = await client.call_tool("send_email", {"to": "x@example.com", "body": body})
     assert len(asked) == 1 and "alice" in asked[0] and "sagacity approvals approve" in asked[0]
@@ -362,13 +355,8 @@ async def test_a_decision_the_gateway_cannot_take_is_told_and_another_route_deci
 ) -> None:
     # the gateway's approvers policy lets only bob decide: alice's answer is refused there
     policy = mcp_stack.write_policy("elicit-refused")
-    asked: list[str] = []
-
-    async def answer(
-        context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
-        asked.append(params.message)
-        return types.ElicitResult(action="accept", content={"approve": True})
+    user = User({"approve": True})
+    asked = user.asked
 
     heard = Heard()
     async with stdio_gateway(
@@ -377,7 +365,7 @@ async def test_a_decision_the_gateway_cannot_take_is_told_and_another_route_deci
         "--elicit-approvals-as",
         "alice",
         heard=heard,
-        client_options={"mode": "legacy", "elicitation_callback": answer},
+        client_options={"mode": "legacy", "elicitation_callback": user.answer},
         SAGACITY_APPROVERS="send_email=bob",
     ) as client:
         sending = asyncio.create_task(

@@ -33,6 +33,24 @@ from workflows.order.shop import Shop
 __all__ = ["cli"]
 
 
+async def start_leaks(
+    client: Client, worker: Worker, sid: str, *, compensation_attempts: int
+) -> WorkflowHandle[Any, SagaResult]:
+    """A saga of two ``leak`` calls, the second failing: the first's undo fails each attempt."""
+    return await client.start_workflow(
+        STEPS_WORKFLOW,
+        SagaSpec(
+            steps=[Step(tool="leak", args={"fail": False}), Step(tool="leak", args={"fail": True})],
+            options=SagaOptions(
+                compensation_attempts=compensation_attempts, compensation_backoff_s=0.1
+            ),
+        ),
+        id=sid,
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+
+
 def leaks(text: str) -> list[str]:
     return [secret for secret in sample_tools.LEAKED_SECRETS if secret in text]
 
@@ -75,16 +93,7 @@ async def test_failed_call_and_failed_compensations_are_scrubbed(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     sid = f"scrub-{uuid.uuid4().hex[:8]}"
-    handle = await temporal_client.start_workflow(
-        STEPS_WORKFLOW,
-        SagaSpec(
-            steps=[Step(tool="leak", args={"fail": False}), Step(tool="leak", args={"fail": True})],
-            options=SagaOptions(compensation_attempts=2, compensation_backoff_s=0.1),
-        ),
-        id=sid,
-        task_queue=worker.task_queue,
-        result_type=SagaResult,
-    )
+    handle = await start_leaks(temporal_client, worker, sid, compensation_attempts=2)
     result = await handle.result()
 
     assert result.status is SagaState.COMPENSATION_FAILED, result
@@ -144,16 +153,7 @@ async def test_status_shows_a_compensation_being_retried_and_its_scrubbed_error(
     """A compensation that keeps failing shows in ``saga status`` while it is retried, with its
     last error (scrubbed as everywhere), not only as ``compensating``."""
     sid = f"retried-{uuid.uuid4().hex[:8]}"
-    handle = await temporal_client.start_workflow(
-        STEPS_WORKFLOW,
-        SagaSpec(
-            steps=[Step(tool="leak", args={"fail": False}), Step(tool="leak", args={"fail": True})],
-            options=SagaOptions(compensation_attempts=100, compensation_backoff_s=0.2),
-        ),
-        id=sid,
-        task_queue=worker.task_queue,
-        result_type=SagaResult,
-    )
+    handle = await start_leaks(temporal_client, worker, sid, compensation_attempts=100)
     try:
         said = ""
         for _ in range(100):
