@@ -68,6 +68,14 @@ def mcp(
             show_default=False,
         ),
     ] = None,
+    shared_saga: Annotated[
+        bool,
+        typer.Option(
+            "--shared-saga",
+            help="Over HTTP, let clients without an MCP session (protocol 2026-07-28) share one "
+            "saga, for a gateway with a single client; refused by default.",
+        ),
+    ] = False,
     observe: Annotated[
         bool,
         typer.Option(
@@ -140,7 +148,7 @@ def mcp(
         loaded = load_policy(policy)
     except PolicyError as exc:
         raise fail(str(exc)) from None
-    _run(_gateway(loaded, transport, host, port, accept_timeout, elicit_as))
+    _run(_gateway(loaded, transport, host, port, accept_timeout, elicit_as, shared_saga))
 
 
 def _reviewed(path: Path) -> bool:
@@ -191,6 +199,7 @@ async def _gateway(
     port: int,
     accept_timeout: float,
     elicit_as: str | None,
+    shared_saga: bool,
 ) -> None:
     from sagacity.approvals import ApprovalService
     from sagacity.mcp.gateway import Elicitation, Gateway
@@ -228,6 +237,7 @@ async def _gateway(
         settings.task_queue,
         accept_timeout_s=accept_timeout,
         elicitation=elicitation,
+        shared_saga=shared_saga,
         # as `sagacity saga start`: an IRREVERSIBLE call waits the configured deadline
         options=SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds()),
     )

@@ -445,9 +445,13 @@ class Gateway:
         options: SagaOptions | None = None,
         accept_timeout_s: float = 30.0,
         elicitation: Elicitation | None = None,
+        shared_saga: bool = False,
     ) -> None:
         self.policy = policy
         self.elicitation = elicitation
+        #: HTTP clients without an MCP session (protocol 2026-07-28) share one saga; refused when
+        #: False: one client's rollback would undo another's calls
+        self.shared_saga = shared_saga
         self.client = client
         self.task_queue = task_queue
         self.options = options or SagaOptions()
@@ -472,10 +476,20 @@ class Gateway:
 
     def session_for(self, ctx: ServerRequestContext[Any]) -> SagaSession:
         """The client session's saga session: by its ``Mcp-Session-Id`` over HTTP; a stdio
-        gateway serves one client."""
+        gateway serves one client. An HTTP request with no session is refused (an MCP error)
+        unless ``shared_saga``."""
         request = ctx.request
         headers = getattr(request, "headers", None)
         key = (headers.get("mcp-session-id") if headers is not None else None) or ""
+        if headers is not None and not key and not self.shared_saga:
+            raise MCPError(
+                types.INVALID_REQUEST,
+                "this gateway keeps one saga per MCP session, and this request belongs to none "
+                "(a client on the 2026-07-28 protocol over HTTP); sharing one saga between "
+                "clients would let one roll back another's calls. Connect with the session "
+                "handshake (protocol 2025-11-25 or older), or over stdio; a gateway with a "
+                "single client may be started with --shared-saga",
+            )
         session = self.sessions.get(key)
         if session is None:
             session = self.sessions[key] = SagaSession(self)

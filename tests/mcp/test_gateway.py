@@ -222,7 +222,7 @@ async def test_a_sigkilled_gateway_leaves_the_saga_to_compensate_on_the_workers(
 ) -> None:
     policy = mcp_stack.write_policy("killed")
     before = set(await sagas_started(temporal_client, set()))
-    with http_gateway(mcp_stack, policy) as gateway:
+    with http_gateway(mcp_stack, policy, "--shared-saga") as gateway:  # its one client
         async with Client(gateway.url) as client:
             one = await client.call_tool("create_ticket", {"title": "orphan one"})
             two = await client.call_tool("create_ticket", {"title": "orphan two"})
@@ -288,6 +288,12 @@ async def test_over_http_each_handshake_session_gets_a_saga_of_its_own(
             await asyncio.sleep(0.1)
         assert read_state(mcp_stack.state)["tickets"][left_id]["status"] == "closed"
         assert gateway.proc.poll() is None  # ended by the client, not by the gateway stopping
+        # a client with no session (protocol 2026-07-28) would share a saga: refused, nothing runs
+        async with Client(gateway.url) as sessionless:
+            with pytest.raises(MCPError, match="one saga per MCP session") as refused:
+                await sessionless.call_tool("create_ticket", {"title": "no session"})
+        assert "--shared-saga" in str(refused.value)
+        assert "no session" not in [c["title"] for c in calls(mcp_stack.state, "create_ticket")]
     assert saga_named(text_of(committed)) != saga_named(text_of(rolled))
     tickets = read_state(mcp_stack.state)["tickets"]
     assert tickets[kept.structured_content["id"]]["status"] == "open"
@@ -407,7 +413,7 @@ async def test_a_gateway_killed_while_a_call_waits_for_approval_aborts_the_saga(
 ) -> None:
     policy = mcp_stack.write_policy("killed-at-gate")
     before = set(await sagas_started(temporal_client, set()))
-    with http_gateway(mcp_stack, policy) as gateway:
+    with http_gateway(mcp_stack, policy, "--shared-saga") as gateway:  # its one client
         async with Client(gateway.url) as client:
             made = await client.call_tool("create_ticket", {"title": "before the gate"})
             sending = asyncio.create_task(
