@@ -338,10 +338,9 @@ async def _upstream_tools(spec: Any, folder: Path) -> list[Any]:
 
 async def _serve(server: Any, transport: Transport, host: str, port: int) -> None:
     if transport is Transport.stdio:
-        from mcp.server.stdio import stdio_server
+        from sagacity.mcp.stdio import serve_stdio
 
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        await serve_stdio(server)
         return
     await _serve_http(server.streamable_http_app(host=host), host, port)
 
