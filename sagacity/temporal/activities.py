@@ -525,7 +525,7 @@ class SagaActivities:
         if activity.info().attempt > 1:
             earlier = await self._resume(req, intent)
             if earlier is not None:
-                return _deliverable(req.tool_name, earlier)
+                return earlier
         await self._bindable(req)
         if req.approval_seq is not None:
             refusal = await self._verify_approval(req)
@@ -546,10 +546,10 @@ class SagaActivities:
             # an overlapping attempt of this call wrote INTENT first: the call is its own
             earlier = await self._resume(req, intent)
             assert earlier is not None, "INTENT exists, so resume decides"
-            return _deliverable(req.tool_name, earlier)
+            return earlier
         outcome = await self._run(req, intent_row)
         await self._consume_approval(req)
-        return _deliverable(req.tool_name, outcome)
+        return outcome
 
     async def _bindable(self, req: CallRequest) -> None:
         """Refuse a call whose tool is unknown or whose arguments do not fit its signature,
@@ -1010,33 +1010,14 @@ class SagaActivities:
 MAX_RESULT_BYTES = 512 * 1024
 
 
-def _deliverable(tool_name: str, outcome: CallOutcome) -> CallOutcome:
-    """``outcome``, or, when its result is too big to hand the workflow, the call EXECUTED with
-    its result withheld (it stays in the journal) and a ``ResultTooLarge`` error: the saga fails
-    the call and compensates it instead of waiting on an answer Temporal refuses."""
-    if outcome.status is not CallStatus.EXECUTED:
-        return outcome
-    size = len(to_json(outcome.result).encode())
-    carried = size
-    if outcome.journaled is not None:
-        carried += len(to_json(outcome.journaled.result).encode())
-    if carried <= MAX_RESULT_BYTES:
-        return outcome
-    journaled = outcome.journaled
-    return outcome.model_copy(
-        update={
-            "result": None,
-            "journaled": None if journaled is None else Journaled(input=journaled.input),
-            "result_withheld": True,
-            "error": ErrorInfo(
-                type="ResultTooLarge",
-                message=f"{tool_name} returned {size:,} bytes of JSON, more than a saga hands "
-                f"its workflow ({MAX_RESULT_BYTES:,}); the call took effect (EXECUTED, its "
-                "result in the journal) and is compensated with that result. Return a "
-                "reference (an id, a URL) to big data instead",
-            ),
-        }
-    )
+def _too_big(result_json: str, journaled_json: str | None) -> int | None:
+    """The result's size in bytes when it (with its journaled view) is too big to hand the
+    workflow; None when it fits."""
+    texts = [result_json] if journaled_json is None else [result_json, journaled_json]
+    if sum(map(len, texts)) * 4 <= MAX_RESULT_BYTES:  # UTF-8 takes at most 4 bytes a character
+        return None
+    sizes = [len(text.encode()) for text in texts]
+    return sizes[0] if sum(sizes) > MAX_RESULT_BYTES else None
 
 
 def _seal_as(req: CallRequest, outcome: Phase) -> SagaState | None:
@@ -1085,6 +1066,25 @@ def _outcome_from_row(
             result=body if executed else None,
         )
     if executed:
+        size = _too_big(
+            payload or row.payload or "null", None if journaled is None else row.payload
+        )
+        if size is not None:
+            # the call took effect: EXECUTED, but failed with a clear error instead of an
+            # answer Temporal refuses; the saga compensates it with the journal's result
+            return CallOutcome(
+                status=CallStatus.EXECUTED,
+                rows=refs,
+                journaled=None if journaled is None else Journaled(input=journaled.input),
+                result_withheld=True,
+                error=ErrorInfo(
+                    type="ResultTooLarge",
+                    message=f"{row.tool_name} returned {size:,} bytes of JSON, more than a saga "
+                    f"hands its workflow ({MAX_RESULT_BYTES:,}); the call took effect (EXECUTED, "
+                    "its result in the journal) and is compensated with that result. Return a "
+                    "reference (an id, a URL) to big data instead",
+                ),
+            )
         result = json.loads(payload) if payload else body
         return CallOutcome(
             status=CallStatus.EXECUTED, result=result, rows=refs, journaled=journaled
