@@ -81,9 +81,12 @@ def _say_anchors(setup: DevSetup) -> None:
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path``, readable by its owner only (it names the stack's keys); a
     symlink planted there is refused, not followed."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
+        raise DevStackError(f"cannot write the exports to {path}: {exc}") from None
 
 
 async def _run(stack: DevStack) -> None:
