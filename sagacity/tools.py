@@ -612,7 +612,8 @@ def _check_takes_context(
         hint = inspect.signature(fn, eval_str=True).parameters[param].annotation
     except (NameError, TypeError, SyntaxError):  # an annotation only a type checker resolves
         return
-    if isinstance(hint, type) and not issubclass(context, hint):
+    # typing.Any is a class from Python 3.11 on, and takes anything
+    if isinstance(hint, type) and hint is not Any and not issubclass(context, hint):
         # say `def undo(order_id: str)`: it would get the context, not the tool's arguments
         raise ToolDeclarationError(
             f"{role} {name!r} of tool {tool_name!r} takes {param}: {hint.__name__}, but is "

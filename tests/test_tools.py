@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_a_compensation_declared_with_the_tool_s_arguments_is_refused_at_registr
     ):
         ToolRegistry([create_bucket])
 
-    def relaxed(ctx: object, attempt: int = 1) -> None: ...
+    def relaxed(ctx: Any, attempt: int = 1) -> None: ...
 
     @compensable(by=relaxed)
     def open_gate(gate: str) -> None: ...
