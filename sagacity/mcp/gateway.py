@@ -371,6 +371,14 @@ class SagaSession:
             return  # dismissed: the request still waits for another route
         content = answer.content or {}
         service, seq = elicitation.service, pending.journal_seq
+        if answer.action == "accept" and not isinstance(content.get("approve"), bool):
+            # a form the client filled wrongly decides nothing, rather than a rejection
+            await _notify(
+                ctx,
+                f"your decision on request {seq} was not taken: the answer did not say approve "
+                "true or false. The call waits for a decision by another route.",
+            )
+            return
         try:
             if answer.action == "accept" and content.get("approve") is True:
                 await service.approve(

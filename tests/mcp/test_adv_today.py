@@ -104,15 +104,7 @@ async def test_a_call_whose_argument_is_not_utf8_is_refused_not_altered(
     [
         {"approve": False, "reason": "no\x00way"},
         {"approve": False, "reason": "r" * 1_000_000},
-        pytest.param(
-            {"approve": "true"},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="an answer whose approve is not a bool (the string 'true') is taken as a "
-                "REJECTION, journaled for good and the saga compensated, instead of being told "
-                "to the client as an answer the form does not allow",
-            ),
-        ),
+        {"approve": "true"},
     ],
     ids=["nul-reason", "1MB-reason", "approve-string"],
 )
