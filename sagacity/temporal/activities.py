@@ -1010,14 +1010,13 @@ class SagaActivities:
 MAX_RESULT_BYTES = 512 * 1024
 
 
-def _too_big(result_json: str, journaled_json: str | None) -> int | None:
-    """The result's size in bytes when it (with its journaled view) is too big to hand the
-    workflow; None when it fits."""
-    texts = [result_json] if journaled_json is None else [result_json, journaled_json]
+def _too_big(*texts: str) -> int | None:
+    """The bytes ``texts`` (a result, and the call's journaled view when redaction changed it)
+    take when that is too much to hand the workflow; None when they fit."""
     if sum(map(len, texts)) * 4 <= MAX_RESULT_BYTES:  # UTF-8 takes at most 4 bytes a character
         return None
-    sizes = [len(text.encode()) for text in texts]
-    return sizes[0] if sum(sizes) > MAX_RESULT_BYTES else None
+    size = sum(len(text.encode()) for text in texts)
+    return size if size > MAX_RESULT_BYTES else None
 
 
 def _seal_as(req: CallRequest, outcome: Phase) -> SagaState | None:
@@ -1066,21 +1065,27 @@ def _outcome_from_row(
             result=body if executed else None,
         )
     if executed:
-        size = _too_big(
-            payload or row.payload or "null", None if journaled is None else row.payload
-        )
+        shown_input = intent_row.input or ""
+        view = () if journaled is None else (shown_input, row.payload or "")
+        result_json = payload or row.payload or "null"
+        size = _too_big(result_json, *view)
         if size is not None:
             # the call took effect: EXECUTED, but failed with a clear error instead of an
             # answer Temporal refuses; the saga compensates it with the journal's result
+            if journaled is not None:
+                # the journaled input too, when it alone would not fit beside the answer
+                fits = len(shown_input) <= MAX_RESULT_BYTES
+                journaled = Journaled(input=journaled.input if fits else {})
             return CallOutcome(
                 status=CallStatus.EXECUTED,
                 rows=refs,
-                journaled=None if journaled is None else Journaled(input=journaled.input),
+                journaled=journaled,
                 result_withheld=True,
                 error=ErrorInfo(
                     type="ResultTooLarge",
-                    message=f"{row.tool_name} returned {size:,} bytes of JSON, more than a saga "
-                    f"hands its workflow ({MAX_RESULT_BYTES:,}); the call took effect (EXECUTED, "
+                    message=f"{row.tool_name} returned {len(result_json.encode()):,} bytes of "
+                    f"JSON ({size:,} with the call's redacted view), more than a saga hands its "
+                    f"workflow ({MAX_RESULT_BYTES:,}); the call took effect (EXECUTED, "
                     "its result in the journal) and is compensated with that result. Return a "
                     "reference (an id, a URL) to big data instead",
                 ),

@@ -194,12 +194,6 @@ async def test_an_irreversible_big_result_is_left_live_and_named(
     assert ("publish_dump", "EXECUTED") in await phases(journal, sid)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the size check counts the result (twice when journaled) but not the journaled "
-    "input the outcome also carries: a big redacted input with a result under the limit "
-    "makes an answer Temporal refuses, and the call's activity retries for ever",
-)
 async def test_a_big_redacted_input_with_a_result_under_the_limit_does_not_wedge(
     temporal_client: Client, adv_worker: Worker
 ) -> None:
