@@ -139,6 +139,11 @@ class Settings(BaseSettings):
     checkpoint_public_key: Path | None = Field(
         default=None, description="Ed25519 public key (PEM) verifiers check checkpoints with"
     )
+    trust_file: Path | None = Field(
+        default=None,
+        description="the trust file (sagacity.evidence.trust) pinning the keys verifiers accept and "
+        "the witnesses that must cosign; keep it where no worker or database owner can write",
+    )
     log_interval: timedelta = Field(
         default=timedelta(seconds=10),
         description="how often a worker adds new journal rows to the transparency log and "
