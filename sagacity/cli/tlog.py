@@ -19,10 +19,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sagacity.cli._common import fail, settings_or_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
+from sagacity.evidence.attest import UNATTESTED, Attestor
 from sagacity.evidence.keys import load_private_key, load_public_key, verifying_key
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
-from sagacity.evidence.tlog import HeadLog, LogVerifier, Sequencer, prove_saga
+from sagacity.evidence.tlog import HeadLog, Integration, LogVerifier, Sequencer, prove_saga
 from sagacity.settings import Settings
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
@@ -50,6 +51,14 @@ CheckpointDir = Annotated[
         "--checkpoint-dir",
         help="Where tree heads are published, under tlog/ (default: SAGACITY_CHECKPOINT_DIR).",
         show_default=False,
+    ),
+]
+Grace = Annotated[
+    float,
+    typer.Option(
+        "--grace",
+        help="Seconds a journal row may wait for the log (for the checkpoint that attests it, "
+        "or a sequencer pass) before it counts as unattested or withheld.",
     ),
 ]
 PublicKey = Annotated[
@@ -102,37 +111,61 @@ def integrate(
             show_default=False,
         ),
     ] = None,
+    grace: Grace = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Append the journal rows the log lacks and publish a signed tree head (one pass)."""
+    """Append the attested journal rows the log lacks and publish a signed tree head (one pass).
+
+    A row no checkpoint signed by the log's key covers is not appended: within the grace period
+    it waits for a later pass, past it it is named as unattested (exit 1).
+    """
     settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     folder = _folder(checkpoint_dir, settings)
     if settings.signing_key is None:
         raise fail("no signing key: set SAGACITY_SIGNING_KEY")
 
-    async def run() -> tuple[int, int, bool]:
+    async def run() -> Integration:
         key = load_private_key(settings.signing_key) if settings.signing_key else None
         assert key is not None
         pool = await open_pool(url, min_size=1, max_size=3)
         try:
-            done = await Sequencer(TlogStore(pool), folder, key, origin=origin).integrate(
-                full_check=full_check
+            sequencer = Sequencer(
+                TlogStore(pool), folder, key, origin=origin, grace=timedelta(seconds=grace)
             )
+            return await sequencer.integrate(full_check=full_check)
         finally:
             await pool.close()
-        return done.appended, done.size, done.published is not None
 
     try:
-        appended, size, published = asyncio.run(run())
+        done = asyncio.run(run())
     except SagacityError as exc:
         raise fail(str(exc), 1) from None
+    published = done.published is not None
     if as_json:
-        typer.echo(json.dumps({"appended": appended, "size": size, "published": published}))
-    elif published:
-        typer.echo(f"{appended} rows appended; published tree head {size}")
+        result = {
+            "appended": done.appended,
+            "size": done.size,
+            "published": published,
+            "waiting": done.waiting,
+            "unattested": done.unattested,
+            "named": [{"saga_id": r.saga_id, "seq": r.seq} for r in done.named],
+        }
+        typer.echo(json.dumps(result, ensure_ascii=False))
     else:
-        typer.echo(f"nothing new; the log holds {size} leaves")
+        for row in done.named:
+            typer.echo(f"FAILED  saga {row.saga_id!r} seq {row.seq}: not logged: {UNATTESTED}")
+        if done.unattested > len(done.named):
+            typer.echo(f"FAILED  {done.unattested - len(done.named)} more unattested rows")
+        if published:
+            typer.echo(f"{done.appended} rows appended; published tree head {done.size}")
+        else:
+            typer.echo(f"nothing new; the log holds {done.size} leaves")
+        if done.waiting:
+            typer.echo(
+                f"{done.waiting} rows wait for a signed checkpoint (within the grace period)"
+            )
+    raise typer.Exit(1 if done.unattested else 0)
 
 
 @app.command("head")
@@ -152,13 +185,7 @@ def verify(
     database_url: DatabaseUrl = None,
     checkpoint_dir: CheckpointDir = None,
     public_key: PublicKey = None,
-    grace: Annotated[
-        float,
-        typer.Option(
-            "--grace",
-            help="Seconds a journal row may wait for the log before it counts as withheld.",
-        ),
-    ] = 600.0,
+    grace: Grace = 600.0,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per finding, then a summary.")
     ] = False,
@@ -166,13 +193,16 @@ def verify(
     """Recompute the log from its leaves and the journal; check every published head."""
     settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
-    heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
+    folder = _folder(checkpoint_dir, settings)
+    key = _public_key(public_key, settings)
+    heads = HeadLog(folder, key)
 
     async def run() -> tuple[int, int, LogVerifier]:
         failed = warnings = 0
         pool = await open_pool(url, min_size=1, max_size=2)
         try:
-            checker = LogVerifier(TlogStore(pool), heads, timedelta(seconds=grace))
+            attestor = Attestor(JournalStore(pool), folder, [key])
+            checker = LogVerifier(TlogStore(pool), heads, attestor, timedelta(seconds=grace))
             async with aclosing(checker.run()) as findings:
                 async for finding in findings:
                     failed += finding.fatal

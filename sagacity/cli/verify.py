@@ -29,13 +29,17 @@ from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.attest import Attestor
 from sagacity.evidence.bundle import BundleVerdict, BundleVerifier, judge
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key, verifying_key
+from sagacity.evidence.logcheck import LogAnchor
 from sagacity.evidence.report import AnchorCheck, SagaReport
+from sagacity.evidence.tlog import HeadLog
 from sagacity.settings import Settings, load_settings
 from sagacity.store.journal import JournalStore
+from sagacity.store.tlog import TlogStore
 from sagacity.worker import connect_client
 
 __all__ = ["verify"]
@@ -118,7 +122,7 @@ class Output:
             typer.echo(json.dumps({"summary": summary}, ensure_ascii=False))
         else:
             verdict = "all verified" if ok else f"{self.failed} failed"
-            extra = f", {len(self.problems)} bundle problems" if self.problems else ""
+            extra = f", {len(self.problems)} log problems" if self.problems else ""
             if self.warnings:
                 plural = "s" if self.warnings > 1 else ""
                 kinds = "; ".join(WARNING_KINDS[k] for k in sorted(self.warning_kinds))
@@ -265,13 +269,29 @@ async def _live(
         await JournalStore.open(url, min_size=1, max_size=2) as journal,
         _temporal(settings, temporal) as client,
     ):
+        log = None if checkpoints is None else _log_anchor(journal, checkpoints)
         reports = verify_journal(
-            journal, saga_ids=saga_ids, checkpoints=checkpoints, temporal=client, keyring=keyring
+            journal,
+            saga_ids=saga_ids,
+            checkpoints=checkpoints,
+            temporal=client,
+            keyring=keyring,
+            log=log,
         )
         async with aclosing(reports) as stream:
             async for report in stream:
                 out.report(report)
+        for problem in [] if log is None else log.problems:
+            out.problem(problem)
     return out.finish()
+
+
+def _log_anchor(journal: JournalStore, checkpoints: CheckpointDir) -> LogAnchor | None:
+    """The transparency log beside the checkpoints, once it has a published tree head."""
+    heads = HeadLog(checkpoints.path, checkpoints.key)
+    attestor = Attestor(journal, checkpoints.path, [checkpoints.key])
+    log = LogAnchor(TlogStore(journal.pool), heads, attestor)
+    return None if log.latest is None else log
 
 
 def _saga_ids(sagas: Iterable[str] | None, all_: bool) -> list[str] | None:

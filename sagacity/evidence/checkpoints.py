@@ -39,6 +39,7 @@ __all__ = [
     "CheckpointWriter",
     "Kind",
     "log_name",
+    "read_log",
 ]
 
 #: Prefix of every signed message; changes only with the checkpoint format.
@@ -220,6 +221,15 @@ class CheckpointLog:
                 return self._lines[index][1]
         return None
 
+    def signed(self, lowest: int = 0) -> Iterator[Checkpoint]:
+        """The checkpoints at ``lowest`` or above that verify, highest seq first, each signature
+        checked when reached."""
+        for index in reversed(range(len(self._lines))):
+            if self._lines[index][1].seq < lowest:
+                return
+            if self._valid(index):
+                yield self._lines[index][1]
+
     def seal(self) -> Checkpoint | None:
         """The seal in force: the highest signed seal, unless a head was signed above it.
 
@@ -267,27 +277,9 @@ class CheckpointDir:
 
     def load(self, saga_id: str) -> CheckpointLog:
         """``saga_id``'s checkpoints; an empty log when it has none."""
-        file = self.log_path(saga_id)
-        try:
-            text = file.read_bytes().decode("utf-8")
-        except FileNotFoundError:
-            return CheckpointLog(saga_id)
-        except (OSError, UnicodeDecodeError) as exc:
-            return CheckpointLog(saga_id, problems=[f"{file.name}: unreadable: {exc}"])
-        lines: list[tuple[str, Checkpoint]] = []
-        problems = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            where = f"{file.name} line {number}"
-            try:
-                cp = parse_line(line)
-            except ValueError as exc:
-                problems.append(f"{where}: damaged checkpoint: {exc}")
-                continue
-            if cp.saga_id != saga_id:
-                problems.append(f"{where}: a checkpoint of saga {cp.saga_id!r}, not this one")
-            else:
-                lines.append((where, cp))
-        return CheckpointLog(saga_id, lines, lambda cp: cp.verify(self.key, self.key_id), problems)
+        return read_log(
+            self.log_path(saga_id), saga_id, lambda cp: cp.verify(self.key, self.key_id)
+        )
 
     def saga_ids(self) -> Iterator[str]:
         """Every saga with a log here (a digest-named log is opened to learn its saga)."""
@@ -302,6 +294,31 @@ class CheckpointDir:
                 continue
             saga_id = _first_saga_id(file)
             yield saga_id if saga_id is not None else stem
+
+
+def read_log(file: Path, saga_id: str, check: Callable[[Checkpoint], str | None]) -> CheckpointLog:
+    """The checkpoints in ``file`` (``saga_id``'s log), ``check`` saying why one is not trusted;
+    an empty log when the file does not exist."""
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return CheckpointLog(saga_id)
+    except (OSError, UnicodeDecodeError) as exc:
+        return CheckpointLog(saga_id, problems=[f"{file.name}: unreadable: {exc}"])
+    lines: list[tuple[str, Checkpoint]] = []
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        where = f"{file.name} line {number}"
+        try:
+            cp = parse_line(line)
+        except ValueError as exc:
+            problems.append(f"{where}: damaged checkpoint: {exc}")
+            continue
+        if cp.saga_id != saga_id:
+            problems.append(f"{where}: a checkpoint of saga {cp.saga_id!r}, not this one")
+        else:
+            lines.append((where, cp))
+    return CheckpointLog(saga_id, lines, check, problems)
 
 
 def _first_saga_id(file: Path) -> str | None:

@@ -44,6 +44,7 @@ class Source(StrEnum):
     CHAIN = "chain"  # the rows' own hash chain
     CHECKPOINT = "checkpoint"  # signed checkpoints outside the database
     TEMPORAL = "temporal"  # the saga workflow's own record of its head
+    LOG = "log"  # the transparency log's leaves, under its signed tree heads
     MANIFEST = "manifest"  # an export bundle's manifest
     DECISION = "decision"  # the signatures of the approvers' decisions
 

@@ -31,6 +31,7 @@ from typing import BinaryIO
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
+from sagacity.evidence.attest import UNATTESTED, Attestor, unlogged
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.merkle import (
     EMPTY_ROOT,
@@ -72,6 +73,8 @@ HISTORY = "checkpoints.jsonl"
 ORIGIN_PREFIX = "sagacity.local/journal/"
 # rows whose proofs are read together when proving a saga
 _PROOF_BATCH = 1000
+#: how long a journal row may wait for the log (for its checkpoint, or the next pass)
+GRACE = timedelta(minutes=10)
 
 
 def _b64(digest: bytes) -> str:
@@ -193,15 +196,33 @@ def _lines_from_end(file: BinaryIO, chunk: int = 1 << 16) -> Iterator[bytes]:
 
 @dataclass(frozen=True, slots=True)
 class Integration:
-    """What one sequencer pass did: rows appended, and the head it published (None: none)."""
+    """What one sequencer pass did: rows appended, and the head it published (None: none).
+
+    Rows no trusted checkpoint covers are not appended: ``waiting`` of them are within the
+    grace period (a call between its INTENT and its outcome), left for a later pass;
+    ``unattested`` past it, the first :data:`NAMED` of them named in ``named``.
+    """
 
     appended: int
     size: int
     published: TreeHead | None
+    waiting: int = 0
+    unattested: int = 0
+    named: tuple[PendingRow, ...] = ()
+
+
+#: unattested rows a pass names (it counts the rest)
+NAMED = 100
 
 
 class Sequencer:
-    """Appends journal rows to the log and publishes signed tree heads, one pass at a time."""
+    """Appends attested journal rows to the log and publishes signed tree heads, one pass at a
+    time.
+
+    A row is appended only when a checkpoint of its saga signed by one of ``signers`` (default:
+    the log's own key) attests it (:mod:`sagacity.evidence.attest`), the checkpoints being read
+    from ``checkpoint_dir``, where the workers write them.
+    """
 
     def __init__(
         self,
@@ -212,37 +233,59 @@ class Sequencer:
         origin: str | None = None,
         cosigners: Sequence[Cosigner] = (),
         batch: int = 5000,
+        signers: Sequence[Ed25519PublicKey] | None = None,
+        grace: timedelta = GRACE,
     ) -> None:
         self.store = store
         self.heads = HeadLog(checkpoint_dir, key.public_key())
+        self.attestor = Attestor(
+            JournalStore(store.pool),
+            checkpoint_dir,
+            [key.public_key()] if signers is None else signers,
+        )
+        self.grace = grace
         self._key = key
         self._origin = origin
         self._cosigners = list(cosigners)
         self._batch = batch
 
     async def integrate(self, *, full_check: bool = False) -> Integration:
-        """Append the rows the log lacks and publish the new head, under the sequencer lock.
+        """Append the attested rows the log lacks and publish the new head, under the sequencer
+        lock.
 
         First the stored tree must agree with the last published head (its root at that size,
         and a consistency proof to the new size): :class:`LogInconsistent` otherwise, and
         nothing is signed. ``full_check`` also recomputes every stored leaf from the leaf table.
+        Rows no trusted checkpoint signed before the pass began covers are skipped (other
+        sagas' rows go on), and counted in the result.
         """
         async with self.store.sequencer():
             last = self.heads.latest()
             origin = await self._origin_for(last)
             frontier = await self._frontier(last, full_check)
-            appended = 0
+            started = datetime.now(UTC)
+            self.attestor.begin(signed_before=started)
+            appended = waiting = unattested = 0
+            named: list[PendingRow] = []
             chunk: list[PendingRow] = []
             async with aclosing(self.store.pending(batch=self._batch)) as rows:
                 async for row in rows:
-                    chunk.append(row)
-                    if len(chunk) == self._batch:
-                        appended += await self._append(frontier, chunk)
-                        chunk = []
+                    if await self.attestor.covers(row.saga_id, row.seq, row.hash):
+                        chunk.append(row)
+                        if len(chunk) == self._batch:
+                            appended += await self._append(frontier, chunk)
+                            chunk = []
+                    elif abs(row.timestamp - started) <= self.grace:
+                        waiting += 1
+                    else:
+                        unattested += 1
+                        if len(named) < NAMED:
+                            named.append(row)
             appended += await self._append(frontier, chunk)
+            skipped = (waiting, unattested, tuple(named))
             old = 0 if last is None else last.head.size
             if last is not None and frontier.size == old:
-                return Integration(appended, frontier.size, None)
+                return Integration(appended, frontier.size, None, *skipped)
             head = TreeHead(origin, frontier.size, frontier.root())
             proof: list[bytes] = []
             if last is not None and old > 0:
@@ -254,7 +297,7 @@ class Sequencer:
                     )
             note = sign_note(head, [NoteSigner(origin, self._key), *self._cosigners])
             self.heads.publish(note, proof, datetime.now(UTC))
-            return Integration(appended, head.size, head)
+            return Integration(appended, head.size, head, *skipped)
 
     async def _origin_for(self, last: Published | None) -> str:
         if last is not None:
@@ -370,6 +413,7 @@ async def run_sequencer(
             TlogStore(pool), checkpoint_dir, key, origin=origin, cosigners=cosigners
         )
         full_check = True
+        told: tuple[int, tuple[PendingRow, ...]] = (0, ())
         while True:
             try:
                 done = await sequencer.integrate(full_check=full_check)
@@ -378,6 +422,20 @@ async def run_sequencer(
                     _log.info(
                         "transparency log: %d rows appended, tree head %d", done.appended, done.size
                     )
+                if (done.unattested, done.named) != told:  # said again only when it changes
+                    told = (done.unattested, done.named)
+                    for row in done.named:
+                        _log.error(
+                            "transparency log: saga %r seq %d not logged: %s",
+                            row.saga_id,
+                            row.seq,
+                            UNATTESTED,
+                        )
+                    if done.unattested > len(done.named):
+                        _log.error(
+                            "transparency log: %d more unattested rows not logged",
+                            done.unattested - len(done.named),
+                        )
             except LogInconsistent as exc:
                 _log.error("transparency log: %s", exc)
             except SagacityError as exc:
@@ -389,12 +447,17 @@ async def run_sequencer(
 
 @dataclass(frozen=True, slots=True)
 class LogFinding:
-    """One thing ``sagacity log verify`` found; ``fatal`` ones fail it."""
+    """One thing ``sagacity log verify`` found; ``fatal`` ones fail it.
+
+    ``kind`` says what of a row: ``rewritten``, ``deleted``, ``leaf_edited``, ``backdated``,
+    ``unattested``, ``withheld`` or ``pending``; empty for findings about the heads.
+    """
 
     fatal: bool
     detail: str
     saga_id: str | None = None
     seq: int | None = None
+    kind: str = ""
 
     def line(self) -> str:
         where = "" if self.saga_id is None else f"saga {self.saga_id!r} seq {self.seq}: "
@@ -406,18 +469,27 @@ class LogVerifier:
     """Checks the published heads against each other, the leaf table against them, and each
     leaf against the journal, streaming: memory stays flat whatever the log's size.
 
-    A journal row the log lacks fails when it is older than the latest head by more than
-    ``grace`` (it should be in it: forged, or withheld from the log), else it is pending.
+    A journal row the log lacks fails once past ``grace`` (:func:`sagacity.evidence.attest.unlogged`):
+    as unattested when no checkpoint ``attestor`` trusts covers it, as withheld when one does;
+    else it is pending. A logged row written more than ``grace`` before the head published
+    before the one that first held it is backdated, unless a later row of its saga that is not
+    backdated is first held by the same head (a call that outlasted the grace period: its
+    INTENT is attested only by its outcome's checkpoint).
     """
 
     store: TlogStore
     heads: HeadLog
-    grace: timedelta = timedelta(minutes=10)
+    attestor: Attestor
+    grace: timedelta = GRACE
     leaves: int = 0
     checked_heads: int = 0
     unlogged: int = 0
     latest: Published | None = None
     _origin: str | None = field(default=None, repr=False)
+    #: the last head published before the leaves being read (the empty head counts)
+    _before: Published | None = field(default=None, repr=False)
+    #: backdated leaves first held by the next head, by saga, until a later row clears them
+    _suspects: dict[str, list[LogFinding]] = field(default_factory=dict, repr=False)
 
     async def run(self) -> AsyncGenerator[LogFinding, None]:
         """Every finding, in log order; afterwards ``leaves``, ``checked_heads`` and ``latest``."""
@@ -438,13 +510,19 @@ class LogVerifier:
                         "table: the log was cut; later heads cannot be recomputed",
                     )
                 digest = leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash))
-                for finding in self._check_leaf(leaf, digest):
+                first = None if broken or not pending else pending[0]
+                for finding in self._check_leaf(leaf, digest, first):
                     yield finding
                 if broken:
                     continue
                 frontier.append(digest)
                 while pending and pending[0].head.size == frontier.size:
                     published = pending.pop(0)
+                    for suspects in self._suspects.values():
+                        for finding in suspects:
+                            yield finding
+                    self._suspects.clear()
+                    self._before = published
                     if published.head.root != frontier.root() and not broken:
                         broken = True
                         yield LogFinding(
@@ -455,6 +533,9 @@ class LogVerifier:
                         )
                     for finding in self._next_head(heads, pending):
                         yield finding
+        for suspects in self._suspects.values():
+            for finding in suspects:
+                yield finding
         for published in pending:
             yield LogFinding(
                 True,
@@ -521,49 +602,112 @@ class LogVerifier:
                 yield LogFinding(True, item)
             elif item.head.size:  # the empty head has nothing to compare
                 pending.append(item)
+            else:
+                self._before = item
 
-    def _check_leaf(self, leaf: LeafRow, digest: bytes) -> Iterator[LogFinding]:
-        # digest: the leaf hash recomputed from the leaf table's row
-        where = f"(leaf {leaf.index})"
+    def _check_leaf(
+        self, leaf: LeafRow, digest: bytes, first: Published | None
+    ) -> Iterator[LogFinding]:
+        # digest: the leaf hash recomputed from the leaf table's row; first: the first head
+        # that holds the leaf (None: none yet, or past a cut)
         if leaf.leaf_hash != digest:
             yield LogFinding(
                 True,
-                f"the leaf table and the stored tree disagree {where}: the leaf table was edited",
+                f"the leaf table and the stored tree disagree (leaf {leaf.index}): the leaf "
+                "table was edited",
                 leaf.saga_id,
                 leaf.seq,
+                "leaf_edited",
             )
+        where = in_leaf(leaf.index, None if first is None else first.head.size)
         if leaf.journal_hash is None:
-            yield LogFinding(
-                True, f"logged {where} but gone from the journal: deleted", leaf.saga_id, leaf.seq
-            )
+            yield LogFinding(True, deleted(where), leaf.saga_id, leaf.seq, "deleted")
         elif leaf.journal_hash != leaf.row_hash:
-            yield LogFinding(
-                True,
-                f"the journal's row hashes {leaf.journal_hash[:12]}…, the log holds "
-                f"{leaf.row_hash[:12]}… {where}: altered after it was logged",
-                leaf.saga_id,
-                leaf.seq,
-            )
+            detail = rewritten(leaf.seq, leaf.journal_hash, leaf.row_hash, where)
+            yield LogFinding(True, detail, leaf.saga_id, leaf.seq, "rewritten")
+        else:
+            self._backdated(leaf, first)
+
+    def _backdated(self, leaf: LeafRow, first: Published | None) -> None:
+        """Hold ``leaf`` as a suspect when written before the head before ``first`` (less the
+        grace); a later row of its saga that is not clears the saga's suspects."""
+        before = self._before
+        suspects = self._suspects.get(leaf.saga_id, [])
+        if (
+            first is None
+            or before is None
+            or leaf.timestamp is None
+            or leaf.timestamp >= before.at - self.grace
+        ):
+            kept = [s for s in suspects if s.seq is not None and s.seq > leaf.seq]
+            if kept:
+                self._suspects[leaf.saga_id] = kept
+            else:
+                self._suspects.pop(leaf.saga_id, None)
+            return
+        detail = (
+            f"backdated: written {format_timestamp(leaf.timestamp)} but first logged in tree "
+            f"head {first.head.size}, published {format_timestamp(first.at)}; tree head "
+            f"{before.head.size}, published {format_timestamp(before.at)}, did not hold it"
+        )
+        suspects.append(LogFinding(True, detail, leaf.saga_id, leaf.seq, "backdated"))
+        self._suspects[leaf.saga_id] = suspects
 
     async def _unlogged(self) -> AsyncGenerator[LogFinding, None]:
-        cutoff = None if self.latest is None else self.latest.at - self.grace
+        latest = None if self.latest is None else (self.latest.head.size, self.latest.at)
+        now = datetime.now(UTC)
+        self.attestor.begin()
         async with aclosing(self.store.pending()) as rows:
             async for row in rows:
                 self.unlogged += 1
-                if cutoff is not None and row.timestamp < cutoff:
-                    assert self.latest is not None
-                    yield LogFinding(
-                        True,
-                        f"not in the log, though written {format_timestamp(row.timestamp)} and "
-                        f"tree head {self.latest.head.size} was published "
-                        f"{format_timestamp(self.latest.at)}: forged, or withheld from the log",
-                        row.saga_id,
-                        row.seq,
-                    )
+                attested = await self.attestor.covers(row.saga_id, row.seq, row.hash)
+                verdict = unlogged(row.timestamp, attested, latest, now, self.grace)
+                if verdict is not None:
+                    kind, detail = verdict
+                    yield LogFinding(True, detail, row.saga_id, row.seq, kind)
                 else:
                     yield LogFinding(
-                        False, "not in the log yet (pending integration)", row.saga_id, row.seq
+                        False, pending_detail(attested), row.saga_id, row.seq, "pending"
                     )
+
+
+def in_leaf(index: int, head: int | None) -> str:
+    """``leaf i (logged in tree head K)``, K a head that holds the leaf (None: none yet)."""
+    where = "in no published tree head yet" if head is None else f"logged in tree head {head}"
+    return f"leaf {index} ({where})"
+
+
+def rewritten(seq: int, journal_hash: str, logged_hash: str, leaf: str) -> str:
+    """The finding for a logged row the journal now hashes otherwise (``leaf``: :func:`in_leaf`)."""
+    return (
+        f"disagrees with the log: row {seq} is hashed {journal_hash[:12]}… in the journal but "
+        f"{logged_hash[:12]}… in {leaf}: rewritten after it was logged"
+    )
+
+
+def deleted(leaf: str) -> str:
+    """The finding for a logged row gone from the journal (``leaf``: :func:`in_leaf`)."""
+    return f"in {leaf} but gone from the journal: deleted"
+
+
+def pending_detail(attested: bool) -> str:
+    """The warning for a row the log lacks within the grace period."""
+    if attested:
+        return "not in the log yet (pending integration)"
+    return "not in the log yet (pending integration): no signed checkpoint covers it yet"
+
+
+async def inclusion_proofs(
+    store: TlogStore, size: int, indexes: Sequence[int]
+) -> list[list[bytes]]:
+    """The inclusion proof of each leaf in ``indexes`` in the tree of ``size`` leaves, from the
+    stored subtree hashes, read in one query; :class:`LogInconsistent` if one is missing."""
+    ranges = [inclusion_ranges(index, size) for index in indexes]
+    nodes = await store.nodes({n for rs in ranges for a, b in rs for n in subtrees(a, b)})
+    try:
+        return [[range_hash(a, b, nodes) for a, b in rs] for rs in ranges]
+    except KeyError as exc:
+        raise LogInconsistent(f"the stored tree lacks subtree {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -605,13 +749,8 @@ async def prove_saga(
     proofs = []
     for offset in range(0, len(covered), _PROOF_BATCH):
         batch = covered[offset : offset + _PROOF_BATCH]
-        ranges = [inclusion_ranges(index, head.size) for _, index in batch]
-        nodes = await store.nodes({n for rs in ranges for a, b in rs for n in subtrees(a, b)})
-        for (row, index), rs in zip(batch, ranges, strict=True):
-            try:
-                hashes = [range_hash(a, b, nodes) for a, b in rs]
-            except KeyError as exc:
-                raise LogInconsistent(f"the stored tree lacks subtree {exc}") from None
+        paths = await inclusion_proofs(store, head.size, [index for _, index in batch])
+        for (row, index), hashes in zip(batch, paths, strict=True):
             leaf = leaf_hash(leaf_data(row.saga_id, row.seq, row.hash))
             if not verify_inclusion(leaf, index, head.size, hashes, head.root):
                 raise LogInconsistent(
