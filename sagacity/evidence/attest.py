@@ -179,17 +179,17 @@ def unlogged(
     """How a journal row the log lacks counts, as ``(kind, detail)``; None while it may still be
     pending integration.
 
-    ``latest``: the size and publication time of the latest tree head (None: none yet). A row
-    written more than ``grace`` before that head, or dated more than ``grace`` after ``now``, is
-    past the grace period: ``unattested`` when no trusted checkpoint covers it, else
-    ``withheld`` (the sequencer should have logged it) when written before the head.
+    A row no trusted checkpoint covers is ``unattested`` once dated more than ``grace`` from
+    ``now`` (before or after: no checkpoint will come for it). A covered row is ``withheld``
+    when written more than ``grace`` before the latest tree head (``latest``: its size and
+    publication time; None: none yet): the sequencer should have logged it.
     """
     written = format_timestamp(timestamp)
-    late = latest is not None and timestamp < latest[1] - grace
-    if not attested and (late or timestamp > now + grace):
-        return "unattested", f"{UNATTESTED} (written {written})"
-    if late:
-        assert latest is not None
+    if not attested:
+        if abs(timestamp - now) > grace:
+            return "unattested", f"{UNATTESTED} (written {written})"
+        return None
+    if latest is not None and timestamp < latest[1] - grace:
         size, at = latest
         return "withheld", (
             f"not in the log, though written {written} and tree head {size} was published "

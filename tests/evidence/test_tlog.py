@@ -103,8 +103,14 @@ async def write_sagas(db: LogDb, names: list[str], calls: int = 2) -> list[Entry
     return rows
 
 
-def sequencer(store: TlogStore, db: LogDb, cosigners: Sequence[Cosigner] = ()) -> Sequencer:
-    return Sequencer(store, db.checkpoints, load_private_key(db.signing_key), cosigners=cosigners)
+def sequencer(
+    store: TlogStore,
+    db: LogDb,
+    cosigners: Sequence[Cosigner] = (),
+    grace: timedelta = timedelta(minutes=10),
+) -> Sequencer:
+    key = load_private_key(db.signing_key)
+    return Sequencer(store, db.checkpoints, key, cosigners=cosigners, grace=grace)
 
 
 async def findings(
