@@ -680,8 +680,8 @@ def in_leaf(index: int, head: int | None) -> str:
 def rewritten(seq: int, journal_hash: str, logged_hash: str, leaf: str) -> str:
     """The finding for a logged row the journal now hashes otherwise (``leaf``: :func:`in_leaf`)."""
     return (
-        f"disagrees with the log: row {seq} is hashed {journal_hash[:12]}… in the journal but "
-        f"{logged_hash[:12]}… in {leaf}: rewritten after it was logged"
+        f"row {seq} is hashed {journal_hash[:12]}… in the journal but {logged_hash[:12]}… in "
+        f"{leaf}: rewritten after it was logged"
     )
 
 
