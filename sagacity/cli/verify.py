@@ -1,5 +1,9 @@
 """``sagacity verify``: check sagas' hash chains against every anchor, live or from a bundle.
 
+Live, the anchors are the signed checkpoints, the transparency log once it has a published tree
+head (each saga's rows against its leaves, with no flag), Temporal (``--temporal``) and the
+decision keyring.
+
 Exit status: 0 every saga verified, 1 something is broken (the report says what, where, and which
 anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database), 3 a
 bundle is UNTRUSTED: consistent, but no trusted key was given to check it with. A bundle without
