@@ -639,6 +639,9 @@ class SagaActivities:
                     intent_written=True,
                 )
             return await self._run(req, intent_row)
+        # this call's own INTENT (same content, at the tail) stays without an outcome until a
+        # human resolves it: checkpoint it, so the transparency log admits it as attested
+        self._checkpoint(intent_row)
         raise _non_retryable(
             SuspectCall(
                 f"INTENT seq {req.seq} of {req.tool_name!r} has no outcome: the worker died "
