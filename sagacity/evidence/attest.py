@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from sagacity.evidence.checkpoints import Checkpoint, CheckpointLog, log_name, read_log
+from sagacity.evidence.checkpoints import Checkpoint, CheckpointLog, Kind, log_name, read_log
 from sagacity.evidence.keys import key_id
 from sagacity.journal import GENESIS_HASH, entry_hash, format_timestamp
 from sagacity.store.journal import JournalStore
@@ -128,6 +128,12 @@ class Attestor:
         if len(self._logs) > _LOGS_KEPT:
             self._logs.popitem(last=False)
         return log
+
+    def purged(self, saga_id: str) -> int:
+        """The seq retention purged ``saga_id`` through, by its latest trusted checkpoint, a
+        ``purged`` one (0: not purged): rows up to it left the journal lawfully."""
+        latest = self.log(saga_id).latest()
+        return latest.seq if latest is not None and latest.kind is Kind.PURGED else 0
 
     async def _attest(self, saga_id: str, seq: int) -> _Covered:
         """The rows from ``seq`` up to the highest checkpoint that attests them."""

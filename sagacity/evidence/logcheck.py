@@ -153,7 +153,8 @@ class LogAnchor:
                 assert row.row_hash is not None
                 where = in_leaf(row.index, head.size if row.index < head.size else None)
                 if row.hash is None:
-                    found.add(LogFinding(True, deleted(where), saga_id, row.seq, "deleted"))
+                    if row.seq > self.attestor.purged(saga_id):
+                        found.add(LogFinding(True, deleted(where), saga_id, row.seq, "deleted"))
                 elif row.hash != row.row_hash:
                     detail = rewritten(row.seq, row.hash, row.row_hash, where)
                     found.add(LogFinding(True, detail, saga_id, row.seq, "rewritten"))

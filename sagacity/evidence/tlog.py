@@ -474,7 +474,8 @@ class LogVerifier:
     else it is pending. A logged row written more than ``grace`` before the head published
     before the one that first held it is backdated, unless a later row of its saga that is not
     backdated is first held by the same head (a call that outlasted the grace period: its
-    INTENT is attested only by its outcome's checkpoint).
+    INTENT is attested only by its outcome's checkpoint). A logged row gone from the journal is
+    deleted, unless a trusted ``purged`` checkpoint says retention removed it.
     """
 
     store: TlogStore
@@ -621,7 +622,8 @@ class LogVerifier:
             )
         where = in_leaf(leaf.index, None if first is None else first.head.size)
         if leaf.journal_hash is None:
-            yield LogFinding(True, deleted(where), leaf.saga_id, leaf.seq, "deleted")
+            if leaf.seq > self.attestor.purged(leaf.saga_id):
+                yield LogFinding(True, deleted(where), leaf.saga_id, leaf.seq, "deleted")
         elif leaf.journal_hash != leaf.row_hash:
             detail = rewritten(leaf.seq, leaf.journal_hash, leaf.row_hash, where)
             yield LogFinding(True, detail, leaf.saga_id, leaf.seq, "rewritten")

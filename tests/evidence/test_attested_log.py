@@ -16,13 +16,25 @@ import psycopg
 from typer.testing import CliRunner
 
 from sagacity.cli.main import app
-from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.attest import Attestor
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import load_private_key
-from sagacity.evidence.tlog import LogFinding
+from sagacity.evidence.logcheck import LogAnchor
+from sagacity.evidence.report import Source
+from sagacity.evidence.tlog import HeadLog, LogFinding
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, entry_hash
 from sagacity.store import JournalStore, open_pool
 from sagacity.store.tlog import TlogStore
-from tests.evidence.test_tlog import LogDb, findings, log_db, sequencer, write_sagas
+from tests.evidence.test_tlog import (
+    LogDb,
+    findings,
+    load_public,
+    log_db,
+    owner_sql,
+    sequencer,
+    write_sagas,
+)
 
 __all__ = ["log_db"]  # the fixture, imported for pytest
 
@@ -232,3 +244,46 @@ def test_log_integrate_names_unattested_rows(log_db: LogDb) -> None:
     result = runner.invoke(app, ["log", "verify"], env=env)
     assert result.exit_code == 1
     assert f"FAILED  saga {forged!r} seq 1: {UNATTESTED} (written " in result.stdout
+
+
+async def test_rows_retention_purged_are_not_reported_deleted(log_db: LogDb) -> None:
+    tag = uuid.uuid4().hex[:6]
+    purged, deleted = f"purged-{tag}", f"deleted-{tag}"
+    rows = await write_sagas(log_db, [purged, deleted])
+    writer = CheckpointWriter(log_db.checkpoints, load_private_key(log_db.signing_key))
+    pool = await open_pool(log_db.app_url, max_size=4)
+    try:
+        store = TlogStore(pool)
+        assert (await sequencer(store, log_db).integrate()).appended == 8
+        # retention signs `purged` before its rows go; the other saga is deleted by an attacker
+        head = [r for r in rows if r.saga_id == purged][-1]
+        writer.purged(purged, head.seq, head.hash, "0" * 64)
+        await owner_sql(
+            log_db,
+            ("DELETE FROM side_effect_journal WHERE saga_id = ANY(%s)", ([purged, deleted],)),
+        )
+
+        found = [(f.saga_id, f.seq, f.kind) for f in await findings(store, log_db) if f.fatal]
+        assert found == [(deleted, n, "deleted") for n in (1, 2, 3, 4)]
+        # verify, every saga and named ones, through the log anchor
+        journal = JournalStore(pool)
+        public = load_public(log_db)
+        checkpoints = CheckpointDir(log_db.checkpoints, public)
+        for saga_ids in (None, [purged, deleted]):
+            log = LogAnchor(
+                store,
+                HeadLog(log_db.checkpoints, public),
+                Attestor(journal, log_db.checkpoints, [public]),
+            )
+            reports = {
+                r.saga_id: r
+                async for r in verify_journal(
+                    journal, saga_ids=saga_ids, checkpoints=checkpoints, log=log
+                )
+            }
+            assert reports[purged].ok, reports[purged]
+            faults = [(c.source, c.seq) for c in reports[deleted].faults()]
+            assert (Source.LOG, 1) in faults and (Source.LOG, 4) in faults, faults
+            assert log.problems == []
+    finally:
+        await pool.close()
