@@ -396,9 +396,11 @@ async def run_sequencer(
     every: float = 10.0,
     origin: str | None = None,
     cosigners: Sequence[Cosigner] = (),
+    signers: Sequence[Ed25519PublicKey] | None = None,
 ) -> None:
     """Integrate every ``every`` seconds until cancelled; returns at once when either setting
-    is unset (the log is off).
+    is unset (the log is off). ``signers``: the keys whose checkpoints attest rows (default:
+    the signing key's public half).
 
     For a worker to run beside its tool calls, on a small pool of its own: the first pass
     recomputes the whole leaf table against the last head, later ones check the stored tree's
@@ -410,7 +412,12 @@ async def run_sequencer(
     pool = await open_pool(conninfo, min_size=0, max_size=3)
     try:
         sequencer = Sequencer(
-            TlogStore(pool), checkpoint_dir, key, origin=origin, cosigners=cosigners
+            TlogStore(pool),
+            checkpoint_dir,
+            key,
+            origin=origin,
+            cosigners=cosigners,
+            signers=signers,
         )
         full_check = True
         told: tuple[int, tuple[PendingRow, ...]] = (0, ())
