@@ -51,6 +51,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from sagacity.errors import DevStackError, EvidenceUnavailable, StoreUnavailable
 from sagacity.evidence.decisions import ANY_PRINCIPAL, Keyring, keyring_entry, write_keyring
 from sagacity.evidence.keys import (
@@ -60,12 +62,15 @@ from sagacity.evidence.keys import (
     load_private_key,
     public_pem,
 )
+from sagacity.evidence.trust import TrustedKey, TrustRoots, load_trust, write_trust
+from sagacity.evidence.trust import fingerprint as full_fingerprint
 from sagacity.settings import (
     DevAnchors,
     DevApprovers,
     dev_anchors,
     dev_approvers,
     dev_codec_keys,
+    dev_trust_file,
 )
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import APP_ROLE, provision
@@ -87,6 +92,7 @@ __all__ = [
     "ensure_dev_approvers",
     "ensure_dev_codec_keys",
     "ensure_dev_fingerprint_key",
+    "ensure_dev_trust",
     "find_temporal_executable",
     "running_dev_database",
     "tcp_port_free",
@@ -96,6 +102,8 @@ __all__ = [
 DEV_DATABASE = "sagacity"
 #: The name the dev keyring gives the approvals service's key
 SERVICE_KEY_NAME = "approvals-service"
+#: The name the dev trust file gives the checkpoint signing key
+DEV_SIGNER_NAME = "sagacity-dev"
 
 PostgresStopMode = Literal["smart", "fast", "immediate"]
 
@@ -125,6 +133,12 @@ class DevSetup:
     key_created: bool
     #: the key redaction fingerprints are keyed with
     fingerprint_key: Path
+    #: the trust file verifiers pin the signing key with, apart from the workers' folders
+    trust_file: Path | None = None
+    #: the signing key's full fingerprint (SHA-256 of its raw bytes), to publish
+    fingerprint: str = ""
+    #: why the trust file does not pin the signing key, when it does not
+    trust_problem: str | None = None
     #: the keyring decisions must be signed against, and the keys that sign them
     keyring: Path | None = None
     approver_key: Path | None = None
@@ -153,7 +167,7 @@ class DevSetup:
             "database_url": self.database_url,
             **({"owner_database_url": self.owner_database_url} if self.owner_database_url else {}),
             "signing_key": self.signing_key,
-            "checkpoint_public_key": self.public_key,
+            **({"trust_file": self.trust_file} if self.trust_file else {}),
             "checkpoint_dir": self.checkpoint_dir,
             "redact_key": self.fingerprint_key,
             **decisions,
@@ -179,6 +193,34 @@ def ensure_dev_anchors(data_dir: Path) -> tuple[DevAnchors, str, bool]:
     except (OSError, EvidenceUnavailable) as exc:
         raise DevStackError(f"cannot create the dev anchors in {anchors.folder}: {exc}") from exc
     return anchors, key_id(key.public_key()), created
+
+
+def ensure_dev_trust(data_dir: Path, signer: Ed25519PublicKey) -> tuple[Path, str | None]:
+    """The dev stack's trust file, pinning ``signer`` when this call creates it, kept after.
+
+    It lives in ``<data_dir>/trust/`` (mode 0700, the file read-only), apart from the anchors
+    folder the workers write, and no worker is told of it. Returns its path and, when it exists
+    but does not pin ``signer``, why (the key was replaced since: verification will fail until
+    the change is rotated or the file is removed on purpose).
+    """
+    path = dev_trust_file(data_dir)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with (path.parent / ".lock").open("ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not path.exists():
+                write_trust(path, TrustRoots((TrustedKey(DEV_SIGNER_NAME, signer),)))
+                return path, None
+            roots = load_trust(path)
+    except (OSError, EvidenceUnavailable) as exc:
+        raise DevStackError(f"cannot set up the dev trust file {path}: {exc}") from None
+    if key_id(signer) in roots.signer_keys():
+        return path, None
+    return path, (
+        f"the trust file {path} pins {', '.join(roots.signer_keys())}, not the signing key "
+        f"{key_id(signer)}: its checkpoints will not verify. If you replaced the key yourself, "
+        "sign a rotation with the old key (`sagacity anchors rotate`) or remove the trust file"
+    )
 
 
 def ensure_dev_fingerprint_key(data_dir: Path) -> Path:
@@ -780,6 +822,10 @@ class DevStack:
                 fingerprint = key_id(load_private_key(signing_key).public_key())
             except EvidenceUnavailable as exc:
                 raise DevStackError(str(exc)) from None
+        signer = load_private_key(signing_key).public_key()
+        trust_file, trust_problem = settings.trust_file, None
+        if trust_file is None:
+            trust_file, trust_problem = ensure_dev_trust(self.data_dir, signer)
         keyring, approver_key, service_key = (
             settings.keyring,
             settings.approver_key,
@@ -805,6 +851,9 @@ class DevStack:
             checkpoint_dir=settings.checkpoint_dir or dev_anchors(self.data_dir).checkpoint_dir,
             key_id=fingerprint,
             key_created=created,
+            trust_file=trust_file,
+            fingerprint=full_fingerprint(signer),
+            trust_problem=trust_problem,
             fingerprint_key=settings.redact_key or ensure_dev_fingerprint_key(self.data_dir),
             keyring=keyring,
             approver_key=approver_key,
