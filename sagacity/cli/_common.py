@@ -60,8 +60,9 @@ def _pinned_apart(what: str, path: Path, folders: list[Path]) -> None:
     inside = worker_writable(path, folders)
     if inside is not None:
         raise SettingsError(
-            f"{what} {path} lies in {inside}, a folder the workers write: whoever can write it can "
-            f"swap the key and re-sign what it vouches for, so it is no trust root; {PIN_A_KEY}"
+            f"{what} {path} lies in {inside}, beside the data it would vouch for (a folder the "
+            "workers write, or the bundle itself): whoever can write there can swap the key and "
+            f"re-sign, so it is no trust root; {PIN_A_KEY}"
         )
 
 
