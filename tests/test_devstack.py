@@ -20,6 +20,7 @@ from uuid import uuid4
 
 import psycopg
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import TypeAdapter
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -29,6 +30,7 @@ import sagacity.devstack as devstack_module
 from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.decisions import Signer, Statement, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key
+from sagacity.evidence.trust import load_trust
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database, with_database
 from sagacity.temporal import visibility
@@ -301,6 +303,12 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
         assert key.stat().st_mode & 0o777 == 0o600
         assert key.parent == private_data_dir / "anchors"
         assert Path(exports["SAGACITY_CHECKPOINT_DIR"].strip("'")).is_dir()
+        # verifiers pin that key in a trust file apart from the anchors; no key beside them
+        trust = Path(exports["SAGACITY_TRUST_FILE"].strip("'"))
+        assert trust.parent == private_data_dir / "trust"
+        signer = key_id(load_public_key(key))
+        assert list(load_trust(trust).signer_keys()) == [signer]
+        assert "SAGACITY_CHECKPOINT_PUBLIC_KEY" not in exports
         # and a key to fingerprint redacted fields with, the workers' secret
         fingerprint_key = Path(exports["SAGACITY_REDACT_KEY"].strip("'"))
         assert fingerprint_key.stat().st_mode & 0o777 == 0o600
@@ -509,6 +517,24 @@ def test_dev_anchors_are_created_once_and_kept(tmp_path: Path) -> None:
     assert (dev.signing_key, dev.checkpoint_dir) == (anchors.signing_key, anchors.checkpoint_dir)
     given = Settings(data_dir=tmp_path, database_url="postgresql://elsewhere/db")
     assert (given.signing_key, given.checkpoint_dir) == (None, None)
+
+
+def test_the_dev_trust_file_pins_the_signing_key_apart_from_the_anchors(tmp_path: Path) -> None:
+    anchors, fingerprint, _ = devstack_module.ensure_dev_anchors(tmp_path)
+    signer = load_public_key(anchors.public_key)
+    path, problem = devstack_module.ensure_dev_trust(tmp_path, signer)
+    assert problem is None and path == tmp_path / "trust" / "trust.json"
+    assert anchors.folder not in path.parents and path.stat().st_mode & 0o777 == 0o444
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert list(load_trust(path).signer_keys()) == [fingerprint]
+    # the default trust file on the dev stack, and no other key is taken beside it
+    assert Settings(data_dir=tmp_path, database_url=None).trust_file == path
+    assert Settings(data_dir=tmp_path, database_url="postgresql://x/db").trust_file is None
+    # a key replaced since is not pinned silently: the trust file keeps the first and says so
+    other = Ed25519PrivateKey.generate().public_key()
+    again, problem = devstack_module.ensure_dev_trust(tmp_path, other)
+    assert again == path and list(load_trust(path).signer_keys()) == [fingerprint]
+    assert problem is not None and f"not the signing key {key_id(other)}" in problem
 
 
 def test_the_dev_fingerprint_key_is_created_once_and_is_the_default(tmp_path: Path) -> None:

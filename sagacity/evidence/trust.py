@@ -46,6 +46,7 @@ __all__ = [
     "load_trust",
     "raw_public",
     "trust_document",
+    "witness_from_vkey",
     "worker_writable",
     "write_trust",
 ]
@@ -152,6 +153,31 @@ def _name(entry: dict[str, object], where: str) -> str:
     if not isinstance(name, str) or not name or any(c.isspace() or c == "+" for c in name):
         raise EvidenceUnavailable(f"{where}: name must be non-empty text with no space or '+'")
     return name
+
+
+#: The signed-note signature type of a C2SP cosignature/v1 key.
+COSIGNATURE_V1 = 0x04
+
+
+def witness_from_vkey(vkey: str, url: str | None = None) -> TrustedWitness:
+    """A witness from its signed-note verifier key, ``<name>+<hex key id>+<base64(0x04 || key)>``;
+    :class:`EvidenceUnavailable` saying what is wrong with it."""
+    name, sep, rest = vkey.partition("+")
+    ident, sep2, encoded = rest.partition("+")
+    try:
+        raw = base64.b64decode(encoded, validate=True) if sep and sep2 else b""
+    except (binascii.Error, ValueError):
+        raw = b""
+    if not name or len(raw) != 33 or raw[0] != COSIGNATURE_V1:
+        raise EvidenceUnavailable(
+            f"{vkey!r} is not a witness's verifier key (<name>+<key id>+<base64 of 0x04 and 32 "
+            "key bytes>)"
+        )
+    key = Ed25519PublicKey.from_public_bytes(raw[1:])
+    expected = hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex()
+    if ident.lower() != expected:
+        raise EvidenceUnavailable(f"{vkey!r}: key id {ident} does not match the key ({expected})")
+    return TrustedWitness(name, key, url)
 
 
 def load_trust(path: Path) -> TrustRoots:

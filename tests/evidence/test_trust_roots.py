@@ -17,8 +17,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sagacity.evidence.checkpoints import CheckpointWriter, log_name
 from sagacity.evidence.keys import generate_key, key_id, load_private_key, public_pem
+from sagacity.evidence.note import COSIGNATURE_V1, NoteKey
 from sagacity.evidence.rotation import ROTATIONS, record_rotation
-from sagacity.evidence.trust import TrustedKey, TrustRoots, fingerprint, write_trust
+from sagacity.evidence.trust import TrustedKey, TrustRoots, fingerprint, load_trust, write_trust
 from sagacity.store import JournalStore
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_tamper_suite import rewrite
@@ -183,3 +184,30 @@ async def test_a_bundle_is_verified_against_the_pinned_key_never_its_own(
         "verify", "--bundle", str(bundle), "--public-key", str(bundle / "public_key.pem")
     )
     assert result.code == 2 and "beside the data it would vouch for" in result.stderr
+
+
+async def test_trust_init_pins_signers_and_witnesses_and_show_prints_fingerprints(
+    sagacity: Cli, signing_key: Path, tmp_path: Path
+) -> None:
+    witness = NoteKey("witness.test/w1", Ed25519PrivateKey.generate().public_key(), COSIGNATURE_V1)
+    file = tmp_path / "trust.json"
+    made = await sagacity(
+        "trust", "init", str(file), "--signer", f"workers={signing_key}",
+        "--witness", f"{witness.vkey()} http://127.0.0.1:7380",
+    )  # fmt: skip
+    assert made.code == 0, made.stderr
+    signer = load_private_key(signing_key).public_key()
+    assert f"signer   workers  fingerprint {fingerprint(signer)}" in made.stdout
+    assert f"witness  witness.test/w1  fingerprint {fingerprint(witness.public)}" in made.stdout
+    assert "quorum   1 of 1" in made.stdout
+    roots = load_trust(file)
+    assert roots.witnesses[0].url == "http://127.0.0.1:7380" and file.stat().st_mode & 0o222 == 0
+
+    again = await sagacity("trust", "init", str(file), "--signer", f"workers={signing_key}")
+    assert again.code == 2 and "pass --force" in again.stderr
+    tampered = witness.vkey()[:-6] + "AAAAAA"
+    bad = await sagacity(
+        "trust", "init", str(tmp_path / "t2.json"), "--signer", f"w={signing_key}",
+        "--witness", tampered,
+    )  # fmt: skip
+    assert bad.code == 2 and "does not match the key" in bad.stderr
