@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from tests.evidence import independent_verifier
 from tests.evidence.vectors import make_vectors
 
@@ -38,3 +39,20 @@ def test_the_independent_verifier_fails_a_vector_changed_by_one_byte(tmp_path: P
     failures = independent_verifier.check_vectors(tmp_path)
     assert any(f.startswith("rows: hash") for f in failures), failures
     assert any(f.startswith("merkle: leaf 1") for f in failures), failures
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: CheckpointDir.load splits a checkpoint file with str.splitlines, which also "
+    "breaks at U+0085, U+2028 and U+2029; canonical JSON leaves them unescaped, so the saga's "
+    "every checkpoint reads as two damaged halves and the saga fails verification",
+)
+@pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029"])
+def test_a_saga_id_holding_a_unicode_line_break_verifies(tmp_path: Path, char: str) -> None:
+    signing = make_vectors.seeded_key("line-break")
+    saga_id = f"order{char}1"
+    CheckpointWriter(tmp_path, signing).record(saga_id, 1, "ab" * 32)
+    log = CheckpointDir(tmp_path, signing.public_key()).load(saga_id)
+    assert log.problems == []
+    latest = log.latest()
+    assert latest is not None and latest.seq == 1
