@@ -523,6 +523,48 @@ def verify_log(
     return findings
 
 
+# --- evidence.md "Proof bundles": one saga's rows and their inclusion proofs ----------------
+
+PROOF_FILES = {"manifest.json", "checkpoint", "rows.jsonl", "proofs.jsonl"}
+
+
+def check_proof(folder: Path, trust: Trust) -> list[Finding]:
+    """A proof bundle's faults: the files, the manifest, the head's signature by a pinned key,
+    then row by row (with its proof, line for line) the chain and the inclusion proof; the first
+    bad row ends it."""
+    if {p.name for p in folder.iterdir()} != PROOF_FILES:
+        return [Finding(None, None, "not the four files of a proof bundle")]
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    if (manifest.get("format"), manifest.get("version")) != ("sagacity-saga-proof", 1):
+        return [Finding(None, None, "not a sagacity-saga-proof manifest")]
+    note = open_note((folder / "checkpoint").read_text(encoding="utf-8"), trust.signer_raw, {})
+    if note is None or note.signed_by is None:
+        return [Finding(None, None, "the tree head is not signed by a pinned key")]
+    saga_id = str(manifest.get("saga_id"))
+    found = []
+    if manifest.get("tree_size") != note.size:
+        found.append(Finding(saga_id, None, "tree_size is not the head's"))
+    rows = (folder / "rows.jsonl").read_text(encoding="utf-8").splitlines()
+    proofs = (folder / "proofs.jsonl").read_text(encoding="utf-8").splitlines()
+    prev, count = GENESIS, 0
+    for count, (row_text, proof_text) in enumerate(zip(rows, proofs, strict=False), start=1):
+        row, proof = json.loads(row_text), json.loads(proof_text)
+        if row["saga_id"] != saga_id or row["seq"] != count or row_hash(prev, row) != row["hash"]:
+            return [*found, Finding(saga_id, row["seq"], "chain")]
+        if proof["seq"] != row["seq"]:
+            return [*found, Finding(saga_id, row["seq"], "the proof of another row")]
+        leaf = leaf_hash(saga_id, row["seq"], row["hash"])
+        hashes = [strict_b64(h) for h in proof["hashes"]]
+        if not inclusion_ok(leaf, proof["leaf_index"], note.size, hashes, note.root):
+            found.append(Finding(saga_id, row["seq"], "inclusion proof"))
+        prev = row["hash"]
+    if len(rows) != len(proofs):
+        found.append(Finding(saga_id, None, "rows and proofs differ in number"))
+    elif manifest.get("rows") != count and not found:
+        found.append(Finding(saga_id, None, "the manifest's row count"))
+    return found
+
+
 # --- the published vectors -------------------------------------------------------------------
 
 

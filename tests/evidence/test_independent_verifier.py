@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -267,3 +268,52 @@ async def test_both_verifiers_agree_after_each_tampering(live: Live) -> None:
     # the untouched sagas, the approved and the compensated one among them, still verify
     assert live.sagas["approved"] not in ours.sagas and live.sagas["compensated"] not in ours.sagas
     assert ours.rows, "the log named no row"
+
+
+def first_seq(text: str) -> int | None:
+    found = re.search(r"\bseq (\d+)", text)
+    return None if found is None else int(found.group(1))
+
+
+async def test_both_verifiers_agree_on_a_proof_bundle(live: Live, tmp_path: Path) -> None:
+    """``sagacity prove`` of the approved saga: both accept it; with row 6's payload edited and
+    its hash recomputed, or the inclusion path of row 3 cut short, both refuse it at that seq."""
+    saga_id = live.sagas["approved"]
+    bundle = tmp_path / "proof"
+    made = await live.shell("prove", saga_id, "--out", str(bundle))
+    assert made.code == 0, made
+    key = live.shell.exports["SAGACITY_CHECKPOINT_PUBLIC_KEY"]
+
+    async def both() -> tuple[tuple[bool, int | None], tuple[bool, int | None]]:
+        run = await live.shell("prove", "--check", str(bundle), "--public-key", key)
+        assert run.code in (0, 1), run
+        found = outsider.check_proof(bundle, live.trust)
+        named = [f.seq for f in found if f.seq is not None]
+        return (run.code == 0, first_seq(run.stdout + run.stderr) if run.code else None), (
+            not found,
+            named[0] if named else None,
+        )
+
+    ours, theirs = await both()
+    assert ours == theirs == (True, None)
+
+    rows = (bundle / "rows.jsonl").read_text(encoding="utf-8").splitlines()
+    original = rows[5]
+    row = json.loads(original)
+    assert row["phase"] == "APPROVED"
+    row["payload"] = row["payload"].replace('"decision":"approve"', '"decision":"approve" ')
+    row["hash"] = outsider.row_hash(json.loads(rows[4])["hash"], row)
+    rows[5] = json.dumps(row, ensure_ascii=False)
+    (bundle / "rows.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    ours, theirs = await both()
+    assert ours == theirs == (False, 6), (ours, theirs)
+
+    rows[5] = original
+    (bundle / "rows.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    proofs = (bundle / "proofs.jsonl").read_text(encoding="utf-8").splitlines()
+    proof = json.loads(proofs[2])
+    proof["hashes"] = proof["hashes"][:-1]
+    proofs[2] = json.dumps(proof)
+    (bundle / "proofs.jsonl").write_text("\n".join(proofs) + "\n", encoding="utf-8")
+    ours, theirs = await both()
+    assert ours == theirs == (False, 3), (ours, theirs)
