@@ -282,7 +282,12 @@ class CheckpointDir:
             return CheckpointLog(saga_id, problems=[f"{file.name}: unreadable: {exc}"])
         lines: list[tuple[str, Checkpoint]] = []
         problems = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        # lines end at "\n" only: canonical JSON leaves U+2028 and friends unescaped in a saga
+        # id, and str.splitlines would break a line there
+        lines_ = text.split("\n")
+        if lines_[-1] == "":
+            lines_.pop()  # the empty text after the last newline
+        for number, line in enumerate(lines_, start=1):
             where = f"{file.name} line {number}"
             try:
                 cp = parse_line(line)

@@ -130,7 +130,10 @@ def trusted_keys(
     except (OSError, UnicodeDecodeError) as exc:
         return keys, [f"{ROTATIONS}: unreadable: {exc}"]
     pending: list[tuple[int, Rotation]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines_ = text.split("\n")
+    if lines_[-1] == "":
+        lines_.pop()  # the empty text after the last newline
+    for number, line in enumerate(lines_, start=1):
         try:
             pending.append((number, Rotation.parse(line)))
         except ValueError as exc:

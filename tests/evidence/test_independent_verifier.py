@@ -12,7 +12,6 @@ the checkpoint folder, and a trust file pinning the worker's public key.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import re
 import uuid
@@ -24,8 +23,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg.rows import dict_row
 from temporalio.client import Client
 
@@ -119,22 +116,6 @@ async def run_sagas(settings: Settings, client: Client, shell: Shell) -> dict[st
     return sagas
 
 
-def write_trust(folder: Path, public_key_pem: Path) -> Path:
-    key = serialization.load_pem_public_key(public_key_pem.read_bytes())
-    assert isinstance(key, Ed25519PublicKey)
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    doc = {
-        "format": "sagacity-trust",
-        "version": 1,
-        "signers": [{"name": "the worker", "public_key": base64.b64encode(raw).decode()}],
-        "witnesses": [],
-        "witness_quorum": 0,
-    }
-    path = folder / "trust.json"
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
 async def live(
     endpoints: Endpoints,
@@ -151,6 +132,7 @@ async def live(
                 "database_url": None,
                 "signing_key": None,
                 "checkpoint_public_key": None,
+                "trust_file": None,
                 "checkpoint_dir": None,
                 "data_dir": tmp_path_factory.mktemp("outsider") / ".sagacity",
             }
@@ -172,11 +154,8 @@ async def live(
         integrated = await shell("log", "integrate")
         assert integrated.code == 0, integrated
         folder = Path(exports["SAGACITY_CHECKPOINT_DIR"])
-        trust = outsider.load_trust(
-            write_trust(
-                tmp_path_factory.mktemp("auditor"), Path(exports["SAGACITY_CHECKPOINT_PUBLIC_KEY"])
-            )
-        )
+        # the trust file `sagacity dev` wrote, read by the outsider's own code
+        trust = outsider.load_trust(Path(exports["SAGACITY_TRUST_FILE"]))
         yield Live(shell, Owner(owner_url), folder, trust, sagas)
     finally:
         await drop_database(endpoints.database_url, name)
@@ -282,7 +261,7 @@ async def test_both_verifiers_agree_on_a_proof_bundle(live: Live, tmp_path: Path
     bundle = tmp_path / "proof"
     made = await live.shell("prove", saga_id, "--out", str(bundle))
     assert made.code == 0, made
-    key = live.shell.exports["SAGACITY_CHECKPOINT_PUBLIC_KEY"]
+    key = str(live.folder.parent / "signing-key.pem.pub")  # the dev stack's public half
 
     async def both() -> tuple[tuple[bool, int | None], tuple[bool, int | None]]:
         run = await live.shell("prove", "--check", str(bundle), "--public-key", key)

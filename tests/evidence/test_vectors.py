@@ -41,12 +41,6 @@ def test_the_independent_verifier_fails_a_vector_changed_by_one_byte(tmp_path: P
     assert any(f.startswith("merkle: leaf 1") for f in failures), failures
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: CheckpointDir.load splits a checkpoint file with str.splitlines, which also "
-    "breaks at U+0085, U+2028 and U+2029; canonical JSON leaves them unescaped, so the saga's "
-    "every checkpoint reads as two damaged halves and the saga fails verification",
-)
 @pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029"])
 def test_a_saga_id_holding_a_unicode_line_break_verifies(tmp_path: Path, char: str) -> None:
     signing = make_vectors.seeded_key("line-break")
