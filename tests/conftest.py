@@ -45,7 +45,8 @@ import pytest
 from temporalio.client import Client
 
 from sagacity.cli._exit import exit_at_shutdown
-from sagacity.devstack import DevStack, Endpoints, ensure_dev_approvers
+from sagacity.devkeys import ensure_dev_approvers
+from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.keys import (
     generate_fingerprint_key,
