@@ -16,14 +16,21 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from sagacity.cli._common import fail, settings_or_exit
+from sagacity.cli._common import (
+    PIN_A_KEY,
+    fail,
+    settings_or_exit,
+    trust_roots,
+    trusted_checkpoints,
+)
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.attest import UNATTESTED, Attestor
-from sagacity.evidence.keys import load_private_key, load_public_key, verifying_key
+from sagacity.evidence.keys import load_private_key, load_public_key
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
 from sagacity.evidence.tlog import HeadLog, Integration, LogVerifier, Sequencer, prove_saga
+from sagacity.evidence.trust import TrustRoots
 from sagacity.settings import Settings
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
@@ -65,8 +72,8 @@ PublicKey = Annotated[
     Path | None,
     typer.Option(
         "--public-key",
-        help="The log's public key (default: SAGACITY_CHECKPOINT_PUBLIC_KEY, else the signing "
-        "key's public half).",
+        help="The log's public key (default: the first signer of SAGACITY_TRUST_FILE, else "
+        "SAGACITY_CHECKPOINT_PUBLIC_KEY); never one in the folders the workers write.",
         show_default=False,
     ),
 ]
@@ -79,18 +86,20 @@ def _folder(given: Path | None, settings: Settings) -> Path:
     return folder
 
 
-def _public_key(given: Path | None, settings: Settings) -> Ed25519PublicKey:
+def _roots(given: Path | None, settings: Settings) -> TrustRoots:
+    """The keys pinned out of band (--public-key, else the trust file)."""
     try:
-        key = (
-            load_public_key(given)
-            if given
-            else verifying_key(settings.checkpoint_public_key, settings.signing_key)
-        )
+        roots = trust_roots(settings, public_key=given)
     except SagacityError as exc:
         raise fail(str(exc)) from None
-    if key is None:
-        raise fail("no key to check tree heads with: pass --public-key or set SAGACITY_SIGNING_KEY")
-    return key
+    if roots is None:
+        raise fail(f"no key to check tree heads with: {PIN_A_KEY}")
+    return roots
+
+
+def _public_key(given: Path | None, settings: Settings) -> Ed25519PublicKey:
+    """The log's key as pinned out of band (--public-key, else the trust file's first signer)."""
+    return _roots(given, settings).signers[0].key
 
 
 @app.command("integrate")
@@ -194,14 +203,16 @@ def verify(
     settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     folder = _folder(checkpoint_dir, settings)
-    key = _public_key(public_key, settings)
-    heads = HeadLog(folder, key)
+    roots = _roots(public_key, settings)
+    heads = HeadLog(folder, roots.signers[0].key)
+    # rows are attested by checkpoints of the pinned keys and those they rotated to
+    checkpoints, _ = trusted_checkpoints(folder, roots)
 
     async def run() -> tuple[int, int, LogVerifier]:
         failed = warnings = 0
         pool = await open_pool(url, min_size=1, max_size=2)
         try:
-            attestor = Attestor(JournalStore(pool), folder, [key])
+            attestor = Attestor(JournalStore(pool), checkpoints)
             checker = LogVerifier(TlogStore(pool), heads, attestor, timedelta(seconds=grace))
             async with aclosing(checker.run()) as findings:
                 async for finding in findings:

@@ -10,20 +10,15 @@ no checkpoint a worker signed for it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import chain
-from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-from sagacity.evidence.checkpoints import Checkpoint, CheckpointLog, Kind, log_name, read_log
-from sagacity.evidence.keys import key_id
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointLog, Kind
 from sagacity.journal import GENESIS_HASH, entry_hash, format_timestamp
 from sagacity.store.journal import JournalStore
 
-__all__ = ["UNATTESTED", "Attestor", "signed_by", "unlogged"]
+__all__ = ["UNATTESTED", "Attestor", "unlogged"]
 
 #: What a row no trusted checkpoint covers is, past the grace period.
 UNATTESTED = "unattested: no signed checkpoint covers it: forged, or written behind Sagacity's back"
@@ -32,21 +27,6 @@ UNATTESTED = "unattested: no signed checkpoint covers it: forged, or written beh
 _CHUNK = 1000
 # checkpoint logs kept parsed between passes (with their signature verdicts), by saga
 _LOGS_KEPT = 4096
-
-
-def signed_by(keys: Sequence[Ed25519PublicKey]) -> Callable[[Checkpoint], str | None]:
-    """A checkpoint check trusting any of ``keys``: None when one of them signed it, else why
-    not."""
-    trusted = {key_id(key): key for key in keys}
-
-    def check(cp: Checkpoint) -> str | None:
-        key = trusted.get(cp.key_id)
-        if key is None:
-            names = ", ".join(sorted(trusted)) or "none"
-            return f"signed by key {cp.key_id}, not by a trusted key ({names})"
-        return cp.verify(key, cp.key_id)
-
-    return check
 
 
 @dataclass(slots=True)
@@ -58,7 +38,8 @@ class _Covered:
 
 
 class Attestor:
-    """Answers "does a trusted checkpoint cover row (saga, seq) hashed h?" for one pass.
+    """Answers "does a trusted checkpoint cover row (saga, seq) hashed h?" for one pass, the
+    checkpoints read from ``checkpoints`` and trusted as it trusts them (its keys).
 
     Per saga and pass: one read of its checkpoint log (kept parsed while the file's size and
     modification time stay the same), one signature check in the usual case (the highest
@@ -68,16 +49,10 @@ class Attestor:
     """
 
     def __init__(
-        self,
-        journal: JournalStore,
-        folder: Path,
-        signers: Sequence[Ed25519PublicKey],
-        *,
-        max_hashes: int = 200_000,
+        self, journal: JournalStore, checkpoints: CheckpointDir, *, max_hashes: int = 200_000
     ) -> None:
         self._journal = journal
-        self._folder = folder
-        self._check = signed_by(signers)
+        self._checkpoints = checkpoints
         self._max_hashes = max_hashes
         self._logs: OrderedDict[str, tuple[tuple[int, int, int], CheckpointLog]] = OrderedDict()
         self._covered: OrderedDict[str, _Covered] = OrderedDict()
@@ -113,9 +88,8 @@ class Attestor:
 
     def log(self, saga_id: str) -> CheckpointLog:
         """``saga_id``'s checkpoint log, parsed again only when its file changed."""
-        file = self._folder / log_name(saga_id)
         try:
-            stat = file.stat()
+            stat = self._checkpoints.log_path(saga_id).stat()
         except OSError:
             return CheckpointLog(saga_id)
         mark = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
@@ -123,7 +97,7 @@ class Attestor:
         if kept is not None and kept[0] == mark:
             self._logs.move_to_end(saga_id)
             return kept[1]
-        log = read_log(file, saga_id, self._check)
+        log = self._checkpoints.load(saga_id)
         self._logs[saga_id] = (mark, log)
         if len(self._logs) > _LOGS_KEPT:
             self._logs.popitem(last=False)

@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
 from sagacity.evidence.attest import UNATTESTED, Attestor, unlogged
+from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.merkle import (
     EMPTY_ROOT,
@@ -219,8 +220,8 @@ class Sequencer:
     """Appends attested journal rows to the log and publishes signed tree heads, one pass at a
     time.
 
-    A row is appended only when a checkpoint of its saga signed by one of ``signers`` (default:
-    the log's own key) attests it (:mod:`sagacity.evidence.attest`), the checkpoints being read
+    A row is appended only when a checkpoint of its saga signed by one of ``signers`` (by key
+    id; default: the log's own key) attests it (:mod:`sagacity.evidence.attest`), the checkpoints being read
     from ``checkpoint_dir``, where the workers write them.
     """
 
@@ -233,16 +234,13 @@ class Sequencer:
         origin: str | None = None,
         cosigners: Sequence[Cosigner] = (),
         batch: int = 5000,
-        signers: Sequence[Ed25519PublicKey] | None = None,
+        signers: Mapping[str, Ed25519PublicKey] | None = None,
         grace: timedelta = GRACE,
     ) -> None:
         self.store = store
         self.heads = HeadLog(checkpoint_dir, key.public_key())
-        self.attestor = Attestor(
-            JournalStore(store.pool),
-            checkpoint_dir,
-            [key.public_key()] if signers is None else signers,
-        )
+        checkpoints = CheckpointDir(checkpoint_dir, signers or key.public_key())
+        self.attestor = Attestor(JournalStore(store.pool), checkpoints)
         self.grace = grace
         self._key = key
         self._origin = origin
@@ -396,11 +394,11 @@ async def run_sequencer(
     every: float = 10.0,
     origin: str | None = None,
     cosigners: Sequence[Cosigner] = (),
-    signers: Sequence[Ed25519PublicKey] | None = None,
+    signers: Mapping[str, Ed25519PublicKey] | None = None,
 ) -> None:
     """Integrate every ``every`` seconds until cancelled; returns at once when either setting
-    is unset (the log is off). ``signers``: the keys whose checkpoints attest rows (default:
-    the signing key's public half).
+    is unset (the log is off). ``signers``: the keys whose checkpoints attest rows, by key id
+    (default: the signing key's public half).
 
     For a worker to run beside its tool calls, on a small pool of its own: the first pass
     recomputes the whole leaf table against the last head, later ones check the stored tree's

@@ -273,7 +273,7 @@ async def test_rows_retention_purged_are_not_reported_deleted(log_db: LogDb) -> 
             log = LogAnchor(
                 store,
                 HeadLog(log_db.checkpoints, public),
-                Attestor(journal, log_db.checkpoints, [public]),
+                Attestor(journal, checkpoints),
             )
             reports = {
                 r.saga_id: r

@@ -223,7 +223,7 @@ class NewUser:
     shell: Shell
     owner: Owner
     sagas: dict[str, str]  # role -> saga id
-    public_key: str  # $SAGACITY_CHECKPOINT_PUBLIC_KEY
+    trust_file: str  # $SAGACITY_TRUST_FILE
     key_id: str
     bundle: Path  # the "bundle" saga, exported as the README shows
     #: the commands run on the untouched journal, in order
@@ -289,6 +289,7 @@ async def new_user(
                 "database_url": None,
                 "signing_key": None,
                 "checkpoint_public_key": None,
+                "trust_file": None,
                 "checkpoint_dir": None,
                 "data_dir": tmp_path_factory.mktemp("new-user") / ".sagacity",
             }
@@ -301,9 +302,11 @@ async def new_user(
         assert set(exports) >= {
             "SAGACITY_DATABASE_URL",
             "SAGACITY_SIGNING_KEY",
-            "SAGACITY_CHECKPOINT_PUBLIC_KEY",
+            "SAGACITY_TRUST_FILE",
             "SAGACITY_CHECKPOINT_DIR",
         }
+        # the key is pinned apart from the data, never handed over beside it
+        assert "SAGACITY_CHECKPOINT_PUBLIC_KEY" not in exports
         worker_settings = fresh.model_copy(
             update={
                 **setup.settings(),
@@ -317,7 +320,7 @@ async def new_user(
         sagas = await run_sagas(worker_settings, temporal_client, ROLES)
 
         shell = Shell(exports)
-        public_key = exports["SAGACITY_CHECKPOINT_PUBLIC_KEY"]
+        trust_file = exports["SAGACITY_TRUST_FILE"]
         bundle = tmp_path_factory.mktemp("bundle") / "evidence"
         control = {
             "log integrate": await shell("log", "integrate"),
@@ -326,10 +329,10 @@ async def new_user(
             "log verify": await shell("log", "verify"),
             "export": await shell("export", sagas["bundle"], "--out", str(bundle)),
             "verify --bundle": await shell(
-                "verify", "--bundle", str(bundle), "--public-key", public_key
+                "verify", "--bundle", str(bundle), "--trust", trust_file
             ),
         }
-        yield NewUser(shell, Owner(owner_url), sagas, public_key, setup.key_id, bundle, control)
+        yield NewUser(shell, Owner(owner_url), sagas, trust_file, setup.key_id, bundle, control)
     finally:
         await drop_database(endpoints.database_url, name)
 
@@ -699,14 +702,14 @@ async def test_a_changed_bundle_is_refused(new_user: NewUser, case: str, tmp_pat
     spec.change(bundle, saga_id)
     if spec.trusted:  # the README's command
         run = await new_user.shell(
-            "verify", "--bundle", str(bundle), "--public-key", new_user.public_key
+            "verify", "--bundle", str(bundle), "--trust", new_user.trust_file
         )
     else:  # an auditor with none of the dev stack's settings, and no key
         run = await new_user.shell(
             "verify",
             "--bundle",
             str(bundle),
-            SAGACITY_CHECKPOINT_PUBLIC_KEY=None,
+            SAGACITY_TRUST_FILE=None,
             SAGACITY_SIGNING_KEY=None,
             SAGACITY_CHECKPOINT_DIR=None,
         )
@@ -726,13 +729,9 @@ def checkpoint_file(new_user: NewUser, saga_id: str) -> Path:
     return Path(new_user.shell.exports["SAGACITY_CHECKPOINT_DIR"]) / f"{saga_id}.jsonl"
 
 
-async def test_a_checkpoint_file_rolled_back_with_its_tail_rewritten_is_named_by_verify(
-    new_user: NewUser,
-) -> None:
-    saga_id, control = new_user.sagas["rolledback"], new_user.sagas["control"]
-    # the checkpoint file cut back to mid-saga (the seal at seq 4 gone), then row 3 changed and
-    # the chain recomputed from it: the checkpoints left agree with the journal
-    file = checkpoint_file(new_user, saga_id)
+async def rolled_back(owner: Owner, file: Path, saga_id: str) -> None:
+    """The saga's checkpoint ``file`` cut back to mid-saga (the seal at seq 4 gone), then row 3
+    changed and the chain recomputed from it: the checkpoints left agree with the journal."""
     kept = [line for line in file.read_text().splitlines() if json.loads(line)["seq"] <= 2]
     file.write_text("".join(line + "\n" for line in kept))
 
@@ -740,7 +739,14 @@ async def test_a_checkpoint_file_rolled_back_with_its_tail_rewritten_is_named_by
         rows[2]["input"] = rows[2]["input"].replace('"p-2"', '"p-mallory"')
         return rows
 
-    await new_user.owner.rewrite(saga_id, change)
+    await owner.rewrite(saga_id, change)
+
+
+async def test_a_checkpoint_file_rolled_back_with_its_tail_rewritten_is_named_by_verify(
+    new_user: NewUser,
+) -> None:
+    saga_id, control = new_user.sagas["rolledback"], new_user.sagas["control"]
+    await rolled_back(new_user.owner, checkpoint_file(new_user, saga_id), saga_id)
 
     every = await new_user.shell("verify", "--all")
     named = await new_user.shell("verify", saga_id, control)

@@ -26,7 +26,7 @@ from sagacity.cli.main import app
 from sagacity.devstack import Endpoints
 from sagacity.errors import LogInconsistent
 from sagacity.evidence.attest import Attestor
-from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import generate_key, load_private_key, load_public_key, public_pem
 from sagacity.evidence.merkle import Frontier, leaf_data, leaf_hash
 from sagacity.evidence.note import (
@@ -67,7 +67,8 @@ class LogDb:
 
     @property
     def public_key(self) -> Path:
-        return self.keys / "signing.pem.pub"
+        """The signing key's public half, pinned apart from the workers' key folder."""
+        return self.keys.parent / "pinned" / "signing.pem.pub"
 
 
 @pytest.fixture
@@ -79,7 +80,8 @@ async def log_db(endpoints: Endpoints, tmp_path: Path) -> AsyncIterator[LogDb]:
         await apply_grants(owner)
         keys = tmp_path / "keys"
         keys.mkdir()
-        (keys / "signing.pem.pub").write_bytes(
+        (tmp_path / "pinned").mkdir()
+        (tmp_path / "pinned" / "signing.pem.pub").write_bytes(
             public_pem(generate_key(keys / "signing.pem").public_key())
         )
         yield LogDb(owner, make_conninfo(owner, user="sagacity_app"), keys, tmp_path / "cp")
@@ -117,7 +119,7 @@ async def findings(
     store: TlogStore, db: LogDb, grace: timedelta = timedelta(minutes=10)
 ) -> list[LogFinding]:
     heads = HeadLog(db.checkpoints, load_public(db))
-    attestor = Attestor(JournalStore(store.pool), db.checkpoints, [load_public(db)])
+    attestor = Attestor(JournalStore(store.pool), CheckpointDir(db.checkpoints, load_public(db)))
     verifier = LogVerifier(store, heads, attestor, grace)
     return [f async for f in verifier.run()]
 
