@@ -287,3 +287,49 @@ async def test_rows_retention_purged_are_not_reported_deleted(log_db: LogDb) -> 
             assert log.problems == []
     finally:
         await pool.close()
+
+
+async def test_leaves_edited_to_match_a_rewrite_are_caught_by_the_log_check(
+    log_db: LogDb,
+) -> None:
+    """The owner rewrites a saga and puts the new hashes in its leaves too (the stored tree left
+    as it was): named sagas prove each leaf in the latest head, every saga recomputes it."""
+    saga_id = f"leafy-{uuid.uuid4().hex[:6]}"
+    rows = await write_sagas(log_db, [saga_id])
+    pool = await open_pool(log_db.app_url, max_size=4)
+    try:
+        store = TlogStore(pool)
+        assert (await sequencer(store, log_db).integrate()).appended == 4
+        forged = chained(saga_id, [(Phase.INTENT, r.timestamp) for r in rows])
+        await owner_sql(
+            log_db,
+            ("DELETE FROM side_effect_journal WHERE saga_id = %s", (saga_id,)),
+            *[
+                (
+                    "UPDATE sagacity_tlog_leaf SET row_hash = %s WHERE saga_id = %s AND seq = %s",
+                    (r.hash, saga_id, r.seq),
+                )
+                for r in forged
+            ],
+        )
+        await insert_as_app(log_db, forged)
+
+        journal = JournalStore(pool)
+        public = load_public(log_db)
+        checkpoints = CheckpointDir(log_db.checkpoints, public)
+        named = LogAnchor(
+            store, HeadLog(log_db.checkpoints, public), Attestor(journal, checkpoints)
+        )
+        checks = await named.check(saga_id)
+        assert [(c.seq, c.fatal) for c in checks] == [(n, True) for n in (1, 2, 3, 4)], checks
+        assert all("is not the one tree head 4 holds" in c.detail for c in checks), checks
+
+        every = LogAnchor(
+            store, HeadLog(log_db.checkpoints, public), Attestor(journal, checkpoints)
+        )
+        await every.scan()
+        checks = await every.check(saga_id)
+        assert [c.seq for c in checks if c.fatal] == [1, 2, 3, 4], checks
+        assert "the leaf table and the stored tree disagree" in checks[0].detail
+    finally:
+        await pool.close()
