@@ -8,11 +8,14 @@ application role, which may INSERT any row, with hashes chained by the rules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 from typer.testing import CliRunner
 
 from sagacity.cli.main import app
@@ -22,13 +25,14 @@ from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.logcheck import LogAnchor
 from sagacity.evidence.report import Source
-from sagacity.evidence.tlog import HeadLog, LogFinding
+from sagacity.evidence.tlog import HeadLog, LogFinding, run_sequencer
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, entry_hash
 from sagacity.store import JournalStore, open_pool
 from sagacity.store.tlog import TlogStore
 from tests.evidence.test_tlog import (
     LogDb,
     findings,
+    latest_size,
     load_public,
     log_db,
     owner_sql,
@@ -333,3 +337,29 @@ async def test_leaves_edited_to_match_a_rewrite_are_caught_by_the_log_check(
         assert "the leaf table and the stored tree disagree" in checks[0].detail
     finally:
         await pool.close()
+
+
+async def test_the_workers_sequencer_logs_unattested_rows_once(
+    log_db: LogDb, caplog: pytest.LogCaptureFixture
+) -> None:
+    forged = f"bg-forged-{uuid.uuid4().hex[:6]}"
+    a_day_ago = datetime.now(UTC) - timedelta(days=1)
+    await insert_as_app(log_db, chained(forged, [(Phase.INTENT, a_day_ago)]))
+    await write_sagas(log_db, [f"bg-real-{forged}"], calls=1)
+    caplog.set_level(logging.ERROR, logger="sagacity.evidence.tlog")
+    task = asyncio.create_task(
+        run_sequencer(log_db.app_url, log_db.checkpoints, log_db.signing_key, every=0.05)
+    )
+    try:
+        for _ in range(200):
+            if latest_size(log_db) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # a few more passes, finding the same
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert latest_size(log_db) == 2  # the real saga's two rows, not the forged one
+    said = [r.getMessage() for r in caplog.records if forged in r.getMessage()]
+    assert said == [f"transparency log: saga {forged!r} seq 1 not logged: {UNATTESTED}"]
