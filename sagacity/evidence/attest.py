@@ -9,6 +9,7 @@ no checkpoint a worker signed for it.
 
 from __future__ import annotations
 
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -88,11 +89,15 @@ class Attestor:
 
     def log(self, saga_id: str) -> CheckpointLog:
         """``saga_id``'s checkpoint log, parsed again only when its file changed."""
+        file = self._checkpoints.log_path(saga_id)
         try:
-            stat = self._checkpoints.log_path(saga_id).stat()
+            found = file.stat()
         except OSError:
             return CheckpointLog(saga_id)
-        mark = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+        if not stat.S_ISREG(found.st_mode):
+            # a pipe or device would block the reader (and the worker running the sequencer)
+            return CheckpointLog(saga_id, problems=[f"{file.name}: not a regular file"])
+        mark = (found.st_size, found.st_mtime_ns, found.st_ino)
         kept = self._logs.get(saga_id)
         if kept is not None and kept[0] == mark:
             self._logs.move_to_end(saga_id)
