@@ -9,6 +9,7 @@ no checkpoint a worker signed for it.
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -116,9 +117,12 @@ class Attestor:
 
     async def _attest(self, saga_id: str, seq: int) -> _Covered:
         """The rows from ``seq`` up to the highest checkpoint that attests them."""
+        # read in a thread: the worker running the sequencer keeps serving its tool calls while a
+        # long saga's file is parsed
+        log = await asyncio.to_thread(self.log, saga_id)
         signed = (
             cp
-            for cp in self.log(saga_id).signed(lowest=seq)
+            for cp in log.signed(lowest=seq)
             if self._before is None or cp.at < self._before
         )
         top = next(signed, None)
