@@ -23,6 +23,7 @@ from sagacity.cli import (
     saga,
     tlog,
     verify,
+    witness,
     worker,
 )
 
@@ -75,4 +76,5 @@ saga.app.command("quarantine")(halt.quarantine)
 saga.app.command("release")(halt.release)
 app.command("verify")(verify.verify)
 app.command("certify")(certify.certify_command)
+app.command("witness")(witness.witness)
 app.command("worker")(worker.worker)
