@@ -78,6 +78,7 @@ from sagacity.devstack import running_dev_database
 from sagacity.errors import SettingsError
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.tlog import run_sequencer
+from sagacity.evidence.trust import load_trust
 from sagacity.observability import (
     ObservabilityInterceptor,
     ProbeServer,
@@ -440,8 +441,16 @@ def _sequencer(settings: Settings, database_url: str) -> asyncio.Task[None] | No
     every = settings.log_interval.total_seconds()
     if every <= 0:
         return None
+    # the witnesses asked to cosign each head are the trust file's (those with a url)
+    witnesses = load_trust(settings.trust_file).witnesses if settings.trust_file else ()
     return asyncio.create_task(
-        run_sequencer(database_url, settings.checkpoint_dir, settings.signing_key, every=every)
+        run_sequencer(
+            database_url,
+            settings.checkpoint_dir,
+            settings.signing_key,
+            every=every,
+            witnesses=witnesses,
+        )
     )
 
 

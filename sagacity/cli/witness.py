@@ -5,6 +5,7 @@ Exit status: 0 after a clean stop (or ``--show-key``), 2 for bad options or an u
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from pathlib import Path
@@ -60,7 +61,8 @@ def witness(
     ] = False,
 ) -> None:
     """Cosign the tree heads of the given logs, each only if consistent with the last one seen
-    (POST /add-checkpoint); GET /checkpoint?origin=ORIGIN answers the latest head cosigned."""
+    (POST /add-checkpoint); GET /checkpoint?origin=ORIGIN answers the latest head cosigned.
+    Runs until Ctrl-C or SIGTERM."""
     host, port = _listen(listen)
     try:
         key = witness_key(folder)
@@ -82,12 +84,13 @@ def witness(
         return
     if not logs:
         raise fail("give at least one --log VERIFIER_KEY to witness")
-    typer.echo(
-        f"witnessing {', '.join(sorted(server.logs))} on http://{listen} (state in {folder})"
-    )
+    typer.echo(f"witnessing {', '.join(sorted(server.logs))} (state in {folder})")
 
     import uvicorn
 
+    from sagacity.cli._serving import Server
     from sagacity.evidence.witness_http import create_app
 
-    uvicorn.run(create_app(server), host=host, port=port, log_level="warning")
+    # uvicorn's start line ("Uvicorn running on …") says when it listens; requests are not logged
+    config = uvicorn.Config(create_app(server), host=host, port=port, access_log=False)
+    asyncio.run(Server(config).serve())

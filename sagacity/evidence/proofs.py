@@ -131,10 +131,16 @@ class ProofReport:
 
 
 def check_proof_bundle(
-    path: Path, public_key: Ed25519PublicKey | None, witnesses: Sequence[NoteKey] = ()
+    path: Path,
+    public_key: Ed25519PublicKey | None,
+    witnesses: Sequence[NoteKey] = (),
+    *,
+    pool: Sequence[NoteKey] = (),
+    quorum: int = 0,
 ) -> ProofReport:
-    """Check the bundle at ``path`` offline: the head's signature by ``public_key`` (and each of
-    ``witnesses``), each row's chain, and each row's inclusion proof in that head."""
+    """Check the bundle at ``path`` offline: the head's signature by ``public_key``, the
+    cosignature of each of ``witnesses`` and of at least ``quorum`` of ``pool`` (a trust
+    file's witnesses), each row's chain, and each row's inclusion proof in that head."""
     report = ProofReport()
     try:
         names = {p.name for p in path.iterdir()}
@@ -152,7 +158,7 @@ def check_proof_bundle(
         report.problems.append(f"{MANIFEST}: not a {FORMAT} version {VERSION} manifest")
         return report
     report.saga_id = str(manifest.get("saga_id"))
-    head = _head(note, public_key, witnesses, report)
+    head = _head(note, public_key, witnesses, pool, quorum, report)
     if head is None:
         return report
     report.head = head
@@ -183,13 +189,20 @@ def check_proof_bundle(
 
 
 def _head(
-    note: str, key: Ed25519PublicKey | None, witnesses: Sequence[NoteKey], report: ProofReport
+    note: str,
+    key: Ed25519PublicKey | None,
+    witnesses: Sequence[NoteKey],
+    pool: Sequence[NoteKey],
+    quorum: int,
+    report: ProofReport,
 ) -> TreeHead | None:
     origin = note.split("\n", 1)[0]
     try:
         if key is None:
             return TreeHead.parse(note[: note.rindex("\n\n") + 1])
         head = open_note(note, NoteKey(origin, key), witnesses).head
+        if quorum:
+            open_note(note, NoteKey(origin, key), pool, quorum=quorum)
     except ValueError as exc:
         report.problems.append(f"{CHECKPOINT}: {exc}")
         return None
