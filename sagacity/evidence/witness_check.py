@@ -115,7 +115,16 @@ async def _compare(
     except EvidenceUnavailable as exc:
         return [LogFinding(False, f"cannot check the published heads against it: {exc}")]
     if note is None:
-        return []
+        if latest is None or name not in _cosigners(latest, heads, witness):
+            return []
+        return [
+            LogFinding(
+                False,
+                f"witness {name} holds no head of this log, though tree head "
+                f"{latest.head.size} carries its cosignature: its state was lost (it must get a "
+                "new key and name, or it could cosign a rollback)",
+            )
+        ]
     try:
         opened = open_note(note, NoteKey(origin, heads.key), [witness.key])
     except ValueError as exc:
@@ -165,6 +174,13 @@ async def _extends(
     return verify_consistency(old, new, old_root, new_root, proof)
 
 
+def _cosigners(published: Published, heads: HeadLog, witness: WitnessEndpoint) -> set[str]:
+    with contextlib.suppress(ValueError):
+        key = NoteKey(published.head.origin, heads.key)
+        return set(open_note(published.note, key, [witness.key], quorum=0).witnessed)
+    return set()
+
+
 def _last_cosigned(heads: HeadLog, witness: WitnessEndpoint, below: int) -> int:
     """The size of the largest published head of at most ``below`` leaves that ``witness``
     cosigned (0: none): the witness's later heads extend it, so leaves up to it agree."""
@@ -172,8 +188,7 @@ def _last_cosigned(heads: HeadLog, witness: WitnessEndpoint, below: int) -> int:
     for item in heads.history():
         if isinstance(item, str) or not best <= item.head.size <= below:
             continue
-        with contextlib.suppress(ValueError):
-            open_note(item.note, NoteKey(item.head.origin, heads.key), [witness.key])
+        if witness.name in _cosigners(item, heads, witness):
             best = item.head.size
     return best
 

@@ -443,6 +443,13 @@ async def test_a_fork_at_the_witnessed_size_is_named(log_db: LogDb, tmp_path: Pa
             await write_sagas(log_db.app_url, [f"a-{tag}"])
             await Sequencer(store, log_db.checkpoints, key, witnesses=trust.witnesses).integrate()
             heads = HeadLog(log_db.checkpoints, key.public_key())
+            # a witness that lost its state is named, as a warning
+            (state,) = (tmp_path / "w" / "logs").glob("*.json")
+            saved = state.read_bytes()
+            state.unlink()
+            (lost,) = await witness_findings(trust, heads, store)
+            assert not lost.fatal and "holds no head of this log, though tree head 4" in lost.detail
+            state.write_bytes(saved)
             # the log's key signs another head of size 4 into the store
             other = TreeHead(origin_of(log_db), 4, bytes(32))
             heads.publish(sign_note(other, [NoteSigner(other.origin, key)]), [], heads.latest().at)  # type: ignore[union-attr]
