@@ -37,7 +37,7 @@ from sagacity.evidence.note import (
     open_note,
     sign_note,
 )
-from sagacity.evidence.tlog import HeadLog, Sequencer
+from sagacity.evidence.tlog import HeadLog, Sequencer, run_sequencer
 from sagacity.evidence.trust import TrustedKey, TrustedWitness, TrustRoots, write_trust
 from sagacity.evidence.witness import SIZE_TYPE, AddCheckpoint, Witness
 from sagacity.evidence.witness_check import witness_findings
@@ -490,3 +490,32 @@ def test_the_witness_command_keeps_its_key(tmp_path: Path) -> None:
     for bad in (["--log", "junk"], ["--listen", "nowhere"], []):
         result = runner.invoke(app, ["witness", "--folder", str(tmp_path / "w"), *bad])
         assert result.exit_code == 2, (bad, result.stdout)
+
+
+async def test_the_background_sequencer_gets_its_heads_cosigned(
+    log_db: LogDb, tmp_path: Path
+) -> None:
+    await write_sagas(log_db.app_url, [f"bg-{uuid.uuid4().hex[:6]}"], calls=1)
+    async with served(tmp_path / "w", log_db) as (url, witness):
+        witnesses = (TrustedWitness(WITNESS, witness.key.public, url),)
+        task = asyncio.create_task(
+            run_sequencer(
+                log_db.app_url,
+                log_db.checkpoints,
+                log_db.signing_key,
+                every=0.05,
+                witnesses=witnesses,
+            )
+        )
+        try:
+            latest = log_db.checkpoints / "tlog" / "checkpoint"
+            for _ in range(200):
+                if latest.exists() and f"\u2014 {WITNESS} " in latest.read_text():
+                    break
+                await asyncio.sleep(0.05)
+            opened = open_note(latest.read_text(), log_key(log_db), [witness.key])
+            assert opened.head.size == 2
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
