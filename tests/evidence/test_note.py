@@ -109,7 +109,7 @@ def test_a_verifier_key_is_parsed_back_and_checked() -> None:
     assert NoteKey.parse(GO_VKEY).name == "PeterNeumann"
     witness = NoteKey("witness.example/w1", log.public_key(), COSIGNATURE_V1)
     assert NoteKey.parse(witness.vkey()).type == COSIGNATURE_V1
-    name, ident, raw = key.vkey().split("+")
+    name, ident, raw = key.vkey().split("+", 2)
     for bad in (
         "",
         "junk",
