@@ -30,7 +30,7 @@ from sagacity.evidence.tlog import (
     Sequencer,
     prove_saga,
 )
-from sagacity.evidence.trust import TrustRoots, load_trust
+from sagacity.evidence.trust import TrustRoots
 from sagacity.evidence.witness_check import witness_findings
 from sagacity.settings import Settings
 from sagacity.store.db import open_pool
@@ -74,17 +74,20 @@ TrustFile = Annotated[
     Path | None,
     typer.Option(
         "--trust",
-        help="Trust file naming the witnesses and how many must cosign a tree head "
-        "(default: SAGACITY_TRUST_FILE).",
+        help="Trust file pinning the log's key, the witnesses and how many must cosign a tree "
+        "head (default: SAGACITY_TRUST_FILE).",
         show_default=False,
     ),
 ]
 
 
-def _trust(given: Path | None, settings: Settings) -> TrustRoots | None:
-    path = given or settings.trust_file
+def _roots(
+    settings: Settings, *, trust: Path | None = None, public_key: Path | None = None
+) -> TrustRoots | None:
+    """The trust roots in use (:func:`trust_roots`): their witnesses are the ones asked and
+    checked, their quorum the one required."""
     try:
-        return None if path is None else load_trust(path)
+        return trust_roots(settings, trust_file=trust, public_key=public_key)
     except SagacityError as exc:
         raise fail(str(exc)) from None
 
@@ -98,13 +101,13 @@ def _folder(given: Path | None, settings: Settings) -> Path:
 
 def _public_key(given: Path | None, settings: Settings) -> Ed25519PublicKey:
     """The log's key as pinned out of band (--public-key, else the trust file's first signer)."""
-    try:
-        roots = trust_roots(settings, public_key=given)
-    except SagacityError as exc:
-        raise fail(str(exc)) from None
+    return _pinned(_roots(settings, public_key=given)).signers[0].key
+
+
+def _pinned(roots: TrustRoots | None) -> TrustRoots:
     if roots is None:
         raise fail(f"no key to check tree heads with: {PIN_A_KEY}")
-    return roots.signers[0].key
+    return roots
 
 
 @app.command("integrate")
@@ -135,7 +138,7 @@ def integrate(
     folder = _folder(checkpoint_dir, settings)
     if settings.signing_key is None:
         raise fail("no signing key: set SAGACITY_SIGNING_KEY")
-    roots = _trust(trust, settings)
+    roots = _roots(settings, trust=trust)
 
     async def run() -> Integration:
         key = load_private_key(settings.signing_key) if settings.signing_key else None
@@ -214,8 +217,8 @@ def verify(
     against the trust file's witnesses: the cosignature quorum, rollbacks and forks."""
     settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
-    heads = HeadLog(_folder(checkpoint_dir, settings), _public_key(public_key, settings))
-    roots = _trust(trust, settings)
+    roots = _pinned(_roots(settings, trust=trust, public_key=public_key))
+    heads = HeadLog(_folder(checkpoint_dir, settings), roots.signers[0].key)
 
     counts = {"failed": 0, "pending": 0, "warnings": 0}
 
@@ -244,9 +247,8 @@ def verify(
             async with aclosing(checker.run()) as findings:
                 async for finding in findings:
                     report(finding)
-            if roots is not None:
-                for finding in await witness_findings(roots, heads, store):
-                    report(finding, "warnings")
+            for finding in await witness_findings(roots, heads, store):
+                report(finding, "warnings")
         finally:
             await pool.close()
         return checker
@@ -309,7 +311,11 @@ def prove(
     if check is not None:
         if saga is not None or out is not None:
             raise fail("--check verifies a bundle; it takes no saga or --out")
-        _check(check, public_key, witness or [], _trust(trust, settings_or_exit()))
+        settings = settings_or_exit()
+        roots = (
+            None if trust is None and settings.trust_file is None else _roots(settings, trust=trust)
+        )
+        _check(check, public_key, witness or [], roots)
         return
     if saga is None or out is None:
         raise fail("give a saga and --out DIR, or --check DIR")
