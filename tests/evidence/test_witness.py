@@ -305,6 +305,7 @@ async def test_the_witness_refuses_rollbacks_forks_bad_proofs_and_bad_input(tmp_
         for params in ({}, {"origin": ""}, {"origin": ["a", "b"]}, {"origin": "x" * 5000}):
             assert (await http.get("/checkpoint", params=params)).status_code == 400
         assert (await http.get("/checkpoint", params={"origin": "n\u00f6pe"})).status_code == 404
+        assert (await http.get("/checkpoint?origin=%ff%fe%00")).status_code == 404
         assert (await http.get("/add-checkpoint")).status_code == 405
         assert await held() == state
 
@@ -519,3 +520,31 @@ async def test_the_background_sequencer_gets_its_heads_cosigned(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def test_the_quorum_counts_the_witnesses_that_cosigned(log_db: LogDb, tmp_path: Path) -> None:
+    await write_sagas(log_db.app_url, [f"q-{uuid.uuid4().hex[:6]}"], calls=1)
+    down = NoteKey("witness.test/down", Ed25519PrivateKey.generate().public_key(), COSIGNATURE_V1)
+    async with served(tmp_path / "w", log_db) as (url, witness):
+        pool = await open_pool(log_db.app_url, max_size=4)
+        try:
+            store = TlogStore(pool)
+            key = load_private_key(log_db.signing_key)
+            both = (
+                TrustedWitness(WITNESS, witness.key.public, url),
+                TrustedWitness(down.name, down.public, f"http://127.0.0.1:{free_port()}"),
+            )
+            done = await Sequencer(store, log_db.checkpoints, key, witnesses=both).integrate()
+            assert done.witnessing is not None
+            assert (
+                done.witnessing.cosigned == [WITNESS] and down.name in done.witnessing.unreachable
+            )
+            heads = HeadLog(log_db.checkpoints, key.public_key())
+            signer = (TrustedKey("log", key.public_key()),)
+            one = await witness_findings(TrustRoots(signer, both, 1), heads, store)
+            assert [f.fatal for f in one] == [False]  # the witness that is down: a warning
+            two = await witness_findings(TrustRoots(signer, both, 2), heads, store)
+            assert two[0].fatal and "has 1 of the 2 witness cosignatures" in two[0].detail
+            assert f"(missing: {down.name})" in two[0].detail
+        finally:
+            await pool.close()
