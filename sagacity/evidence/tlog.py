@@ -255,7 +255,7 @@ class Sequencer:
             if last is not None and frontier.size == old:
                 witnessing = await self._rewitness(last)
                 again = last.head if witnessing is not None and witnessing.lines else None
-                return Integration(appended, frontier.size, again, witnessing)
+                return Integration(appended, frontier.size, again, witnessing=witnessing)
             head = TreeHead(origin, frontier.size, frontier.root())
             proof: list[bytes] = []
             if last is not None and old > 0:
@@ -269,7 +269,7 @@ class Sequencer:
             witnessing = await self._witness(head, note, last)
             lines = [] if witnessing is None else witnessing.lines
             self.heads.publish(note + "".join(lines), proof, datetime.now(UTC))
-            return Integration(appended, head.size, head, witnessing)
+            return Integration(appended, head.size, head, witnessing=witnessing)
 
     def _cosigners_of(self, last: Published) -> set[str]:
         """The configured witnesses whose valid cosignatures the published note carries."""
