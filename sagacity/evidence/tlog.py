@@ -48,7 +48,12 @@ from sagacity.evidence.merkle import (
 from sagacity.evidence.note import Cosigner, NoteKey, NoteSigner, TreeHead, open_note, sign_note
 from sagacity.evidence.proofs import RowProof, write_proof_bundle
 from sagacity.evidence.trust import TrustedWitness
-from sagacity.evidence.witness_client import WitnessEndpoint, Witnesses, Witnessing
+from sagacity.evidence.witness_client import (
+    WitnessEndpoint,
+    Witnesses,
+    Witnessing,
+    log_witnessing,
+)
 from sagacity.journal import format_timestamp, to_json
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
@@ -412,7 +417,8 @@ async def run_sequencer(
     witnesses: Sequence[TrustedWitness] = (),
 ) -> None:
     """Integrate every ``every`` seconds until cancelled; returns at once when either setting
-    is unset (the log is off). Witness refusals are logged as errors on every pass they recur.
+    is unset (the log is off). Witness refusals are logged as errors on every pass they recur;
+    a witness going down or coming back is logged once.
 
     For a worker to run beside its tool calls, on a small pool of its own: the first pass
     recomputes the whole leaf table against the last head, later ones check the stored tree's
@@ -432,6 +438,7 @@ async def run_sequencer(
             witnesses=witnesses,
         )
         full_check = True
+        down: set[str] = set()  # witnesses that did not answer on the last pass that asked
         while True:
             try:
                 done = await sequencer.integrate(full_check=full_check)
@@ -440,11 +447,7 @@ async def run_sequencer(
                     _log.info(
                         "transparency log: %d rows appended, tree head %d", done.appended, done.size
                     )
-                if done.witnessing is not None:
-                    for alert in done.witnessing.alerts():
-                        _log.error("transparency log: %s", alert)
-                    for warning in done.witnessing.warnings():
-                        _log.warning("transparency log: %s", warning)
+                down = log_witnessing(_log, done.witnessing, down)
             except LogInconsistent as exc:
                 _log.error("transparency log: %s", exc)
             except SagacityError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from sagacity.evidence.note import COSIGNATURE_V1, NoteKey, TreeHead
 from sagacity.evidence.trust import TrustedWitness
 from sagacity.evidence.witness import SIZE_TYPE, AddCheckpoint
 
-__all__ = ["WitnessEndpoint", "Witnesses", "Witnessing", "latest_cosigned"]
+__all__ = ["WitnessEndpoint", "Witnesses", "Witnessing", "latest_cosigned", "log_witnessing"]
 
 #: seconds one call to a witness may take, all in
 TIMEOUT = 3.0
@@ -247,3 +248,20 @@ class Witnesses:
                 return []
             self._held[name] = head.size
             return lines
+
+
+def log_witnessing(log: logging.Logger, witnessing: Witnessing | None, down: set[str]) -> set[str]:
+    """Log what one pass's witnesses said, given the witnesses ``down`` on the last pass that
+    asked: refusals and lost heads as errors on every pass, a witness going down (a warning) or
+    coming back once. Returns the witnesses down now."""
+    if witnessing is None:
+        return down
+    for alert in witnessing.alerts():
+        log.error("transparency log: %s", alert)
+    now = set(witnessing.unreachable)
+    if now - down:
+        for warning in witnessing.warnings():
+            log.warning("transparency log: %s (said once while it stays so)", warning)
+    for name in sorted(down & set(witnessing.cosigned)):
+        log.info("transparency log: witness %s cosigns again", name)
+    return now

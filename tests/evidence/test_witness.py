@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import shutil
 import signal
 import socket
@@ -22,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from psycopg.conninfo import conninfo_to_dict
 from typer.testing import CliRunner
@@ -41,6 +43,7 @@ from sagacity.evidence.tlog import HeadLog, Sequencer, run_sequencer
 from sagacity.evidence.trust import TrustedKey, TrustedWitness, TrustRoots, write_trust
 from sagacity.evidence.witness import SIZE_TYPE, AddCheckpoint, Witness
 from sagacity.evidence.witness_check import witness_findings
+from sagacity.evidence.witness_client import Witnessing, log_witnessing
 from sagacity.evidence.witness_http import create_app
 from sagacity.store import open_pool
 from sagacity.store.tlog import TlogStore
@@ -548,3 +551,26 @@ async def test_the_quorum_counts_the_witnesses_that_cosigned(log_db: LogDb, tmp_
             assert f"(missing: {down.name})" in two[0].detail
         finally:
             await pool.close()
+
+
+def test_a_witness_down_is_logged_once_and_a_refusal_every_pass(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("test.witness")
+    head = TreeHead("test.example/log", 3, bytes(32))
+    missed = Witnessing(head, unreachable={WITNESS: "no answer in 3 s"})
+    refused = Witnessing(head, refused={"w2": "409: it holds tree head 9"})
+    back = Witnessing(head, cosigned=[WITNESS])
+    with caplog.at_level(logging.INFO, logger="test.witness"):
+        down = log_witnessing(log, missed, set())
+        down = log_witnessing(log, missed, down)
+        down = log_witnessing(log, None, down)  # a pass that asked no witness
+        assert down == {WITNESS}
+        log_witnessing(log, refused, down)
+        log_witnessing(log, refused, down)
+        assert log_witnessing(log, back, down) == set()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in said] == ["WARNING", "ERROR", "ERROR", "INFO"]
+    assert f"not cosigned by witness {WITNESS} yet" in said[0][1]
+    assert "witness w2 refused to cosign tree head 3: 409" in said[1][1]
+    assert said[3][1] == f"transparency log: witness {WITNESS} cosigns again"
