@@ -13,6 +13,8 @@ the one held (a rollback) or of the same size with another root (a fork) is neve
 State, per log origin, in ``<folder>/logs/<hex SHA-256 of the origin>.json``: ``origin``,
 ``size``, ``root`` (base64) and ``note`` (the checkpoint as cosigned: the log's signature lines
 and the witness's own cosignature), replaced atomically (write, fsync, rename, fsync the folder).
+A log-signed request refused as a fork or a bad proof is kept in ``<folder>/refused/``: the
+log's signature on it proves the log signed a head inconsistent with one it signed before.
 No Python library implements C2SP signed notes or this protocol (PyPI has none kept up); it is
 built on :mod:`sagacity.evidence.note` and :mod:`sagacity.evidence.merkle`.
 """
@@ -24,6 +26,7 @@ import binascii
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -64,10 +67,13 @@ MAX_PROOF = 63
 MAX_REQUEST = 64 * 1024
 #: the content type of a 409 answer that carries the size the witness holds
 SIZE_TYPE = "text/x.tlog.size"
+#: refused log-signed requests kept as evidence of a fork, at most
+MAX_KEPT = 1000
 #: the name a witness's key goes by unless told otherwise
 DEFAULT_NAME = "sagacity.local/witness"
 KEY_FILE = "witness.pem"
 
+_log = logging.getLogger(__name__)
 _SIZE = re.compile(r"^(0|[1-9][0-9]{0,18})$")
 
 
@@ -192,7 +198,12 @@ class Witness:
             )
         with self._locked():
             held = self.state(head.origin)
-            self._check(held, request, head)
+            try:
+                self._check(held, request, head)
+            except WitnessRefused as exc:
+                if exc.status == 422 or (exc.status == 409 and exc.size is None):
+                    self._keep(head.origin, body)
+                raise
             line = self.cosigner(head.text())
             self._store(
                 LogState(head.origin, head.size, head.root, self._cosigned(request.note, line))
@@ -250,6 +261,20 @@ class Witness:
         own = f"\u2014 {self.key.name} "
         kept = [x for x in note.splitlines(keepends=True) if not x.startswith(own)]
         return "".join(kept) + line
+
+    def _keep(self, origin: str, body: bytes) -> None:
+        """Keep a log-signed request that forks or rewrites the log: the log's own signature on
+        a head inconsistent with one it signed before is proof of its misbehaviour (C2SP lets a
+        witness log it). Only notes the log's key signed get here; at most MAX_KEPT are kept."""
+        folder = self.folder / "refused"
+        try:
+            folder.mkdir(exist_ok=True)
+            if sum(1 for _ in folder.iterdir()) >= MAX_KEPT:
+                return
+            name = f"{self._path(origin).stem}-{time.time_ns()}.txt"
+            (folder / name).write_bytes(body)
+        except OSError as exc:  # keeping evidence must not turn a refusal into a failure
+            _log.warning("witness: cannot keep a refused request in %s: %s", folder, exc)
 
     def _path(self, origin: str) -> Path:
         return self.folder / "logs" / f"{hashlib.sha256(origin.encode('utf-8')).hexdigest()}.json"

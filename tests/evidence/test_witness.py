@@ -276,6 +276,9 @@ async def test_the_witness_refuses_rollbacks_forks_bad_proofs_and_bad_input(tmp_
         # a fork that grows: its proof from 8 cannot verify against the root the witness holds
         other12 = fork.grow(4, salt=b"fork")
         assert (await add(8, fork.proof(8, 12), fork.note(other12))).status_code == 422
+        # both kept, signed by the log: proof it signed heads inconsistent with one it signed
+        kept = [AddCheckpoint.parse(k.read_bytes()) for k in sorted((folder / "refused").iterdir())]
+        assert [open_note(k.note, log.vkey).head for k in kept] == [other8, other12]
         # unknown log; a note the log's key did not sign; a proof of the wrong size
         stranger = Log("test.example/other")
         assert (await add(0, [], stranger.note(stranger.grow(1)))).status_code == 404
