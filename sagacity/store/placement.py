@@ -52,11 +52,12 @@ TABLES = (
 FUNCTIONS = ("sagacity_halted",)
 
 # Every relation named like the journal, whatever its kind (a view can stand in for a table),
-# with whether this login could have made it itself: it belongs to a role the login is or may
-# become, or lies in a schema the login may create in.
+# with whether this login could have made it itself (it belongs to a role the login is or may
+# become, or lies in a schema the login may create in) and whether the login owns it.
 _CANDIDATES = """
 SELECT n.nspname, pg_get_userbyid(c.relowner),
-       pg_has_role(c.relowner, 'MEMBER') OR has_schema_privilege(n.oid, 'CREATE')
+       pg_has_role(c.relowner, 'MEMBER') OR has_schema_privilege(n.oid, 'CREATE'),
+       c.relowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user)
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 ORDER BY n.nspname
@@ -91,12 +92,14 @@ class Candidate:
     schema: str
     owner: str
     own_making: bool
+    #: the login owns it: the tables' owner's login finds its own tables this way
+    mine: bool
 
 
 async def candidates(conn: psycopg.AsyncConnection[Any]) -> list[Candidate]:
     """Every relation named like the journal that the connected login can see, by schema."""
     cur = await conn.execute(_CANDIDATES, (JOURNAL,))
-    return [Candidate(str(s), str(o), bool(m)) for s, o, m in await cur.fetchall()]
+    return [Candidate(str(s), str(o), bool(m), bool(i)) for s, o, m, i in await cur.fetchall()]
 
 
 async def find_schema(conn: psycopg.AsyncConnection[Any]) -> str | None:
@@ -104,18 +107,17 @@ async def find_schema(conn: psycopg.AsyncConnection[Any]) -> str | None:
 
     One relation named ``side_effect_journal`` decides it. With several, the one this login
     could not have made itself (another role's, in a schema it may not create in) is the
-    journal: an application role's shadow is its own, in its own schema. When that does not
-    single one out (the owner's login, a superuser), :class:`StoreUnavailable` names them all:
-    a shadow is dropped by the owner, never guessed around.
+    journal: an application role's shadow is its own, in its own schema. Failing that, the one
+    this login owns: the tables' owner's login (a shadow is the application role's, so the
+    owner's ``sagacity halt`` still works while one exists). When neither singles one out,
+    :class:`StoreUnavailable` names them all: a shadow is dropped, never guessed around.
     """
     found = await candidates(conn)
-    if len(found) == 1:
-        return found[0].schema
-    if not found:
-        return None
-    trusted = [c for c in found if not c.own_making]
-    if len(trusted) == 1:
-        return trusted[0].schema
+    if len(found) <= 1:
+        return found[0].schema if found else None
+    for chosen in ([c for c in found if not c.own_making], [c for c in found if c.mine]):
+        if len(chosen) == 1:
+            return chosen[0].schema
     listed = ", ".join(f"{qualified(c.schema, JOURNAL)} (owned by {c.owner})" for c in found)
     raise StoreUnavailable(
         f"{JOURNAL} is in more than one schema: {listed}; this login cannot tell which one the "
