@@ -20,10 +20,17 @@ from sagacity.devstack import Endpoints
 from sagacity.errors import Halted, SettingsError, StoreUnavailable
 from sagacity.journal import Draft, Phase
 from sagacity.settings import Settings
-from sagacity.store import ApprovalStore, JournalStore, migrate, open_pool, provision
-from sagacity.store.databases import drop_database, ensure_database
+from sagacity.store import (
+    ApprovalStore,
+    JournalStore,
+    apply_grants,
+    migrate,
+    open_pool,
+    provision,
+)
+from sagacity.store.databases import drop_database, ensure_database, with_user
 from sagacity.store.halts import HaltScope, HaltStore
-from sagacity.store.migrate import migrations
+from sagacity.store.migrate import migrations, unapplied
 from sagacity.store.roles import placement
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
@@ -214,3 +221,27 @@ async def test_a_saga_run_by_a_worker_lands_in_the_journal(
     assert result.status is SagaState.COMPLETED
     assert await _count(owner, f"{REAL} WHERE saga_id = '{saga}'") >= 2
     assert await _count(owner, SHADOW) == 0
+
+
+async def test_tables_migrated_into_another_schema_are_found_there(
+    endpoints: Endpoints, settings: Settings
+) -> None:
+    name = f"sagacity_ledger_{uuid.uuid4().hex[:12]}"
+    owner = await ensure_database(endpoints.database_url, name)
+    try:
+        await _run(owner, "CREATE SCHEMA ledger")
+        in_ledger = f"{owner}?options=-csearch_path%3Dledger"  # the owner's first schema
+        await migrate(in_ledger)
+        await apply_grants(in_ledger)
+        app = with_user(owner, "sagacity_app")  # its path: "$user", public; no ledger
+        saga = f"ledger-{uuid.uuid4().hex[:8]}"
+        async with await JournalStore.open(app) as journal:
+            await journal.append(Draft(saga, "pay", Phase.INTENT, "{}"))
+            assert (await journal.verify(saga)).ok
+        assert await _count(owner, "ledger.side_effect_journal") == 1
+        assert await unapplied(app) == []
+        found = await placement(app)
+        assert (found.schema, found.creators, found.shadows) == ("ledger", [], [])
+        await check_journal_rights(settings, app)
+    finally:
+        await drop_database(endpoints.database_url, name)
