@@ -52,14 +52,15 @@ TABLES = (
 FUNCTIONS = ("sagacity_halted",)
 
 # Every relation named like the journal, whatever its kind (a view can stand in for a table),
-# with whether this login could have made it itself (it belongs to a role the login is or may
+# but temporary ones (seen only by the session that made them, whose statements name the
+# schema anyway), with whether this login could have made it itself (it belongs to a role the login is or may
 # become, or lies in a schema the login may create in) and whether the login owns it.
 _CANDIDATES = """
 SELECT n.nspname, pg_get_userbyid(c.relowner),
        pg_has_role(c.relowner, 'MEMBER') OR has_schema_privilege(n.oid, 'CREATE'),
        c.relowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user)
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+WHERE c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND c.relpersistence <> 't'
 ORDER BY n.nspname
 """
 

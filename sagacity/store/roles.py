@@ -142,7 +142,8 @@ async def _journal_schema(conn: psycopg.AsyncConnection[Any]) -> str:
 
 # Objects named like Sagacity's tables and functions outside the journal's schema that this
 # login made (it is, or may become, their owner) or that come before the journal's schema on
-# its search path: (qualified name, what DROP takes, owner).
+# its search path: (qualified name, what DROP takes, owner). Temporary ones are left out: only
+# the session that made one sees it, and it ends with that session.
 _SHADOWS = """
 WITH path AS (SELECT current_schemas(false) AS p), ahead AS (
     SELECT n.oid FROM pg_namespace n, path
@@ -155,7 +156,7 @@ SELECT format('%%I.%%I', n.nspname, c.relname),
        pg_get_userbyid(c.relowner)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = ANY (%(tables)s) AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-  AND n.nspname <> %(schema)s
+  AND n.nspname <> %(schema)s AND c.relpersistence <> 't'
   AND (pg_has_role(c.relowner, 'MEMBER') OR n.oid IN (SELECT oid FROM ahead))
 UNION ALL
 SELECT format('%%I.%%I(%%s)', n.nspname, p.proname, pg_get_function_identity_arguments(p.oid)),
@@ -163,6 +164,7 @@ SELECT format('%%I.%%I(%%s)', n.nspname, p.proname, pg_get_function_identity_arg
        pg_get_userbyid(p.proowner)
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE p.proname = ANY (%(functions)s) AND n.nspname <> %(schema)s
+  AND n.oid <> pg_my_temp_schema() AND NOT pg_is_other_temp_schema(n.oid)
   AND (pg_has_role(p.proowner, 'MEMBER') OR n.oid IN (SELECT oid FROM ahead))
 ORDER BY 1
 """

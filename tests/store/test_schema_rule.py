@@ -245,3 +245,17 @@ async def test_tables_migrated_into_another_schema_are_found_there(
         await check_journal_rights(settings, app)
     finally:
         await drop_database(endpoints.database_url, name)
+
+
+async def test_a_temporary_copy_changes_nothing(db: tuple[str, str], settings: Settings) -> None:
+    # seen only by the session that made it, which names the schema like every other
+    owner, app = db
+    async with await psycopg.AsyncConnection.connect(app, autocommit=True) as held:
+        await held.execute(
+            "CREATE TEMP TABLE side_effect_journal (LIKE public.side_effect_journal INCLUDING ALL)"
+        )
+        assert (await placement(app)).shadows == []
+        await check_journal_rights(settings, app)
+        async with await JournalStore.open(app) as journal:
+            await journal.append(Draft(f"temp-{uuid.uuid4().hex[:8]}", "pay", Phase.INTENT, "{}"))
+        assert await _count(owner, REAL) == 1
