@@ -295,7 +295,7 @@ async def _lock_gate(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     await conn.execute(qualify(_GATE_ROW, schema))
     try:
         async with conn.transaction():  # a savepoint: the blockers are read after a timeout
-            await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", GATE_LOCK)
+            await conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)", GATE_LOCK)
     except psycopg.errors.LockNotAvailable:
         cur = await conn.execute(
             "SELECT a.pid, a.usename, a.state, a.xact_start FROM pg_locks AS l"

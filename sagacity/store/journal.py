@@ -241,7 +241,7 @@ class JournalStore:
                 async with self._pool.connection() as conn, conn.transaction():
                     # Unlike SELECT ... FOR UPDATE on the tail, this locks a saga with no rows.
                     await conn.execute(
-                        "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                        "SELECT pg_catalog.pg_advisory_xact_lock(%s, pg_catalog.hashtext(%s))",
                         (_APPEND_LOCK_SPACE, draft.saga_id),
                     )
                     schema = self._schema or await self._in(conn)
@@ -408,14 +408,18 @@ class JournalStore:
         try:
             with translate_errors(where):
                 cur = await conn.execute(
-                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
+                    "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended(%s, 0))",
+                    (key,),
                 )
                 row = await cur.fetchone()
             locked = bool(row and row[0])
             yield locked
             if locked:
                 with translate_errors(where):
-                    await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+                    await conn.execute(
+                        "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))",
+                        (key,),
+                    )
                 locked = False
         finally:
             if locked:

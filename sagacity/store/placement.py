@@ -6,6 +6,12 @@ schema of its own, first on its search path, where it may create tables: a state
 journal. So every statement text is a template naming each table (and the halt gate's function)
 in braces, ``{side_effect_journal}``, filled once per schema with the qualified name
 (:func:`qualify`); the schema is found once per pool (:func:`pool_schema`).
+
+Built-in functions the application role's sessions call are named ``pg_catalog.f`` wherever a
+function of its own could match the arguments more exactly than the built-in does (a
+polymorphic or variadic one, or an integer parameter psycopg sends as ``smallint``): function
+lookup prefers an exact match anywhere on the search path, so ``hashtextextended(text,
+smallint)`` made in its own schema would replace the built-in in the compensation lock.
 """
 
 from __future__ import annotations

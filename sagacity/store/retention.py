@@ -51,7 +51,8 @@ SELECT EXISTS (
 # Deletes the sagas whose current head is the given one; a saga that moved on is left alone.
 _PURGE = """
 WITH want AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(seqs)s::bigint[], %(hashes)s::text[])
+    SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::text[]),
+        pg_catalog.unnest(%(seqs)s::bigint[]), pg_catalog.unnest(%(hashes)s::text[]))
         AS w(saga_id, seq, hash)
 ), heads AS (
     SELECT DISTINCT ON (j.saga_id) j.saga_id, j.seq, j.hash

@@ -147,10 +147,10 @@ async def _journal_schema(conn: psycopg.AsyncConnection[Any]) -> str:
 _SHADOWS = """
 WITH path AS (SELECT current_schemas(false) AS p), ahead AS (
     SELECT n.oid FROM pg_namespace n, path
-    WHERE array_position(p, n.nspname)
-          < COALESCE(array_position(p, %(schema)s::name), 2147483647)
+    WHERE pg_catalog.array_position(p, n.nspname)
+          < COALESCE(pg_catalog.array_position(p, %(schema)s::name), 2147483647)
 )
-SELECT format('%%I.%%I', n.nspname, c.relname),
+SELECT pg_catalog.format('%%I.%%I', n.nspname, c.relname),
        CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
                       WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END,
        pg_get_userbyid(c.relowner)
@@ -159,7 +159,8 @@ WHERE c.relname = ANY (%(tables)s) AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
   AND n.nspname <> %(schema)s AND c.relpersistence <> 't'
   AND (pg_has_role(c.relowner, 'MEMBER') OR n.oid IN (SELECT oid FROM ahead))
 UNION ALL
-SELECT format('%%I.%%I(%%s)', n.nspname, p.proname, pg_get_function_identity_arguments(p.oid)),
+SELECT pg_catalog.format('%%I.%%I(%%s)', n.nspname, p.proname,
+                 pg_get_function_identity_arguments(p.oid)),
        CASE p.prokind WHEN 'f' THEN 'FUNCTION' ELSE 'ROUTINE' END,
        pg_get_userbyid(p.proowner)
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

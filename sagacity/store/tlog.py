@@ -62,7 +62,8 @@ ORDER BY l.idx
 _SIZE = "SELECT max(idx) FROM {sagacity_tlog_leaf}"
 _NODES = (
     "SELECT n.level, n.idx, n.hash FROM {sagacity_tlog_node} n"
-    " JOIN unnest(%s::smallint[], %s::bigint[]) AS w(level, idx)"
+    " JOIN ROWS FROM (pg_catalog.unnest(%s::smallint[]), pg_catalog.unnest(%s::bigint[]))"
+    " AS w(level, idx)"
     " ON n.level = w.level AND n.idx = w.idx"
 )
 _COPY_LEAVES = "COPY {sagacity_tlog_leaf} (idx, saga_id, seq, row_hash) FROM STDIN"
@@ -111,11 +112,13 @@ class TlogStore:
         """
         with translate_errors("take the transparency log's sequencer lock"):
             async with self._pool.connection() as conn:
-                await conn.execute("SELECT pg_advisory_lock(%s)", (_SEQUENCER_LOCK,))
+                await conn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", (_SEQUENCER_LOCK,))
                 try:
                     yield
                 finally:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (_SEQUENCER_LOCK,))
+                    await conn.execute(
+                        "SELECT pg_catalog.pg_advisory_unlock(%s)", (_SEQUENCER_LOCK,)
+                    )
 
     async def database(self) -> str:
         """The name of the database the log lives in."""

@@ -259,3 +259,27 @@ async def test_a_temporary_copy_changes_nothing(db: tuple[str, str], settings: S
         async with await JournalStore.open(app) as journal:
             await journal.append(Draft(f"temp-{uuid.uuid4().hex[:8]}", "pay", Phase.INTENT, "{}"))
         assert await _count(owner, REAL) == 1
+
+
+async def test_functions_named_like_built_ins_change_nothing(db: tuple[str, str]) -> None:
+    owner, app = db
+    # exact matches for the arguments Sagacity's statements pass, first on the app's path
+    await _run(
+        app,
+        *(
+            f"CREATE FUNCTION hashtextextended(text, {t}) RETURNS bigint"
+            " LANGUAGE sql AS 'SELECT 42::bigint'"
+            for t in ("smallint", "integer")
+        ),
+        "CREATE FUNCTION array_position(name[], name) RETURNS integer"
+        " LANGUAGE sql AS 'SELECT NULL::integer'",
+    )
+    # one compensation lock per (saga, seq): two different calls never share one
+    async with (
+        await JournalStore.open(app) as journal,
+        journal.exclusive("a", 1) as first,
+        journal.exclusive("b", 2) as second,
+    ):
+        assert first and second
+    await _run(owner, *SHADOWS_BY_OWNER)  # ahead of the journal on the app's search path
+    assert [s.name for s in (await placement(app)).shadows] == [SHADOW]
