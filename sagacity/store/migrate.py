@@ -75,7 +75,7 @@ async def migrate(conninfo: str) -> list[str]:
             versions = sql.SQL(qualified(target, _VERSIONS))
             for version, script in migrations():
                 async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                    await conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                     await _pin_search_path(conn, target)
                     await conn.execute(sql.SQL(_VERSION_TABLE).format(versions))
                     cur = await conn.execute(
@@ -124,7 +124,7 @@ async def apply_grants(conninfo: str, *, role: str = APP_ROLE, password: str | N
             await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn,
             conn.transaction(),
         ):
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            await conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
             schema = await find_schema(conn)
             if schema is None:
                 raise StoreUnavailable(
