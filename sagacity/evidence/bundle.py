@@ -6,13 +6,15 @@ Layout (``docs/evidence.md`` gives every field)::
     manifest.sig        the manifest's Ed25519 signature, when the exporter held the signing key
     journal.jsonl       every exported row, one JSON object a line, by saga then seq
     checkpoints/*.jsonl the exported sagas' signed checkpoint logs, as written
+    tlog/checkpoint     the transparency log's newest tree head, with its witnesses' cosignatures
+    tlog/proofs.jsonl   per saga, the inclusion proof of its last exported row in that head
     public_key.pem      the key the signatures were made with
     keyring.json        the keys decisions are signed with, when the exporter had a keyring
 
-A bundle proves something only against a key the auditor trusts, and only as far as its anchors
-reach: the verdict (:class:`BundleVerdict`) says which. Verification reads nothing but the
-folder and uses only the journal core, the standard library and ``cryptography``; the database
-store is imported for type checking only.
+A bundle proves something only against a key the auditor trusts, only as far as its anchors
+reach, and only as of the time its tree head is fresh as of: the verdict (:class:`BundleVerdict`)
+says which. Verification reads nothing but the folder and uses only the journal core, the
+standard library and ``cryptography``; the database stores are imported for type checking only.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import json
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from itertools import groupby
 from operator import attrgetter
@@ -38,7 +40,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointLog, log_name
 from sagacity.evidence.decisions import DecisionCheck, Keyring, load_keyring
+from sagacity.evidence.heads import (
+    Freshness,
+    OpenedHead,
+    RowProof,
+    open_head,
+    read_newer,
+    weigh,
+    witness_keys,
+    witnessed_freshness,
+)
 from sagacity.evidence.keys import key_id, load_public_key, public_pem
+from sagacity.evidence.merkle import leaf_data, leaf_hash, verify_inclusion
 from sagacity.evidence.report import (
     Agreement,
     AnchorCheck,
@@ -52,6 +65,8 @@ from sagacity.evidence.report import (
 from sagacity.journal import ChainVerifier, Entry, format_timestamp, to_json
 
 if TYPE_CHECKING:
+    from sagacity.evidence.heads import LogSnapshot
+    from sagacity.evidence.trust import TrustRoots
     from sagacity.store.journal import JournalStore
 
 __all__ = [
@@ -72,15 +87,19 @@ __all__ = [
 
 FORMAT = "sagacity-evidence-bundle"
 #: Written by :func:`export_bundle`. Version 2 added ``anchors``, each saga's ``checkpointed``
-#: and ``manifest.sig``; version 1 bundles are still read (as unsigned).
-VERSION = 2
-_READABLE = (1, 2)
+#: and ``manifest.sig``; version 3 the ``tlog`` anchor (the log's tree head and inclusion
+#: proofs). Versions 1 (read as unsigned) and 2 are still read.
+VERSION = 3
+_READABLE = (1, 2, 3)
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 JOURNAL = "journal.jsonl"
 PUBLIC_KEY = "public_key.pem"
 KEYRING = "keyring.json"
 CHECKPOINTS = "checkpoints"
+#: the transparency log's tree head the bundle carries, and each saga's inclusion proof in it
+HEAD = "tlog/checkpoint"
+LOG_PROOFS = "tlog/proofs.jsonl"
 #: Prefix of the bytes a manifest signature covers; a checkpoint's prefix differs, so neither
 #: signature can pass for the other.
 SIGNATURE_DOMAIN = b"sagacity-bundle-v2\n"
@@ -92,6 +111,8 @@ NO_CHECKPOINTS = (
     "rows cut from the end of the saga, or its whole chain recomputed with fresh hashes, "
     "cannot be detected"
 )
+#: What cannot be detected in a bundle without a witnessed tree head.
+NO_HEAD = "whether the bundle's rows are the log's, and how old the bundle is, cannot be shown"
 #: What cannot be detected in a bundle whose manifest is not signed.
 NO_SIGNATURE = (
     "the manifest is not signed: a saga removed whole from the bundle (rows, checkpoints and "
@@ -106,6 +127,7 @@ class BundleVerdict(StrEnum):
     VERIFIED_UNANCHORED = "VERIFIED, UNANCHORED"  # as far as it goes, with --allow-unanchored
     UNANCHORED = "UNANCHORED"  # anchors missing and not allowed: refused
     UNTRUSTED = "UNTRUSTED"  # consistent with its own key, but no trusted key was given
+    STALE = "STALE"  # verified, but older than the auditor accepts as current: refused
     FAILED = "FAILED"  # something was changed, or cannot be read
 
     @property
@@ -119,19 +141,28 @@ _EXIT = {
     BundleVerdict.UNANCHORED: 1,
     BundleVerdict.FAILED: 1,
     BundleVerdict.UNTRUSTED: 3,
+    BundleVerdict.STALE: 1,
 }
 
 
 def judge(
-    *, failed: bool, unanchored: list[str], trusted: bool, allow_unanchored: bool
+    *,
+    failed: bool,
+    unanchored: list[str],
+    trusted: bool,
+    allow_unanchored: bool,
+    stale: bool = False,
 ) -> BundleVerdict:
-    """FAILED, then UNANCHORED (unless allowed), then UNTRUSTED, then VERIFIED (maybe unanchored)."""
+    """FAILED, then UNANCHORED (unless allowed), then UNTRUSTED, then STALE, then VERIFIED
+    (maybe unanchored)."""
     if failed:
         return BundleVerdict.FAILED
     if unanchored and not allow_unanchored:
         return BundleVerdict.UNANCHORED
     if not trusted:
         return BundleVerdict.UNTRUSTED
+    if stale:
+        return BundleVerdict.STALE
     return BundleVerdict.VERIFIED_UNANCHORED if unanchored else BundleVerdict.VERIFIED
 
 
@@ -208,6 +239,7 @@ async def export_bundle(
     signing_key: Ed25519PrivateKey | None = None,
     note: dict[str, Any] | None = None,
     keyring: Path | None = None,
+    log: LogSnapshot | None = None,
 ) -> dict[str, Any]:
     """Write the rows of ``saga_ids`` (and their checkpoints) as a bundle in ``out``; return the manifest.
 
@@ -215,8 +247,10 @@ async def export_bundle(
     unanchored) and, per saga, whether it has a checkpoint log. ``signing_key`` signs the
     manifest; it must be the key the checkpoints are signed with. ``keyring`` (the decision
     keyring's file) is copied in, so decisions' signatures can be checked offline; the manifest
-    covers it like every file. Rows are exported as stored, broken chains included: evidence of tampering is evidence too. ``out`` must not exist yet,
-    or be an empty directory.
+    covers it like every file. ``log`` (the transparency log's newest head, which must be signed
+    with the same key) is copied in with, per saga, the inclusion proof of its last exported row
+    that head holds. Rows are exported as stored, broken chains included: evidence of tampering
+    is evidence too. ``out`` must not exist yet, or be an empty directory.
     """
     key = checkpoints.key if checkpoints is not None else None
     if signing_key is not None:
@@ -228,6 +262,8 @@ async def export_bundle(
         key = signing_key.public_key()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise EvidenceUnavailable(f"{out} exists and is not an empty directory")
+    if log is not None:
+        _check_log_key(log, key)
     out.mkdir(parents=True, exist_ok=True)
     sagas = []
     with (out / JOURNAL).open("w", encoding="utf-8", newline="\n") as lines:
@@ -255,6 +291,10 @@ async def export_bundle(
             if source.is_file():
                 shutil.copyfile(source, out / CHECKPOINTS / source.name)
                 saga["checkpointed"] = True
+    summary = None
+    if log is not None:
+        anchors.append("tlog")
+        summary = await _export_head(log, out, sagas)
     if signing_key is not None:
         anchors.append("signature")
     if key is not None:
@@ -275,6 +315,7 @@ async def export_bundle(
         "anchors": anchors,
         "note": note or {},
         "sagas": sagas,
+        **({} if summary is None else {"tlog": summary}),
         "files": files,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
@@ -284,6 +325,38 @@ async def export_bundle(
             _signature_file(signing_key, text.encode("utf-8")), encoding="utf-8"
         )
     return manifest
+
+
+def _check_log_key(log: LogSnapshot, key: Ed25519PublicKey | None) -> None:
+    """A bundle has one key: the log's head must be signed by the one its checkpoints are."""
+    if key is None:
+        raise EvidenceUnavailable(
+            "the log's tree head goes in a bundle only with the key it is signed with "
+            "(set SAGACITY_CHECKPOINT_PUBLIC_KEY or SAGACITY_SIGNING_KEY)"
+        )
+    try:
+        open_head(log.note, key)
+    except ValueError as exc:
+        raise EvidenceUnavailable(
+            f"the log's tree head is not signed by the bundle's key {key_id(key)}: {exc}"
+        ) from None
+
+
+async def _export_head(log: LogSnapshot, out: Path, sagas: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write the head and each saga's inclusion proof; the manifest's ``tlog`` summary."""
+    (out / HEAD).parent.mkdir()
+    (out / HEAD).write_text(log.note, encoding="utf-8")
+    with (out / LOG_PROOFS).open("w", encoding="utf-8", newline="\n") as lines:
+        for saga in sagas:
+            proof = await log.proof(str(saga["saga_id"]), int(saga["head_seq"]))
+            if proof is not None:
+                lines.write(to_json({"saga_id": saga["saga_id"], **proof.fields()}) + "\n")
+    return {
+        "origin": log.head.origin,
+        "size": log.head.size,
+        "root": base64.b64encode(log.head.root).decode("ascii"),
+        "published_at": format_timestamp(log.published_at),
+    }
 
 
 @dataclass
@@ -299,6 +372,14 @@ class BundleReport:
     sagas: list[SagaReport] = field(default_factory=list)
     #: what the bundle's anchors leave undetectable, one sentence each; empty when anchored
     unanchored: list[str] = field(default_factory=list)
+    #: every line of ``journal.jsonl`` read, faulty or not
+    rows: int = 0
+    #: the time the bundle is fresh as of, and what says so
+    freshness: Freshness | None = None
+    #: why the bundle is not current (``not_older_than``, a newer head): empty when it is
+    stale: list[str] = field(default_factory=list)
+    #: what the freshness checks established, or could not
+    notes: list[str] = field(default_factory=list)
 
     def verdict(self, *, allow_unanchored: bool = False) -> BundleVerdict:
         """The bundle's verdict; see :func:`judge`."""
@@ -308,6 +389,7 @@ class BundleReport:
             unanchored=self.unanchored,
             trusted=self.trusted,
             allow_unanchored=allow_unanchored,
+            stale=bool(self.stale),
         )
 
     @property
@@ -320,9 +402,12 @@ class BundleVerifier:
     """Checks a bundle in two passes: :meth:`files` (manifest, digests, keys, signature), then
     :meth:`sagas` (rows against chains, checkpoints and the manifest).
 
-    ``public_key`` is the key the verifier trusts; every signature must be made with it. Without
-    it the bundle's own ``public_key.pem`` is used, which proves only that the bundle is
-    consistent with itself (:attr:`BundleVerdict.UNTRUSTED`).
+    ``public_key`` is the key the verifier trusts; every signature must be made with it. Else a
+    ``trust`` file's signer whose fingerprint the manifest names. Without either the bundle's
+    own ``public_key.pem`` is used, which proves only that the bundle is consistent with itself
+    (:attr:`BundleVerdict.UNTRUSTED`). ``trust``'s witnesses and quorum are required of the
+    bundle's tree head. ``not_older_than`` and ``newer`` (a newer signed tree head note, or the
+    log's ``checkpoints.jsonl``) decide whether the bundle still counts as current at ``now``.
     """
 
     def __init__(
@@ -331,6 +416,10 @@ class BundleVerifier:
         *,
         public_key: Ed25519PublicKey | None = None,
         keyring: Keyring | None = None,
+        trust: TrustRoots | None = None,
+        not_older_than: timedelta | None = None,
+        newer: str | None = None,
+        now: datetime | None = None,
     ) -> None:
         self.path = path
         #: the keyring decisions are checked with: the verifier's, else the bundle's own
@@ -343,6 +432,18 @@ class BundleVerifier:
         self.trusted = public_key is not None
         #: sagas with rows but no signed checkpoint in the bundle
         self.unanchored_sagas: list[str] = []
+        self.trust = trust
+        self.not_older_than = not_older_than
+        self.newer = newer
+        self.now = now or datetime.now(UTC)
+        #: the log's tree head the bundle carries, opened with the trusted key
+        self.head: OpenedHead | None = None
+        self.freshness: Freshness | None = None
+        self.stale: list[str] = []
+        self.notes: list[str] = []
+        #: lines of ``journal.jsonl`` read, faulty or not
+        self.rows = 0
+        self._log_proofs: dict[str, RowProof] = {}
         self._signed = False
 
     def files(self) -> list[str]:
@@ -372,6 +473,8 @@ class BundleVerifier:
         self._check_key(manifest.get("key_id"))
         self._check_signature(raw)
         self._check_claims(manifest)
+        self._check_head(manifest)
+        self._weigh_freshness(manifest)
         if self.keyring is None and (self.path / KEYRING).is_file():
             try:
                 self.keyring = load_keyring(self.path / KEYRING)
@@ -432,6 +535,18 @@ class BundleVerifier:
                     f"({self.key_id})"
                 )
             return
+        if self.trust is not None:
+            pinned = [s.key for s in self.trust.signers if s.key_id == listed_id]
+            self.trusted = True
+            if not pinned:
+                pins = ", ".join(s.key_id for s in self.trust.signers)
+                self.problems.append(
+                    f"{MANIFEST}: the bundle names key {listed_id}, which the trust file does not "
+                    f"pin ({pins})"
+                )
+                return
+            self.key, self.key_id = pinned[0], str(listed_id)
+            return
         self.key = bundled
         self.key_id = None if bundled is None else key_id(bundled)
         signed = (self.path / CHECKPOINTS).is_dir() or (self.path / SIGNATURE).exists()
@@ -484,11 +599,103 @@ class BundleVerifier:
                 f"{SIGNATURE}: the manifest says it was signed, but there is no signature: "
                 "removed after export"
             )
+        if "tlog" in claimed and not (self.path / HEAD).is_file():
+            self.problems.append(
+                f"{HEAD}: the manifest says the bundle has the log's tree head, but there is "
+                "none: removed after export"
+            )
+
+    def _check_head(self, manifest: dict[str, Any]) -> None:
+        """The log's tree head: signed by the trusted key, the one the manifest names, cosigned
+        by the trusted witnesses; then each saga's inclusion proof, read for :meth:`sagas`."""
+        if not (self.path / HEAD).is_file():
+            return
+        if self.key is None:
+            return  # _check_key said why
+        try:
+            note = (self.path / HEAD).read_text(encoding="utf-8")
+            quorum = 0 if self.trust is None else self.trust.witness_quorum
+            self.head = open_head(note, self.key, witness_keys(self.trust), quorum)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self.problems.append(f"{HEAD}: not a tree head signed by the key {self.key_id}: {exc}")
+            return
+        head = self.head.head
+        for name in self.head.forged:
+            self.problems.append(f"{HEAD}: the cosignature of witness {name!r} does not verify")
+        summary = manifest.get("tlog")
+        root = base64.b64encode(head.root).decode("ascii")
+        if not isinstance(summary, dict) or (
+            summary.get("origin"),
+            summary.get("size"),
+            summary.get("root"),
+        ) != (head.origin, head.size, root):
+            self.problems.append(
+                f"{HEAD}: tree head {head.size} of {head.origin!r} is not the one the manifest "
+                f"lists ({summary!r})"
+            )
+        try:
+            with (self.path / LOG_PROOFS).open(encoding="utf-8") as lines:
+                for number, line in enumerate(lines, start=1):
+                    try:
+                        proof, extra = RowProof.parse(line, frozenset({"saga_id"}))
+                    except ValueError as exc:
+                        self.problems.append(f"{LOG_PROOFS} line {number}: damaged: {exc}")
+                        continue
+                    self._log_proofs[str(extra["saga_id"])] = proof
+        except (OSError, UnicodeDecodeError) as exc:
+            self.problems.append(f"{LOG_PROOFS}: unreadable: {exc}")
+
+    def _weigh_freshness(self, manifest: dict[str, Any]) -> None:
+        """When the bundle is fresh as of, and whether it still counts as current."""
+        fresh = None if self.head is None else witnessed_freshness(self.head)
+        if fresh is None:
+            whose = "signed" if self._signed else "unsigned"
+            summary = manifest.get("tlog")
+            published = summary.get("published_at") if isinstance(summary, dict) else None
+            for text, source in (
+                (published, f"the tree head's publication time, as the {whose} manifest states it"),
+                (manifest.get("created_at"), f"the {whose} manifest's created_at"),
+            ):
+                if isinstance(text, str):
+                    try:
+                        at = datetime.strptime(text, _TIMESTAMP).replace(tzinfo=UTC)
+                    except ValueError:
+                        self.problems.append(f"{MANIFEST}: {text!r} is not a timestamp")
+                        return
+                    # only a manifest the trusted key signed dates the bundle for --not-older-than
+                    fresh = Freshness(at, source, self._signed and self.trusted)
+                    break
+        newer = None
+        if self.newer is not None and self.key is not None:
+            try:
+                newer = read_newer(self.newer, self.key, witness_keys(self.trust))
+            except EvidenceUnavailable as exc:
+                self.problems.append(f"the checkpoint you gave: {exc}")
+                return
+        found = weigh(
+            None if self.head is None else self.head.head,
+            fresh,
+            not_older_than=self.not_older_than,
+            newer=newer,
+            now=self.now,
+        )
+        self.freshness = found.fresher or fresh
+        self.stale += found.stale
+        self.problems += found.problems
+        self.notes += found.notes
 
     @property
     def unanchored(self) -> list[str]:
         """What this bundle's anchors leave undetectable (complete once :meth:`sagas` ran)."""
         found = [] if self._signed else [NO_SIGNATURE]
+        short = None if self.head is None else self.head.short_of_quorum
+        if short is not None:
+            found.append(short)
+        elif self.head is None and self.trust is not None and self.trust.witness_quorum:
+            found.append(
+                f"no tree head of the log in the bundle, and the trust file requires "
+                f"{self.trust.witness_quorum} witness cosignatures: {NO_HEAD}"
+            )
         if self.unanchored_sagas:
             names = ", ".join(repr(s) for s in self.unanchored_sagas[:5])
             more = len(self.unanchored_sagas) - 5
@@ -519,6 +726,8 @@ class BundleVerifier:
                     self.problems.append(
                         f"{CHECKPOINTS}/{log_name(saga_id)}: saga {saga_id!r} is not in the manifest"
                     )
+        for saga_id in sorted(set(self._log_proofs) - set(listed)):
+            self.problems.append(f"{LOG_PROOFS}: saga {saga_id!r} is not in the manifest")
 
     def _entries(self) -> Iterator[Entry]:
         """The rows in file order; undecodable lines become problems and are skipped."""
@@ -531,6 +740,7 @@ class BundleVerifier:
         after = "the first row"
         with lines:
             for number, raw in enumerate(lines, start=1):
+                self.rows += 1
                 try:
                     entry = entry_from_line(raw.decode("utf-8"))
                 except (UnicodeDecodeError, ValueError) as exc:
@@ -553,17 +763,25 @@ class BundleVerifier:
         stored: dict[int, str] = {}
         verifier = ChainVerifier(saga_id)
         decisions = None if self.keyring is None else DecisionCheck(saga_id, self.keyring)
-        count, last = 0, None
+        proof = self._log_proofs.get(saga_id)
+        count, last, null = 0, None, None
         for entry in rows:
             # every row is read, past a chain fault too: anchors and the manifest need the tail
             verifier.feed(entry)
             if decisions is not None:
                 decisions.feed(entry)
             count, last = count + 1, entry
-            if entry.seq in wanted:
+            if entry.seq in wanted or (proof is not None and entry.seq == proof.seq):
                 stored.setdefault(entry.seq, entry.hash)
-        verdict = verifier.verdict()
+            if null is None:
+                null = _null_check(entry)
+        # the report counts every row of the saga, not only those up to the chain's first fault
+        verdict = replace(verifier.verdict(), rows=count)
         checks = [_manifest_check(listed, count, last)]
+        if null is not None:
+            checks.append(null)
+        if self.head is not None:
+            checks.append(self._log_check(saga_id, proof, stored, last))
         if not wanted and not log.problems:
             if count:
                 # not a fault of this saga: the bundle's verdict weighs what anchors lack
@@ -575,6 +793,45 @@ class BundleVerifier:
         if decisions is not None:
             checks += decision_checks(decisions)
         return saga_report(verdict, checks)
+
+    def _log_check(
+        self, saga_id: str, proof: RowProof | None, stored: dict[int, str], last: Entry | None
+    ) -> AnchorCheck:
+        """The saga's inclusion proof against the bundle's tree head."""
+        assert self.head is not None
+        head = self.head.head
+        if proof is None:
+            detail = f"no row of this saga is in the bundle's tree head {head.size}"
+            return AnchorCheck(Source.LOG, Agreement.MISSING, detail)
+        row_hash = stored.get(proof.seq)
+        if row_hash is None:
+            detail = f"the inclusion proof is of seq {proof.seq}, which the bundle does not hold"
+            return AnchorCheck(Source.LOG, Agreement.DISAGREES, detail, proof.seq, fatal=True)
+        leaf = leaf_hash(leaf_data(saga_id, proof.seq, row_hash))
+        if not verify_inclusion(leaf, proof.index, head.size, proof.hashes, head.root):
+            detail = (
+                f"its inclusion proof (leaf {proof.index}) does not verify against tree head "
+                f"{head.size}: the row, the proof or the head was changed, or the log holds "
+                "another row here"
+            )
+            return AnchorCheck(Source.LOG, Agreement.DISAGREES, detail, proof.seq, fatal=True)
+        after = (
+            ""
+            if last is None or last.seq == proof.seq
+            else f"; rows after seq {proof.seq} are not in it"
+        )
+        detail = f"leaf {proof.index} of tree head {head.size}{after}"
+        return AnchorCheck(Source.LOG, Agreement.AGREES, detail, proof.seq)
+
+
+def _null_check(entry: Entry) -> AnchorCheck | None:
+    """A fault when a text field holds U+0000: how a SQL NULL is exported (no stored text can
+    hold it, and the table refuses NULL), so the table was altered."""
+    for name in ("tool_name", "phase", "input", "payload"):
+        if "\x00" in str(getattr(entry, name)):
+            detail = f"{name} is NULL in the journal (exported as \\u0000): the table was altered"
+            return AnchorCheck(Source.CHAIN, Agreement.INVALID, detail, entry.seq, fatal=True)
+    return None
 
 
 def _shape_problem(manifest: dict[str, Any]) -> str | None:
@@ -607,13 +864,29 @@ def _manifest_check(listed: dict[str, Any] | None, rows: int, last: Entry | None
     return AnchorCheck(Source.MANIFEST, Agreement.DISAGREES, detail, head_seq, fatal=True)
 
 
-def verify_bundle(path: Path, *, public_key: Ed25519PublicKey | None = None) -> BundleReport:
+def verify_bundle(
+    path: Path,
+    *,
+    public_key: Ed25519PublicKey | None = None,
+    trust: TrustRoots | None = None,
+    not_older_than: timedelta | None = None,
+    newer: str | None = None,
+    now: datetime | None = None,
+) -> BundleReport:
     """Verify a whole bundle and collect the findings (the CLI streams instead).
 
-    ``public_key`` is the key the verifier trusts; without it the verdict is at best
-    :attr:`BundleVerdict.UNTRUSTED`.
+    ``public_key`` (or a ``trust`` file's signer) is the key the verifier trusts; without one
+    the verdict is at best :attr:`BundleVerdict.UNTRUSTED`. See :class:`BundleVerifier` for the
+    rest.
     """
-    verifier = BundleVerifier(path, public_key=public_key)
+    verifier = BundleVerifier(
+        path,
+        public_key=public_key,
+        trust=trust,
+        not_older_than=not_older_than,
+        newer=newer,
+        now=now,
+    )
     verifier.files()
     sagas = list(verifier.sagas()) if verifier.manifest else []
     return BundleReport(
@@ -623,4 +896,8 @@ def verify_bundle(path: Path, *, public_key: Ed25519PublicKey | None = None) -> 
         verifier.problems,
         sagas,
         verifier.unanchored if verifier.manifest else [],
+        verifier.rows,
+        verifier.freshness,
+        verifier.stale,
+        verifier.notes,
     )
