@@ -23,9 +23,7 @@ import base64
 import binascii
 import hashlib
 import json
-import shutil
-from collections.abc import Iterable, Iterator
-from contextlib import aclosing
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -35,23 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable
+from sagacity.evidence.bundle_head import HEAD, LOG_PROOFS, CarriedHead
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointLog, log_name
 from sagacity.evidence.decisions import DecisionCheck, Keyring, load_keyring
-from sagacity.evidence.heads import (
-    Freshness,
-    OpenedHead,
-    RowProof,
-    open_head,
-    read_newer,
-    weigh,
-    witness_keys,
-    witnessed_freshness,
-)
-from sagacity.evidence.keys import key_id, load_public_key, public_pem
-from sagacity.evidence.merkle import leaf_data, leaf_hash, verify_inclusion
+from sagacity.evidence.heads import Freshness
+from sagacity.evidence.keys import key_id, load_public_key
 from sagacity.evidence.report import (
     Agreement,
     AnchorCheck,
@@ -65,9 +54,7 @@ from sagacity.evidence.report import (
 from sagacity.journal import ChainVerifier, Entry, format_timestamp, to_json
 
 if TYPE_CHECKING:
-    from sagacity.evidence.heads import LogSnapshot
     from sagacity.evidence.trust import TrustRoots
-    from sagacity.store.journal import JournalStore
 
 __all__ = [
     "FORMAT",
@@ -79,14 +66,14 @@ __all__ = [
     "BundleVerifier",
     "entry_from_line",
     "entry_line",
-    "export_bundle",
+    "file_sha256",
     "judge",
     "manifest_digest",
     "verify_bundle",
 ]
 
 FORMAT = "sagacity-evidence-bundle"
-#: Written by :func:`export_bundle`. Version 2 added ``anchors``, each saga's ``checkpointed``
+#: Written by :func:`sagacity.evidence.export.export_bundle`. Version 2 added ``anchors``, each saga's ``checkpointed``
 #: and ``manifest.sig``; version 3 the ``tlog`` anchor (the log's tree head and inclusion
 #: proofs). Versions 1 (read as unsigned) and 2 are still read.
 VERSION = 3
@@ -97,9 +84,6 @@ JOURNAL = "journal.jsonl"
 PUBLIC_KEY = "public_key.pem"
 KEYRING = "keyring.json"
 CHECKPOINTS = "checkpoints"
-#: the transparency log's tree head the bundle carries, and each saga's inclusion proof in it
-HEAD = "tlog/checkpoint"
-LOG_PROOFS = "tlog/proofs.jsonl"
 #: Prefix of the bytes a manifest signature covers; a checkpoint's prefix differs, so neither
 #: signature can pass for the other.
 SIGNATURE_DOMAIN = b"sagacity-bundle-v2\n"
@@ -111,8 +95,6 @@ NO_CHECKPOINTS = (
     "rows cut from the end of the saga, or its whole chain recomputed with fresh hashes, "
     "cannot be detected"
 )
-#: What cannot be detected in a bundle without a witnessed tree head.
-NO_HEAD = "whether the bundle's rows are the log's, and how old the bundle is, cannot be shown"
 #: What cannot be detected in a bundle whose manifest is not signed.
 NO_SIGNATURE = (
     "the manifest is not signed: a saga removed whole from the bundle (rows, checkpoints and "
@@ -211,7 +193,8 @@ def entry_from_line(line: str) -> Entry:
     )
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 (hex) of the file at ``path``, read a MiB at a time."""
     digest = hashlib.sha256()
     with path.open("rb") as data:
         for chunk in iter(lambda: data.read(1 << 20), b""):
@@ -221,142 +204,7 @@ def _sha256(path: Path) -> str:
 
 def manifest_digest(bundle: Path) -> str:
     """SHA-256 of the bundle's manifest: the one value that names the whole bundle."""
-    return _sha256(bundle / MANIFEST)
-
-
-def _signature_file(key: Ed25519PrivateKey, manifest: bytes) -> str:
-    signature = key.sign(SIGNATURE_DOMAIN + manifest)
-    body = {"key_id": key_id(key.public_key()), "signature": base64.b64encode(signature).decode()}
-    return to_json(body) + "\n"
-
-
-async def export_bundle(
-    journal: JournalStore,
-    out: Path,
-    saga_ids: Iterable[str],
-    *,
-    checkpoints: CheckpointDir | None = None,
-    signing_key: Ed25519PrivateKey | None = None,
-    note: dict[str, Any] | None = None,
-    keyring: Path | None = None,
-    log: LogSnapshot | None = None,
-) -> dict[str, Any]:
-    """Write the rows of ``saga_ids`` (and their checkpoints) as a bundle in ``out``; return the manifest.
-
-    The manifest lists the anchors the bundle carries (``checkpoints``, ``signature``; none:
-    unanchored) and, per saga, whether it has a checkpoint log. ``signing_key`` signs the
-    manifest; it must be the key the checkpoints are signed with. ``keyring`` (the decision
-    keyring's file) is copied in, so decisions' signatures can be checked offline; the manifest
-    covers it like every file. ``log`` (the transparency log's newest head, which must be signed
-    with the same key) is copied in with, per saga, the inclusion proof of its last exported row
-    that head holds. Rows are exported as stored, broken chains included: evidence of tampering
-    is evidence too. ``out`` must not exist yet, or be an empty directory.
-    """
-    key = checkpoints.key if checkpoints is not None else None
-    if signing_key is not None:
-        if key is not None and key_id(key) != key_id(signing_key.public_key()):
-            raise EvidenceUnavailable(
-                f"the signing key {key_id(signing_key.public_key())} is not the key the "
-                f"checkpoints are checked with ({key_id(key)}): one bundle, one key"
-            )
-        key = signing_key.public_key()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise EvidenceUnavailable(f"{out} exists and is not an empty directory")
-    if log is not None:
-        _check_log_key(log, key)
-    out.mkdir(parents=True, exist_ok=True)
-    sagas = []
-    with (out / JOURNAL).open("w", encoding="utf-8", newline="\n") as lines:
-        for saga_id in sorted(set(saga_ids)):
-            rows, last = 0, None
-            async with aclosing(journal.stream(saga_id)) as entries:
-                async for entry in entries:
-                    lines.write(entry_line(entry) + "\n")
-                    rows, last = rows + 1, entry
-            sagas.append(
-                {
-                    "saga_id": saga_id,
-                    "rows": rows,
-                    "head_seq": 0 if last is None else last.seq,
-                    "head_hash": None if last is None else last.hash,
-                    "checkpointed": False,
-                }
-            )
-    anchors = []
-    if checkpoints is not None:
-        anchors.append("checkpoints")
-        (out / CHECKPOINTS).mkdir()
-        for saga in sagas:
-            source = checkpoints.log_path(str(saga["saga_id"]))
-            if source.is_file():
-                shutil.copyfile(source, out / CHECKPOINTS / source.name)
-                saga["checkpointed"] = True
-    summary = None
-    if log is not None:
-        anchors.append("tlog")
-        summary = await _export_head(log, out, sagas)
-    if signing_key is not None:
-        anchors.append("signature")
-    if key is not None:
-        (out / PUBLIC_KEY).write_bytes(public_pem(key))
-    if keyring is not None:
-        shutil.copyfile(keyring, out / KEYRING)
-    files = {
-        path.relative_to(out).as_posix(): {"sha256": _sha256(path), "bytes": path.stat().st_size}
-        for path in sorted(out.rglob("*"))
-        if path.is_file()
-    }
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "created_at": format_timestamp(datetime.now(UTC)),
-        "hash_rules": "sagacity-journal-v1",
-        "key_id": None if key is None else key_id(key),
-        "anchors": anchors,
-        "note": note or {},
-        "sagas": sagas,
-        **({} if summary is None else {"tlog": summary}),
-        "files": files,
-    }
-    text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    (out / MANIFEST).write_text(text, encoding="utf-8")
-    if signing_key is not None:
-        (out / SIGNATURE).write_text(
-            _signature_file(signing_key, text.encode("utf-8")), encoding="utf-8"
-        )
-    return manifest
-
-
-def _check_log_key(log: LogSnapshot, key: Ed25519PublicKey | None) -> None:
-    """A bundle has one key: the log's head must be signed by the one its checkpoints are."""
-    if key is None:
-        raise EvidenceUnavailable(
-            "the log's tree head goes in a bundle only with the key it is signed with "
-            "(set SAGACITY_CHECKPOINT_PUBLIC_KEY or SAGACITY_SIGNING_KEY)"
-        )
-    try:
-        open_head(log.note, key)
-    except ValueError as exc:
-        raise EvidenceUnavailable(
-            f"the log's tree head is not signed by the bundle's key {key_id(key)}: {exc}"
-        ) from None
-
-
-async def _export_head(log: LogSnapshot, out: Path, sagas: list[dict[str, Any]]) -> dict[str, Any]:
-    """Write the head and each saga's inclusion proof; the manifest's ``tlog`` summary."""
-    (out / HEAD).parent.mkdir()
-    (out / HEAD).write_text(log.note, encoding="utf-8")
-    with (out / LOG_PROOFS).open("w", encoding="utf-8", newline="\n") as lines:
-        for saga in sagas:
-            proof = await log.proof(str(saga["saga_id"]), int(saga["head_seq"]))
-            if proof is not None:
-                lines.write(to_json({"saga_id": saga["saga_id"], **proof.fields()}) + "\n")
-    return {
-        "origin": log.head.origin,
-        "size": log.head.size,
-        "root": base64.b64encode(log.head.root).decode("ascii"),
-        "published_at": format_timestamp(log.published_at),
-    }
+    return file_sha256(bundle / MANIFEST)
 
 
 @dataclass
@@ -436,14 +284,13 @@ class BundleVerifier:
         self.not_older_than = not_older_than
         self.newer = newer
         self.now = now or datetime.now(UTC)
-        #: the log's tree head the bundle carries, opened with the trusted key
-        self.head: OpenedHead | None = None
+        #: the log's tree head the bundle carries (set once the key is known)
+        self.head: CarriedHead | None = None
         self.freshness: Freshness | None = None
         self.stale: list[str] = []
         self.notes: list[str] = []
         #: lines of ``journal.jsonl`` read, faulty or not
         self.rows = 0
-        self._log_proofs: dict[str, RowProof] = {}
         self._signed = False
 
     def files(self) -> list[str]:
@@ -473,8 +320,14 @@ class BundleVerifier:
         self._check_key(manifest.get("key_id"))
         self._check_signature(raw)
         self._check_claims(manifest)
-        self._check_head(manifest)
-        self._weigh_freshness(manifest)
+        if self.key is not None:
+            self.head = CarriedHead(self.path, self.key, self.trust)
+            self.head.read(manifest.get("tlog"))
+            fresh = self.head.freshness(manifest, signed=self._signed, trusted=self.trusted)
+            self.freshness, self.stale, self.notes = self.head.current(
+                fresh, not_older_than=self.not_older_than, newer=self.newer, now=self.now
+            )
+            self.problems += self.head.problems
         if self.keyring is None and (self.path / KEYRING).is_file():
             try:
                 self.keyring = load_keyring(self.path / KEYRING)
@@ -496,7 +349,7 @@ class BundleVerifier:
                 continue
             path = self.path / name
             want = expected if isinstance(expected, dict) else {}
-            actual = _sha256(path)
+            actual = file_sha256(path)
             if actual != want.get("sha256"):
                 self.problems.append(
                     f"{name}: SHA-256 is {actual[:16]}… but the manifest says "
@@ -605,97 +458,13 @@ class BundleVerifier:
                 "none: removed after export"
             )
 
-    def _check_head(self, manifest: dict[str, Any]) -> None:
-        """The log's tree head: signed by the trusted key, the one the manifest names, cosigned
-        by the trusted witnesses; then each saga's inclusion proof, read for :meth:`sagas`."""
-        if not (self.path / HEAD).is_file():
-            return
-        if self.key is None:
-            return  # _check_key said why
-        try:
-            note = (self.path / HEAD).read_text(encoding="utf-8")
-            quorum = 0 if self.trust is None else self.trust.witness_quorum
-            self.head = open_head(note, self.key, witness_keys(self.trust), quorum)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            self.problems.append(f"{HEAD}: not a tree head signed by the key {self.key_id}: {exc}")
-            return
-        head = self.head.head
-        for name in self.head.forged:
-            self.problems.append(f"{HEAD}: the cosignature of witness {name!r} does not verify")
-        summary = manifest.get("tlog")
-        root = base64.b64encode(head.root).decode("ascii")
-        if not isinstance(summary, dict) or (
-            summary.get("origin"),
-            summary.get("size"),
-            summary.get("root"),
-        ) != (head.origin, head.size, root):
-            self.problems.append(
-                f"{HEAD}: tree head {head.size} of {head.origin!r} is not the one the manifest "
-                f"lists ({summary!r})"
-            )
-        try:
-            with (self.path / LOG_PROOFS).open(encoding="utf-8") as lines:
-                for number, line in enumerate(lines, start=1):
-                    try:
-                        proof, extra = RowProof.parse(line, frozenset({"saga_id"}))
-                    except ValueError as exc:
-                        self.problems.append(f"{LOG_PROOFS} line {number}: damaged: {exc}")
-                        continue
-                    self._log_proofs[str(extra["saga_id"])] = proof
-        except (OSError, UnicodeDecodeError) as exc:
-            self.problems.append(f"{LOG_PROOFS}: unreadable: {exc}")
-
-    def _weigh_freshness(self, manifest: dict[str, Any]) -> None:
-        """When the bundle is fresh as of, and whether it still counts as current."""
-        fresh = None if self.head is None else witnessed_freshness(self.head)
-        if fresh is None:
-            whose = "signed" if self._signed else "unsigned"
-            summary = manifest.get("tlog")
-            published = summary.get("published_at") if isinstance(summary, dict) else None
-            for text, source in (
-                (published, f"the tree head's publication time, as the {whose} manifest states it"),
-                (manifest.get("created_at"), f"the {whose} manifest's created_at"),
-            ):
-                if isinstance(text, str):
-                    try:
-                        at = datetime.strptime(text, _TIMESTAMP).replace(tzinfo=UTC)
-                    except ValueError:
-                        self.problems.append(f"{MANIFEST}: {text!r} is not a timestamp")
-                        return
-                    # only a manifest the trusted key signed dates the bundle for --not-older-than
-                    fresh = Freshness(at, source, self._signed and self.trusted)
-                    break
-        newer = None
-        if self.newer is not None and self.key is not None:
-            try:
-                newer = read_newer(self.newer, self.key, witness_keys(self.trust))
-            except EvidenceUnavailable as exc:
-                self.problems.append(f"the checkpoint you gave: {exc}")
-                return
-        found = weigh(
-            None if self.head is None else self.head.head,
-            fresh,
-            not_older_than=self.not_older_than,
-            newer=newer,
-            now=self.now,
-        )
-        self.freshness = found.fresher or fresh
-        self.stale += found.stale
-        self.problems += found.problems
-        self.notes += found.notes
-
     @property
     def unanchored(self) -> list[str]:
         """What this bundle's anchors leave undetectable (complete once :meth:`sagas` ran)."""
         found = [] if self._signed else [NO_SIGNATURE]
-        short = None if self.head is None else self.head.short_of_quorum
+        short = None if self.head is None else self.head.short()
         if short is not None:
             found.append(short)
-        elif self.head is None and self.trust is not None and self.trust.witness_quorum:
-            found.append(
-                f"no tree head of the log in the bundle, and the trust file requires "
-                f"{self.trust.witness_quorum} witness cosignatures: {NO_HEAD}"
-            )
         if self.unanchored_sagas:
             names = ", ".join(repr(s) for s in self.unanchored_sagas[:5])
             more = len(self.unanchored_sagas) - 5
@@ -726,7 +495,7 @@ class BundleVerifier:
                     self.problems.append(
                         f"{CHECKPOINTS}/{log_name(saga_id)}: saga {saga_id!r} is not in the manifest"
                     )
-        for saga_id in sorted(set(self._log_proofs) - set(listed)):
+        for saga_id in sorted(set(self.head.proofs if self.head else ()) - set(listed)):
             self.problems.append(f"{LOG_PROOFS}: saga {saga_id!r} is not in the manifest")
 
     def _entries(self) -> Iterator[Entry]:
@@ -763,7 +532,7 @@ class BundleVerifier:
         stored: dict[int, str] = {}
         verifier = ChainVerifier(saga_id)
         decisions = None if self.keyring is None else DecisionCheck(saga_id, self.keyring)
-        proof = self._log_proofs.get(saga_id)
+        proof = None if self.head is None else self.head.proofs.get(saga_id)
         count, last, null = 0, None, None
         for entry in rows:
             # every row is read, past a chain fault too: anchors and the manifest need the tail
@@ -780,8 +549,9 @@ class BundleVerifier:
         checks = [_manifest_check(listed, count, last)]
         if null is not None:
             checks.append(null)
-        if self.head is not None:
-            checks.append(self._log_check(saga_id, proof, stored, last))
+        logged = None if self.head is None else self.head.check(saga_id, stored, last)
+        if logged is not None:
+            checks.append(logged)
         if not wanted and not log.problems:
             if count:
                 # not a fault of this saga: the bundle's verdict weighs what anchors lack
@@ -793,35 +563,6 @@ class BundleVerifier:
         if decisions is not None:
             checks += decision_checks(decisions)
         return saga_report(verdict, checks)
-
-    def _log_check(
-        self, saga_id: str, proof: RowProof | None, stored: dict[int, str], last: Entry | None
-    ) -> AnchorCheck:
-        """The saga's inclusion proof against the bundle's tree head."""
-        assert self.head is not None
-        head = self.head.head
-        if proof is None:
-            detail = f"no row of this saga is in the bundle's tree head {head.size}"
-            return AnchorCheck(Source.LOG, Agreement.MISSING, detail)
-        row_hash = stored.get(proof.seq)
-        if row_hash is None:
-            detail = f"the inclusion proof is of seq {proof.seq}, which the bundle does not hold"
-            return AnchorCheck(Source.LOG, Agreement.DISAGREES, detail, proof.seq, fatal=True)
-        leaf = leaf_hash(leaf_data(saga_id, proof.seq, row_hash))
-        if not verify_inclusion(leaf, proof.index, head.size, proof.hashes, head.root):
-            detail = (
-                f"its inclusion proof (leaf {proof.index}) does not verify against tree head "
-                f"{head.size}: the row, the proof or the head was changed, or the log holds "
-                "another row here"
-            )
-            return AnchorCheck(Source.LOG, Agreement.DISAGREES, detail, proof.seq, fatal=True)
-        after = (
-            ""
-            if last is None or last.seq == proof.seq
-            else f"; rows after seq {proof.seq} are not in it"
-        )
-        detail = f"leaf {proof.index} of tree head {head.size}{after}"
-        return AnchorCheck(Source.LOG, Agreement.AGREES, detail, proof.seq)
 
 
 def _null_check(entry: Entry) -> AnchorCheck | None:

@@ -31,7 +31,6 @@ from sagacity.evidence.bundle import (
     SIGNATURE,
     BundleReport,
     BundleVerdict,
-    export_bundle,
     verify_bundle,
 )
 from sagacity.evidence.checkpoints import (
@@ -41,6 +40,7 @@ from sagacity.evidence.checkpoints import (
     parse_line,
     sign,
 )
+from sagacity.evidence.export import export_bundle
 from sagacity.evidence.keys import key_id, public_pem
 from sagacity.evidence.report import Agreement, Source
 from sagacity.journal import to_json
