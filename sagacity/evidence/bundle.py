@@ -391,6 +391,8 @@ class BundleVerifier:
         if self.trust is not None:
             pinned = [s.key for s in self.trust.signers if s.key_id == listed_id]
             self.trusted = True
+            if listed_id is None:
+                return  # nothing in the bundle is signed: it is refused as unanchored
             if not pinned:
                 pins = ", ".join(s.key_id for s in self.trust.signers)
                 self.problems.append(

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from sagacity.store.tlog import TlogStore
 
 __all__ = [
+    "Comparison",
     "Freshness",
     "LogSnapshot",
     "NewerHead",
@@ -42,7 +43,9 @@ __all__ = [
     "open_head",
     "read_newer",
     "stamp",
+    "weigh",
     "witness_keys",
+    "witnessed_freshness",
 ]
 
 

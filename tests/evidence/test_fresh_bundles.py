@@ -149,6 +149,13 @@ async def test_a_bundle_carries_the_witnessed_head_and_says_when_it_is_fresh_as_
         f"fresh as of {stamp(datetime.fromtimestamp(int(log.clock), UTC))} "
         f"(witness {WITNESS}'s cosignature)"
     )
+    # the trust file alone pins the key: its signer whose fingerprint the manifest names
+    pinned = verify_bundle(out, trust=log.trust())
+    assert pinned.verdict() is BundleVerdict.VERIFIED, faults(pinned)
+    stranger = TrustRoots((TrustedKey("other", Ed25519PrivateKey.generate().public_key()),))
+    refused = verify_bundle(out, trust=stranger)
+    assert refused.verdict() is BundleVerdict.FAILED
+    assert "which the trust file does not pin" in refused.problems[0]
     (saga,) = [s for s in report.sagas if s.saga_id == names[0]]
     (logged,) = [c for c in saga.checks if c.source is Source.LOG]
     assert logged.seq == 4 and f"of tree head {head.size}" in logged.detail
