@@ -347,6 +347,18 @@ async def test_witness_cosignatures_count_only_when_trusted_and_genuine(
         in verify_bundle(out, public_key=log.public, trust=log.trust()).unanchored[1]
     )
 
+    # the witness cosigns the published head later, as a witness service adds its line to the
+    # log's checkpoint file: the next export carries it, and it dates the bundle
+    published = log.published.read_text()
+    witness = WitnessCosigner(WITNESS, log.witness, clock=lambda: log.clock)
+    log.published.write_text(published + witness(published.split("\n\n")[0] + "\n"))
+    later = tmp_path / "later"
+    await log.export(later, names)
+    cosigned = verify_bundle(later, public_key=log.public, trust=log.trust())
+    assert cosigned.verdict() is BundleVerdict.VERIFIED, faults(cosigned)
+    assert cosigned.freshness is not None
+    assert cosigned.freshness.source == f"witness {WITNESS}'s cosignature"
+
 
 async def test_a_proof_bundle_is_fresh_as_of_its_witness_and_refused_when_old(
     log: Log, tmp_path: Path
