@@ -12,7 +12,8 @@ Fixtures:
   ``SAGACITY_CODEC_KEYS_FILE`` the way ``sagacity dev`` exports its own, so every Temporal
   client, worker and ``sagacity`` process of the session encrypts its payloads.
 * ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment, with this
-  session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings, and
+  session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings, the
+  key pinned apart from them (``trust_file``, and ``checkpoint_public_key`` its public half), and
   a fresh redaction fingerprint key, as the dev stack makes them; its decision keys as
   ``sagacity dev`` makes them (a keyring trusting an approver key for ``alice`` and a service key
   that signs for anyone it authenticated).
@@ -44,7 +45,8 @@ import pytest
 from temporalio.client import Client
 
 from sagacity.cli._exit import exit_at_shutdown
-from sagacity.devstack import DevStack, Endpoints, ensure_dev_approvers
+from sagacity.devkeys import ensure_dev_approvers
+from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.keys import (
     generate_fingerprint_key,
@@ -53,6 +55,7 @@ from sagacity.evidence.keys import (
     public_pem,
 )
 from sagacity.evidence.redaction import Redactor
+from sagacity.evidence.trust import TrustedKey, TrustRoots, write_trust
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.migrate import provision
@@ -88,11 +91,16 @@ def settings(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
     if not loaded.data_dir.is_absolute():
         # the default `.sagacity` means the repository's, wherever pytest was started from
         loaded = loaded.model_copy(update={"data_dir": pytestconfig.rootpath / loaded.data_dir})
-    # anchors on, as the dev stack has them: a key and a checkpoint folder of this session's own
+    # anchors on, as the dev stack has them: a key and a checkpoint folder of this session's own,
+    # and the key pinned apart from them (a trust file, and its public half) as verifiers take it
     anchors = tmp_path_factory.mktemp("anchors")
     key = anchors / "signing-key.pem"
-    public = anchors / "signing-key.pem.pub"
-    public.write_bytes(public_pem(generate_key(key).public_key()))
+    signer = generate_key(key).public_key()
+    trust = tmp_path_factory.mktemp("trust")
+    public = trust / "signing-key.pem.pub"
+    public.write_bytes(public_pem(signer))
+    trust_file = trust / "trust.json"
+    write_trust(trust_file, TrustRoots((TrustedKey("sagacity-test", signer),)))
     fingerprint_key = anchors / "fingerprint-key"
     generate_fingerprint_key(fingerprint_key)
     approvers, _ = ensure_dev_approvers(anchors, user="alice")
@@ -101,6 +109,7 @@ def settings(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
             "redact_key": fingerprint_key,
             "signing_key": key,
             "checkpoint_public_key": public,
+            "trust_file": trust_file,
             "checkpoint_dir": anchors / "checkpoints",
             "keyring": approvers.keyring,
             "approver_key": approvers.approver_key,

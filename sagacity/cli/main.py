@@ -22,6 +22,7 @@ from sagacity.cli import (
     reconcile,
     saga,
     tlog,
+    trust,
     verify,
     worker,
 )
@@ -71,6 +72,7 @@ app.command("prove")(tlog.prove)
 app.command("reconcile")(reconcile.reconcile_command)
 app.command("resume")(halt.resume)
 app.add_typer(saga.app, name="saga")
+app.add_typer(trust.app, name="trust")
 saga.app.command("quarantine")(halt.quarantine)
 saga.app.command("release")(halt.release)
 app.command("verify")(verify.verify)

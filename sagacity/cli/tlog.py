@@ -18,14 +18,13 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from sagacity.cli._common import duration_or_exit, fail, settings_or_exit
+from sagacity.cli._common import PIN_A_KEY, duration_or_exit, fail, settings_or_exit, trust_roots
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
-from sagacity.evidence.keys import load_private_key, load_public_key, verifying_key
+from sagacity.evidence.keys import load_private_key, load_public_key
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
 from sagacity.evidence.tlog import HeadLog, LogVerifier, Sequencer, prove_saga
-from sagacity.evidence.trust import load_trust
 from sagacity.settings import Settings
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
@@ -59,8 +58,8 @@ PublicKey = Annotated[
     Path | None,
     typer.Option(
         "--public-key",
-        help="The log's public key (default: SAGACITY_CHECKPOINT_PUBLIC_KEY, else the signing "
-        "key's public half).",
+        help="The log's public key (default: the first signer of SAGACITY_TRUST_FILE, else "
+        "SAGACITY_CHECKPOINT_PUBLIC_KEY); never one in the folders the workers write.",
         show_default=False,
     ),
 ]
@@ -74,17 +73,14 @@ def _folder(given: Path | None, settings: Settings) -> Path:
 
 
 def _public_key(given: Path | None, settings: Settings) -> Ed25519PublicKey:
+    """The log's key as pinned out of band (--public-key, else the trust file's first signer)."""
     try:
-        key = (
-            load_public_key(given)
-            if given
-            else verifying_key(settings.checkpoint_public_key, settings.signing_key)
-        )
+        roots = trust_roots(settings, public_key=given)
     except SagacityError as exc:
         raise fail(str(exc)) from None
-    if key is None:
-        raise fail("no key to check tree heads with: pass --public-key or set SAGACITY_SIGNING_KEY")
-    return key
+    if roots is None:
+        raise fail(f"no key to check tree heads with: {PIN_A_KEY}")
+    return roots.signers[0].key
 
 
 @app.command("integrate")
@@ -322,7 +318,10 @@ def _check(
             if not (sep and name and file):
                 raise fail(f"--witness {item!r}: give NAME=PUBLIC_KEY_FILE")
             keys.append(NoteKey(name, load_public_key(Path(file)), 0x04))
-        trust = None if settings.trust_file is None else load_trust(settings.trust_file)
+        # the trust file's witnesses and quorum bind the head (its signer is no --public-key)
+        trust = (
+            trust_roots(settings, trust_file=settings.trust_file) if settings.trust_file else None
+        )
         text = None if newer is None else newer.read_text(encoding="utf-8")
     except SagacityError as exc:
         raise fail(str(exc)) from None

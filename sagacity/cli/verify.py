@@ -27,18 +27,17 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from temporalio.client import Client
 
-from sagacity.cli._common import duration_or_exit
+from sagacity.cli._common import PIN_A_KEY, duration_or_exit, trust_roots, trusted_checkpoints
 from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.bundle import BundleVerdict, BundleVerifier, judge
+from sagacity.evidence.bundle import PUBLIC_KEY, BundleVerdict, BundleVerifier, judge
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring, load_keyring
 from sagacity.evidence.heads import stamp
-from sagacity.evidence.keys import key_id, load_public_key, verifying_key
 from sagacity.evidence.report import AnchorCheck, SagaReport
-from sagacity.evidence.trust import TrustRoots, load_trust
+from sagacity.evidence.trust import TrustRoots
 from sagacity.settings import Settings, load_settings
 from sagacity.store.journal import JournalStore
 from sagacity.worker import connect_client
@@ -142,13 +141,38 @@ def _usage(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _key(public_key: Path | None, settings: Settings) -> Ed25519PublicKey | None:
+def _roots(
+    settings: Settings,
+    trust_file: Path | None,
+    public_key: Path | None,
+    fingerprint: str | None,
+    bundle: Path | None = None,
+) -> TrustRoots | None:
+    extra = () if bundle is None else (bundle,)
     try:
-        if public_key is not None:
-            return load_public_key(public_key)
-        return verifying_key(settings.checkpoint_public_key, settings.signing_key)
+        return trust_roots(
+            settings,
+            trust_file=trust_file,
+            public_key=public_key,
+            pinned_fingerprint=fingerprint,
+            candidates=tuple(p / PUBLIC_KEY for p in extra),
+            beside=extra,
+        )
     except SagacityError as exc:
         raise _usage(str(exc)) from None
+
+
+def _bundle_key(path: Path, roots: TrustRoots | None) -> Ed25519PublicKey | None:
+    """The pinned key the bundle's manifest names (else the first pinned key, so that the
+    verifier names the mismatch); None when nothing is pinned."""
+    if roots is None:
+        return None
+    keys = roots.signer_keys()
+    try:
+        named = json.loads((path / "manifest.json").read_bytes()).get("key_id")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    return keys.get(named) if isinstance(named, str) and named in keys else roots.signers[0].key
 
 
 def _bundle(
@@ -256,7 +280,7 @@ def _bundle_summary(
         own = f"the bundle's own key {verifier.key_id}" if verifier.key_id else "itself"
         typer.echo(
             f"{counts}: UNTRUSTED: consistent with {own}, but anyone can make such a bundle; "
-            "verify with the key you trust (--public-key, or SAGACITY_CHECKPOINT_PUBLIC_KEY)"
+            "verify with the key you trust (--trust, --fingerprint or --public-key)"
         )
     elif verdict is BundleVerdict.STALE:
         typer.echo(
@@ -285,14 +309,6 @@ def _bundle_summary(
     if out.warnings:
         plural = "s" if out.warnings > 1 else ""
         typer.echo(f"{out.warnings} warning{plural} (calls whose outcome is unknown)")
-
-
-def _trust(settings: Settings) -> TrustRoots | None:
-    """The trust file the settings name (its witnesses and quorum bind a bundle's tree head)."""
-    try:
-        return None if settings.trust_file is None else load_trust(settings.trust_file)
-    except SagacityError as exc:
-        raise _usage(str(exc)) from None
 
 
 def _text(path: Path | None) -> str | None:
@@ -374,13 +390,30 @@ def verify(
             "--checkpoint-dir", help="Signed checkpoints (default: SAGACITY_CHECKPOINT_DIR)."
         ),
     ] = None,
+    trust_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--trust",
+            help="The trust file pinning the keys checkpoints, tree heads and a bundle's manifest "
+            "must be signed with, and the witnesses (default: SAGACITY_TRUST_FILE). Never one "
+            "inside the folders the workers write.",
+        ),
+    ] = None,
     public_key: Annotated[
         Path | None,
         typer.Option(
             "--public-key",
-            help="The trusted key checkpoints (and a bundle's manifest) must be signed with "
-            "(default: SAGACITY_CHECKPOINT_PUBLIC_KEY, else the signing key's public half). A "
-            "bundle verified without one is UNTRUSTED (exit 3).",
+            help="A trusted public key instead of a trust file (default: "
+            "SAGACITY_CHECKPOINT_PUBLIC_KEY). A bundle verified with no trusted key is UNTRUSTED "
+            "(exit 3).",
+        ),
+    ] = None,
+    fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--fingerprint",
+            help="Trust the key with this fingerprint (hex, at least 16 digits, as `sagacity dev` "
+            "prints it): the bundle's public_key.pem or the configured key, if it matches.",
         ),
     ] = None,
     allow_unanchored: Annotated[
@@ -435,18 +468,18 @@ def verify(
             raise _usage(
                 "--bundle verifies the whole bundle; it takes no saga ids, --all or --temporal"
             )
-        key = _key(public_key, settings)
+        roots = _roots(settings, trust_file, public_key, fingerprint, bundle)
         limit = (
             None if not_older_than is None else duration_or_exit("--not-older-than", not_older_than)
         )
         raise typer.Exit(
             _bundle(
                 bundle,
-                key,
+                _bundle_key(bundle, roots),
                 out,
                 allow_unanchored=allow_unanchored,
                 keyring=keyring,
-                trust=_trust(settings),
+                trust=roots,
                 not_older_than=limit,
                 newer=_text(newer_checkpoint),
             )
@@ -464,14 +497,14 @@ def verify(
             err=True,
         )
     else:
-        key = _key(public_key, settings)
-        if key is None:
-            raise _usage(
-                "checkpoints need a key: set SAGACITY_CHECKPOINT_PUBLIC_KEY or pass --public-key"
-            )
-        checkpoints = CheckpointDir(folder, key)
+        roots = _roots(settings, trust_file, public_key, fingerprint)
+        if roots is None:
+            raise _usage(f"checkpoints need a trust root: {PIN_A_KEY}")
+        checkpoints, problems = trusted_checkpoints(folder, roots)
         if not as_json:
-            typer.echo(f"checkpoints {folder}: key {key_id(key)}", err=True)
+            typer.echo(f"checkpoints {folder}: {roots.describe()}", err=True)
+        for text in problems:
+            typer.echo(f"warning: {text}", err=True)
     try:
         status = asyncio.run(_live(url, settings, saga_ids, checkpoints, temporal, out, keyring))
     except SagacityError as exc:

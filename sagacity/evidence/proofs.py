@@ -57,9 +57,9 @@ __all__ = [
 ]
 
 FORMAT = "sagacity-saga-proof"
-#: Version 2 added ``published_at`` and ``created_at``; version 1 bundles are still read.
-VERSION = 2
-_READABLE = (1, 2)
+#: ``published_at`` and ``created_at`` were added to version 1 later; bundles without them
+#: are still read (dated by their witnesses alone).
+VERSION = 1
 LEAF_ENCODING = "sagacity-tlog-leaf-v1"
 MANIFEST = "manifest.json"
 CHECKPOINT = "checkpoint"
@@ -167,7 +167,7 @@ def check_proof_bundle(
     if (
         not isinstance(manifest, dict)
         or manifest.get("format") != FORMAT
-        or manifest.get("version") not in _READABLE
+        or manifest.get("version") != VERSION
     ):
         report.problems.append(f"{MANIFEST}: not a {FORMAT} version {VERSION} manifest")
         return report

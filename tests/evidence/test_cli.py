@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.trust import TrustedKey, TrustRoots, write_trust
 from sagacity.journal import Draft, Phase
 from sagacity.store import JournalStore
 from tests.approvals.conftest import CliResult
@@ -20,9 +21,15 @@ from tests.ops.conftest import Cli
 
 
 def anchored_env(writer: CheckpointWriter, signing_key: Path) -> dict[str, str]:
+    """The worker's anchors, and its key pinned in a trust file kept apart from them."""
+    trust = writer.path.parent / "trust" / "trust.json"
+    if not trust.exists():
+        trust.parent.mkdir()
+        write_trust(trust, TrustRoots((TrustedKey("test", writer.key.public_key()),)))
     return {
         "SAGACITY_CHECKPOINT_DIR": str(writer.path),
         "SAGACITY_SIGNING_KEY": str(signing_key),
+        "SAGACITY_TRUST_FILE": str(trust),
     }
 
 
@@ -113,7 +120,7 @@ async def test_usage_errors_exit_2(sagacity: Cli, tmp_path: Path) -> None:
     assert [r.code for r in (nothing, both, keyless, no_choice)] == [2, 2, 2, 2]
     assert "name the sagas to verify" in nothing.stderr
     assert "takes no saga ids" in both.stderr
-    assert "checkpoints need a key" in keyless.stderr
+    assert "checkpoints need a trust root" in keyless.stderr
     assert "name sagas, or give --since/--until" in no_choice.stderr
 
 

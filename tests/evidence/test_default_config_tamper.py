@@ -221,7 +221,7 @@ class NewUser:
     shell: Shell
     owner: Owner
     sagas: dict[str, str]  # role -> saga id
-    public_key: str  # $SAGACITY_CHECKPOINT_PUBLIC_KEY
+    trust_file: str  # $SAGACITY_TRUST_FILE
     key_id: str
     bundle: Path  # the "bundle" saga, exported as the README shows
     #: the commands run on the untouched journal, in order
@@ -287,6 +287,7 @@ async def new_user(
                 "database_url": None,
                 "signing_key": None,
                 "checkpoint_public_key": None,
+                "trust_file": None,
                 "checkpoint_dir": None,
                 "data_dir": tmp_path_factory.mktemp("new-user") / ".sagacity",
             }
@@ -299,9 +300,11 @@ async def new_user(
         assert set(exports) >= {
             "SAGACITY_DATABASE_URL",
             "SAGACITY_SIGNING_KEY",
-            "SAGACITY_CHECKPOINT_PUBLIC_KEY",
+            "SAGACITY_TRUST_FILE",
             "SAGACITY_CHECKPOINT_DIR",
         }
+        # the key is pinned apart from the data, never handed over beside it
+        assert "SAGACITY_CHECKPOINT_PUBLIC_KEY" not in exports
         worker_settings = fresh.model_copy(
             update={
                 **setup.settings(),
@@ -315,7 +318,7 @@ async def new_user(
         sagas = await run_sagas(worker_settings, temporal_client, ROLES)
 
         shell = Shell(exports)
-        public_key = exports["SAGACITY_CHECKPOINT_PUBLIC_KEY"]
+        trust_file = exports["SAGACITY_TRUST_FILE"]
         bundle = tmp_path_factory.mktemp("bundle") / "evidence"
         control = {
             "log integrate": await shell("log", "integrate"),
@@ -324,10 +327,10 @@ async def new_user(
             "log verify": await shell("log", "verify"),
             "export": await shell("export", sagas["bundle"], "--out", str(bundle)),
             "verify --bundle": await shell(
-                "verify", "--bundle", str(bundle), "--public-key", public_key
+                "verify", "--bundle", str(bundle), "--trust", trust_file
             ),
         }
-        yield NewUser(shell, Owner(owner_url), sagas, public_key, setup.key_id, bundle, control)
+        yield NewUser(shell, Owner(owner_url), sagas, trust_file, setup.key_id, bundle, control)
     finally:
         await drop_database(endpoints.database_url, name)
 
@@ -693,14 +696,14 @@ async def test_a_changed_bundle_is_refused(new_user: NewUser, case: str, tmp_pat
     spec.change(bundle, saga_id)
     if spec.trusted:  # the README's command
         run = await new_user.shell(
-            "verify", "--bundle", str(bundle), "--public-key", new_user.public_key
+            "verify", "--bundle", str(bundle), "--trust", new_user.trust_file
         )
     else:  # an auditor with none of the dev stack's settings, and no key
         run = await new_user.shell(
             "verify",
             "--bundle",
             str(bundle),
-            SAGACITY_CHECKPOINT_PUBLIC_KEY=None,
+            SAGACITY_TRUST_FILE=None,
             SAGACITY_SIGNING_KEY=None,
             SAGACITY_CHECKPOINT_DIR=None,
         )

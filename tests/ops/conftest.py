@@ -66,6 +66,7 @@ def anchor_env(settings: Settings) -> dict[str, str]:
     return {
         "SAGACITY_SIGNING_KEY": str(settings.signing_key),
         "SAGACITY_CHECKPOINT_PUBLIC_KEY": str(settings.checkpoint_public_key),
+        "SAGACITY_TRUST_FILE": str(settings.trust_file),
         "SAGACITY_CHECKPOINT_DIR": str(settings.checkpoint_dir),
         "SAGACITY_REDACT_KEY": str(settings.redact_key),
         "SAGACITY_KEYRING": str(settings.keyring),

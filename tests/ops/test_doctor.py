@@ -177,6 +177,31 @@ async def test_each_weakening_setting_fails_naming_it(
     assert all(f["fix"] for f in ran.report()["findings"])
 
 
+async def test_a_trust_root_the_workers_could_swap_fails(
+    env: dict[str, str | None], settings: Settings, tmp_path: Path
+) -> None:
+    assert settings.checkpoint_dir is not None and settings.trust_file is not None
+    planted = settings.checkpoint_dir / "trust.json"
+    planted.write_bytes(settings.trust_file.read_bytes())
+    try:
+        ran = await doctor({**env, "SAGACITY_TRUST_FILE": str(planted)}, "--json")
+    finally:
+        planted.unlink()
+    assert ran.code == 1 and ran.ids() == {"trust_root_writable"}, ran
+    (finding,) = ran.report()["findings"]
+    assert f"lies in {settings.checkpoint_dir}, a folder the workers write" in finding["what"]
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    loose = shared / "trust.json"
+    loose.write_bytes(settings.trust_file.read_bytes())
+    ran = await doctor({**env, "SAGACITY_TRUST_FILE": str(loose)}, "--json")
+    assert ran.code == 1 and ran.ids() == {"trust_root_writable"}, ran
+    assert "writable by others than its owner" in ran.report()["findings"][0]["what"]
+    assert (await doctor({**env, "SAGACITY_TRUST_FILE": str(settings.trust_file)})).code == 0
+
+
 async def test_a_pool_that_cannot_notice_a_vanished_server_fails(
     env: dict[str, str | None], doctor_database: tuple[str, str]
 ) -> None:
