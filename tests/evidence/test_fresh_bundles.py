@@ -160,15 +160,13 @@ async def test_a_bundle_carries_the_witnessed_head_and_says_when_it_is_fresh_as_
     (logged,) = [c for c in saga.checks if c.source is Source.LOG]
     assert logged.seq == 4 and f"of tree head {head.size}" in logged.detail
 
-    # the auditor's command line: the bundle, the log's key, a trust file naming the witness
+    # the auditor's command line: the bundle, and a trust file pinning the log's key and witness
     auditor = tmp_path / "auditor"
     auditor.mkdir()
-    public = auditor / "log.pub"
-    public.write_bytes(public_pem(log.public))
     trust = auditor / "trust.json"
     write_trust(trust, log.trust())
-    env = {**offline_env(), "SAGACITY_TRUST_FILE": str(trust)}
-    args = ["verify", "--bundle", str(out), "--public-key", str(public)]
+    env = offline_env()
+    args = ["verify", "--bundle", str(out), "--trust", str(trust)]
     fresh = run_cli(*args, "--not-older-than", "PT2H", env=env, cwd=auditor)
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
     assert report.freshness.line() in fresh.stdout
