@@ -25,6 +25,7 @@ from sagacity.evidence.keys import load_private_key, load_public_key
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
 from sagacity.evidence.tlog import HeadLog, LogVerifier, Sequencer, prove_saga
+from sagacity.evidence.trust import TrustRoots
 from sagacity.settings import Settings
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
@@ -271,7 +272,17 @@ def prove(
         limit = (
             None if not_older_than is None else duration_or_exit("--not-older-than", not_older_than)
         )
-        _check(check, public_key, witness or [], limit, newer)
+        settings = settings_or_exit()
+        try:
+            # the trust file's witnesses and quorum bind the head (its signer is no --public-key)
+            roots = (
+                trust_roots(settings, trust_file=settings.trust_file)
+                if settings.trust_file
+                else None
+            )
+        except SagacityError as exc:
+            raise fail(str(exc)) from None
+        _check(check, public_key, witness or [], roots, limit, newer)
         return
     if not_older_than is not None or newer is not None:
         raise fail("--not-older-than and --checkpoint go with --check")
@@ -306,10 +317,10 @@ def _check(
     path: Path,
     public_key: Path | None,
     witnesses: list[str],
+    trust: TrustRoots | None,
     not_older_than: timedelta | None,
     newer: Path | None,
 ) -> None:
-    settings = settings_or_exit()
     try:
         key = None if public_key is None else load_public_key(public_key)
         keys = []
@@ -318,17 +329,19 @@ def _check(
             if not (sep and name and file):
                 raise fail(f"--witness {item!r}: give NAME=PUBLIC_KEY_FILE")
             keys.append(NoteKey(name, load_public_key(Path(file)), 0x04))
-        # the trust file's witnesses and quorum bind the head (its signer is no --public-key)
-        trust = (
-            trust_roots(settings, trust_file=settings.trust_file) if settings.trust_file else None
-        )
         text = None if newer is None else newer.read_text(encoding="utf-8")
     except SagacityError as exc:
         raise fail(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"--checkpoint {newer}: {exc}") from None
     report = check_proof_bundle(
-        path, key, keys, trust=trust, not_older_than=not_older_than, newer=text
+        path,
+        key,
+        keys,
+        pool=[] if trust is None else [NoteKey(w.name, w.key, 0x04) for w in trust.witnesses],
+        quorum=0 if trust is None else trust.witness_quorum,
+        not_older_than=not_older_than,
+        newer=text,
     )
     for problem in report.problems:
         typer.echo(f"FAILED  {problem}")

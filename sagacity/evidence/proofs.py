@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -38,15 +37,11 @@ from sagacity.evidence.heads import (
     open_head,
     read_newer,
     weigh,
-    witness_keys,
     witnessed_freshness,
 )
 from sagacity.evidence.merkle import leaf_data, leaf_hash, verify_inclusion
 from sagacity.evidence.note import NoteKey, TreeHead
 from sagacity.journal import ChainVerifier, Entry, format_timestamp
-
-if TYPE_CHECKING:
-    from sagacity.evidence.trust import TrustRoots
 
 __all__ = [
     "ProofReport",
@@ -145,13 +140,15 @@ def check_proof_bundle(
     public_key: Ed25519PublicKey | None,
     witnesses: Sequence[NoteKey] = (),
     *,
-    trust: TrustRoots | None = None,
+    pool: Sequence[NoteKey] = (),
+    quorum: int = 0,
     not_older_than: timedelta | None = None,
     newer: str | None = None,
     now: datetime | None = None,
 ) -> ProofReport:
     """Check the bundle at ``path`` offline: the head's signature by ``public_key``, each of
-    ``witnesses``' cosignatures (all required) and ``trust``'s witness quorum, each row's chain,
+    ``witnesses``' cosignatures (all required) and at least ``quorum`` of ``pool``'s (a trust
+    file's witnesses), each row's chain,
     and each row's inclusion proof in that head; then its freshness, against ``not_older_than``
     and ``newer`` (a newer signed note, or the log's ``checkpoints.jsonl``) when given."""
     report = ProofReport()
@@ -172,7 +169,7 @@ def check_proof_bundle(
         report.problems.append(f"{MANIFEST}: not a {FORMAT} version {VERSION} manifest")
         return report
     report.saga_id = str(manifest.get("saga_id"))
-    opened = _head(note, public_key, witnesses, trust, report)
+    opened = _head(note, public_key, witnesses, pool, quorum, report)
     if opened is None:
         return report
     head = report.head = opened.head
@@ -184,7 +181,8 @@ def check_proof_bundle(
             f"{MANIFEST}: says {manifest.get('rows')} rows, the bundle holds {report.rows}"
         )
     if report.trusted:
-        _freshness(opened, manifest, public_key, trust, not_older_than, newer, now, report)
+        keys = [*witnesses, *pool]
+        _freshness(opened, manifest, public_key, keys, not_older_than, newer, now, report)
     elif not_older_than is not None or newer is not None:
         report.notes.append("freshness not checked: no trusted key to check tree heads with")
     return report
@@ -220,7 +218,7 @@ def _freshness(
     opened: OpenedHead,
     manifest: dict[str, object],
     key: Ed25519PublicKey | None,
-    trust: TrustRoots | None,
+    witnesses: Sequence[NoteKey],
     not_older_than: timedelta | None,
     newer: str | None,
     now: datetime | None,
@@ -242,7 +240,7 @@ def _freshness(
     other = None
     if newer is not None:
         try:
-            other = read_newer(newer, key, witness_keys(trust))
+            other = read_newer(newer, key, witnesses)
         except EvidenceUnavailable as exc:
             report.problems.append(f"the checkpoint you gave: {exc}")
             return
@@ -262,25 +260,32 @@ def _freshness(
 def _head(
     note: str,
     key: Ed25519PublicKey | None,
-    witnesses: Sequence[NoteKey],
-    trust: TrustRoots | None,
+    required: Sequence[NoteKey],
+    pool: Sequence[NoteKey],
+    quorum: int,
     report: ProofReport,
 ) -> OpenedHead | None:
+    """The head, opened with ``key``: each of ``required`` must have cosigned it, and at least
+    ``quorum`` of ``pool``."""
     try:
         if key is None:
             return OpenedHead(TreeHead.parse(note[: note.rindex("\n\n") + 1]))
-        quorum = 0 if trust is None else trust.witness_quorum
-        opened = open_head(note, key, [*witnesses, *witness_keys(trust)], quorum)
+        opened = open_head(note, key, [*required, *pool])
     except ValueError as exc:
         report.problems.append(f"{CHECKPOINT}: {exc}")
         return None
     report.trusted = True
     for name in opened.forged:
         report.problems.append(f"{CHECKPOINT}: the cosignature of witness {name!r} does not verify")
-    missing = sorted(w.name for w in witnesses if w.name not in opened.witnessed)
+    missing = sorted(w.name for w in required if w.name not in opened.witnessed)
     if missing:
         report.problems.append(f"{CHECKPOINT}: no cosignature of witness {', '.join(missing)}")
-    short = opened.short_of_quorum
+    pooled = OpenedHead(
+        opened.head,
+        {w.name: opened.witnessed[w.name] for w in pool if w.name in opened.witnessed},
+        quorum=quorum,
+    )
+    short = pooled.short_of_quorum
     if short is not None:
         report.problems.append(f"{CHECKPOINT}: {short}")
     return opened

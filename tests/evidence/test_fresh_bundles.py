@@ -27,7 +27,14 @@ from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.export import export_bundle
 from sagacity.evidence.heads import LogSnapshot, stamp
 from sagacity.evidence.keys import load_private_key, public_pem
-from sagacity.evidence.note import NoteSigner, TreeHead, WitnessCosigner, sign_note
+from sagacity.evidence.note import (
+    COSIGNATURE_V1,
+    NoteKey,
+    NoteSigner,
+    TreeHead,
+    WitnessCosigner,
+    sign_note,
+)
 from sagacity.evidence.proofs import ProofVerdict, check_proof_bundle
 from sagacity.evidence.report import Source
 from sagacity.evidence.tlog import HISTORY, LATEST, SUBDIR, HeadLog, Sequencer, prove_saga
@@ -63,6 +70,10 @@ class Log:
             (TrustedWitness(WITNESS, self.witness.public_key()),),
             quorum,
         )
+
+    def pool_keys(self) -> list[NoteKey]:
+        """The witness's cosignature key, as a trust file's witnesses are given to verifiers."""
+        return [NoteKey(WITNESS, self.witness.public_key(), COSIGNATURE_V1)]
 
     async def saga(self, saga_id: str, calls: int = 2) -> list[Entry]:
         """``calls`` tool calls, each row checkpointed as a worker does."""
@@ -369,12 +380,14 @@ async def test_a_proof_bundle_is_fresh_as_of_its_witness_and_refused_when_old(
     out = tmp_path / "proof"
     await prove_saga(log.journal, log.store, heads, names[0], out)
 
-    checked = check_proof_bundle(out, log.public, trust=log.trust())
+    checked = check_proof_bundle(out, log.public, pool=log.pool_keys(), quorum=1)
     assert checked.verdict is ProofVerdict.VERIFIED, checked.problems
     assert checked.freshness is not None
     assert checked.freshness.source == f"witness {WITNESS}'s cosignature"
     limit = timedelta(days=1)
-    stale = check_proof_bundle(out, log.public, trust=log.trust(), not_older_than=limit)
+    stale = check_proof_bundle(
+        out, log.public, pool=log.pool_keys(), quorum=1, not_older_than=limit
+    )
     assert stale.verdict is ProofVerdict.STALE and stale.problems == []
     assert ProofVerdict.STALE.exit_code == 1
     # without a trusted witness only the unsigned manifest dates it, which does not count
