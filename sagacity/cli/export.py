@@ -162,8 +162,9 @@ def export(
 
     The manifest is signed when SAGACITY_SIGNING_KEY is set. With checkpoints, the transparency
     log's newest tree head (with its witnesses' cosignatures) goes in too, with each saga's
-    inclusion proof in it. A bundle without checkpoints or without that signature is unanchored: a warning says what it cannot show, and verifiers
-    refuse it unless given --allow-unanchored.
+    inclusion proof in it. A bundle without checkpoints or without that signature is
+    unanchored: a warning says what it cannot show, and verifiers refuse it unless given
+    --allow-unanchored.
     """
     settings = settings_or_exit()
     if purge and (sagas or since or until):

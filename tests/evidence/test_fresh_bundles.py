@@ -189,6 +189,24 @@ async def test_a_bundle_carries_the_witnessed_head_and_says_when_it_is_fresh_as_
     assert "2 sagas, 8 rows: STALE" in stale.stdout
     assert "more than the 30m allowed" in stale.stdout
 
+    # `sagacity export` carries the same head, read from the checkpoint folder
+    exporter = {
+        **offline_env(),
+        "SAGACITY_DATABASE_URL": log.db.app_url,
+        "SAGACITY_CHECKPOINT_DIR": str(log.db.checkpoints),
+        "SAGACITY_SIGNING_KEY": str(log.db.signing_key),
+    }
+    cli_out = tmp_path / "cli-bundle"
+    exported = run_cli(
+        *["export", *names, "--out", str(cli_out), "--json"], env=exporter, cwd=tmp_path
+    )
+    assert exported.returncode == 0, exported.stderr
+    result = json.loads(exported.stdout)
+    assert (result["tree_head"]["size"], result["tree_head"]["origin"]) == (head.size, head.origin)
+    assert (cli_out / HEAD).read_text() == log.published.read_text()
+    again = run_cli("verify", "--bundle", str(cli_out), "--trust", str(trust), env=env, cwd=auditor)
+    assert again.returncode == 0 and report.freshness.line() in again.stdout, again.stdout
+
 
 async def test_an_old_head_is_stale_and_a_newer_checkpoint_says_how_far_the_log_grew(
     log: Log, tmp_path: Path
