@@ -317,8 +317,9 @@ class Comparison:
     fresher: Freshness | None = None
 
 
-def compare_newer(head: TreeHead, fresh: Freshness, newer: NewerHead) -> Comparison:
-    """Weigh the bundle's ``head`` (fresh as of ``fresh``) against ``newer``."""
+def compare_newer(head: TreeHead, fresh: Freshness | None, newer: NewerHead) -> Comparison:
+    """Weigh the bundle's ``head`` (fresh as of ``fresh``; None: nothing dates it) against
+    ``newer``."""
     found = Comparison()
     other = newer.head
     if other.origin != head.origin:
@@ -344,12 +345,13 @@ def compare_newer(head: TreeHead, fresh: Freshness, newer: NewerHead) -> Compari
             f"the checkpoint you gave shows the log has not grown since tree head {head.size}"
         )
         later = witnessed_freshness(newer.opened, "the checkpoint you gave: ")
-        if later is not None and later.at > fresh.at:
+        if later is not None and (fresh is None or later.at > fresh.at):
             found.fresher = later
         return found
     found.stale.append(
         f"the log has grown to size {other.size} since the bundle's tree head {head.size} "
-        f"({fresh.line()}); rows after the bundle's head are not covered"
+        f"({'not dated' if fresh is None else fresh.line()}); rows after the bundle's head are "
+        "not covered"
     )
     consistent = _consistent(head, newer)
     if consistent is None:
@@ -405,7 +407,7 @@ def weigh(
     current under ``--not-older-than`` and against a ``--checkpoint`` head."""
     found = Comparison()
     if newer is not None:
-        if head is None or fresh is None:
+        if head is None:
             found.stale.append(
                 f"the bundle carries no tree head, so nothing shows it covers tree head "
                 f"{newer.head.size} of the log"
@@ -415,7 +417,7 @@ def weigh(
     fresh = found.fresher or fresh
     if not_older_than is not None:
         if fresh is None:
-            found.stale.append("nothing dates the bundle: it carries no tree head and no time")
+            found.stale.append("nothing dates the bundle: no witness cosignature, no time stated")
         else:
             old = fresh.older_than(not_older_than, now)
             if old is not None:
