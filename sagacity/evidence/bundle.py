@@ -551,9 +551,6 @@ class BundleVerifier:
         checks = [_manifest_check(listed, count, last)]
         if null is not None:
             checks.append(null)
-        logged = None if self.head is None else self.head.check(saga_id, stored, last)
-        if logged is not None:
-            checks.append(logged)
         if not wanted and not log.problems:
             if count:
                 # not a fault of this saga: the bundle's verdict weighs what anchors lack
@@ -562,6 +559,9 @@ class BundleVerifier:
                 checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.MISSING, detail))
         else:
             checks += settle(checkpoint_probe(log, verdict), stored.get)
+        logged = None if self.head is None else self.head.check(saga_id, stored, last)
+        if logged is not None:
+            checks.append(logged)
         if decisions is not None:
             checks += decision_checks(decisions)
         return saga_report(verdict, checks)
