@@ -300,9 +300,13 @@ def _bundle_summary(
             f"key {verifier.key_id}, but with --allow-unanchored:"
         )
     else:
+        opened = None if verifier.head is None else verifier.head.opened
+        logged = (
+            "" if opened is None else f", and every inclusion proof in tree head {opened.head.size}"
+        )
         typer.echo(
             f"{counts}: VERIFIED: every file, chain and signed checkpoint, and the manifest's "
-            f"signature, check out with the trusted key {verifier.key_id}"
+            f"signature, check out with the trusted key {verifier.key_id}{logged}"
         )
     for text in unanchored if verdict not in (BundleVerdict.UNTRUSTED, BundleVerdict.STALE) else []:
         typer.echo(f"  - {text}")
