@@ -178,9 +178,9 @@ class OpenedHead:
         if len(self.witnessed) >= self.quorum:
             return None
         return (
-            f"tree head {self.head.size} is cosigned by {len(self.witnessed)} of the trusted "
-            f"witnesses, and {self.quorum} are required: whoever holds the log's key could have "
-            "shown this bundle a fork of the log, or an old head as the newest"
+            f"tree head {self.head.size} has {len(self.witnessed)} of the {self.quorum} witness "
+            "cosignatures required: whoever holds the log's key could have shown this bundle a "
+            "fork of the log, or an old head as the newest"
         )
 
 

@@ -47,6 +47,13 @@ from sagacity.evidence.merkle import (
 )
 from sagacity.evidence.note import Cosigner, NoteKey, NoteSigner, TreeHead, open_note, sign_note
 from sagacity.evidence.proofs import write_proof_bundle
+from sagacity.evidence.trust import TrustedWitness
+from sagacity.evidence.witness_client import (
+    WitnessEndpoint,
+    Witnesses,
+    Witnessing,
+    log_witnessing,
+)
 from sagacity.journal import format_timestamp, to_json
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
@@ -203,11 +210,13 @@ def _lines_from_end(file: BinaryIO, chunk: int = 1 << 16) -> Iterator[bytes]:
 
 @dataclass(frozen=True, slots=True)
 class Integration:
-    """What one sequencer pass did: rows appended, and the head it published (None: none)."""
+    """What one sequencer pass did: rows appended, the head it published (None: none), and
+    what the witnesses said (None: none asked)."""
 
     appended: int
     size: int
     published: TreeHead | None
+    witnessing: Witnessing | None = None
 
 
 class Sequencer:
@@ -221,6 +230,7 @@ class Sequencer:
         *,
         origin: str | None = None,
         cosigners: Sequence[Cosigner] = (),
+        witnesses: Sequence[TrustedWitness] = (),
         batch: int = 5000,
     ) -> None:
         self.store = store
@@ -228,6 +238,7 @@ class Sequencer:
         self._key = key
         self._origin = origin
         self._cosigners = list(cosigners)
+        self._witnesses = Witnesses(WitnessEndpoint.of(witnesses))
         self._batch = batch
 
     async def integrate(self, *, full_check: bool = False) -> Integration:
@@ -236,6 +247,11 @@ class Sequencer:
         First the stored tree must agree with the last published head (its root at that size,
         and a consistency proof to the new size): :class:`LogInconsistent` otherwise, and
         nothing is signed. ``full_check`` also recomputes every stored leaf from the leaf table.
+
+        Each witness (trust file entries with a ``url``) is asked to cosign the new head and the
+        note is published with the cosignatures given; one that is down or refuses does not stop
+        the log (:attr:`Integration.witnessing` says which). With nothing new, the latest head is
+        offered to the witnesses that have not cosigned it, and published again when one does.
         """
         async with self.store.sequencer():
             last = self.heads.latest()
@@ -252,7 +268,9 @@ class Sequencer:
             appended += await self._append(frontier, chunk)
             old = 0 if last is None else last.head.size
             if last is not None and frontier.size == old:
-                return Integration(appended, frontier.size, None)
+                witnessing = await self._rewitness(last)
+                again = last.head if witnessing is not None and witnessing.lines else None
+                return Integration(appended, frontier.size, again, witnessing=witnessing)
             head = TreeHead(origin, frontier.size, frontier.root())
             proof: list[bytes] = []
             if last is not None and old > 0:
@@ -263,8 +281,51 @@ class Sequencer:
                         f"{old}: refusing to sign it"
                     )
             note = sign_note(head, [NoteSigner(origin, self._key), *self._cosigners])
-            self.heads.publish(note, proof, datetime.now(UTC))
-            return Integration(appended, head.size, head)
+            witnessing = await self._witness(head, note, last)
+            lines = [] if witnessing is None else witnessing.lines
+            self.heads.publish(note + "".join(lines), proof, datetime.now(UTC))
+            return Integration(appended, head.size, head, witnessing=witnessing)
+
+    def _cosigners_of(self, last: Published) -> set[str]:
+        """The configured witnesses whose valid cosignatures the published note carries."""
+        key = NoteKey(last.head.origin, self.heads.key)
+        try:
+            return set(open_note(last.note, key, self._witnesses.keys, quorum=0).witnessed)
+        except ValueError:  # a cosignature line that does not verify counts for none
+            return set()
+
+    def _learn(self, last: Published | None) -> None:
+        # the witnesses that cosigned the latest head hold at least it
+        if last is not None:
+            self._witnesses.learn(self._cosigners_of(last), last.head.size)
+
+    async def _witness(
+        self, head: TreeHead, note: str, last: Published | None
+    ) -> Witnessing | None:
+        if not self._witnesses:
+            return None
+        self._learn(last)
+        published = 0 if last is None else last.head.size
+        return await self._witnesses.cosign(head, note, self._consistency, published=published)
+
+    async def _rewitness(self, last: Published) -> Witnessing | None:
+        """Offer the latest head to the witnesses that have not cosigned it; publish it again
+        (same size, empty proof) with the cosignatures it gets."""
+        if not self._witnesses:
+            return None
+        self._learn(last)
+        missing = {w.name for w in self._witnesses.endpoints} - self._cosigners_of(last)
+        if not missing:
+            return None
+        witnessing = await self._witnesses.cosign(
+            last.head, last.note, self._consistency, published=last.head.size, only=missing
+        )
+        if witnessing.lines:
+            self.heads.publish(last.note + "".join(witnessing.lines), [], datetime.now(UTC))
+        return witnessing
+
+    async def _consistency(self, old: int, new: int) -> list[bytes]:
+        return await self._proof(consistency_ranges(old, new))
 
     async def _origin_for(self, last: Published | None) -> str:
         if last is not None:
@@ -363,9 +424,11 @@ async def run_sequencer(
     every: float = 10.0,
     origin: str | None = None,
     cosigners: Sequence[Cosigner] = (),
+    witnesses: Sequence[TrustedWitness] = (),
 ) -> None:
     """Integrate every ``every`` seconds until cancelled; returns at once when either setting
-    is unset (the log is off).
+    is unset (the log is off). Witness refusals are logged as errors on every pass they recur;
+    a witness going down or coming back is logged once.
 
     For a worker to run beside its tool calls, on a small pool of its own: the first pass
     recomputes the whole leaf table against the last head, later ones check the stored tree's
@@ -377,9 +440,15 @@ async def run_sequencer(
     pool = await open_pool(conninfo, min_size=0, max_size=3)
     try:
         sequencer = Sequencer(
-            TlogStore(pool), checkpoint_dir, key, origin=origin, cosigners=cosigners
+            TlogStore(pool),
+            checkpoint_dir,
+            key,
+            origin=origin,
+            cosigners=cosigners,
+            witnesses=witnesses,
         )
         full_check = True
+        down: set[str] = set()  # witnesses that did not answer on the last pass that asked
         while True:
             try:
                 done = await sequencer.integrate(full_check=full_check)
@@ -388,6 +457,7 @@ async def run_sequencer(
                     _log.info(
                         "transparency log: %d rows appended, tree head %d", done.appended, done.size
                     )
+                down = log_witnessing(_log, done.witnessing, down)
             except LogInconsistent as exc:
                 _log.error("transparency log: %s", exc)
             except SagacityError as exc:

@@ -455,8 +455,8 @@ def verify_log(
     grace: timedelta = timedelta(seconds=600),
 ) -> list[Finding]:
     """evidence.md "For implementers: the transparency log": the published heads (signed by a
-    pinned key, one origin, each consistent with the one before by its stored proof, cosigned
-    by the quorum of pinned witnesses), the leaf table's root at every head, each leaf against
+    pinned key, one origin, each consistent with the one before by its stored proof, the
+    latest cosigned by the quorum of pinned witnesses), the leaf table's root at every head, each leaf against
     the journal, and each journal row the log lacks (withheld past the grace, else pending)."""
     findings: list[Finding] = []
     heads: list[tuple[Note, datetime]] = []
@@ -475,8 +475,6 @@ def verify_log(
         if note is None or note.signed_by is None:
             findings.append(Finding(None, None, "a tree head not signed by a pinned key"))
             continue
-        if len(note.cosigned) < trust.quorum:
-            findings.append(Finding(None, None, "a tree head without its witnesses' quorum"))
         if heads:
             old = heads[-1][0]
             if (
@@ -494,6 +492,9 @@ def verify_log(
             findings.append(Finding(None, None, "tree head 0 without the empty root"))
             continue
         heads.append((note, at))
+    # the quorum binds the latest head: every earlier one is a prefix of it by the proofs above
+    if trust.quorum and heads and len(heads[-1][0].cosigned) < trust.quorum:
+        findings.append(Finding(None, None, "the latest tree head without its witnesses' quorum"))
     journal = {(str(r["saga_id"]), int(r["seq"])): r for r in rows}
     digests = []
     for expected, leaf in enumerate(leaves):

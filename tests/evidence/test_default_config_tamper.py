@@ -222,6 +222,7 @@ class NewUser:
     owner: Owner
     sagas: dict[str, str]  # role -> saga id
     trust_file: str  # $SAGACITY_TRUST_FILE
+    checkpoint_dir: Path  # $SAGACITY_CHECKPOINT_DIR
     key_id: str
     bundle: Path  # the "bundle" saga, exported as the README shows
     #: the commands run on the untouched journal, in order
@@ -330,7 +331,10 @@ async def new_user(
                 "verify", "--bundle", str(bundle), "--trust", trust_file
             ),
         }
-        yield NewUser(shell, Owner(owner_url), sagas, trust_file, setup.key_id, bundle, control)
+        yield NewUser(
+            shell, Owner(owner_url), sagas, trust_file, setup.checkpoint_dir, setup.key_id,
+            bundle, control,
+        )  # fmt: skip
     finally:
         await drop_database(endpoints.database_url, name)
 
@@ -347,6 +351,9 @@ def test_an_untouched_journal_verifies_with_exit_0(new_user: NewUser) -> None:
     for saga_id in new_user.sagas.values():
         assert f"ok      {saga_id}  4 rows  [checkpoint agrees at seq 4 (" in runs["verify"].stdout
     assert runs["log verify"].stdout.endswith("0 rows pending: all verified\n"), runs["log verify"]
+    # the dev witness cosigned the worker's tree heads, as the trust file's quorum requires
+    note = (new_user.checkpoint_dir / "tlog" / "checkpoint").read_text()
+    assert "\n\u2014 sagacity.local/witness " in note, note
     assert "UNANCHORED" not in runs["export"].stderr, runs["export"]
     assert "VERIFIED: every file, chain and signed checkpoint" in runs["verify --bundle"].stdout
 

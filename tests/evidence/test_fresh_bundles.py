@@ -359,7 +359,7 @@ async def test_witness_cosignatures_count_only_when_trusted_and_genuine(
     # no cosignature: the trust file's quorum is not met, the bundle is refused as unanchored
     bare = verify_bundle(out, public_key=log.public, trust=log.trust())
     assert bare.verdict() is BundleVerdict.UNANCHORED and faults(bare) == []
-    assert "is cosigned by 0 of the trusted witnesses, and 1 are required" in bare.unanchored[0]
+    assert "has 0 of the 1 witness cosignatures required" in bare.unanchored[0]
     # without one, the signed manifest dates it, and says so
     assert bare.freshness is not None and bare.freshness.signed
     assert "publication time, as the signed manifest states it" in bare.freshness.source
@@ -370,7 +370,7 @@ async def test_witness_cosignatures_count_only_when_trusted_and_genuine(
     (out / HEAD).write_text(note + impostor(note.split("\n\n")[0] + "\n"))
     rewrite_manifest(out)
     assert (
-        "0 of the trusted witnesses"
+        "0 of the 1 witness cosignatures required"
         in verify_bundle(out, public_key=log.public, trust=log.trust()).unanchored[1]
     )
 
