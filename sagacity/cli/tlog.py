@@ -1,7 +1,9 @@
 """``sagacity log`` (the transparency log: integrate, head, verify) and ``sagacity prove``.
 
-Exit status: 0 verified, 1 something failed (the report names it), 2 usage, settings or an
-unreachable database; ``prove --check`` without the trusted key: 3 (UNTRUSTED).
+Exit status: 0 verified, 1 something failed (the report names it) or a proof bundle is STALE
+(older than ``--not-older-than``, or a ``--checkpoint`` shows the log has grown past its head),
+2 usage, settings or an unreachable database; ``prove --check`` without the trusted key: 3
+(UNTRUSTED).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from sagacity.cli._common import PIN_A_KEY, fail, settings_or_exit, trust_roots
+from sagacity.cli._common import PIN_A_KEY, duration_or_exit, fail, settings_or_exit, trust_roots
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.keys import load_private_key, load_public_key
@@ -303,6 +305,24 @@ def prove(
             show_default=False,
         ),
     ] = None,
+    not_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--not-older-than",
+            help="With --check: refuse (STALE, exit 1) a bundle not fresh as of this long ago, "
+            "ISO 8601 (P1D, PT2H) or seconds; only a trusted witness's cosignature dates it.",
+            show_default=False,
+        ),
+    ] = None,
+    newer: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="With --check: a newer signed tree head of the log (a note, or the log's "
+            "checkpoints.jsonl); a bundle whose head it has grown past is STALE.",
+            show_default=False,
+        ),
+    ] = None,
     database_url: DatabaseUrl = None,
     checkpoint_dir: CheckpointDir = None,
     trust: TrustFile = None,
@@ -311,12 +331,17 @@ def prove(
     if check is not None:
         if saga is not None or out is not None:
             raise fail("--check verifies a bundle; it takes no saga or --out")
+        limit = (
+            None if not_older_than is None else duration_or_exit("--not-older-than", not_older_than)
+        )
         settings = settings_or_exit()
         roots = (
             None if trust is None and settings.trust_file is None else _roots(settings, trust=trust)
         )
-        _check(check, public_key, witness or [], roots)
+        _check(check, public_key, witness or [], roots, limit, newer)
         return
+    if not_older_than is not None or newer is not None:
+        raise fail("--not-older-than and --checkpoint go with --check")
     if saga is None or out is None:
         raise fail("give a saga and --out DIR, or --check DIR")
     settings = settings_or_exit()
@@ -345,7 +370,12 @@ def prove(
 
 
 def _check(
-    path: Path, public_key: Path | None, witnesses: list[str], trust: TrustRoots | None
+    path: Path,
+    public_key: Path | None,
+    witnesses: list[str],
+    trust: TrustRoots | None,
+    not_older_than: timedelta | None,
+    newer: Path | None,
 ) -> None:
     try:
         key = None if public_key is None else load_public_key(public_key)
@@ -355,11 +385,20 @@ def _check(
             if not (sep and name and file):
                 raise fail(f"--witness {item!r}: give NAME=PUBLIC_KEY_FILE")
             keys.append(NoteKey(name, load_public_key(Path(file)), 0x04))
+        text = None if newer is None else newer.read_text(encoding="utf-8")
     except SagacityError as exc:
         raise fail(str(exc)) from None
-    pool = [] if trust is None else [NoteKey(w.name, w.key, 0x04) for w in trust.witnesses]
-    quorum = 0 if trust is None else trust.witness_quorum
-    report = check_proof_bundle(path, key, keys, pool=pool, quorum=quorum)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"--checkpoint {newer}: {exc}") from None
+    report = check_proof_bundle(
+        path,
+        key,
+        keys,
+        pool=[] if trust is None else [NoteKey(w.name, w.key, 0x04) for w in trust.witnesses],
+        quorum=0 if trust is None else trust.witness_quorum,
+        not_older_than=not_older_than,
+        newer=text,
+    )
     for problem in report.problems:
         typer.echo(f"FAILED  {problem}")
     verdict = report.verdict
@@ -368,6 +407,12 @@ def _check(
     typer.echo(
         f"{verdict}: saga {report.saga_id!r}, {report.rows} rows in tree head {size} of {origin}"
     )
+    for reason in report.stale:
+        typer.echo(f"  - not current: {reason}")
+    if report.freshness is not None:
+        typer.echo(f"  {report.freshness.line()}")
+    for note in report.notes:
+        typer.echo(f"  note: {note}")
     if verdict == "UNTRUSTED":
         typer.echo(
             "the proofs hold, but nothing says who signed the tree head: pass --public-key "

@@ -31,13 +31,13 @@ from typing import BinaryIO
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
+from sagacity.evidence.heads import LogSnapshot, RowProof, inclusion_paths
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.merkle import (
     EMPTY_ROOT,
     Frontier,
     Node,
     consistency_ranges,
-    inclusion_ranges,
     leaf_data,
     leaf_hash,
     range_hash,
@@ -46,7 +46,7 @@ from sagacity.evidence.merkle import (
     verify_inclusion,
 )
 from sagacity.evidence.note import Cosigner, NoteKey, NoteSigner, TreeHead, open_note, sign_note
-from sagacity.evidence.proofs import RowProof, write_proof_bundle
+from sagacity.evidence.proofs import write_proof_bundle
 from sagacity.evidence.trust import TrustedWitness
 from sagacity.evidence.witness_client import (
     WitnessEndpoint,
@@ -154,6 +154,16 @@ class HeadLog:
         except OSError as exc:
             raise EvidenceUnavailable(f"cannot read {self.path / HISTORY}: {exc}") from None
         return None
+
+    def current(self) -> str | None:
+        """The ``checkpoint`` file's note as it is now (witnesses may have added their
+        cosignatures since it was published); None when there is none. Not verified."""
+        try:
+            return (self.path / LATEST).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EvidenceUnavailable(f"cannot read {self.path / LATEST}: {exc}") from None
 
     def publish(self, note: str, consistency: Sequence[bytes], at: datetime) -> None:
         """Append ``note`` to the history (one ``O_APPEND`` write), then make it ``checkpoint``."""
@@ -649,9 +659,10 @@ async def prove_saga(
     journal: JournalStore, store: TlogStore, heads: HeadLog, saga_id: str, out: Path
 ) -> Proved:
     """Write ``saga_id``'s proof bundle to ``out``: its rows in the latest published head, one
-    inclusion proof each, and that head's note. Every proof is checked before it is written;
-    a row the log holds otherwise raises :class:`LogInconsistent` naming its seq."""
-    latest = heads.latest()
+    inclusion proof each, and that head's note (with the witnesses' cosignatures it has now).
+    Every proof is checked before it is written; a row the log holds otherwise raises
+    :class:`LogInconsistent` naming its seq."""
+    latest = LogSnapshot.latest(heads, store)
     if latest is None:
         raise EvidenceUnavailable(
             f"no tree head published in {heads.path}: run `sagacity log integrate` first"
@@ -675,13 +686,8 @@ async def prove_saga(
     proofs = []
     for offset in range(0, len(covered), _PROOF_BATCH):
         batch = covered[offset : offset + _PROOF_BATCH]
-        ranges = [inclusion_ranges(index, head.size) for _, index in batch]
-        nodes = await store.nodes({n for rs in ranges for a, b in rs for n in subtrees(a, b)})
-        for (row, index), rs in zip(batch, ranges, strict=True):
-            try:
-                hashes = [range_hash(a, b, nodes) for a, b in rs]
-            except KeyError as exc:
-                raise LogInconsistent(f"the stored tree lacks subtree {exc}") from None
+        paths = await inclusion_paths(store, head.size, [index for _, index in batch])
+        for (row, index), hashes in zip(batch, paths, strict=True):
             leaf = leaf_hash(leaf_data(row.saga_id, row.seq, row.hash))
             if not verify_inclusion(leaf, index, head.size, hashes, head.root):
                 raise LogInconsistent(
@@ -689,5 +695,12 @@ async def prove_saga(
                     f"head {head.size} holds at leaf {index} (run `sagacity log verify`)"
                 )
             proofs.append(RowProof(row.seq, index, hashes))
-    write_proof_bundle(out, saga_id, latest.note, [row for row, _ in covered], proofs)
+    write_proof_bundle(
+        out,
+        saga_id,
+        latest.note,
+        [row for row, _ in covered],
+        proofs,
+        published_at=latest.published_at,
+    )
     return Proved(head, len(covered), len(rows) - len(covered))
