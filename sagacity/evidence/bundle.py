@@ -46,6 +46,7 @@ from sagacity.evidence.report import (
     Source,
     checkpoint_probe,
     decision_checks,
+    decision_notes,
     saga_report,
     settle,
 )
@@ -572,9 +573,11 @@ class BundleVerifier:
                 checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.MISSING, detail))
         else:
             checks += settle(checkpoint_probe(log, verdict), stored.get)
+        notes = []
         if decisions is not None:
             checks += decision_checks(decisions)
-        return saga_report(verdict, checks)
+            notes = decision_notes(decisions)
+        return saga_report(verdict, checks, notes)
 
 
 def _shape_problem(manifest: dict[str, Any]) -> str | None:

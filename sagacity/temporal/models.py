@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement
+from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, halt_statement
 from sagacity.journal.canonical import to_json
 from sagacity.journal.chain import GENESIS_HASH
 from sagacity.journal.phases import Phase
@@ -585,11 +585,54 @@ class HaltNotice(BaseModel):
     #: the call's INTENT was written before the halt (a retry found it): if the saga aborts
     #: instead of running it, its effect is unknown and compensated
     intent_written: bool = False
+    #: the halt's scope as recorded (``HaltScope.as_json``) and the operator's signature over
+    #: the halt (:meth:`statement`): what proves it without a look at the halt store
+    scope: dict[str, Any] | None = None
+    signature: Signature | None = None
 
     def describe(self) -> str:
         who = f" by {self.operator}" if self.operator else ""
         why = f": {self.reason}" if self.reason else ""
         return f"{self.kind} {self.halt_id}{who} ({self.policy}){why}"
+
+    def statement(self) -> Statement | None:
+        """What the operator signed to halt (None: the notice does not say the scope)."""
+        if self.scope is None:
+            return None
+        return halt_statement(
+            kind=self.kind,
+            policy=self.policy,
+            scope=self.scope,
+            operator=self.operator or "",
+            reason=self.reason,
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The halt as an abort's journal row records it (``docs/decisions.md``)."""
+        return {"id": self.halt_id, "kind": self.kind, "policy": self.policy, "scope": self.scope}
+
+    def covers(self, saga_id: str, task_queue: str) -> bool:
+        """Whether the halt's scope aborts saga ``saga_id`` on ``task_queue`` by itself (a
+        tool's halt holds calls of that tool only; an unknown scope covers nothing)."""
+        scope = self.scope
+        if scope is None or scope.get("tool") is not None:
+            return False
+        sagas = scope.get("sagas")
+        queue = scope.get("task_queue")
+        return (sagas is None or saga_id in sagas) and queue in (None, task_queue)
+
+
+class HaltLookup(BaseModel):
+    """Read halt ``halt_id`` from the halt store: is it in force, and what does it say?"""
+
+    saga_id: str
+    halt_id: int
+
+
+class HaltLookedUp(BaseModel):
+    """The halt the store holds in force under the id looked up; None: no such halt in force."""
+
+    notice: HaltNotice | None = None
 
 
 class Resume(BaseModel):
