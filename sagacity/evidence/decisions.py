@@ -495,11 +495,13 @@ class DecisionCheck:
                     f"{input_hash(request.input)}",
                 )
             )
-        if self._signature(entry, phase, request) and phase == "APPROVED":
+        self._signature(entry, phase, request)
+        if phase == "APPROVED":
+            # the call it approved is checked whatever its signature said (reported already)
             self._approved = (request, seq)
 
-    def _signature(self, entry: Entry, phase: str, request: Entry | None) -> bool:
-        """Check the row's signature, if any; whether nothing about it failed."""
+    def _signature(self, entry: Entry, phase: str, request: Entry | None) -> None:
+        """Check the row's signature, if any, and the input hash it names."""
         seq = entry.seq
         try:
             found = row_statement(
@@ -507,9 +509,10 @@ class DecisionCheck:
             )
         except ValueError as exc:
             self.problems.append((seq, f"{phase} row's signed decision is damaged: {exc}"))
-            return False
+            return
         if found is None:
-            return self._unsigned(entry, phase)
+            self._unsigned(entry, phase)
+            return
         statement, signature, signer = found
         kind = statement.decision
         if request is not None and kind in ("approve", "reject"):
@@ -523,23 +526,23 @@ class DecisionCheck:
                         f"{held}",
                     )
                 )
-                return False
+                return
         if kind == "halt" and not _halt_covers(payload_object(entry.payload), self.saga_id):
             self.problems.append(
                 (seq, f"halt row at seq {seq} records a halt whose scope leaves out this saga")
             )
-            return False
+            return
         why = self.keyring.refusal(statement, signature)
         named = self.keyring.find(signature.key_id)
         if why is None and named is not None and named.name != signer:
             why = f"the row names signer {signer!r}, but key {signature.key_id} is {named.name!r}"
         if why is not None:
-            self.problems.append((seq, f"{phase} {kind} by {statement.principal!r}: {why}"))
-            return False
+            what = phase if kind in ("approve", "reject") else f"{phase} {kind}"
+            self.problems.append((seq, f"{what} by {statement.principal!r}: {why}"))
+            return
         self.checked += 1
-        return True
 
-    def _unsigned(self, entry: Entry, phase: str) -> bool:
+    def _unsigned(self, entry: Entry, phase: str) -> None:
         """An unsigned decision row: an approval fails, an abort or halt is unverified, a
         rejection the saga wrote itself (a deadline) is its own."""
         seq = entry.seq
@@ -548,7 +551,6 @@ class DecisionCheck:
             self.problems.append(
                 (seq, "APPROVED row carries no signature: nothing proves who approved")
             )
-            return False
         if body is not None and body.get("abort") is True:
             what = "halt" if "halt" in body else "abort"
             self.unverified.append(
@@ -558,7 +560,6 @@ class DecisionCheck:
                     f"{body.get('by')!r}",
                 )
             )
-        return True
 
     # -- calls ---------------------------------------------------------------------------------
 
