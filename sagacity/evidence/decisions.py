@@ -597,7 +597,8 @@ class DecisionCheck:
             return
         phase, seq = str(entry.phase), entry.seq
         if "signature" not in body:
-            human = "resolved_by" in body or (
+            # the rows a human's resolution wrote (a tool's own result may hold any keys)
+            human = set(body) == {"resolved_by", "result"} or (
                 body.get("type") == "SuspectResolved" and body.get("effect") == "none"
             )
             if human:

@@ -29,7 +29,12 @@ from tests.approvals.conftest import Cli
 from tests.approvals.test_signed import Keys, refusals, start_order, temporal
 from tests.evidence.test_default_config_tamper import Owner
 from tests.halts import lift_all
-from tests.temporal.conftest import awaiting_approval, intent_written, wait_for
+from tests.temporal.conftest import (
+    awaiting_approval,
+    forget_killed_worker,
+    intent_written,
+    wait_for,
+)
 from tests.temporal.test_crash import OPTIONS, WorkerProcess
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
@@ -343,3 +348,63 @@ async def test_a_halt_stops_what_is_still_to_run_and_names_whom_the_store_proves
     assert result.status is SagaState.COMPENSATED, result
     assert result.error is not None and "out of paper" in result.error.message
     assert "reserve_inventory" in [e.tool_name for e in result.compensated]
+
+
+async def test_a_resolution_carries_its_signature_and_an_edited_resolver_is_named(
+    signed_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    keys: Keys,
+    cli: Cli,
+    shop: Shop,
+    journal: JournalStore,
+    owner_database_url: str,
+    verifier: Verifier,
+) -> None:
+    handle = await mid_call(temporal_client, task_queue, shop, journal, delay_s=60)
+    signed_worker.kill()
+    await forget_killed_worker(temporal_client, handle.id)
+    await signed_worker.start()
+    status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
+    assert status.suspect is not None
+    seq = status.suspect.call_seq
+    resolved = await cli(
+        "saga", "resolve", handle.id, "--seq", str(seq), "--happened",
+        "--result", '{"order_id": "o-by-hand"}', extra_env=keys.env(),
+    )  # fmt: skip
+    assert resolved.code == 0, resolved.stderr
+    waiting = await wait_for(handle, awaiting_approval)
+    assert waiting.pending_approval is not None
+    approved = await cli(
+        "approvals", "approve", handle.id, str(waiting.pending_approval.journal_seq),
+        "--as", "alice", extra_env=keys.env(),
+    )  # fmt: skip
+    assert approved.code == 0, approved.stderr
+    assert (await handle.result()).status is SagaState.COMPLETED
+    rows = await journal.read(handle.id)
+    row = json.loads(rows[seq].payload)  # the row after the INTENT at seq
+    assert (row["decision"], row["by"], row["resolved_by"], row["signer"]) == (
+        "happened",
+        "alice",
+        "alice",
+        "alice",
+    )
+    assert row["input_hash"] == rows[seq - 1].hash and row["signature"]
+    assert row["result"] == {"order_id": "o-by-hand"}
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said + said_offline
+
+    # the tables' owner makes mallory the resolver, the chain recomputed
+    def to_mallory(rows: Rows) -> Rows:
+        return [
+            {**r, "payload": r["payload"].replace('"alice"', '"mallory"')}
+            if r["seq"] == seq + 1
+            else r
+            for r in rows
+        ]
+
+    await Owner(owner_database_url).rewrite(handle.id, to_mallory)
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (1, 1), said + said_offline
+    for output in (said, said_offline):
+        assert f"seq {seq + 1}" in output and "EXECUTED happened by 'mallory'" in output, output
