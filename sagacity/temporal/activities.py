@@ -322,12 +322,39 @@ class SagaActivities:
     @activity.defn(name=READ_HALT)
     @_typed
     async def read_halt(self, req: HaltLookup) -> HaltLookedUp:
-        """Halt ``req.halt_id`` as the halt store holds it, if it is in force (else None): how a
-        saga checks a ``halt`` signal before it obeys it."""
-        halt = await self._outlast(lambda: self.halts.get(req.halt_id))
-        if halt is None or not halt.active:
-            return HaltLookedUp()
-        return HaltLookedUp(notice=_notice(halt, req.halt_id))
+        """Whether a ``halt`` signal is real and aborts the saga: the halt store's word on that
+        halt when it holds it (in force, or lifted), else the signal's own signature checked
+        with the worker's keyring; either way its policy must be ``compensate`` and its scope
+        take in the saga. Judged here, so replay follows the recorded answer."""
+        told = req.told
+        stored = await self._outlast(lambda: self.halts.get(told.halt_id))
+        if stored is not None and not stored.active:
+            return HaltLookedUp(refusal=f"halt {told.halt_id} is lifted")
+        if stored is not None:
+            notice = _notice(stored, told.halt_id)
+        else:
+            statement = told.statement()
+            why = (
+                "no keyring to check its signature with"
+                if self.keyring is None
+                else "it names no scope"
+                if statement is None
+                else self.keyring.refusal(statement, told.signature)
+            )
+            if why is not None:
+                return HaltLookedUp(
+                    refusal="the halt store holds no such halt, and the signal proves nothing "
+                    f"({why})"
+                )
+            notice = told
+        if notice.policy != "compensate" or not notice.covers(
+            req.saga_id, activity.info().task_queue
+        ):
+            return HaltLookedUp(
+                refusal=f"halt {told.halt_id} does not abort this saga (its policy or scope "
+                "says otherwise)"
+            )
+        return HaltLookedUp(notice=notice)
 
     def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> bool:
         """Sign ``entry`` as the head, or seal it as the end; whether a seal was written."""

@@ -623,16 +623,18 @@ class HaltNotice(BaseModel):
 
 
 class HaltLookup(BaseModel):
-    """Read halt ``halt_id`` from the halt store: is it in force, and what does it say?"""
+    """Is the ``halt`` signal ``told`` real, and does it abort saga ``saga_id``?"""
 
     saga_id: str
-    halt_id: int
+    told: HaltNotice
 
 
 class HaltLookedUp(BaseModel):
-    """The halt the store holds in force under the id looked up; None: no such halt in force."""
+    """The halt that aborts the saga (from the halt store, else the signal its signature
+    proves), or why the signal is refused."""
 
     notice: HaltNotice | None = None
+    refusal: str = ""
 
 
 class Resume(BaseModel):

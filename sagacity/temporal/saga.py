@@ -1399,9 +1399,10 @@ class Saga:
         approval, which stays waiting, or already compensates); under ``keep`` its next call is
         held anyway, by the activities' gate.
 
-        The signal is obeyed only when it is real: its signature verifies with the keyring, or
-        the halt store holds that halt in force (read by an activity). Otherwise it is refused
-        and recorded in ``refused_decisions``.
+        The signal is obeyed only when it is real, as an activity judges it (so replay follows
+        the recorded answer): the halt store holds that halt in force, or (the store has no such
+        halt) its signature verifies with the worker's keyring. Otherwise it is refused and
+        recorded in ``refused_decisions``.
         """
         notice = self._parse("halt", HaltNotice, payloads)
         if notice is None or notice.policy != "compensate":
@@ -1412,11 +1413,7 @@ class Saga:
             return
         if not self._halt_aborts():
             return
-        unproven = self._halt_unproven(notice)
-        if unproven is None:
-            self._abort_for(notice)
-            return
-        lookup = asyncio.create_task(self._look_up_halt(notice, unproven))
+        lookup = asyncio.create_task(self._look_up_halt(notice))
         self._halt_lookups.add(lookup)
         lookup.add_done_callback(self._halt_lookups.discard)
 
@@ -1426,28 +1423,14 @@ class Saga:
         still to run, and only compensations are: the saga ends as it would have)."""
         return self._abort is None and self._pending is None and not self._ending
 
-    def _halt_unproven(self, notice: HaltNotice) -> str | None:
-        """Why ``notice``'s own signature does not prove it aborts this saga, or None."""
-        statement = notice.statement()
-        if self._keyring is None:
-            return "no keyring to check its signature with"
-        if statement is None or notice.signature is None:
-            return "it is unsigned"
-        why = self._keyring.refusal(statement, notice.signature)
-        if why is not None:
-            return why
-        if not notice.covers(self.saga_id, workflow.info().task_queue):
-            return "its scope does not take in this saga"
-        return None
-
-    async def _look_up_halt(self, notice: HaltNotice, unproven: str) -> None:
-        """Obey ``notice`` if the halt store holds that halt in force and it aborts this saga;
-        else refuse it (recorded)."""
+    async def _look_up_halt(self, notice: HaltNotice) -> None:
+        """Obey ``notice`` if an activity finds it real (the halt store holds it in force, or
+        its signature verifies) and aborting this saga; else refuse it (recorded)."""
         sender = notice.operator or "?"
         try:
             found: HaltLookedUp = await workflow.execute_activity(
                 names.READ_HALT,
-                HaltLookup(saga_id=self.saga_id, halt_id=notice.halt_id),
+                HaltLookup(saga_id=self.saga_id, told=notice),
                 result_type=HaltLookedUp,
                 start_to_close_timeout=_JOURNAL_TIMEOUT,
                 retry_policy=_JOURNAL_RETRY,
@@ -1455,23 +1438,10 @@ class Saga:
         except ActivityError as err:
             self._refuse(sender, f"halt {notice.halt_id} refused: {_error_message(err)}")
             return
-        held = found.notice
-        if held is None:
-            self._refuse(
-                sender,
-                f"halt {notice.halt_id} refused: the halt store holds no such halt in force, "
-                f"and the signal proves nothing ({unproven})",
-            )
-        elif held.policy != "compensate" or not held.covers(
-            self.saga_id, workflow.info().task_queue
-        ):
-            self._refuse(
-                sender,
-                f"halt {notice.halt_id} refused: the halt store's halt {notice.halt_id} does "
-                "not abort this saga (its policy or scope says otherwise)",
-            )
+        if found.notice is None:
+            self._refuse(sender, f"halt {notice.halt_id} refused: {found.refusal}")
         elif self._halt_aborts():
-            self._abort_for(held)
+            self._abort_for(found.notice)
 
     def _abort_for(self, notice: HaltNotice) -> None:
         """Abort for the operator's halt ``notice``, named as its signature proves."""

@@ -262,14 +262,14 @@ async def test_an_unproven_halt_signal_is_refused_and_changes_nothing(
     journal: JournalStore,
 ) -> None:
     handle = await mid_call(temporal_client, task_queue, shop, journal)
-    # the payload docs/signals.md shows, with policy compensate, naming no halt the store holds
+    # a halt signal with policy compensate, naming no halt the store holds, and unsigned
     await halt_signal(
         endpoints,
         handle.id,
-        {"halt_id": 7, "policy": "compensate", "operator": "ops", "reason": "drill"},
+        {"halt_id": 987654, "policy": "compensate", "operator": "ops", "reason": "drill"},
     )
     refused = await refusals(handle, 1)
-    assert refused[0].startswith("ops: halt 7 refused: the halt store holds no such halt")
+    assert refused[0].startswith("ops: halt 987654 refused: the halt store holds no such halt")
     # the saga goes on as if nothing was sent: on to its approval gate, not aborted
     status = await wait_for(handle, awaiting_approval)
     assert not status.halted and status.pending_approval is not None
