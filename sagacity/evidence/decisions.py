@@ -1,11 +1,13 @@
-"""Signed decisions: who approved, rejected or resolved a call, provable without the database.
+"""Signed decisions: who approved, rejected, aborted, halted or resolved, provable offline.
 
 A decision is a :class:`Statement` (saga, seq, input hash, decision, reason, result, principal)
 signed with Ed25519 over :func:`message`, by the principal's own key or by the approvals
 service's key on behalf of a principal it authenticated. A :class:`Keyring` lists the public keys
 a deployment trusts and the principals each may sign for; the worker checks every decision
-against it before the decision changes anything, and ``sagacity verify`` checks the decision rows
-of the journal against it offline. ``docs/decisions.md`` gives the exact bytes.
+against it before the decision changes anything, and journals it with its whole signature
+(:func:`signed_row`). ``sagacity verify`` checks the journal's decision rows offline with
+:class:`DecisionCheck`: each signature, and that each decision is bound to its request and to
+the call that ran. ``docs/decisions.md`` gives the exact bytes and rules.
 
 A :class:`Policy` says who may decide which tool and who may resolve SUSPECT calls; the worker
 enforces it for every route (signal, update, CLI, HTTP).
