@@ -594,6 +594,8 @@ class DecisionCheck:
 
     def _resolution(self, entry: Entry, intent: Entry) -> None:
         """A call's outcome row: a resolution of its SUSPECT call when it records one."""
+        if not any(mark in entry.payload for mark in _RESOLUTION_MARKS):
+            return  # a tool's own outcome, told without parsing it (most rows are)
         body = payload_object(entry.payload)
         if body is None:
             return
@@ -642,6 +644,10 @@ class DecisionCheck:
             )
             return
         self._signature(entry, phase, None)
+
+
+#: text every resolution's outcome row holds (a signature, a resolver, a resolved failure)
+_RESOLUTION_MARKS = ('"signature"', '"resolved_by"', "SuspectResolved")
 
 
 def _ungated(seq: int, tool: str) -> str:
