@@ -32,7 +32,7 @@ from sagacity.journal import input_hash, read_calls, to_json
 from sagacity.journal.calls import Liveness
 from sagacity.store.halts import Halt, HaltKind, HaltNotFound, HaltPolicy, HaltScope, HaltStore
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import HaltNotice, Resume
+from sagacity.temporal.models import MAX_HALT_SCOPE_CHARS, HaltNotice, Resume
 
 __all__ = [
     "HALT_SUBJECT",
@@ -140,15 +140,17 @@ class HaltService:
             signature=_stored(signature),
         )
         sagas = await self.reached(scope)
-        # the scope and signature prove the halt to the sagas (which also look in the store)
+        # the scope and signature prove the halt to the sagas, which look in the store first
+        # (a scope too long for a signal is left to the store)
+        proof = len(to_json(scope.as_json())) <= MAX_HALT_SCOPE_CHARS
         notice = HaltNotice(
             halt_id=halt.id,
             kind=kind,
             policy=policy,
             reason=reason,
             operator=operator,
-            scope=scope.as_json(),
-            signature=signature,
+            scope=scope.as_json() if proof else None,
+            signature=signature if proof else None,
         )
         # a tool-wide halt holds sagas at that tool only: it aborts none of the others
         tell = scope.tool is None

@@ -330,31 +330,27 @@ class SagaActivities:
         stored = await self._outlast(lambda: self.halts.get(told.halt_id))
         if stored is not None and not stored.active:
             return HaltLookedUp(refusal=f"halt {told.halt_id} is lifted")
+        task_queue = activity.info().task_queue
         if stored is not None:
-            notice = _notice(stored, told.halt_id)
+            # the store's own scope decides (the notice drops one too long to pass on)
+            covered = stored.scope.tool is None and stored.scope.covers(req.saga_id, "", task_queue)
+            if stored.policy != "compensate" or not covered:
+                return HaltLookedUp(refusal=_not_this_saga(told.halt_id))
+            return HaltLookedUp(notice=_notice(stored, told.halt_id))
+        statement = told.statement()
+        if self.keyring is None:
+            why: str | None = "no keyring to check its signature with"
+        elif statement is None:
+            why = "it names no scope"
         else:
-            statement = told.statement()
-            why = (
-                "no keyring to check its signature with"
-                if self.keyring is None
-                else "it names no scope"
-                if statement is None
-                else self.keyring.refusal(statement, told.signature)
-            )
-            if why is not None:
-                return HaltLookedUp(
-                    refusal="the halt store holds no such halt, and the signal proves nothing "
-                    f"({why})"
-                )
-            notice = told
-        if notice.policy != "compensate" or not notice.covers(
-            req.saga_id, activity.info().task_queue
-        ):
+            why = self.keyring.refusal(statement, told.signature)
+        if why is not None:
             return HaltLookedUp(
-                refusal=f"halt {told.halt_id} does not abort this saga (its policy or scope "
-                "says otherwise)"
+                refusal=f"the halt store holds no such halt, and the signal proves nothing ({why})"
             )
-        return HaltLookedUp(notice=notice)
+        if told.policy != "compensate" or not told.covers(req.saga_id, task_queue):
+            return HaltLookedUp(refusal=_not_this_saga(told.halt_id))
+        return HaltLookedUp(notice=told)
 
     def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> bool:
         """Sign ``entry`` as the head, or seal it as the end; whether a seal was written."""
@@ -1158,6 +1154,10 @@ def _outcome_from_row(
         effect_unknown=unknown,
         journaled=journaled,
     )
+
+
+def _not_this_saga(halt_id: int) -> str:
+    return f"halt {halt_id} does not abort this saga (its policy or scope says otherwise)"
 
 
 def _notice(halt: Halt | None, halt_id: int, *, intent_written: bool = False) -> HaltNotice:

@@ -567,6 +567,19 @@ Reason = Annotated[str, Field(max_length=2000), AfterValidator(_plain_text)]
 InputHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
+#: the longest halt scope a signal may carry (as JSON): the saga hands it on to an activity
+MAX_HALT_SCOPE_CHARS = 100_000
+
+
+def _halt_scope(scope: dict[str, Any]) -> dict[str, Any]:
+    """A halt scope as ``HaltScope.as_json`` writes it, and small enough to pass on."""
+    if not set(scope) <= {"tool", "task_queue", "sagas"}:
+        raise ValueError("a halt's scope has only tool, task_queue and sagas")
+    if len(to_json(scope)) > MAX_HALT_SCOPE_CHARS:
+        raise ValueError(f"a halt's scope is at most {MAX_HALT_SCOPE_CHARS} characters of JSON")
+    return scope
+
+
 class HaltNotice(BaseModel):
     """An operator's halt, as a saga meets it: from an activity it refused, or by signal.
 
@@ -587,7 +600,7 @@ class HaltNotice(BaseModel):
     intent_written: bool = False
     #: the halt's scope as recorded (``HaltScope.as_json``) and the operator's signature over
     #: the halt (:meth:`statement`): what proves it without a look at the halt store
-    scope: dict[str, Any] | None = None
+    scope: Annotated[dict[str, Any], AfterValidator(_halt_scope)] | None = None
     signature: Signature | None = None
 
     def describe(self) -> str:
