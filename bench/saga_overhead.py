@@ -56,7 +56,7 @@ from bench._support import (
 from bench.overhead_workload import PLAIN_ACTIVITIES, TOOLS, saga_spec
 from bench.plain_workflow import NAME as PLAIN_WORKFLOW
 from bench.plain_workflow import STEPS, PlainThreeSteps
-from sagacity.devstack import ensure_dev_approvers
+from sagacity.devkeys import ensure_dev_approvers
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import load_keyring
 from sagacity.evidence.keys import generate_key

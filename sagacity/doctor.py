@@ -12,17 +12,20 @@ every check ran.
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.retention import MIN_RETENTION
+from sagacity.evidence.trust import worker_writable
 from sagacity.settings import Settings
 from sagacity.store.db import keepalives_off, open_pool
 from sagacity.store.halts import HaltStore
 from sagacity.store.retention import RETENTION_ROLE, RetentionStore
-from sagacity.store.roles import JournalRights, append_only_rights
+from sagacity.store.roles import JournalRights, append_only_rights, placement
 
 __all__ = ["Check", "Diagnosis", "Finding", "Severity", "check_settings", "diagnose"]
 
@@ -50,6 +53,8 @@ class Check(StrEnum):
     RETENTION_ROLE_MISSING = "retention_role_missing"
     RETENTION_OVERDUE = "retention_overdue"
     HALT_GATE_MISMATCH = "halt_gate_mismatch"
+    TRUST_ROOT_WRITABLE = "trust_root_writable"
+    SHADOWED_JOURNAL = "shadowed_journal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,7 @@ def check_settings(settings: Settings) -> list[Finding]:
                 "unset SAGACITY_OUTAGE_WINDOW (10 minutes) or give it the longest outage to ride out",
             )
         )
+    found.extend(_trust_roots(settings))
     if settings.retention_period < MIN_RETENTION:
         found.append(
             Finding(
@@ -180,6 +186,50 @@ def check_settings(settings: Settings) -> list[Finding]:
             )
         )
     return found
+
+
+def _trust_roots(settings: Settings) -> list[Finding]:
+    """A trust root (trust file, pinned public key) that the workers, or anyone but its owner,
+    can write: whoever writes it swaps the key verifiers accept and re-signs."""
+    folders = [settings.checkpoint_dir]
+    if settings.signing_key is not None:
+        folders.append(settings.signing_key.parent)
+    found = []
+    for name, path in (
+        ("SAGACITY_TRUST_FILE", settings.trust_file),
+        ("SAGACITY_CHECKPOINT_PUBLIC_KEY", settings.checkpoint_public_key),
+    ):
+        if path is None:
+            continue
+        inside = worker_writable(path, folders)
+        loose = [p for p in (path, path.parent) if _others_may_write(p)]
+        if inside is None and not loose:
+            continue
+        where = (
+            f"lies in {inside}, a folder the workers write"
+            if inside is not None
+            else f"is writable by others than its owner ({', '.join(map(str, loose))})"
+        )
+        found.append(
+            Finding(
+                Check.TRUST_ROOT_WRITABLE,
+                Severity.ERROR,
+                f"{name} {path} {where}: whoever can write it can swap the key verifiers trust "
+                "and re-sign rewritten sagas",
+                "keep trust files and pinned keys on storage the workers and the database's "
+                "owners cannot write (read-only for verifiers: deploy/ mounts it so), mode 0444 "
+                "in a folder only its owner writes",
+            )
+        )
+    return found
+
+
+def _others_may_write(path: Path) -> bool:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & (stat.S_IWGRP | stat.S_IWOTH)) and not mode & stat.S_ISVTX
 
 
 async def diagnose(settings: Settings, database_url: str) -> Diagnosis:
@@ -195,6 +245,16 @@ async def diagnose(settings: Settings, database_url: str) -> Diagnosis:
     writable = _writable(rights)
     if writable is not None:
         found.append(writable)
+    place = await placement(database_url)
+    if place.shadows or (place.creators and writable is None):
+        found.append(
+            Finding(
+                Check.SHADOWED_JOURNAL,
+                Severity.ERROR,
+                "; ".join(place.describe()) + ": workers refuse to start",
+                "drop the shadows and revoke CREATE on the journal's schema as said",
+            )
+        )
     if no_keepalives:
         found.append(
             Finding(

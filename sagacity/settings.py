@@ -344,6 +344,9 @@ class Settings(BaseSettings):
         if dev and anchors.signing_key.is_file():
             self.checkpoint_dir = anchors.checkpoint_dir
             self.signing_key = anchors.signing_key
+        trust = dev_trust_file(self.data_dir)
+        if self.database_url is None and self.trust_file is None and trust.is_file():
+            self.trust_file = trust
         if (
             self.database_url is None
             and self.redact_key is None
@@ -418,6 +421,12 @@ def dev_anchors(data_dir: Path) -> DevAnchors:
         checkpoint_dir=folder / "checkpoints",
         fingerprint_key=folder / "fingerprint-key",
     )
+
+
+def dev_trust_file(data_dir: Path) -> Path:
+    """The dev stack's trust file (``<data_dir>/trust/trust.json``): apart from the anchors
+    folder the workers write, and never handed to them."""
+    return data_dir / "trust" / "trust.json"
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,18 @@ from uuid import uuid4
 
 import psycopg
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import TypeAdapter
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 import sagacity.devstack as devstack_module
+from sagacity import devkeys
 from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.decisions import Signer, Statement, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key
+from sagacity.evidence.trust import load_trust
 from sagacity.settings import Settings, load_settings
 from sagacity.store.databases import drop_database, ensure_database, with_database
 from sagacity.temporal import visibility
@@ -301,6 +304,12 @@ def test_dev_command_prints_exports_and_stops_on_sigterm(private_data_dir: Path)
         assert key.stat().st_mode & 0o777 == 0o600
         assert key.parent == private_data_dir / "anchors"
         assert Path(exports["SAGACITY_CHECKPOINT_DIR"].strip("'")).is_dir()
+        # verifiers pin that key in a trust file apart from the anchors; no key beside them
+        trust = Path(exports["SAGACITY_TRUST_FILE"].strip("'"))
+        assert trust.parent == private_data_dir / "trust"
+        signer = key_id(load_public_key(key))
+        assert list(load_trust(trust).signer_keys()) == [signer]
+        assert "SAGACITY_CHECKPOINT_PUBLIC_KEY" not in exports
         # and a key to fingerprint redacted fields with, the workers' secret
         fingerprint_key = Path(exports["SAGACITY_REDACT_KEY"].strip("'"))
         assert fingerprint_key.stat().st_mode & 0o777 == 0o600
@@ -442,7 +451,7 @@ def test_readme_documents_every_setting_with_its_default() -> None:
 def test_dev_decision_keys_sign_for_the_local_user_and_are_the_default_settings(
     tmp_path: Path,
 ) -> None:
-    approvers, user = devstack_module.ensure_dev_approvers(tmp_path, user="renee")
+    approvers, user = devkeys.ensure_dev_approvers(tmp_path, user="renee")
     keyring = load_keyring(approvers.keyring)
     mine, service = Signer.open(approvers.approver_key), Signer.open(approvers.service_key)
     assert approvers.approver_key.stat().st_mode & 0o777 == 0o600
@@ -455,7 +464,7 @@ def test_dev_decision_keys_sign_for_the_local_user_and_are_the_default_settings(
     # the service key signs for whoever the API authenticated
     assert keyring.refusal(as_someone_else, service.sign(as_someone_else)) is None
     before = approvers.keyring.read_bytes()
-    assert devstack_module.ensure_dev_approvers(tmp_path, user="renee") == (approvers, user)
+    assert devkeys.ensure_dev_approvers(tmp_path, user="renee") == (approvers, user)
     assert approvers.keyring.read_bytes() == before  # kept, not made again
     dev = Settings(data_dir=tmp_path, database_url=None)
     assert (dev.keyring, dev.approver_key, dev.service_key) == (
@@ -468,11 +477,11 @@ def test_dev_decision_keys_sign_for_the_local_user_and_are_the_default_settings(
 
 
 def test_dev_console_token_is_the_local_users_made_once_and_private(tmp_path: Path) -> None:
-    approvers, _ = devstack_module.ensure_dev_approvers(tmp_path, user="renee")
+    approvers, _ = devkeys.ensure_dev_approvers(tmp_path, user="renee")
     token, _, who = approvers.console_token.read_text().strip().partition("=")
     assert who == "renee" and len(token) >= 32
     assert approvers.console_token.stat().st_mode & 0o777 == 0o600
-    devstack_module.ensure_dev_approvers(tmp_path, user="renee")
+    devkeys.ensure_dev_approvers(tmp_path, user="renee")
     assert approvers.console_token.read_text().startswith(token)  # kept, not made again
     assert Settings(data_dir=tmp_path, database_url=None, approval_tokens=None).approval_tokens == {
         token: "renee"
@@ -484,9 +493,9 @@ def test_dev_console_token_is_the_local_users_made_once_and_private(tmp_path: Pa
 
 
 def test_dev_codec_keys_are_created_once_and_are_the_dev_stacks_default(tmp_path: Path) -> None:
-    path = devstack_module.ensure_dev_codec_keys(tmp_path)
+    path = devkeys.ensure_dev_codec_keys(tmp_path)
     first = path.read_text()
-    assert devstack_module.ensure_dev_codec_keys(tmp_path) == path and path.read_text() == first
+    assert devkeys.ensure_dev_codec_keys(tmp_path) == path and path.read_text() == first
     assert path.stat().st_mode & 0o777 == 0o600
     (key,) = parse_keys(first)
     dev = Settings(data_dir=tmp_path, database_url=None, codec_keys_file=None).payload_codec()
@@ -498,11 +507,11 @@ def test_dev_codec_keys_are_created_once_and_are_the_dev_stacks_default(tmp_path
 
 
 def test_dev_anchors_are_created_once_and_kept(tmp_path: Path) -> None:
-    anchors, fingerprint, created = devstack_module.ensure_dev_anchors(tmp_path)
+    anchors, fingerprint, created = devkeys.ensure_dev_anchors(tmp_path)
     assert created and anchors.folder == tmp_path / "anchors"
     assert anchors.signing_key.stat().st_mode & 0o777 == 0o600
     assert key_id(load_public_key(anchors.public_key)) == fingerprint
-    again = devstack_module.ensure_dev_anchors(tmp_path)
+    again = devkeys.ensure_dev_anchors(tmp_path)
     assert again == (anchors, fingerprint, False)
     # on the dev stack (no database configured) they are the default anchor settings
     dev = Settings(data_dir=tmp_path, database_url=None)
@@ -511,12 +520,30 @@ def test_dev_anchors_are_created_once_and_kept(tmp_path: Path) -> None:
     assert (given.signing_key, given.checkpoint_dir) == (None, None)
 
 
+def test_the_dev_trust_file_pins_the_signing_key_apart_from_the_anchors(tmp_path: Path) -> None:
+    anchors, fingerprint, _ = devkeys.ensure_dev_anchors(tmp_path)
+    signer = load_public_key(anchors.public_key)
+    path, problem = devkeys.ensure_dev_trust(tmp_path, signer)
+    assert problem is None and path == tmp_path / "trust" / "trust.json"
+    assert anchors.folder not in path.parents and path.stat().st_mode & 0o777 == 0o444
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert list(load_trust(path).signer_keys()) == [fingerprint]
+    # the default trust file on the dev stack, and no other key is taken beside it
+    assert Settings(data_dir=tmp_path, database_url=None).trust_file == path
+    assert Settings(data_dir=tmp_path, database_url="postgresql://x/db").trust_file is None
+    # a key replaced since is not pinned silently: the trust file keeps the first and says so
+    other = Ed25519PrivateKey.generate().public_key()
+    again, problem = devkeys.ensure_dev_trust(tmp_path, other)
+    assert again == path and list(load_trust(path).signer_keys()) == [fingerprint]
+    assert problem is not None and f"not the signing key {key_id(other)}" in problem
+
+
 def test_the_dev_fingerprint_key_is_created_once_and_is_the_default(tmp_path: Path) -> None:
     assert Settings(data_dir=tmp_path, database_url=None).redact_key is None
-    path = devstack_module.ensure_dev_fingerprint_key(tmp_path)
+    path = devkeys.ensure_dev_fingerprint_key(tmp_path)
     made = path.read_bytes()
     assert path.stat().st_mode & 0o777 == 0o600
-    assert devstack_module.ensure_dev_fingerprint_key(tmp_path) == path
+    assert devkeys.ensure_dev_fingerprint_key(tmp_path) == path
     assert path.read_bytes() == made  # kept: fingerprints stay comparable across restarts
     assert Settings(data_dir=tmp_path, database_url=None).redactor().key is not None
     elsewhere = Settings(data_dir=tmp_path, database_url="postgresql://elsewhere/db")

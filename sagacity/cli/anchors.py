@@ -1,4 +1,4 @@
-"""``sagacity anchors``: turn anchors on for a journal that was kept without them.
+"""``sagacity anchors``: turn anchors on for a journal kept without them; rotate their key.
 
 With checkpoints configured, ``sagacity verify`` fails every saga that has rows but no checkpoint
 (a forged saga looks exactly like that). A journal kept before anchors were on has only such
@@ -8,6 +8,10 @@ saga before its baseline stays as detectable as the chain alone makes it, and no
 
 A saga that already has checkpoints is left alone (signing its head again would bless whatever
 changed since its last checkpoint), and a saga whose chain does not verify is not signed.
+
+``sagacity anchors rotate NEW_KEY`` signs, with the key in use, that ``NEW_KEY`` signs from now
+on (``rotations.jsonl`` in the checkpoint folder): verifiers that pin the old key trust the new
+one through it, so the trust file need not change.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 from contextlib import aclosing
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -23,13 +28,15 @@ from sagacity.cli._common import settings_or_exit
 from sagacity.cli.db import DatabaseUrl, journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.keys import key_id, load_private_key, load_public_key
+from sagacity.evidence.rotation import ROTATIONS, record_rotation
 from sagacity.store.journal import JournalStore
 
 __all__ = ["app"]
 
 app = typer.Typer(
     name="anchors",
-    help="Signed checkpoints: the cut-over for a journal kept without them.",
+    help="Signed checkpoints: the cut-over for a journal kept without them, key rotation.",
     no_args_is_help=True,
 )
 
@@ -109,3 +116,40 @@ def baseline(
         for saga_id, why in result["not_signed"].items():
             typer.echo(f"NOT SIGNED {saga_id}: {why}")
     raise typer.Exit(1 if result["not_signed"] else 0)
+
+
+@app.command("rotate")
+def rotate(
+    new_key: Annotated[
+        Path,
+        typer.Argument(
+            help="The key that signs from now on: its public half (PEM) or the private key.",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Sign, with SAGACITY_SIGNING_KEY, that NEW_KEY signs checkpoints and tree heads from now on.
+
+    The statement goes to SAGACITY_CHECKPOINT_DIR's rotations.jsonl; then point the workers'
+    SAGACITY_SIGNING_KEY at the new key. Verifiers pinning the old key trust the new one.
+    """
+    settings = settings_or_exit()
+    if settings.signing_key is None or settings.checkpoint_dir is None:
+        typer.echo(
+            "error: set SAGACITY_SIGNING_KEY (the key in use) and SAGACITY_CHECKPOINT_DIR",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        old = load_private_key(settings.signing_key)
+        new = load_public_key(new_key)
+        if key_id(new) == key_id(old.public_key()):
+            raise SagacityError(f"{new_key} is the key in use already")
+        statement = record_rotation(settings.checkpoint_dir, old, new)
+    except SagacityError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(
+        f"key {statement.from_id} signed that key {key_id(new)} signs from {statement.at} on "
+        f"({settings.checkpoint_dir / ROTATIONS}); now point SAGACITY_SIGNING_KEY at the new key"
+    )

@@ -23,6 +23,7 @@ import typer
 from sagacity.cli._exit import hard_exit
 from sagacity.devstack import DevSetup, DevStack, Endpoints, tcp_port_free
 from sagacity.errors import DevStackError, SagacityError, SettingsError
+from sagacity.evidence.trust import fingerprint as full_fingerprint
 from sagacity.settings import dev_env_file, load_settings
 
 __all__ = ["dev"]
@@ -38,7 +39,7 @@ def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
             ("SAGACITY_DATABASE_URL", setup.database_url),
             ("SAGACITY_OWNER_DATABASE_URL", setup.owner_database_url),
             ("SAGACITY_SIGNING_KEY", setup.signing_key),
-            ("SAGACITY_CHECKPOINT_PUBLIC_KEY", setup.public_key),
+            ("SAGACITY_TRUST_FILE", setup.trust_file),
             ("SAGACITY_CHECKPOINT_DIR", setup.checkpoint_dir),
             ("SAGACITY_REDACT_KEY", setup.fingerprint_key),
             ("SAGACITY_KEYRING", setup.keyring),
@@ -59,13 +60,30 @@ def _exports(endpoints: Endpoints, setup: DevSetup | None) -> list[str]:
 def _say_anchors(setup: DevSetup) -> None:
     if setup.key_created:
         typer.echo(
-            f"anchors: created signing key {setup.signing_key} (public half {setup.public_key})\n"
-            f"         fingerprint {setup.key_id}: publish it where auditors can compare it",
+            f"anchors: created signing key {setup.signing_key} (public half {setup.public_key})",
             err=True,
         )
     typer.echo(
-        f"anchors: checkpoints in {setup.checkpoint_dir}, signed by key {setup.key_id}", err=True
+        f"anchors: checkpoints in {setup.checkpoint_dir}, signed by key {setup.key_id}\n"
+        f"         fingerprint {setup.fingerprint}: publish it where auditors can compare it",
+        err=True,
     )
+    if setup.trust_file is not None:
+        typer.echo(
+            f"trust: verifiers pin that key in {setup.trust_file}, apart from the folders the "
+            "workers write ; an auditor checks with "
+            f"`--fingerprint {setup.fingerprint}` or a copy of the file",
+            err=True,
+        )
+    if setup.witness is not None:
+        typer.echo(
+            f"witness: every tree head is cosigned by {setup.witness.name} at {setup.witness.url} "
+            f"(its own key, fingerprint {full_fingerprint(setup.witness.key)}, and state in "
+            "<data dir>/witness), pinned in the trust file with a quorum of 1",
+            err=True,
+        )
+    if setup.trust_problem is not None:
+        typer.echo(f"warning: {setup.trust_problem}", err=True)
     if setup.keyring is not None:
         who = f"; your key {setup.approver_key} signs as {setup.approver!r}"
         who = who if setup.approver else ""

@@ -22,7 +22,9 @@ from sagacity.cli import (
     reconcile,
     saga,
     tlog,
+    trust,
     verify,
+    witness,
     worker,
 )
 
@@ -71,8 +73,10 @@ app.command("prove")(tlog.prove)
 app.command("reconcile")(reconcile.reconcile_command)
 app.command("resume")(halt.resume)
 app.add_typer(saga.app, name="saga")
+app.add_typer(trust.app, name="trust")
 saga.app.command("quarantine")(halt.quarantine)
 saga.app.command("release")(halt.release)
 app.command("verify")(verify.verify)
 app.command("certify")(certify.certify_command)
+app.command("witness")(witness.witness)
 app.command("worker")(worker.worker)

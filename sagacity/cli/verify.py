@@ -3,7 +3,8 @@
 Exit status: 0 every saga verified, 1 something is broken (the report says what, where, and which
 anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database), 3 a
 bundle is UNTRUSTED: consistent, but no trusted key was given to check it with. A bundle without
-anchors fails (1) unless ``--allow-unanchored``.
+anchors fails (1) unless ``--allow-unanchored``; so does (1, STALE) one that is not current: older
+than ``--not-older-than``, or whose tree head a newer ``--checkpoint`` has grown past.
 
 Warnings do not change it: a call whose INTENT has no outcome row after it (SUSPECT, or still
 running), or a saga whose workflow ended with no seal in its checkpoints (``--temporal``), is
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing, asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -25,15 +27,17 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from temporalio.client import Client
 
+from sagacity.cli._common import PIN_A_KEY, duration_or_exit, trust_roots, trusted_checkpoints
 from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.bundle import BundleVerdict, BundleVerifier, judge
+from sagacity.evidence.bundle import PUBLIC_KEY, BundleVerdict, BundleVerifier, judge
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring, load_keyring
-from sagacity.evidence.keys import key_id, load_public_key, verifying_key
+from sagacity.evidence.heads import stamp
 from sagacity.evidence.report import AnchorCheck, SagaReport
+from sagacity.evidence.trust import TrustRoots
 from sagacity.settings import Settings, load_settings
 from sagacity.store.journal import JournalStore
 from sagacity.worker import connect_client
@@ -138,13 +142,38 @@ def _usage(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _key(public_key: Path | None, settings: Settings) -> Ed25519PublicKey | None:
+def _roots(
+    settings: Settings,
+    trust_file: Path | None,
+    public_key: Path | None,
+    fingerprint: str | None,
+    bundle: Path | None = None,
+) -> TrustRoots | None:
+    extra = () if bundle is None else (bundle,)
     try:
-        if public_key is not None:
-            return load_public_key(public_key)
-        return verifying_key(settings.checkpoint_public_key, settings.signing_key)
+        return trust_roots(
+            settings,
+            trust_file=trust_file,
+            public_key=public_key,
+            pinned_fingerprint=fingerprint,
+            candidates=tuple(p / PUBLIC_KEY for p in extra),
+            beside=extra,
+        )
     except SagacityError as exc:
         raise _usage(str(exc)) from None
+
+
+def _bundle_key(path: Path, roots: TrustRoots | None) -> Ed25519PublicKey | None:
+    """The pinned key the bundle's manifest names (else the first pinned key, so that the
+    verifier names the mismatch); None when nothing is pinned."""
+    if roots is None:
+        return None
+    keys = roots.signer_keys()
+    try:
+        named = json.loads((path / "manifest.json").read_bytes()).get("key_id")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    return keys.get(named) if isinstance(named, str) and named in keys else roots.signers[0].key
 
 
 def _bundle(
@@ -154,21 +183,32 @@ def _bundle(
     *,
     allow_unanchored: bool,
     keyring: Keyring | None = None,
+    trust: TrustRoots | None = None,
+    not_older_than: timedelta | None = None,
+    newer: str | None = None,
 ) -> int:
     """Verify a bundle, streaming its sagas, and end with the verdict word and what it means."""
-    verifier = BundleVerifier(path, public_key=key, keyring=keyring)
+    verifier = BundleVerifier(
+        path,
+        public_key=key,
+        keyring=keyring,
+        trust=trust,
+        not_older_than=not_older_than,
+        newer=newer,
+    )
     problems = list(verifier.files())
     if not out.as_json:
         claimed = verifier.manifest.get("anchors")
         anchors = ", ".join(claimed) if claimed else "none"
         typer.echo(f"bundle {path}: anchors {anchors if claimed is not None else 'not listed'}")
-        if key is not None:
+        if verifier.trusted:
             typer.echo(f"  trusted key {verifier.key_id}")
         elif verifier.key_id:
             typer.echo(
                 f"  no trusted key: checked with the bundle's own key {verifier.key_id}, "
                 "which proves nothing about who made it"
             )
+        _head_lines(verifier)
     for text in problems:
         out.problem(text)
     if verifier.manifest:
@@ -176,15 +216,35 @@ def _bundle(
             out.report(report)
         for text in verifier.problems[len(problems) :]:
             out.problem(text)
+        # every line of journal.jsonl, past a fault and unreadable ones too
+        out.rows = verifier.rows
     unanchored = verifier.unanchored if verifier.manifest else []
     verdict = judge(
         failed=bool(out.failed or out.problems),
         unanchored=unanchored,
         trusted=verifier.trusted,
         allow_unanchored=allow_unanchored,
+        stale=bool(verifier.stale),
     )
     _bundle_summary(out, verifier, verdict, unanchored)
     return verdict.exit_code
+
+
+def _head_lines(verifier: BundleVerifier) -> None:
+    """The bundle's tree head, who cosigned it, and the time it is fresh as of."""
+    opened = None if verifier.head is None else verifier.head.opened
+    if opened is not None:
+        signers = ", ".join(
+            f"{name} at {stamp(at)}" for name, at in sorted(opened.witnessed.items())
+        )
+        typer.echo(
+            f"  tree head {opened.head.size} of {opened.head.origin}, cosigned by "
+            f"{signers or 'no witness you trust'}"
+        )
+    if verifier.freshness is not None:
+        typer.echo(f"  {verifier.freshness.line()}")
+    for note in verifier.notes:
+        typer.echo(f"  note: {note}")
 
 
 def _bundle_summary(
@@ -192,6 +252,7 @@ def _bundle_summary(
 ) -> None:
     out.end_progress()
     counts = f"{out.sagas:,} sagas, {out.rows:,} rows"
+    fresh = verifier.freshness
     if out.as_json:
         summary = {
             "verdict": verdict.value,
@@ -205,6 +266,10 @@ def _bundle_summary(
             "problems": out.problems,
             "unanchored": unanchored,
             "warnings": out.warnings,
+            "fresh_as_of": None if fresh is None else stamp(fresh.at),
+            "fresh_source": None if fresh is None else fresh.source,
+            "stale": verifier.stale,
+            "notes": verifier.notes,
         }
         typer.echo(json.dumps({"summary": summary}, ensure_ascii=False))
         return
@@ -216,8 +281,15 @@ def _bundle_summary(
         own = f"the bundle's own key {verifier.key_id}" if verifier.key_id else "itself"
         typer.echo(
             f"{counts}: UNTRUSTED: consistent with {own}, but anyone can make such a bundle; "
-            "verify with the key you trust (--public-key, or SAGACITY_CHECKPOINT_PUBLIC_KEY)"
+            "verify with the key you trust (--trust, --fingerprint or --public-key)"
         )
+    elif verdict is BundleVerdict.STALE:
+        typer.echo(
+            f"{counts}: STALE: every file, chain and signature checks out with the trusted key "
+            f"{verifier.key_id}, but the bundle is not current:"
+        )
+        for text in verifier.stale:
+            typer.echo(f"  - {text}")
     elif verdict is BundleVerdict.UNANCHORED:
         typer.echo(
             f"{counts}: UNANCHORED, refused (--allow-unanchored accepts a bundle that cannot "
@@ -229,16 +301,29 @@ def _bundle_summary(
             f"key {verifier.key_id}, but with --allow-unanchored:"
         )
     else:
+        opened = None if verifier.head is None else verifier.head.opened
+        logged = (
+            "" if opened is None else f", and every inclusion proof in tree head {opened.head.size}"
+        )
         typer.echo(
             f"{counts}: VERIFIED: every file, chain and signed checkpoint, and the manifest's "
-            f"signature, check out with the trusted key {verifier.key_id}"
+            f"signature, check out with the trusted key {verifier.key_id}{logged}"
         )
-    for text in unanchored if verdict is not BundleVerdict.UNTRUSTED else []:
+    for text in unanchored if verdict not in (BundleVerdict.UNTRUSTED, BundleVerdict.STALE) else []:
         typer.echo(f"  - {text}")
     if out.warnings:
         plural = "s" if out.warnings > 1 else ""
         kinds = "; ".join(WARNING_KINDS[k] for k in sorted(out.warning_kinds))
         typer.echo(f"{out.warnings} warning{plural} ({kinds})")
+
+
+def _text(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _usage(f"--checkpoint {path}: {exc}") from None
 
 
 @asynccontextmanager
@@ -311,13 +396,30 @@ def verify(
             "--checkpoint-dir", help="Signed checkpoints (default: SAGACITY_CHECKPOINT_DIR)."
         ),
     ] = None,
+    trust_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--trust",
+            help="The trust file pinning the keys checkpoints, tree heads and a bundle's manifest "
+            "must be signed with, and the witnesses (default: SAGACITY_TRUST_FILE). Never one "
+            "inside the folders the workers write.",
+        ),
+    ] = None,
     public_key: Annotated[
         Path | None,
         typer.Option(
             "--public-key",
-            help="The trusted key checkpoints (and a bundle's manifest) must be signed with "
-            "(default: SAGACITY_CHECKPOINT_PUBLIC_KEY, else the signing key's public half). A "
-            "bundle verified without one is UNTRUSTED (exit 3).",
+            help="A trusted public key instead of a trust file (default: "
+            "SAGACITY_CHECKPOINT_PUBLIC_KEY). A bundle verified with no trusted key is UNTRUSTED "
+            "(exit 3).",
+        ),
+    ] = None,
+    fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--fingerprint",
+            help="Trust the key with this fingerprint (hex, at least 16 digits, as `sagacity dev` "
+            "prints it): the bundle's public_key.pem or the configured key, if it matches.",
         ),
     ] = None,
     allow_unanchored: Annotated[
@@ -332,6 +434,24 @@ def verify(
         bool,
         typer.Option("--temporal", help="Also ask each saga's Temporal workflow for its head."),
     ] = False,
+    not_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--not-older-than",
+            help="With --bundle: refuse (STALE, exit 1) a bundle not fresh as of this long ago, "
+            "ISO 8601 (P1D, PT2H) or seconds; only a time a trusted key signed counts.",
+            show_default=False,
+        ),
+    ] = None,
+    newer_checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="With --bundle: a newer signed tree head of the log (a note, or the log's "
+            "checkpoints.jsonl); a bundle whose head it has grown past is STALE.",
+            show_default=False,
+        ),
+    ] = None,
     keyring_file: Annotated[
         Path | None,
         typer.Option(
@@ -354,12 +474,24 @@ def verify(
             raise _usage(
                 "--bundle verifies the whole bundle; it takes no saga ids, --all or --temporal"
             )
-        key = _key(public_key, settings)
-        raise typer.Exit(
-            _bundle(bundle, key, out, allow_unanchored=allow_unanchored, keyring=keyring)
+        roots = _roots(settings, trust_file, public_key, fingerprint, bundle)
+        limit = (
+            None if not_older_than is None else duration_or_exit("--not-older-than", not_older_than)
         )
-    if allow_unanchored:
-        raise _usage("--allow-unanchored goes with --bundle")
+        raise typer.Exit(
+            _bundle(
+                bundle,
+                _bundle_key(bundle, roots),
+                out,
+                allow_unanchored=allow_unanchored,
+                keyring=keyring,
+                trust=roots,
+                not_older_than=limit,
+                newer=_text(newer_checkpoint),
+            )
+        )
+    if allow_unanchored or not_older_than is not None or newer_checkpoint is not None:
+        raise _usage("--allow-unanchored, --not-older-than and --checkpoint go with --bundle")
     saga_ids = _saga_ids(sagas, all_)
     url = journal_url_or_exit(database_url)
     checkpoints = None
@@ -371,14 +503,14 @@ def verify(
             err=True,
         )
     else:
-        key = _key(public_key, settings)
-        if key is None:
-            raise _usage(
-                "checkpoints need a key: set SAGACITY_CHECKPOINT_PUBLIC_KEY or pass --public-key"
-            )
-        checkpoints = CheckpointDir(folder, key)
+        roots = _roots(settings, trust_file, public_key, fingerprint)
+        if roots is None:
+            raise _usage(f"checkpoints need a trust root: {PIN_A_KEY}")
+        checkpoints, problems = trusted_checkpoints(folder, roots)
         if not as_json:
-            typer.echo(f"checkpoints {folder}: key {key_id(key)}", err=True)
+            typer.echo(f"checkpoints {folder}: {roots.describe()}", err=True)
+        for text in problems:
+            typer.echo(f"warning: {text}", err=True)
     try:
         status = asyncio.run(_live(url, settings, saga_ids, checkpoints, temporal, out, keyring))
     except SagacityError as exc:

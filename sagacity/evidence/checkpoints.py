@@ -18,7 +18,7 @@ import binascii
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -89,11 +89,13 @@ class Checkpoint:
         """The log line (no newline) for this checkpoint."""
         return to_json({**self.body(), "signature": self.signature})
 
-    def verify(self, key: Ed25519PublicKey, trusted_id: str | None = None) -> str | None:
-        """None when ``key`` (fingerprint ``trusted_id``) signed this; otherwise why it did not."""
-        expected = trusted_id or key_id(key)
-        if self.key_id != expected:
-            return f"signed by key {self.key_id}, not by the trusted key {expected}"
+    def verify(self, keys: Mapping[str, Ed25519PublicKey]) -> str | None:
+        """None when one of the trusted ``keys`` (by key id) signed this; otherwise why not."""
+        key = keys.get(self.key_id)
+        if key is None:
+            trusted = ", ".join(keys) or "none"
+            plural = "s" if len(keys) > 1 else ""
+            return f"signed by key {self.key_id}, not by the trusted key{plural} {trusted}"
         try:
             key.verify(base64.b64decode(self.signature, validate=True), self.message())
         except (InvalidSignature, binascii.Error, ValueError):
@@ -255,12 +257,16 @@ class CheckpointLog:
 
 
 class CheckpointDir:
-    """Reads a checkpoint directory (or a bundle's copy), trusting only ``key``'s signatures."""
+    """Reads a checkpoint directory (or a bundle's copy), trusting only the signatures of ``key``
+    (or of each key of a mapping by key id: the pinned keys and those they rotated to)."""
 
-    def __init__(self, path: Path, key: Ed25519PublicKey) -> None:
+    def __init__(self, path: Path, key: Ed25519PublicKey | Mapping[str, Ed25519PublicKey]) -> None:
         self.path = path
-        self.key = key
-        self.key_id = key_id(key)
+        self.keys = {key_id(key): key} if isinstance(key, Ed25519PublicKey) else dict(key)
+        if not self.keys:
+            raise EvidenceUnavailable(f"no trusted key to check the checkpoints in {path} with")
+        #: the first trusted key (the one named when a single key is meant)
+        self.key_id, self.key = next(iter(self.keys.items()))
 
     def log_path(self, saga_id: str) -> Path:
         return self.path / log_name(saga_id)
@@ -276,7 +282,12 @@ class CheckpointDir:
             return CheckpointLog(saga_id, problems=[f"{file.name}: unreadable: {exc}"])
         lines: list[tuple[str, Checkpoint]] = []
         problems = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        # lines end at "\n" only: canonical JSON leaves U+2028 and friends unescaped in a saga
+        # id, and str.splitlines would break a line there
+        lines_ = text.split("\n")
+        if lines_[-1] == "":
+            lines_.pop()  # the empty text after the last newline
+        for number, line in enumerate(lines_, start=1):
             where = f"{file.name} line {number}"
             try:
                 cp = parse_line(line)
@@ -287,7 +298,7 @@ class CheckpointDir:
                 problems.append(f"{where}: a checkpoint of saga {cp.saga_id!r}, not this one")
             else:
                 lines.append((where, cp))
-        return CheckpointLog(saga_id, lines, lambda cp: cp.verify(self.key, self.key_id), problems)
+        return CheckpointLog(saga_id, lines, lambda cp: cp.verify(self.keys), problems)
 
     def saga_ids(self) -> Iterator[str]:
         """Every saga with a log here (a digest-named log is opened to learn its saga)."""

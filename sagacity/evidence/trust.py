@@ -11,17 +11,23 @@ A trust file (``SAGACITY_TRUST_FILE``, ``--trust FILE``) is one JSON object:
 ```
 
 ``signers`` are the keys that may sign checkpoints, seals and tree heads (a key rotated to from one
-of them by a statement the old key signed is trusted too); ``witnesses`` the C2SP witnesses whose
-cosignatures count, with where to reach them; ``witness_quorum`` how many of them must cosign a
-tree head for it to count as witnessed (0: none required).
+of them by a statement the old key signed is trusted too: :mod:`sagacity.evidence.rotation`);
+``witnesses`` the C2SP witnesses whose cosignatures count, with where to reach them;
+``witness_quorum`` how many of them must cosign a tree head for it to count as witnessed (0: none
+required).
+
+A trust root is only worth what its location is: :func:`worker_writable` tells whether a path
+lies in a folder the workers write (their checkpoint folder or their signing key's folder),
+where whoever can write those could replace it along with the data it vouches for.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,15 +36,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id
+from sagacity.evidence.note import COSIGNATURE_V1, NoteKey
 
 __all__ = [
     "TRUST_FORMAT",
     "TrustRoots",
     "TrustedKey",
     "TrustedWitness",
+    "fingerprint",
     "load_trust",
     "raw_public",
     "trust_document",
+    "witness_from_vkey",
+    "worker_writable",
     "write_trust",
 ]
 
@@ -48,6 +58,12 @@ TRUST_FORMAT = "sagacity-trust"
 def raw_public(key: Ed25519PublicKey) -> bytes:
     """``key``'s 32 raw bytes."""
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def fingerprint(key: Ed25519PublicKey) -> str:
+    """``key``'s full fingerprint: 64 hex digits of SHA-256 over its 32 raw bytes (the key id
+    checkpoints carry is its first 16)."""
+    return hashlib.sha256(raw_public(key)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,45 @@ class TrustRoots:
     witness_quorum: int = 0
     source: Path | None = field(default=None, compare=False)
 
+    @classmethod
+    def of_key(
+        cls, key: Ed25519PublicKey, *, name: str = "pinned", source: Path | None = None
+    ) -> TrustRoots:
+        """Roots that trust ``key`` alone (a key handed to the verifier on its command line)."""
+        return cls((TrustedKey(name, key),), source=source)
+
+    def signer_keys(self) -> dict[str, Ed25519PublicKey]:
+        """The pinned signer keys by checkpoint key id."""
+        return {signer.key_id: signer.key for signer in self.signers}
+
+    def describe(self) -> str:
+        """One line naming the pinned keys and where they were pinned."""
+        keys = ", ".join(f"{s.name} {s.key_id}" for s in self.signers)
+        where = f" (pinned by {self.source})" if self.source else ""
+        quorum = (
+            f"; {self.witness_quorum} of {len(self.witnesses)} witnesses must cosign"
+            if self.witnesses
+            else ""
+        )
+        return f"trusted keys {keys}{where}{quorum}"
+
+
+def worker_writable(path: Path, worker_folders: Iterable[Path | None]) -> Path | None:
+    """The folder of ``worker_folders`` that ``path`` lies in (symlinks resolved), or None.
+
+    Those are the folders the workers write (their checkpoint folder, their signing key's
+    folder): a key or trust file found there can be swapped by whoever can write them, together
+    with the checkpoints it would vouch for.
+    """
+    target = path.resolve()
+    for folder in worker_folders:
+        if folder is None:
+            continue
+        root = folder.resolve()
+        if target == root or root in target.parents:
+            return folder
+    return None
+
 
 def _key(value: object, where: str) -> Ed25519PublicKey:
     if not isinstance(value, str):
@@ -99,6 +154,20 @@ def _name(entry: dict[str, object], where: str) -> str:
     if not isinstance(name, str) or not name or any(c.isspace() or c == "+" for c in name):
         raise EvidenceUnavailable(f"{where}: name must be non-empty text with no space or '+'")
     return name
+
+
+def witness_from_vkey(vkey: str, url: str | None = None) -> TrustedWitness:
+    """A witness from its signed-note verifier key, ``<name>+<hex key id>+<base64(0x04 || key)>``;
+    :class:`EvidenceUnavailable` saying what is wrong with it."""
+    try:
+        key = NoteKey.parse(vkey)
+    except ValueError as exc:
+        raise EvidenceUnavailable(f"{vkey!r} is not a witness's verifier key: {exc}") from None
+    if key.type != COSIGNATURE_V1:
+        raise EvidenceUnavailable(
+            f"{vkey!r} is a log's verifier key (type 0x01), not a witness's (0x04)"
+        )
+    return TrustedWitness(key.name, key.public, url)
 
 
 def load_trust(path: Path) -> TrustRoots:

@@ -16,13 +16,16 @@ from sagacity.store import JournalStore
 from tests.approvals.conftest import CliResult
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_retention import idle_saga
-from tests.ops.conftest import Cli
+from tests.ops.conftest import Cli, pinned_trust
 
 
 def anchored_env(writer: CheckpointWriter, signing_key: Path) -> dict[str, str]:
+    """The worker's anchors, and its key pinned in a trust file kept apart from them."""
+    trust = pinned_trust(signing_key, writer.path.parent / "trust")
     return {
         "SAGACITY_CHECKPOINT_DIR": str(writer.path),
         "SAGACITY_SIGNING_KEY": str(signing_key),
+        "SAGACITY_TRUST_FILE": str(trust),
     }
 
 
@@ -113,7 +116,7 @@ async def test_usage_errors_exit_2(sagacity: Cli, tmp_path: Path) -> None:
     assert [r.code for r in (nothing, both, keyless, no_choice)] == [2, 2, 2, 2]
     assert "name the sagas to verify" in nothing.stderr
     assert "takes no saga ids" in both.stderr
-    assert "checkpoints need a key" in keyless.stderr
+    assert "checkpoints need a trust root" in keyless.stderr
     assert "name sagas, or give --since/--until" in no_choice.stderr
 
 

@@ -221,7 +221,8 @@ class NewUser:
     shell: Shell
     owner: Owner
     sagas: dict[str, str]  # role -> saga id
-    public_key: str  # $SAGACITY_CHECKPOINT_PUBLIC_KEY
+    trust_file: str  # $SAGACITY_TRUST_FILE
+    checkpoint_dir: Path  # $SAGACITY_CHECKPOINT_DIR
     key_id: str
     bundle: Path  # the "bundle" saga, exported as the README shows
     #: the commands run on the untouched journal, in order
@@ -287,6 +288,7 @@ async def new_user(
                 "database_url": None,
                 "signing_key": None,
                 "checkpoint_public_key": None,
+                "trust_file": None,
                 "checkpoint_dir": None,
                 "data_dir": tmp_path_factory.mktemp("new-user") / ".sagacity",
             }
@@ -299,9 +301,11 @@ async def new_user(
         assert set(exports) >= {
             "SAGACITY_DATABASE_URL",
             "SAGACITY_SIGNING_KEY",
-            "SAGACITY_CHECKPOINT_PUBLIC_KEY",
+            "SAGACITY_TRUST_FILE",
             "SAGACITY_CHECKPOINT_DIR",
         }
+        # the key is pinned apart from the data, never handed over beside it
+        assert "SAGACITY_CHECKPOINT_PUBLIC_KEY" not in exports
         worker_settings = fresh.model_copy(
             update={
                 **setup.settings(),
@@ -315,7 +319,7 @@ async def new_user(
         sagas = await run_sagas(worker_settings, temporal_client, ROLES)
 
         shell = Shell(exports)
-        public_key = exports["SAGACITY_CHECKPOINT_PUBLIC_KEY"]
+        trust_file = exports["SAGACITY_TRUST_FILE"]
         bundle = tmp_path_factory.mktemp("bundle") / "evidence"
         control = {
             "log integrate": await shell("log", "integrate"),
@@ -324,10 +328,13 @@ async def new_user(
             "log verify": await shell("log", "verify"),
             "export": await shell("export", sagas["bundle"], "--out", str(bundle)),
             "verify --bundle": await shell(
-                "verify", "--bundle", str(bundle), "--public-key", public_key
+                "verify", "--bundle", str(bundle), "--trust", trust_file
             ),
         }
-        yield NewUser(shell, Owner(owner_url), sagas, public_key, setup.key_id, bundle, control)
+        yield NewUser(
+            shell, Owner(owner_url), sagas, trust_file, setup.checkpoint_dir, setup.key_id,
+            bundle, control,
+        )  # fmt: skip
     finally:
         await drop_database(endpoints.database_url, name)
 
@@ -344,6 +351,9 @@ def test_an_untouched_journal_verifies_with_exit_0(new_user: NewUser) -> None:
     for saga_id in new_user.sagas.values():
         assert f"ok      {saga_id}  4 rows  [checkpoint agrees at seq 4 (" in runs["verify"].stdout
     assert runs["log verify"].stdout.endswith("0 rows pending: all verified\n"), runs["log verify"]
+    # the dev witness cosigned the worker's tree heads, as the trust file's quorum requires
+    note = (new_user.checkpoint_dir / "tlog" / "checkpoint").read_text()
+    assert "\n\u2014 sagacity.local/witness " in note, note
     assert "UNANCHORED" not in runs["export"].stderr, runs["export"]
     assert "VERIFIED: every file, chain and signed checkpoint" in runs["verify --bundle"].stdout
 
@@ -574,8 +584,26 @@ def fix_manifest(bundle: Path, rows: list[dict[str, Any]], **fields: Any) -> Non
     (bundle / "manifest.json").write_text(text, encoding="utf-8")
 
 
+def strip_head(bundle: Path) -> None:
+    """The log's tree head and inclusion proofs removed, and the manifest's word of them: what
+    a holder without the log's key cannot sign again."""
+    shutil.rmtree(bundle / "tlog")
+    manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
+    manifest.pop("tlog")
+    manifest["anchors"].remove("tlog")
+    (bundle / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
 def strip_anchors(bundle: Path, saga_id: str) -> None:
-    """Checkpoints, key and signature removed, 2 rows dropped, the manifest rewritten to match."""
+    """Checkpoints, tree head, key and signature removed, 2 rows dropped, the manifest rewritten
+    to match."""
+    strip_head(bundle)
+    strip_but_head(bundle, saga_id)
+
+
+def strip_but_head(bundle: Path, saga_id: str) -> None:
+    """Checkpoints, key and signature removed, 2 rows dropped, the manifest rewritten to match;
+    the tree head and its inclusion proofs left in."""
     shutil.rmtree(bundle / "checkpoints")
     (bundle / "manifest.sig").unlink()
     (bundle / "public_key.pem").unlink()
@@ -592,7 +620,9 @@ def strip_anchors_only(bundle: Path, saga_id: str) -> None:
 
 def resign(bundle: Path, saga_id: str) -> None:
     """Row 2's result edited and the chain recomputed; checkpoints, public key and manifest
-    signed again, all with the holder's own key, as the formats say."""
+    signed again, all with the holder's own key, as the formats say; the log's tree head, signed
+    by a key they do not hold, removed."""
+    strip_head(bundle)
     theirs = Ed25519PrivateKey.generate()
     rows = jsonl(bundle / "journal.jsonl")
     rows[1]["payload"] = '{"reservation_id": "r-mallory"}'
@@ -644,6 +674,15 @@ BUNDLE_CASES = {
             r"- the manifest is not signed: a saga removed whole",
         ),
     ),
+    "stripped of all but the tree head, manifest rewritten (2 rows dropped)": BundleCase(
+        strip_but_head,
+        1,
+        "FAILED",
+        (
+            r"^FAILED  {saga}\n  log +seq \d+ +disagrees: the inclusion proof is of seq \d+, "
+            r"which the bundle does not hold",
+        ),
+    ),
     "stripped of its anchors, manifest as exported": BundleCase(
         strip_anchors_only,
         1,
@@ -693,14 +732,14 @@ async def test_a_changed_bundle_is_refused(new_user: NewUser, case: str, tmp_pat
     spec.change(bundle, saga_id)
     if spec.trusted:  # the README's command
         run = await new_user.shell(
-            "verify", "--bundle", str(bundle), "--public-key", new_user.public_key
+            "verify", "--bundle", str(bundle), "--trust", new_user.trust_file
         )
     else:  # an auditor with none of the dev stack's settings, and no key
         run = await new_user.shell(
             "verify",
             "--bundle",
             str(bundle),
-            SAGACITY_CHECKPOINT_PUBLIC_KEY=None,
+            SAGACITY_TRUST_FILE=None,
             SAGACITY_SIGNING_KEY=None,
             SAGACITY_CHECKPOINT_DIR=None,
         )

@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 
 from sagacity import compensable
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.bundle import BundleVerdict, export_bundle, verify_bundle
+from sagacity.evidence.bundle import BundleVerdict, verify_bundle
 from sagacity.evidence.checkpoints import (
     Checkpoint,
     CheckpointDir,
@@ -34,6 +34,7 @@ from sagacity.evidence.checkpoints import (
     Kind,
     parse_line,
 )
+from sagacity.evidence.export import export_bundle
 from sagacity.evidence.keys import load_public_key
 from sagacity.evidence.report import Agreement, SagaReport, Source
 from sagacity.journal import Draft, Entry, Phase, seal
@@ -118,7 +119,7 @@ async def test_a_sealed_saga_verifies_and_the_report_says_sealed(
     assert (check.agreement, check.seq) == (Agreement.AGREES, 6)
     assert "sealed" in check.detail and "completed" in check.detail
     (sealed,) = seals_of(checkpoints, saga_id)
-    assert sealed.verify(checkpoints.key) is None and sealed.state == "completed"
+    assert sealed.verify(checkpoints.keys) is None and sealed.state == "completed"
 
 
 async def test_each_row_after_the_seal_is_named_with_the_anchor(
@@ -224,13 +225,13 @@ def test_a_seal_line_names_its_state_and_only_a_seal_does(
     head = writer.record(saga_id, 3, "a" * 64)
 
     assert '"state":"compensated"' in sealed.line() and "state" not in head.line()
-    assert parse_line(sealed.line()) == sealed and sealed.verify(checkpoints.key) is None
+    assert parse_line(sealed.line()) == sealed and sealed.verify(checkpoints.keys) is None
     stateless = sealed.line().replace(',"state":"compensated"', "")
     with pytest.raises(ValueError, match="only a seal"):
         parse_line(stateless)
     # the state is signed: changing it breaks the signature
     forged = parse_line(sealed.line().replace("compensated", "completed"))
-    assert forged.verify(checkpoints.key) == "the signature does not verify"
+    assert forged.verify(checkpoints.keys) == "the signature does not verify"
 
 
 async def test_a_bundle_carries_the_seal_and_reports_rows_after_it(

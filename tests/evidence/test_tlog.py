@@ -65,7 +65,8 @@ class LogDb:
 
     @property
     def public_key(self) -> Path:
-        return self.keys / "signing.pem.pub"
+        """The signing key's public half, pinned apart from the workers' key folder."""
+        return self.keys.parent / "pinned" / "signing.pem.pub"
 
 
 @pytest.fixture
@@ -77,7 +78,8 @@ async def log_db(endpoints: Endpoints, tmp_path: Path) -> AsyncIterator[LogDb]:
         await apply_grants(owner)
         keys = tmp_path / "keys"
         keys.mkdir()
-        (keys / "signing.pem.pub").write_bytes(
+        (tmp_path / "pinned").mkdir()
+        (tmp_path / "pinned" / "signing.pem.pub").write_bytes(
             public_pem(generate_key(keys / "signing.pem").public_key())
         )
         yield LogDb(owner, make_conninfo(owner, user="sagacity_app"), keys, tmp_path / "cp")

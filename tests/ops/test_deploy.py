@@ -192,6 +192,23 @@ def test_workers_sign_checkpoints_with_a_key_and_a_folder_on_volumes_of_their_ow
     ]
 
 
+def test_verifiers_trust_a_key_pinned_in_a_volume_no_worker_mounts() -> None:
+    services = compose()["services"]
+    audit = services["audit"]
+    trust = Path(audit["environment"]["SAGACITY_TRUST_FILE"])
+    mounts = {m.split(":")[1]: m for m in audit["volumes"]}
+    assert mounts[str(trust.parent)] == f"sagacity-trust:{trust.parent}:ro"
+    assert all(m.endswith(":ro") for m in audit["volumes"])
+    assert f"sagacity trust init {trust}" in services["keys"]["command"][-1]
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        # a public key beside the workers' key is no trust root: no service is handed one
+        assert "SAGACITY_CHECKPOINT_PUBLIC_KEY" not in env, name
+        if name not in ("audit", "keys"):
+            volumes = [str(v).split(":")[0] for v in service.get("volumes") or []]
+            assert "sagacity-trust" not in volumes, name
+
+
 async def test_workers_key_redaction_fingerprints_with_a_key_the_deployment_makes(
     sagacity: Cli, tmp_path: Path
 ) -> None:

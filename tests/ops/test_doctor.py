@@ -141,7 +141,26 @@ async def test_an_app_login_that_may_rewrite_another_append_only_table_fails(
     )
     assert ran.code == 1 and ran.ids() == {"writable_journal"}, ran
     (finding,) = ran.report()["findings"]
-    assert "role sagacity_app may UPDATE (as sagacity_app) on sagacity_tlog_leaf" in finding["what"]
+    assert (
+        "role sagacity_app may UPDATE (as sagacity_app) on public.sagacity_tlog_leaf"
+        in finding["what"]
+    )
+    assert (await doctor(env)).code == 0
+
+
+async def test_a_shadow_of_the_journal_fails(
+    env: dict[str, str | None], owner: psycopg.AsyncConnection[Any]
+) -> None:
+    # a copy in the app's own schema, ahead of the journal's on its search path
+    ran = await doctor_while(
+        owner,
+        "CREATE TABLE sagacity_app.side_effect_journal (LIKE public.side_effect_journal)",
+        "DROP TABLE sagacity_app.side_effect_journal",
+        env,
+    )
+    assert ran.code == 1 and ran.ids() == {"shadowed_journal"}, ran
+    (finding,) = ran.report()["findings"]
+    assert "DROP TABLE sagacity_app.side_effect_journal" in finding["what"]
     assert (await doctor(env)).code == 0
 
 
@@ -175,6 +194,31 @@ async def test_each_weakening_setting_fails_naming_it(
     ran = await doctor({**env, **change}, "--json")
     assert ran.code == 1 and ran.ids() == {finding}, ran
     assert all(f["fix"] for f in ran.report()["findings"])
+
+
+async def test_a_trust_root_the_workers_could_swap_fails(
+    env: dict[str, str | None], settings: Settings, tmp_path: Path
+) -> None:
+    assert settings.checkpoint_dir is not None and settings.trust_file is not None
+    planted = settings.checkpoint_dir / "trust.json"
+    planted.write_bytes(settings.trust_file.read_bytes())
+    try:
+        ran = await doctor({**env, "SAGACITY_TRUST_FILE": str(planted)}, "--json")
+    finally:
+        planted.unlink()
+    assert ran.code == 1 and ran.ids() == {"trust_root_writable"}, ran
+    (finding,) = ran.report()["findings"]
+    assert f"lies in {settings.checkpoint_dir}, a folder the workers write" in finding["what"]
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    loose = shared / "trust.json"
+    loose.write_bytes(settings.trust_file.read_bytes())
+    ran = await doctor({**env, "SAGACITY_TRUST_FILE": str(loose)}, "--json")
+    assert ran.code == 1 and ran.ids() == {"trust_root_writable"}, ran
+    assert "writable by others than its owner" in ran.report()["findings"][0]["what"]
+    assert (await doctor({**env, "SAGACITY_TRUST_FILE": str(settings.trust_file)})).code == 0
 
 
 async def test_a_pool_that_cannot_notice_a_vanished_server_fails(

@@ -68,7 +68,8 @@ from sagacity.agents import (
     agent_plugins,
     with_plugins,
 )
-from sagacity.devstack import DevStack, Endpoints, ensure_dev_approvers
+from sagacity.devkeys import ensure_dev_approvers
+from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import Policy, Signer, Statement, load_keyring
 from sagacity.mcp.session import (
