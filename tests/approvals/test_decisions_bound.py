@@ -48,11 +48,13 @@ Rows = list[dict[str, Any]]
 
 @pytest.fixture
 def anchors(settings: Settings, keys: Keys) -> dict[str, str]:
-    """What ``sagacity verify`` and ``export`` need: the checkpoints and the keyring."""
+    """What ``sagacity verify`` and ``export`` need: the checkpoints, the keyring, the trust
+    root."""
     return {
         "SAGACITY_SIGNING_KEY": str(settings.signing_key),
         "SAGACITY_CHECKPOINT_DIR": str(settings.checkpoint_dir),
         "SAGACITY_KEYRING": str(keys.keyring),
+        "SAGACITY_TRUST_FILE": str(settings.trust_file),
     }
 
 
