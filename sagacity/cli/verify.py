@@ -50,6 +50,7 @@ PROGRESS_EVERY = 2.0
 WARNING_KINDS = {
     "dangling_intent": "calls whose outcome is unknown",
     "unsealed": "ended sagas with no seal",
+    "unverified_decision": "aborts or halts nothing proves",
 }
 
 
@@ -312,7 +313,8 @@ def _bundle_summary(
         typer.echo(f"  - {text}")
     if out.warnings:
         plural = "s" if out.warnings > 1 else ""
-        typer.echo(f"{out.warnings} warning{plural} (calls whose outcome is unknown)")
+        kinds = "; ".join(WARNING_KINDS[k] for k in sorted(out.warning_kinds))
+        typer.echo(f"{out.warnings} warning{plural} ({kinds})")
 
 
 def _text(path: Path | None) -> str | None:

@@ -48,6 +48,7 @@ from sagacity.evidence.report import (
     Source,
     checkpoint_probe,
     decision_checks,
+    decision_notes,
     saga_report,
     settle,
 )
@@ -562,9 +563,11 @@ class BundleVerifier:
         logged = None if self.head is None else self.head.check(saga_id, stored, last)
         if logged is not None:
             checks.append(logged)
+        notes = []
         if decisions is not None:
             checks += decision_checks(decisions)
-        return saga_report(verdict, checks)
+            notes = decision_notes(decisions)
+        return saga_report(verdict, checks, notes)
 
 
 def _null_check(entry: Entry) -> AnchorCheck | None:
