@@ -29,6 +29,8 @@ import argparse
 import asyncio
 import contextlib
 import math
+import socket
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import httpx
+from psycopg.conninfo import conninfo_to_dict
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
@@ -57,10 +61,13 @@ from bench.overhead_workload import PLAIN_ACTIVITIES, TOOLS, saga_spec
 from bench.plain_workflow import NAME as PLAIN_WORKFLOW
 from bench.plain_workflow import STEPS, PlainThreeSteps
 from sagacity.devkeys import ensure_dev_approvers
+from sagacity.devwitness import log_key
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import load_keyring
-from sagacity.evidence.keys import generate_key
+from sagacity.evidence.keys import generate_key, load_private_key
 from sagacity.evidence.tlog import run_sequencer
+from sagacity.evidence.trust import TrustedWitness
+from sagacity.evidence.witness import DEFAULT_NAME, witness_key
 from sagacity.journal import Phase
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.codec import AesGcmCodec, new_codec_key, parse_keys
@@ -418,10 +425,17 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
             max_concurrent_activities=settings.max_concurrent_activities,
         ),
     ]
-    # the sequencer a worker runs beside its tool calls, on a pool of its own
-    sequencer = asyncio.create_task(
-        run_sequencer(stack.database_url, checkpoints and checkpoints.path, key, every=10.0)
+    # the sequencer a worker runs beside its tool calls, on a pool of its own, asking a witness
+    # (a `sagacity witness` process of its own, as the dev stack's trust file names one)
+    witnesses = [] if anchors is None else [await stack_witness(anchors, stack.database_url, key)]
+    sequence = run_sequencer(
+        stack.database_url,
+        checkpoints and checkpoints.path,
+        key,
+        every=10.0,
+        witnesses=[trusted for trusted, _ in witnesses],
     )
+    sequencer = asyncio.create_task(sequence)
     try:
         async with workers[0], workers[1], CpuMeter.open(stack.database_url) as meter:
             rig = Rig(clients, queues, meter)
@@ -445,6 +459,9 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
         sequencer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sequencer
+        for _, process in witnesses:
+            process.terminate()
+            await process.wait()
         await journal.close()
         await pool.close()
 
@@ -454,8 +471,8 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
         "Sagacity's anchors: none (--bare)"
         if anchors is None
         else "Sagacity's anchors: a signed checkpoint per journal activity, the end sealed, the "
-        "transparency log's sequencer every 10 s; payloads encrypted (AES-GCM codec); decisions "
-        "checked against a keyring"
+        "transparency log's sequencer every 10 s, each tree head cosigned by a witness process; "
+        "payloads encrypted (AES-GCM codec); decisions checked against a keyring"
     )
     print(
         "Sagacity's generic workflow: "
@@ -511,6 +528,34 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
          "activity ran ms"],
         [shape_rows(kind, shapes[kind]) for kind in (PLAIN, SAGACITY)],
     ))  # fmt: skip
+
+
+async def stack_witness(
+    anchors: Path, database_url: str, key: Path | None
+) -> tuple[TrustedWitness, asyncio.subprocess.Process]:
+    """A `sagacity witness` process witnessing the bench database's log, started and ready."""
+    assert key is not None
+    folder = anchors / "witness"
+    public = witness_key(folder).public_key()
+    database = str(conninfo_to_dict(database_url)["dbname"])
+    log = log_key(database, load_private_key(key).public_key())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("sagacity")), "witness", "--folder", str(folder),
+        "--listen", f"127.0.0.1:{port}", "--log", log.vkey(),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as http:
+        for _ in range(200):
+            with contextlib.suppress(httpx.TransportError):
+                await http.get(f"{url}/checkpoint", params={"origin": log.name})
+                return TrustedWitness(DEFAULT_NAME, public, url), process
+            await asyncio.sleep(0.05)
+    process.terminate()
+    raise RuntimeError("the bench's witness did not start")
 
 
 async def main() -> int:

@@ -28,7 +28,13 @@ from sagacity.evidence.keys import (
     load_private_key,
     public_pem,
 )
-from sagacity.evidence.trust import TrustedKey, TrustRoots, load_trust, write_trust
+from sagacity.evidence.trust import (
+    TrustedKey,
+    TrustedWitness,
+    TrustRoots,
+    load_trust,
+    write_trust,
+)
 from sagacity.settings import (
     DevAnchors,
     DevApprovers,
@@ -76,29 +82,38 @@ def ensure_dev_anchors(data_dir: Path) -> tuple[DevAnchors, str, bool]:
     return anchors, key_id(key.public_key()), created
 
 
-def ensure_dev_trust(data_dir: Path, signer: Ed25519PublicKey) -> tuple[Path, str | None]:
+def ensure_dev_trust(
+    data_dir: Path, signer: Ed25519PublicKey, witness: TrustedWitness | None = None
+) -> tuple[Path, str | None]:
     """The dev stack's trust file, pinning ``signer`` when this call creates it, kept after.
 
     It lives in ``<data_dir>/trust/`` (mode 0700, the file read-only), apart from the anchors
-    folder the workers write, and no worker is told of it. Returns its path and, when it exists
-    but does not pin ``signer``, why (the key was replaced since: verification will fail until
-    the change is rotated or the file is removed on purpose).
+    folder the workers write. ``witness`` (the dev witness) is pinned with a quorum of one; a
+    trust file made before it had one gains it, and its address follows the witness's port (the
+    keys pinned never change). Returns its path and, when it does not pin ``signer``, why (the
+    key was replaced since: verification fails until the change is rotated or the file removed).
     """
     path = dev_trust_file(data_dir)
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with (path.parent / ".lock").open("ab") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not path.exists():
-                write_trust(path, TrustRoots((TrustedKey(DEV_SIGNER_NAME, signer),)))
-                return path, None
-            roots = load_trust(path)
+            roots = load_trust(path) if path.exists() else None
+            signers = roots.signers if roots else (TrustedKey(DEV_SIGNER_NAME, signer),)
+            witnesses = roots.witnesses if roots else ()
+            if witness is not None:
+                others = tuple(w for w in witnesses if key_id(w.key) != key_id(witness.key))
+                witnesses = (*others, witness)
+            quorum = max(roots.witness_quorum if roots else 0, 1 if witness else 0)
+            wanted = TrustRoots(signers, witnesses, quorum)
+            if roots is None or wanted != roots:
+                write_trust(path, wanted)
     except (OSError, EvidenceUnavailable) as exc:
         raise DevStackError(f"cannot set up the dev trust file {path}: {exc}") from None
-    if key_id(signer) in roots.signer_keys():
+    if key_id(signer) in wanted.signer_keys():
         return path, None
     return path, (
-        f"the trust file {path} pins {', '.join(roots.signer_keys())}, not the signing key "
+        f"the trust file {path} pins {', '.join(wanted.signer_keys())}, not the signing key "
         f"{key_id(signer)}: its checkpoints will not verify. If you replaced the key yourself, "
         "sign a rotation with the old key (`sagacity anchors rotate`) or remove the trust file"
     )

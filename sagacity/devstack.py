@@ -49,6 +49,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Literal
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from psycopg.conninfo import conninfo_to_dict
+
 from sagacity.devkeys import (
     ensure_dev_anchors,
     ensure_dev_approvers,
@@ -56,11 +59,14 @@ from sagacity.devkeys import (
     ensure_dev_fingerprint_key,
     ensure_dev_trust,
 )
+from sagacity.devwitness import DevWitness, log_key
 from sagacity.errors import DevStackError, EvidenceUnavailable, StoreUnavailable
 from sagacity.evidence.keys import (
     key_id,
     load_private_key,
 )
+from sagacity.evidence.note import NoteKey
+from sagacity.evidence.trust import TrustedWitness
 from sagacity.evidence.trust import fingerprint as full_fingerprint
 from sagacity.settings import (
     dev_anchors,
@@ -122,6 +128,8 @@ class DevSetup:
     fingerprint: str = ""
     #: why the trust file does not pin the signing key, when it does not
     trust_problem: str | None = None
+    #: the dev witness every tree head is cosigned by, pinned in the trust file
+    witness: TrustedWitness | None = None
     #: the keyring decisions must be signed against, and the keys that sign them
     keyring: Path | None = None
     approver_key: Path | None = None
@@ -562,12 +570,16 @@ class DevStack:
         temporal: bool = True,
         temporal_port: int | None = None,
         start_timeout: float = 60.0,
+        witness: bool = True,
     ) -> None:
         self.settings = settings
         self.data_dir = settings.data_dir.expanduser().resolve()
         self.start_timeout = start_timeout
         self._endpoints: Endpoints | None = None
         self.startup_seconds: dict[str, float] = {}
+        #: whether :meth:`prepare` runs the dev witness (when it writes the dev trust file)
+        self._wants_witness = witness
+        self.witness: DevWitness | None = None
 
         self._postgres: _EmbeddedPostgres | None = None
         if postgres and not settings.database_url:
@@ -646,8 +658,11 @@ class DevStack:
         return self._endpoints
 
     async def stop(self) -> None:
-        """Stop what this stack started (Temporal first, then Postgres). Safe to call twice."""
+        """Stop what this stack started (the witness, Temporal, then Postgres). Safe to call
+        twice."""
         self._endpoints = None
+        if self.witness is not None:
+            self.witness.stop()
         if self._temporal is not None:
             self._temporal.terminate()
             self._temporal.release()
@@ -695,7 +710,9 @@ class DevStack:
         signer = load_private_key(signing_key).public_key()
         trust_file, trust_problem = settings.trust_file, None
         if trust_file is None:
-            trust_file, trust_problem = ensure_dev_trust(self.data_dir, signer)
+            checkpoint_dir = settings.checkpoint_dir or dev_anchors(self.data_dir).checkpoint_dir
+            witness = self._start_witness(app, signer, checkpoint_dir)
+            trust_file, trust_problem = ensure_dev_trust(self.data_dir, signer, witness)
         keyring, approver_key, service_key = (
             settings.keyring,
             settings.approver_key,
@@ -724,6 +741,7 @@ class DevStack:
             trust_file=trust_file,
             fingerprint=full_fingerprint(signer),
             trust_problem=trust_problem,
+            witness=None if self.witness is None else self.witness.trusted,
             fingerprint_key=settings.redact_key or ensure_dev_fingerprint_key(self.data_dir),
             keyring=keyring,
             approver_key=approver_key,
@@ -732,6 +750,24 @@ class DevStack:
             codec_keys_file=codec_keys_file,
             console_token=console_token,
         )
+
+    def _start_witness(
+        self, app_url: str, signer: Ed25519PublicKey, checkpoint_dir: Path
+    ) -> TrustedWitness | None:
+        """The dev witness (started once), witnessing the log of the stack's database and the
+        log already published in ``checkpoint_dir``; None when this stack runs none."""
+        if not self._wants_witness:
+            return None
+        if self.witness is None:
+            self.witness = DevWitness(self.data_dir / "witness")
+            self.witness.start()
+        database = str(conninfo_to_dict(app_url).get("dbname") or "")
+        self.witness.witness_log(log_key(database, signer))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            origin = (checkpoint_dir / "tlog" / "checkpoint").read_text().split("\n")[0]
+            if origin:
+                self.witness.witness_log(NoteKey(origin, signer))
+        return self.witness.trusted
 
     async def __aenter__(self) -> Endpoints:
         return await self.start()

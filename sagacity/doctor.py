@@ -25,7 +25,7 @@ from sagacity.settings import Settings
 from sagacity.store.db import keepalives_off, open_pool
 from sagacity.store.halts import HaltStore
 from sagacity.store.retention import RETENTION_ROLE, RetentionStore
-from sagacity.store.roles import JournalRights, append_only_rights
+from sagacity.store.roles import JournalRights, append_only_rights, placement
 
 __all__ = ["Check", "Diagnosis", "Finding", "Severity", "check_settings", "diagnose"]
 
@@ -54,6 +54,7 @@ class Check(StrEnum):
     RETENTION_OVERDUE = "retention_overdue"
     HALT_GATE_MISMATCH = "halt_gate_mismatch"
     TRUST_ROOT_WRITABLE = "trust_root_writable"
+    SHADOWED_JOURNAL = "shadowed_journal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +245,16 @@ async def diagnose(settings: Settings, database_url: str) -> Diagnosis:
     writable = _writable(rights)
     if writable is not None:
         found.append(writable)
+    place = await placement(database_url)
+    if place.shadows or (place.creators and writable is None):
+        found.append(
+            Finding(
+                Check.SHADOWED_JOURNAL,
+                Severity.ERROR,
+                "; ".join(place.describe()) + ": workers refuse to start",
+                "drop the shadows and revoke CREATE on the journal's schema as said",
+            )
+        )
     if no_keepalives:
         found.append(
             Finding(

@@ -342,6 +342,18 @@ class LogInconsistent(SagacityError):
     code = "log_inconsistent"
 
 
+class WitnessRefused(SagacityError):
+    """A witness will not cosign a tree head (C2SP tlog-witness): ``status`` is the HTTP status
+    it answers with, ``size`` the tree size it holds when that is the reason (409)."""
+
+    code = "witness_refused"
+
+    def __init__(self, status: int, message: str, size: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.size = size
+
+
 class ConversationTampered(SagacityError):
     """A stored agent conversation does not hash to the version the workflow holds."""
 

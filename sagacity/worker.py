@@ -78,6 +78,7 @@ from sagacity.devstack import running_dev_database
 from sagacity.errors import SettingsError
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.tlog import run_sequencer
+from sagacity.evidence.trust import load_trust
 from sagacity.observability import (
     ObservabilityInterceptor,
     ProbeServer,
@@ -91,6 +92,7 @@ from sagacity.settings import Settings, dev_stack_hint
 from sagacity.store import ApprovalStore, JournalStore, Pool, journal_rights, open_pool
 from sagacity.store.migrate import migrate as apply_migrations
 from sagacity.store.migrate import unapplied
+from sagacity.store.roles import placement
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import CompensableTool, app_tools
 
@@ -303,9 +305,16 @@ def worker_codec(settings: Settings) -> PayloadCodec | None:
 async def check_journal_rights(settings: Settings, database_url: str) -> None:
     """Say loudly when the worker's role can rewrite the journal; refuse it in production.
 
-    :class:`SettingsError` when ``settings.production`` and not ``allow_writable_journal``.
+    :class:`SettingsError` when ``settings.production`` and not ``allow_writable_journal``; and
+    always when a shadow of Sagacity's tables is there, or an append-only role may create
+    objects in the journal's schema (:func:`sagacity.store.roles.placement`).
     """
     rights = await journal_rights(database_url)
+    place = await placement(database_url)
+    # a login that may rewrite the journal may create in its schema too: the rule below says
+    # whether such a login may run at all
+    if place.shadows or (place.creators and rights.append_only):
+        raise SettingsError("refusing to start: " + "; ".join(place.describe()))
     if rights.append_only:
         log.info("journal append-only for role %s (INSERT and SELECT only)", rights.role)
         return
@@ -440,8 +449,16 @@ def _sequencer(settings: Settings, database_url: str) -> asyncio.Task[None] | No
     every = settings.log_interval.total_seconds()
     if every <= 0:
         return None
+    # the witnesses asked to cosign each head are the trust file's (those with a url)
+    witnesses = load_trust(settings.trust_file).witnesses if settings.trust_file else ()
     return asyncio.create_task(
-        run_sequencer(database_url, settings.checkpoint_dir, settings.signing_key, every=every)
+        run_sequencer(
+            database_url,
+            settings.checkpoint_dir,
+            settings.signing_key,
+            every=every,
+            witnesses=witnesses,
+        )
     )
 
 

@@ -13,7 +13,8 @@ Fixtures:
   client, worker and ``sagacity`` process of the session encrypts its payloads.
 * ``settings`` (session): :class:`~sagacity.settings.Settings` from the environment, with this
   session's anchors (a fresh signing key and checkpoint folder) as the checkpoint settings, the
-  key pinned apart from them (``trust_file``, and ``checkpoint_public_key`` its public half), and
+  key pinned apart from them (``trust_file``, and ``checkpoint_public_key`` its public half) with
+  a witness of the session's own that every database of the session's log is witnessed by, and
   a fresh redaction fingerprint key, as the dev stack makes them; its decision keys as
   ``sagacity dev`` makes them (a keyring trusting an approver key for ``alice`` and a service key
   that signs for anyone it authenticated).
@@ -42,11 +43,13 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from temporalio.client import Client
 
 from sagacity.cli._exit import exit_at_shutdown
 from sagacity.devkeys import ensure_dev_approvers
 from sagacity.devstack import DevStack, Endpoints
+from sagacity.devwitness import DevWitness, log_key
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.keys import (
     generate_fingerprint_key,
@@ -63,6 +66,9 @@ from sagacity.temporal.codec import data_converter, new_codec_key
 from tests import browser as browser_fixtures
 
 CODEC_ENV = ("SAGACITY_CODEC_KEYS", "SAGACITY_CODEC_KEYS_FILE")
+
+#: the session's witness and the key its logs are signed with (set by ``settings``)
+_session_witness: list[tuple[DevWitness, Ed25519PublicKey]] = []
 
 # browser tests, shared by name (the hook notes failures for ``page``'s screenshot)
 browser = browser_fixtures.browser
@@ -100,7 +106,13 @@ def settings(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
     public = trust / "signing-key.pem.pub"
     public.write_bytes(public_pem(signer))
     trust_file = trust / "trust.json"
-    write_trust(trust_file, TrustRoots((TrustedKey("sagacity-test", signer),)))
+    # and a witness of its own, as the dev stack runs one: every tree head a worker of the
+    # session publishes for a database of the session is cosigned (quorum 1)
+    witness = DevWitness(tmp_path_factory.mktemp("witness"), port=0)
+    witness.start()
+    _session_witness.append((witness, signer))
+    roots = TrustRoots((TrustedKey("sagacity-test", signer),), (witness.trusted,), 1)
+    write_trust(trust_file, roots)
     fingerprint_key = anchors / "fingerprint-key"
     generate_fingerprint_key(fingerprint_key)
     approvers, _ = ensure_dev_approvers(anchors, user="alice")
@@ -149,6 +161,8 @@ def endpoints(dev_stack: DevStack) -> Endpoints:
 async def scratch_database(endpoints: Endpoints, prefix: str) -> AsyncIterator[tuple[str, str]]:
     """A fresh database set up as a new user's is: (the owner's URL, the app role's URL)."""
     name = f"{prefix}_{uuid4().hex[:12]}"
+    for witness, signer in _session_witness:
+        witness.witness_log(log_key(name, signer))
     owner = await ensure_database(endpoints.database_url, name)
     try:
         yield owner, await provision(owner)

@@ -48,9 +48,9 @@ from sagacity.errors import (
     SagaUnavailable,
 )
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.bundle import export_bundle
 from sagacity.evidence.certify import certify
 from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.export import export_bundle
 from sagacity.evidence.report import SagaReport
 from sagacity.inputs import check_name
 from sagacity.journal import APPROVAL_GATE, Entry, Phase, read_calls

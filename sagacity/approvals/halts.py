@@ -19,18 +19,20 @@ from temporalio.service import RPCError
 
 from sagacity.errors import InvalidInput
 from sagacity.evidence.decisions import (
+    HALT_SUBJECT,
     DecisionKind,
     Keyring,
     Signature,
     Signer,
     Statement,
+    halt_statement,
     signer_refusal,
 )
 from sagacity.journal import input_hash, read_calls, to_json
 from sagacity.journal.calls import Liveness
 from sagacity.store.halts import Halt, HaltKind, HaltNotFound, HaltPolicy, HaltScope, HaltStore
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import HaltNotice, Resume
+from sagacity.temporal.models import MAX_HALT_SCOPE_CHARS, HaltNotice, Resume
 
 __all__ = [
     "HALT_SUBJECT",
@@ -40,9 +42,6 @@ __all__ = [
     "LiveEffect",
     "halt_problems",
 ]
-
-#: the ``saga_id`` a halt's signed statements name: they speak of many sagas, or of none yet
-HALT_SUBJECT = "sagacity:halt"
 
 
 class LiveEffect(BaseModel):
@@ -141,8 +140,17 @@ class HaltService:
             signature=_stored(signature),
         )
         sagas = await self.reached(scope)
+        # the scope and signature prove the halt to the sagas, which look in the store first
+        # (a scope too long for a signal is left to the store)
+        proof = len(to_json(scope.as_json())) <= MAX_HALT_SCOPE_CHARS
         notice = HaltNotice(
-            halt_id=halt.id, kind=kind, policy=policy, reason=reason, operator=operator
+            halt_id=halt.id,
+            kind=kind,
+            policy=policy,
+            reason=reason,
+            operator=operator,
+            scope=scope.as_json() if proof else None,
+            signature=signature if proof else None,
         )
         # a tool-wide halt holds sagas at that tool only: it aborts none of the others
         tell = scope.tool is None
@@ -311,14 +319,14 @@ def _statement(
 ) -> Statement:
     """What an operator signs: the halt (its kind, scope and policy, by hash) and why. A halt
     is signed before it has an id (``seq`` 0); lifting it names it."""
-    record = to_json({"kind": kind, "policy": policy, "scope": scope.as_json()})
-    return Statement(
-        saga_id=HALT_SUBJECT,
-        seq=seq,
-        input_hash=input_hash(record),
-        decision=decision,
-        principal=operator,
+    return halt_statement(
+        kind=kind,
+        policy=policy,
+        scope=scope.as_json(),
+        operator=operator,
         reason=reason,
+        decision=decision,
+        seq=seq,
     )
 
 

@@ -9,11 +9,9 @@ principal each request authenticated as.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import signal
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -288,19 +286,7 @@ def serve_command(
     with SAGACITY_SERVICE_KEY)."""
     import uvicorn
 
-    class Server(uvicorn.Server):
-        # uvicorn re-raises the stopping signal once it has shut down, which would kill the
-        # process before the pool closes; stop the same way, then return normally instead
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.handle_exit, sig, None)
-            try:
-                yield
-            finally:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
+    from sagacity.cli._serving import Server
 
     settings = service_settings_or_exit()
     tokens = settings.approval_tokens or {}

@@ -23,6 +23,7 @@ import typer
 from sagacity.cli._exit import hard_exit
 from sagacity.devstack import DevSetup, DevStack, Endpoints, tcp_port_free
 from sagacity.errors import DevStackError, SagacityError, SettingsError
+from sagacity.evidence.trust import fingerprint as full_fingerprint
 from sagacity.settings import dev_env_file, load_settings
 
 __all__ = ["dev"]
@@ -72,6 +73,13 @@ def _say_anchors(setup: DevSetup) -> None:
             f"trust: verifiers pin that key in {setup.trust_file}, apart from the folders the "
             "workers write ; an auditor checks with "
             f"`--fingerprint {setup.fingerprint}` or a copy of the file",
+            err=True,
+        )
+    if setup.witness is not None:
+        typer.echo(
+            f"witness: every tree head is cosigned by {setup.witness.name} at {setup.witness.url} "
+            f"(its own key, fingerprint {full_fingerprint(setup.witness.key)}, and state in "
+            "<data dir>/witness), pinned in the trust file with a quorum of 1",
             err=True,
         )
     if setup.trust_problem is not None:

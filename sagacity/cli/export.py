@@ -17,8 +17,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sagacity.cli._common import duration_or_exit, fail, settings_or_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
-from sagacity.evidence.bundle import NO_CHECKPOINTS, NO_SIGNATURE, export_bundle, manifest_digest
+from sagacity.evidence.bundle import NO_CHECKPOINTS, NO_SIGNATURE, manifest_digest
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.export import export_bundle
+from sagacity.evidence.heads import LogSnapshot
 from sagacity.evidence.keys import (
     generate_fingerprint_key,
     generate_key,
@@ -28,9 +30,11 @@ from sagacity.evidence.keys import (
     verifying_key,
 )
 from sagacity.evidence.retention import run_retention
+from sagacity.evidence.tlog import HeadLog
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
 from sagacity.store.retention import RetentionStore
+from sagacity.store.tlog import TlogStore
 
 __all__ = ["export", "keygen"]
 
@@ -45,12 +49,20 @@ async def _export(
     signing_key: Ed25519PrivateKey | None,
     keyring: Path | None,
 ) -> dict[str, Any]:
-    async with await JournalStore.open(url, max_size=2) as journal:
+    pool = await open_pool(url, max_size=2)
+    try:
+        journal = JournalStore(pool)
         chosen = sagas or await journal.saga_ids(since=since, until=until)
         note = {
             name: None if at is None else at.isoformat()
             for name, at in (("since", since), ("until", until))
         }
+        # the log's newest head dates the bundle and proves its sagas are the log's
+        log = (
+            None
+            if checkpoints is None
+            else LogSnapshot.latest(HeadLog(checkpoints.path, checkpoints.key), TlogStore(pool))
+        )
         return await export_bundle(
             journal,
             out,
@@ -59,7 +71,10 @@ async def _export(
             signing_key=signing_key,
             note=note,
             keyring=keyring,
+            log=log,
         )
+    finally:
+        await pool.close()
 
 
 def _unanchored(manifest: dict[str, Any]) -> list[str]:
@@ -145,9 +160,11 @@ def export(
 ) -> None:
     """Export sagas, with their signed checkpoints, as a bundle `sagacity verify --bundle` checks offline.
 
-    The manifest is signed when SAGACITY_SIGNING_KEY is set. A bundle without checkpoints or
-    without that signature is unanchored: a warning says what it cannot show, and verifiers
-    refuse it unless given --allow-unanchored.
+    The manifest is signed when SAGACITY_SIGNING_KEY is set. With checkpoints, the transparency
+    log's newest tree head (with its witnesses' cosignatures) goes in too, with each saga's
+    inclusion proof in it. A bundle without checkpoints or without that signature is
+    unanchored: a warning says what it cannot show, and verifiers refuse it unless given
+    --allow-unanchored.
     """
     settings = settings_or_exit()
     if purge and (sagas or since or until):
@@ -188,6 +205,7 @@ def export(
                 "rows": rows,
                 "key_id": manifest["key_id"],
                 "anchors": manifest["anchors"],
+                "tree_head": manifest.get("tlog"),
                 "unanchored": _unanchored(manifest),
             }
     except SagacityError as exc:
@@ -204,6 +222,12 @@ def export(
             f"exported {result['sagas']} sagas ({result['rows']} rows) to {out}\n"
             f"manifest sha256 {result['manifest_sha256']}"
         )
+        head = result.get("tree_head")
+        if head:
+            typer.echo(
+                f"with tree head {head['size']} of {head['origin']} "
+                f"(published {head['published_at']}) and each saga's inclusion proof in it"
+            )
 
 
 def _print_retention(result: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from sagacity.cli import (
     tlog,
     trust,
     verify,
+    witness,
     worker,
 )
 
@@ -77,4 +78,5 @@ saga.app.command("quarantine")(halt.quarantine)
 saga.app.command("release")(halt.release)
 app.command("verify")(verify.verify)
 app.command("certify")(certify.certify_command)
+app.command("witness")(witness.witness)
 app.command("worker")(worker.worker)

@@ -7,7 +7,8 @@ decision keyring.
 Exit status: 0 every saga verified, 1 something is broken (the report says what, where, and which
 anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database), 3 a
 bundle is UNTRUSTED: consistent, but no trusted key was given to check it with. A bundle without
-anchors fails (1) unless ``--allow-unanchored``.
+anchors fails (1) unless ``--allow-unanchored``; so does (1, STALE) one that is not current: older
+than ``--not-older-than``, or whose tree head a newer ``--checkpoint`` has grown past.
 
 Warnings do not change it: a call whose INTENT has no outcome row after it (SUSPECT, or still
 running), or a saga whose workflow ended with no seal in its checkpoints (``--temporal``), is
@@ -22,6 +23,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing, asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -29,7 +31,7 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from temporalio.client import Client
 
-from sagacity.cli._common import PIN_A_KEY, trust_roots, trusted_checkpoints
+from sagacity.cli._common import PIN_A_KEY, duration_or_exit, trust_roots, trusted_checkpoints
 from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
@@ -38,6 +40,7 @@ from sagacity.evidence.attest import Attestor
 from sagacity.evidence.bundle import PUBLIC_KEY, BundleVerdict, BundleVerifier, judge
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring, load_keyring
+from sagacity.evidence.heads import stamp
 from sagacity.evidence.logcheck import LogAnchor
 from sagacity.evidence.report import AnchorCheck, SagaReport
 from sagacity.evidence.tlog import HeadLog
@@ -55,6 +58,7 @@ PROGRESS_EVERY = 2.0
 WARNING_KINDS = {
     "dangling_intent": "calls whose outcome is unknown",
     "unsealed": "ended sagas with no seal",
+    "unverified_decision": "aborts or halts nothing proves",
 }
 
 
@@ -187,21 +191,32 @@ def _bundle(
     *,
     allow_unanchored: bool,
     keyring: Keyring | None = None,
+    trust: TrustRoots | None = None,
+    not_older_than: timedelta | None = None,
+    newer: str | None = None,
 ) -> int:
     """Verify a bundle, streaming its sagas, and end with the verdict word and what it means."""
-    verifier = BundleVerifier(path, public_key=key, keyring=keyring)
+    verifier = BundleVerifier(
+        path,
+        public_key=key,
+        keyring=keyring,
+        trust=trust,
+        not_older_than=not_older_than,
+        newer=newer,
+    )
     problems = list(verifier.files())
     if not out.as_json:
         claimed = verifier.manifest.get("anchors")
         anchors = ", ".join(claimed) if claimed else "none"
         typer.echo(f"bundle {path}: anchors {anchors if claimed is not None else 'not listed'}")
-        if key is not None:
+        if verifier.trusted:
             typer.echo(f"  trusted key {verifier.key_id}")
         elif verifier.key_id:
             typer.echo(
                 f"  no trusted key: checked with the bundle's own key {verifier.key_id}, "
                 "which proves nothing about who made it"
             )
+        _head_lines(verifier)
     for text in problems:
         out.problem(text)
     if verifier.manifest:
@@ -209,15 +224,35 @@ def _bundle(
             out.report(report)
         for text in verifier.problems[len(problems) :]:
             out.problem(text)
+        # every line of journal.jsonl, past a fault and unreadable ones too
+        out.rows = verifier.rows
     unanchored = verifier.unanchored if verifier.manifest else []
     verdict = judge(
         failed=bool(out.failed or out.problems),
         unanchored=unanchored,
         trusted=verifier.trusted,
         allow_unanchored=allow_unanchored,
+        stale=bool(verifier.stale),
     )
     _bundle_summary(out, verifier, verdict, unanchored)
     return verdict.exit_code
+
+
+def _head_lines(verifier: BundleVerifier) -> None:
+    """The bundle's tree head, who cosigned it, and the time it is fresh as of."""
+    opened = None if verifier.head is None else verifier.head.opened
+    if opened is not None:
+        signers = ", ".join(
+            f"{name} at {stamp(at)}" for name, at in sorted(opened.witnessed.items())
+        )
+        typer.echo(
+            f"  tree head {opened.head.size} of {opened.head.origin}, cosigned by "
+            f"{signers or 'no witness you trust'}"
+        )
+    if verifier.freshness is not None:
+        typer.echo(f"  {verifier.freshness.line()}")
+    for note in verifier.notes:
+        typer.echo(f"  note: {note}")
 
 
 def _bundle_summary(
@@ -225,6 +260,7 @@ def _bundle_summary(
 ) -> None:
     out.end_progress()
     counts = f"{out.sagas:,} sagas, {out.rows:,} rows"
+    fresh = verifier.freshness
     if out.as_json:
         summary = {
             "verdict": verdict.value,
@@ -238,6 +274,10 @@ def _bundle_summary(
             "problems": out.problems,
             "unanchored": unanchored,
             "warnings": out.warnings,
+            "fresh_as_of": None if fresh is None else stamp(fresh.at),
+            "fresh_source": None if fresh is None else fresh.source,
+            "stale": verifier.stale,
+            "notes": verifier.notes,
         }
         typer.echo(json.dumps({"summary": summary}, ensure_ascii=False))
         return
@@ -251,6 +291,13 @@ def _bundle_summary(
             f"{counts}: UNTRUSTED: consistent with {own}, but anyone can make such a bundle; "
             "verify with the key you trust (--trust, --fingerprint or --public-key)"
         )
+    elif verdict is BundleVerdict.STALE:
+        typer.echo(
+            f"{counts}: STALE: every file, chain and signature checks out with the trusted key "
+            f"{verifier.key_id}, but the bundle is not current:"
+        )
+        for text in verifier.stale:
+            typer.echo(f"  - {text}")
     elif verdict is BundleVerdict.UNANCHORED:
         typer.echo(
             f"{counts}: UNANCHORED, refused (--allow-unanchored accepts a bundle that cannot "
@@ -262,15 +309,29 @@ def _bundle_summary(
             f"key {verifier.key_id}, but with --allow-unanchored:"
         )
     else:
+        opened = None if verifier.head is None else verifier.head.opened
+        logged = (
+            "" if opened is None else f", and every inclusion proof in tree head {opened.head.size}"
+        )
         typer.echo(
             f"{counts}: VERIFIED: every file, chain and signed checkpoint, and the manifest's "
-            f"signature, check out with the trusted key {verifier.key_id}"
+            f"signature, check out with the trusted key {verifier.key_id}{logged}"
         )
-    for text in unanchored if verdict is not BundleVerdict.UNTRUSTED else []:
+    for text in unanchored if verdict not in (BundleVerdict.UNTRUSTED, BundleVerdict.STALE) else []:
         typer.echo(f"  - {text}")
     if out.warnings:
         plural = "s" if out.warnings > 1 else ""
-        typer.echo(f"{out.warnings} warning{plural} (calls whose outcome is unknown)")
+        kinds = "; ".join(WARNING_KINDS[k] for k in sorted(out.warning_kinds))
+        typer.echo(f"{out.warnings} warning{plural} ({kinds})")
+
+
+def _text(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _usage(f"--checkpoint {path}: {exc}") from None
 
 
 @asynccontextmanager
@@ -397,6 +458,24 @@ def verify(
         bool,
         typer.Option("--temporal", help="Also ask each saga's Temporal workflow for its head."),
     ] = False,
+    not_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--not-older-than",
+            help="With --bundle: refuse (STALE, exit 1) a bundle not fresh as of this long ago, "
+            "ISO 8601 (P1D, PT2H) or seconds; only a time a trusted key signed counts.",
+            show_default=False,
+        ),
+    ] = None,
+    newer_checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="With --bundle: a newer signed tree head of the log (a note, or the log's "
+            "checkpoints.jsonl); a bundle whose head it has grown past is STALE.",
+            show_default=False,
+        ),
+    ] = None,
     keyring_file: Annotated[
         Path | None,
         typer.Option(
@@ -420,6 +499,9 @@ def verify(
                 "--bundle verifies the whole bundle; it takes no saga ids, --all or --temporal"
             )
         roots = _roots(settings, trust_file, public_key, fingerprint, bundle)
+        limit = (
+            None if not_older_than is None else duration_or_exit("--not-older-than", not_older_than)
+        )
         raise typer.Exit(
             _bundle(
                 bundle,
@@ -427,10 +509,13 @@ def verify(
                 out,
                 allow_unanchored=allow_unanchored,
                 keyring=keyring,
+                trust=roots,
+                not_older_than=limit,
+                newer=_text(newer_checkpoint),
             )
         )
-    if allow_unanchored:
-        raise _usage("--allow-unanchored goes with --bundle")
+    if allow_unanchored or not_older_than is not None or newer_checkpoint is not None:
+        raise _usage("--allow-unanchored, --not-older-than and --checkpoint go with --bundle")
     saga_ids = _saga_ids(sagas, all_)
     url = journal_url_or_exit(database_url)
     checkpoints = None

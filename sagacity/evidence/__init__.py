@@ -13,13 +13,14 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sagacity.evidence.bundle import BundleReport, BundleVerifier, export_bundle, verify_bundle
+    from sagacity.evidence.bundle import BundleReport, BundleVerifier, verify_bundle
     from sagacity.evidence.checkpoints import (
         Checkpoint,
         CheckpointDir,
         CheckpointLog,
         CheckpointWriter,
     )
+    from sagacity.evidence.export import export_bundle
     from sagacity.evidence.keys import (
         generate_fingerprint_key,
         generate_key,
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
     from sagacity.evidence.report import Agreement, AnchorCheck, SagaReport, Source
 
 _HOME = {
-    "bundle": ("BundleReport", "BundleVerifier", "export_bundle", "verify_bundle"),
+    "bundle": ("BundleReport", "BundleVerifier", "verify_bundle"),
+    "export": ("export_bundle",),
     "checkpoints": ("Checkpoint", "CheckpointDir", "CheckpointLog", "CheckpointWriter"),
     "keys": (
         "generate_fingerprint_key",

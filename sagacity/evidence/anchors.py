@@ -33,6 +33,7 @@ from sagacity.evidence.report import (
     checkpoint_probe,
     compare,
     decision_checks,
+    decision_notes,
     saga_report,
     settle_async,
 )
@@ -145,6 +146,7 @@ async def _report(
             async for entry in rows:
                 decisions.feed(entry)
         checks += decision_checks(decisions)
+        notes += decision_notes(decisions)
     return saga_report(verdict, checks, notes)
 
 

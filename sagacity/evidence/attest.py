@@ -121,9 +121,7 @@ class Attestor:
         # long saga's file is parsed
         log = await asyncio.to_thread(self.log, saga_id)
         signed = (
-            cp
-            for cp in log.signed(lowest=seq)
-            if self._before is None or cp.at < self._before
+            cp for cp in log.signed(lowest=seq) if self._before is None or cp.at < self._before
         )
         top = next(signed, None)
         if top is None:

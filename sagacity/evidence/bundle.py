@@ -6,13 +6,15 @@ Layout (``docs/evidence.md`` gives every field)::
     manifest.sig        the manifest's Ed25519 signature, when the exporter held the signing key
     journal.jsonl       every exported row, one JSON object a line, by saga then seq
     checkpoints/*.jsonl the exported sagas' signed checkpoint logs, as written
+    tlog/checkpoint     the transparency log's newest tree head, with its witnesses' cosignatures
+    tlog/proofs.jsonl   per saga, the inclusion proof of its last exported row in that head
     public_key.pem      the key the signatures were made with
     keyring.json        the keys decisions are signed with, when the exporter had a keyring
 
-A bundle proves something only against a key the auditor trusts, and only as far as its anchors
-reach: the verdict (:class:`BundleVerdict`) says which. Verification reads nothing but the
-folder and uses only the journal core, the standard library and ``cryptography``; the database
-store is imported for type checking only.
+A bundle proves something only against a key the auditor trusts, only as far as its anchors
+reach, and only as of the time its tree head is fresh as of: the verdict (:class:`BundleVerdict`)
+says which. Verification reads nothing but the folder and uses only the journal core, the
+standard library and ``cryptography``; the database stores are imported for type checking only.
 """
 
 from __future__ import annotations
@@ -21,11 +23,9 @@ import base64
 import binascii
 import hashlib
 import json
-import shutil
-from collections.abc import Iterable, Iterator
-from contextlib import aclosing
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from itertools import groupby
 from operator import attrgetter
@@ -33,12 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable
+from sagacity.evidence.bundle_head import HEAD, LOG_PROOFS, CarriedHead
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointLog, log_name
 from sagacity.evidence.decisions import DecisionCheck, Keyring, load_keyring
-from sagacity.evidence.keys import key_id, load_public_key, public_pem
+from sagacity.evidence.heads import Freshness
+from sagacity.evidence.keys import key_id, load_public_key
 from sagacity.evidence.report import (
     Agreement,
     AnchorCheck,
@@ -46,13 +48,14 @@ from sagacity.evidence.report import (
     Source,
     checkpoint_probe,
     decision_checks,
+    decision_notes,
     saga_report,
     settle,
 )
 from sagacity.journal import ChainVerifier, Entry, format_timestamp, to_json
 
 if TYPE_CHECKING:
-    from sagacity.store.journal import JournalStore
+    from sagacity.evidence.trust import TrustRoots
 
 __all__ = [
     "FORMAT",
@@ -64,17 +67,18 @@ __all__ = [
     "BundleVerifier",
     "entry_from_line",
     "entry_line",
-    "export_bundle",
+    "file_sha256",
     "judge",
     "manifest_digest",
     "verify_bundle",
 ]
 
 FORMAT = "sagacity-evidence-bundle"
-#: Written by :func:`export_bundle`. Version 2 added ``anchors``, each saga's ``checkpointed``
-#: and ``manifest.sig``; version 1 bundles are still read (as unsigned).
-VERSION = 2
-_READABLE = (1, 2)
+#: Written by :func:`sagacity.evidence.export.export_bundle`. Version 2 added ``anchors``, each saga's ``checkpointed``
+#: and ``manifest.sig``; version 3 the ``tlog`` anchor (the log's tree head and inclusion
+#: proofs). Versions 1 (read as unsigned) and 2 are still read.
+VERSION = 3
+_READABLE = (1, 2, 3)
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 JOURNAL = "journal.jsonl"
@@ -106,6 +110,7 @@ class BundleVerdict(StrEnum):
     VERIFIED_UNANCHORED = "VERIFIED, UNANCHORED"  # as far as it goes, with --allow-unanchored
     UNANCHORED = "UNANCHORED"  # anchors missing and not allowed: refused
     UNTRUSTED = "UNTRUSTED"  # consistent with its own key, but no trusted key was given
+    STALE = "STALE"  # verified, but older than the auditor accepts as current: refused
     FAILED = "FAILED"  # something was changed, or cannot be read
 
     @property
@@ -119,19 +124,28 @@ _EXIT = {
     BundleVerdict.UNANCHORED: 1,
     BundleVerdict.FAILED: 1,
     BundleVerdict.UNTRUSTED: 3,
+    BundleVerdict.STALE: 1,
 }
 
 
 def judge(
-    *, failed: bool, unanchored: list[str], trusted: bool, allow_unanchored: bool
+    *,
+    failed: bool,
+    unanchored: list[str],
+    trusted: bool,
+    allow_unanchored: bool,
+    stale: bool = False,
 ) -> BundleVerdict:
-    """FAILED, then UNANCHORED (unless allowed), then UNTRUSTED, then VERIFIED (maybe unanchored)."""
+    """FAILED, then UNANCHORED (unless allowed), then UNTRUSTED, then STALE, then VERIFIED
+    (maybe unanchored)."""
     if failed:
         return BundleVerdict.FAILED
     if unanchored and not allow_unanchored:
         return BundleVerdict.UNANCHORED
     if not trusted:
         return BundleVerdict.UNTRUSTED
+    if stale:
+        return BundleVerdict.STALE
     return BundleVerdict.VERIFIED_UNANCHORED if unanchored else BundleVerdict.VERIFIED
 
 
@@ -180,7 +194,8 @@ def entry_from_line(line: str) -> Entry:
     )
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 (hex) of the file at ``path``, read a MiB at a time."""
     digest = hashlib.sha256()
     with path.open("rb") as data:
         for chunk in iter(lambda: data.read(1 << 20), b""):
@@ -190,100 +205,7 @@ def _sha256(path: Path) -> str:
 
 def manifest_digest(bundle: Path) -> str:
     """SHA-256 of the bundle's manifest: the one value that names the whole bundle."""
-    return _sha256(bundle / MANIFEST)
-
-
-def _signature_file(key: Ed25519PrivateKey, manifest: bytes) -> str:
-    signature = key.sign(SIGNATURE_DOMAIN + manifest)
-    body = {"key_id": key_id(key.public_key()), "signature": base64.b64encode(signature).decode()}
-    return to_json(body) + "\n"
-
-
-async def export_bundle(
-    journal: JournalStore,
-    out: Path,
-    saga_ids: Iterable[str],
-    *,
-    checkpoints: CheckpointDir | None = None,
-    signing_key: Ed25519PrivateKey | None = None,
-    note: dict[str, Any] | None = None,
-    keyring: Path | None = None,
-) -> dict[str, Any]:
-    """Write the rows of ``saga_ids`` (and their checkpoints) as a bundle in ``out``; return the manifest.
-
-    The manifest lists the anchors the bundle carries (``checkpoints``, ``signature``; none:
-    unanchored) and, per saga, whether it has a checkpoint log. ``signing_key`` signs the
-    manifest; it must be the key the checkpoints are signed with. ``keyring`` (the decision
-    keyring's file) is copied in, so decisions' signatures can be checked offline; the manifest
-    covers it like every file. Rows are exported as stored, broken chains included: evidence of tampering is evidence too. ``out`` must not exist yet,
-    or be an empty directory.
-    """
-    key = checkpoints.key if checkpoints is not None else None
-    if signing_key is not None:
-        if key is not None and key_id(key) != key_id(signing_key.public_key()):
-            raise EvidenceUnavailable(
-                f"the signing key {key_id(signing_key.public_key())} is not the key the "
-                f"checkpoints are checked with ({key_id(key)}): one bundle, one key"
-            )
-        key = signing_key.public_key()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise EvidenceUnavailable(f"{out} exists and is not an empty directory")
-    out.mkdir(parents=True, exist_ok=True)
-    sagas = []
-    with (out / JOURNAL).open("w", encoding="utf-8", newline="\n") as lines:
-        for saga_id in sorted(set(saga_ids)):
-            rows, last = 0, None
-            async with aclosing(journal.stream(saga_id)) as entries:
-                async for entry in entries:
-                    lines.write(entry_line(entry) + "\n")
-                    rows, last = rows + 1, entry
-            sagas.append(
-                {
-                    "saga_id": saga_id,
-                    "rows": rows,
-                    "head_seq": 0 if last is None else last.seq,
-                    "head_hash": None if last is None else last.hash,
-                    "checkpointed": False,
-                }
-            )
-    anchors = []
-    if checkpoints is not None:
-        anchors.append("checkpoints")
-        (out / CHECKPOINTS).mkdir()
-        for saga in sagas:
-            source = checkpoints.log_path(str(saga["saga_id"]))
-            if source.is_file():
-                shutil.copyfile(source, out / CHECKPOINTS / source.name)
-                saga["checkpointed"] = True
-    if signing_key is not None:
-        anchors.append("signature")
-    if key is not None:
-        (out / PUBLIC_KEY).write_bytes(public_pem(key))
-    if keyring is not None:
-        shutil.copyfile(keyring, out / KEYRING)
-    files = {
-        path.relative_to(out).as_posix(): {"sha256": _sha256(path), "bytes": path.stat().st_size}
-        for path in sorted(out.rglob("*"))
-        if path.is_file()
-    }
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "created_at": format_timestamp(datetime.now(UTC)),
-        "hash_rules": "sagacity-journal-v1",
-        "key_id": None if key is None else key_id(key),
-        "anchors": anchors,
-        "note": note or {},
-        "sagas": sagas,
-        "files": files,
-    }
-    text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    (out / MANIFEST).write_text(text, encoding="utf-8")
-    if signing_key is not None:
-        (out / SIGNATURE).write_text(
-            _signature_file(signing_key, text.encode("utf-8")), encoding="utf-8"
-        )
-    return manifest
+    return file_sha256(bundle / MANIFEST)
 
 
 @dataclass
@@ -299,6 +221,14 @@ class BundleReport:
     sagas: list[SagaReport] = field(default_factory=list)
     #: what the bundle's anchors leave undetectable, one sentence each; empty when anchored
     unanchored: list[str] = field(default_factory=list)
+    #: every line of ``journal.jsonl`` read, faulty or not
+    rows: int = 0
+    #: the time the bundle is fresh as of, and what says so
+    freshness: Freshness | None = None
+    #: why the bundle is not current (``not_older_than``, a newer head): empty when it is
+    stale: list[str] = field(default_factory=list)
+    #: what the freshness checks established, or could not
+    notes: list[str] = field(default_factory=list)
 
     def verdict(self, *, allow_unanchored: bool = False) -> BundleVerdict:
         """The bundle's verdict; see :func:`judge`."""
@@ -308,6 +238,7 @@ class BundleReport:
             unanchored=self.unanchored,
             trusted=self.trusted,
             allow_unanchored=allow_unanchored,
+            stale=bool(self.stale),
         )
 
     @property
@@ -320,9 +251,12 @@ class BundleVerifier:
     """Checks a bundle in two passes: :meth:`files` (manifest, digests, keys, signature), then
     :meth:`sagas` (rows against chains, checkpoints and the manifest).
 
-    ``public_key`` is the key the verifier trusts; every signature must be made with it. Without
-    it the bundle's own ``public_key.pem`` is used, which proves only that the bundle is
-    consistent with itself (:attr:`BundleVerdict.UNTRUSTED`).
+    ``public_key`` is the key the verifier trusts; every signature must be made with it. Else a
+    ``trust`` file's signer whose fingerprint the manifest names. Without either the bundle's
+    own ``public_key.pem`` is used, which proves only that the bundle is consistent with itself
+    (:attr:`BundleVerdict.UNTRUSTED`). ``trust``'s witnesses and quorum are required of the
+    bundle's tree head. ``not_older_than`` and ``newer`` (a newer signed tree head note, or the
+    log's ``checkpoints.jsonl``) decide whether the bundle still counts as current at ``now``.
     """
 
     def __init__(
@@ -331,6 +265,10 @@ class BundleVerifier:
         *,
         public_key: Ed25519PublicKey | None = None,
         keyring: Keyring | None = None,
+        trust: TrustRoots | None = None,
+        not_older_than: timedelta | None = None,
+        newer: str | None = None,
+        now: datetime | None = None,
     ) -> None:
         self.path = path
         #: the keyring decisions are checked with: the verifier's, else the bundle's own
@@ -343,6 +281,17 @@ class BundleVerifier:
         self.trusted = public_key is not None
         #: sagas with rows but no signed checkpoint in the bundle
         self.unanchored_sagas: list[str] = []
+        self.trust = trust
+        self.not_older_than = not_older_than
+        self.newer = newer
+        self.now = now or datetime.now(UTC)
+        #: the log's tree head the bundle carries (set once the key is known)
+        self.head: CarriedHead | None = None
+        self.freshness: Freshness | None = None
+        self.stale: list[str] = []
+        self.notes: list[str] = []
+        #: lines of ``journal.jsonl`` read, faulty or not
+        self.rows = 0
         self._signed = False
 
     def files(self) -> list[str]:
@@ -372,6 +321,14 @@ class BundleVerifier:
         self._check_key(manifest.get("key_id"))
         self._check_signature(raw)
         self._check_claims(manifest)
+        if self.key is not None:
+            self.head = CarriedHead(self.path, self.key, self.trust)
+            self.head.read(manifest.get("tlog"))
+            fresh = self.head.freshness(manifest, signed=self._signed, trusted=self.trusted)
+            self.freshness, self.stale, self.notes = self.head.current(
+                fresh, not_older_than=self.not_older_than, newer=self.newer, now=self.now
+            )
+            self.problems += self.head.problems
         if self.keyring is None and (self.path / KEYRING).is_file():
             try:
                 self.keyring = load_keyring(self.path / KEYRING)
@@ -393,7 +350,7 @@ class BundleVerifier:
                 continue
             path = self.path / name
             want = expected if isinstance(expected, dict) else {}
-            actual = _sha256(path)
+            actual = file_sha256(path)
             if actual != want.get("sha256"):
                 self.problems.append(
                     f"{name}: SHA-256 is {actual[:16]}… but the manifest says "
@@ -431,6 +388,20 @@ class BundleVerifier:
                     f"{MANIFEST}: the bundle names key {listed_id}, not the key you trust "
                     f"({self.key_id})"
                 )
+            return
+        if self.trust is not None:
+            pinned = [s.key for s in self.trust.signers if s.key_id == listed_id]
+            self.trusted = True
+            if listed_id is None:
+                return  # nothing in the bundle is signed: it is refused as unanchored
+            if not pinned:
+                pins = ", ".join(s.key_id for s in self.trust.signers)
+                self.problems.append(
+                    f"{MANIFEST}: the bundle names key {listed_id}, which the trust file does not "
+                    f"pin ({pins})"
+                )
+                return
+            self.key, self.key_id = pinned[0], str(listed_id)
             return
         self.key = bundled
         self.key_id = None if bundled is None else key_id(bundled)
@@ -484,11 +455,19 @@ class BundleVerifier:
                 f"{SIGNATURE}: the manifest says it was signed, but there is no signature: "
                 "removed after export"
             )
+        if "tlog" in claimed and not (self.path / HEAD).is_file():
+            self.problems.append(
+                f"{HEAD}: the manifest says the bundle has the log's tree head, but there is "
+                "none: removed after export"
+            )
 
     @property
     def unanchored(self) -> list[str]:
         """What this bundle's anchors leave undetectable (complete once :meth:`sagas` ran)."""
         found = [] if self._signed else [NO_SIGNATURE]
+        short = None if self.head is None else self.head.short()
+        if short is not None:
+            found.append(short)
         if self.unanchored_sagas:
             names = ", ".join(repr(s) for s in self.unanchored_sagas[:5])
             more = len(self.unanchored_sagas) - 5
@@ -519,6 +498,8 @@ class BundleVerifier:
                     self.problems.append(
                         f"{CHECKPOINTS}/{log_name(saga_id)}: saga {saga_id!r} is not in the manifest"
                     )
+        for saga_id in sorted(set(self.head.proofs if self.head else ()) - set(listed)):
+            self.problems.append(f"{LOG_PROOFS}: saga {saga_id!r} is not in the manifest")
 
     def _entries(self) -> Iterator[Entry]:
         """The rows in file order; undecodable lines become problems and are skipped."""
@@ -531,6 +512,7 @@ class BundleVerifier:
         after = "the first row"
         with lines:
             for number, raw in enumerate(lines, start=1):
+                self.rows += 1
                 try:
                     entry = entry_from_line(raw.decode("utf-8"))
                 except (UnicodeDecodeError, ValueError) as exc:
@@ -553,17 +535,23 @@ class BundleVerifier:
         stored: dict[int, str] = {}
         verifier = ChainVerifier(saga_id)
         decisions = None if self.keyring is None else DecisionCheck(saga_id, self.keyring)
-        count, last = 0, None
+        proof = None if self.head is None else self.head.proofs.get(saga_id)
+        count, last, null = 0, None, None
         for entry in rows:
             # every row is read, past a chain fault too: anchors and the manifest need the tail
             verifier.feed(entry)
             if decisions is not None:
                 decisions.feed(entry)
             count, last = count + 1, entry
-            if entry.seq in wanted:
+            if entry.seq in wanted or (proof is not None and entry.seq == proof.seq):
                 stored.setdefault(entry.seq, entry.hash)
-        verdict = verifier.verdict()
+            if null is None:
+                null = _null_check(entry)
+        # the report counts every row of the saga, not only those up to the chain's first fault
+        verdict = replace(verifier.verdict(), rows=count)
         checks = [_manifest_check(listed, count, last)]
+        if null is not None:
+            checks.append(null)
         if not wanted and not log.problems:
             if count:
                 # not a fault of this saga: the bundle's verdict weighs what anchors lack
@@ -572,9 +560,24 @@ class BundleVerifier:
                 checks.append(AnchorCheck(Source.CHECKPOINT, Agreement.MISSING, detail))
         else:
             checks += settle(checkpoint_probe(log, verdict), stored.get)
+        logged = None if self.head is None else self.head.check(saga_id, stored, last)
+        if logged is not None:
+            checks.append(logged)
+        notes = []
         if decisions is not None:
             checks += decision_checks(decisions)
-        return saga_report(verdict, checks)
+            notes = decision_notes(decisions)
+        return saga_report(verdict, checks, notes)
+
+
+def _null_check(entry: Entry) -> AnchorCheck | None:
+    """A fault when a text field holds U+0000: how a SQL NULL is exported (no stored text can
+    hold it, and the table refuses NULL), so the table was altered."""
+    for name in ("tool_name", "phase", "input", "payload"):
+        if "\x00" in str(getattr(entry, name)):
+            detail = f"{name} is NULL in the journal (exported as \\u0000): the table was altered"
+            return AnchorCheck(Source.CHAIN, Agreement.INVALID, detail, entry.seq, fatal=True)
+    return None
 
 
 def _shape_problem(manifest: dict[str, Any]) -> str | None:
@@ -607,13 +610,29 @@ def _manifest_check(listed: dict[str, Any] | None, rows: int, last: Entry | None
     return AnchorCheck(Source.MANIFEST, Agreement.DISAGREES, detail, head_seq, fatal=True)
 
 
-def verify_bundle(path: Path, *, public_key: Ed25519PublicKey | None = None) -> BundleReport:
+def verify_bundle(
+    path: Path,
+    *,
+    public_key: Ed25519PublicKey | None = None,
+    trust: TrustRoots | None = None,
+    not_older_than: timedelta | None = None,
+    newer: str | None = None,
+    now: datetime | None = None,
+) -> BundleReport:
     """Verify a whole bundle and collect the findings (the CLI streams instead).
 
-    ``public_key`` is the key the verifier trusts; without it the verdict is at best
-    :attr:`BundleVerdict.UNTRUSTED`.
+    ``public_key`` (or a ``trust`` file's signer) is the key the verifier trusts; without one
+    the verdict is at best :attr:`BundleVerdict.UNTRUSTED`. See :class:`BundleVerifier` for the
+    rest.
     """
-    verifier = BundleVerifier(path, public_key=public_key)
+    verifier = BundleVerifier(
+        path,
+        public_key=public_key,
+        trust=trust,
+        not_older_than=not_older_than,
+        newer=newer,
+        now=now,
+    )
     verifier.files()
     sagas = list(verifier.sagas()) if verifier.manifest else []
     return BundleReport(
@@ -623,4 +642,8 @@ def verify_bundle(path: Path, *, public_key: Ed25519PublicKey | None = None) -> 
         verifier.problems,
         sagas,
         verifier.unanchored if verifier.manifest else [],
+        verifier.rows,
+        verifier.freshness,
+        verifier.stale,
+        verifier.notes,
     )

@@ -1,11 +1,13 @@
-"""Signed decisions: who approved, rejected or resolved a call, provable without the database.
+"""Signed decisions: who approved, rejected, aborted, halted or resolved, provable offline.
 
 A decision is a :class:`Statement` (saga, seq, input hash, decision, reason, result, principal)
 signed with Ed25519 over :func:`message`, by the principal's own key or by the approvals
 service's key on behalf of a principal it authenticated. A :class:`Keyring` lists the public keys
 a deployment trusts and the principals each may sign for; the worker checks every decision
-against it before the decision changes anything, and ``sagacity verify`` checks the decision rows
-of the journal against it offline. ``docs/decisions.md`` gives the exact bytes.
+against it before the decision changes anything, and journals it with its whole signature
+(:func:`signed_row`). ``sagacity verify`` checks the journal's decision rows offline with
+:class:`DecisionCheck`: each signature, and that each decision is bound to its request and to
+the call that ran. ``docs/decisions.md`` gives the exact bytes and rules.
 
 A :class:`Policy` says who may decide which tool and who may resolve SUSPECT calls; the worker
 enforces it for every route (signal, update, CLI, HTTP).
@@ -29,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id, load_private_key
-from sagacity.journal.canonical import to_json
+from sagacity.evidence.redaction import hidden_paths
+from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import format_timestamp
 from sagacity.journal.entry import Entry
 from sagacity.journal.phases import APPROVAL_GATE
@@ -37,6 +40,7 @@ from sagacity.journal.phases import APPROVAL_GATE
 __all__ = [
     "ANY_PRINCIPAL",
     "DOMAIN",
+    "HALT_SUBJECT",
     "DecisionCheck",
     "DecisionKind",
     "Keyring",
@@ -46,9 +50,11 @@ __all__ = [
     "Signer",
     "Statement",
     "allowed",
+    "halt_statement",
     "keyring_entry",
     "load_keyring",
     "message",
+    "payload_object",
     "row_statement",
     "signed_row",
     "signer_refusal",
@@ -57,6 +63,8 @@ __all__ = [
 
 #: The domain tag that starts every signed decision message (a checkpoint's differs)
 DOMAIN = b"sagacity-decision-v1\n"
+#: The ``saga_id`` a halt's signed statements name: they speak of many sagas, or of none yet
+HALT_SUBJECT = "sagacity:halt"
 #: In a keyring entry's ``principals``: a service key that may sign for anyone it authenticated
 ANY_PRINCIPAL = "*"
 
@@ -260,10 +268,13 @@ def signer_refusal(signer: Signer | None, keyring: Keyring | None, principal: st
     return None
 
 
-def signed_row(statement: Statement, signature: Signature, signer: str) -> str:
-    """The payload of a signed APPROVED or REJECTED row: the statement and its signature."""
+def signed_row(statement: Statement, signature: Signature, signer: str, **extra: Any) -> str:
+    """The payload of a journal row that records a signed decision: the statement's fields the
+    row's place does not give, the signature, the signer's name in the keyring, and ``extra``
+    (an abort's ``"abort": true``, a halt's record, a resolution's result)."""
     return to_json(
         {
+            **extra,
             "by": statement.principal,
             "decision": statement.decision,
             "input_hash": statement.input_hash,
@@ -274,20 +285,76 @@ def signed_row(statement: Statement, signature: Signature, signer: str) -> str:
     )
 
 
-def row_statement(
-    saga_id: str, seq: int, phase: str, payload: str
-) -> tuple[Statement, Signature, str] | None:
-    """The signed decision an approval-gate row at ``seq`` records (statement, signature, signer),
-    or None when its payload holds no signature. ``ValueError`` when it holds a damaged one."""
+def halt_statement(
+    *,
+    kind: str,
+    policy: str,
+    scope: Mapping[str, Any],
+    operator: str,
+    reason: str,
+    decision: DecisionKind = "halt",
+    seq: int = 0,
+) -> Statement:
+    """What an operator signs to halt (``seq`` 0: a halt is signed before it has an id) or to
+    lift halt ``seq`` (``resume``): the halt's kind, policy and scope, by the SHA-256 of their
+    canonical JSON, and why."""
+    record = to_json({"kind": kind, "policy": policy, "scope": dict(scope)})
+    return Statement(
+        saga_id=HALT_SUBJECT,
+        seq=seq,
+        input_hash=input_hash(record),
+        decision=decision,
+        principal=operator,
+        reason=reason,
+    )
+
+
+def payload_object(payload: str) -> dict[str, Any] | None:
+    """A row's payload as a JSON object, or None when it is not one (``approver=<name>``)."""
     try:
-        body: Any = json.loads(payload)
+        body = json.loads(payload)
     except ValueError:
-        return None  # `approver=<name>`: an unsigned decision
-    if not isinstance(body, dict) or "signature" not in body:
         return None
-    want: DecisionKind = "approve" if phase == "APPROVED" else "reject"
-    if body.get("decision") != want:
-        raise ValueError(f"a {phase} row records decision {body.get('decision')!r}")
+    return body if isinstance(body, dict) else None
+
+
+def _kinds(gate: bool, phase: str) -> tuple[str, ...]:
+    """The decisions a row of the approval gate (``gate``) or of a tool may record."""
+    if gate:
+        return {"APPROVED": ("approve",), "REJECTED": ("reject", "abort", "halt")}.get(phase, ())
+    return {"EXECUTED": ("happened",), "FAILED": ("not_happened",)}.get(phase, ())
+
+
+def _halt_of(body: dict[str, Any]) -> dict[str, Any]:
+    halt = body.get("halt")
+    if not (
+        isinstance(halt, dict)
+        and isinstance(halt.get("id"), int)
+        and isinstance(halt.get("kind"), str)
+        and isinstance(halt.get("policy"), str)
+        and isinstance(halt.get("scope"), dict)
+    ):
+        raise ValueError("a halt's row needs halt: {id, kind, policy, scope}")
+    return halt
+
+
+def row_statement(
+    saga_id: str, seq: int, phase: str, payload: str, *, tool_name: str = APPROVAL_GATE
+) -> tuple[Statement, Signature, str] | None:
+    """The signed decision the row at ``seq`` records (statement, signature, signer), or None
+    when its payload holds no signature. ``ValueError`` when it holds a damaged one.
+
+    The row's place gives what its payload does not repeat: ``approve``/``reject`` are about the
+    request at ``seq - 1``, a resolution about the INTENT at ``seq - 1``; an ``abort`` names the
+    saga only (seq 0); a ``halt`` is the operator's statement about the halt the row records.
+    """
+    body = payload_object(payload)
+    if body is None or "signature" not in body:
+        return None
+    decision = body.get("decision")
+    kinds = _kinds(tool_name == APPROVAL_GATE, phase)
+    if decision not in kinds:
+        raise ValueError(f"a {phase} row of {tool_name!r} records decision {decision!r}")
     fields = ("by", "input_hash", "reason", "signer")
     if not all(isinstance(body.get(f), str) for f in fields):
         raise ValueError(f"a signed decision row needs {', '.join(fields)} as text")
@@ -297,53 +364,301 @@ def row_statement(
         )
     except ValidationError as exc:
         raise ValueError(f"the signature is damaged: {exc.errors()[0]['msg']}") from None
-    statement = Statement(
-        saga_id=saga_id,
-        seq=seq - 1,  # the decision row follows its request
-        input_hash=body["input_hash"],
-        decision=want,
-        principal=body["by"],
-        reason=body["reason"],
-    )
+    by, reason, signed = body["by"], body["reason"], body["input_hash"]
+    if decision == "halt":
+        halt = _halt_of(body)
+        statement = halt_statement(
+            kind=halt["kind"],
+            policy=halt["policy"],
+            scope=halt["scope"],
+            operator=by,
+            reason=reason,
+        )
+        if statement.input_hash != signed:
+            raise ValueError("its input_hash is not the SHA-256 of the halt it records")
+    elif decision == "abort":
+        statement = Statement(saga_id, 0, signed, "abort", by, reason)
+    elif decision == "happened":
+        if "result" not in body:
+            raise ValueError("a signed resolution that says the call happened needs its result")
+        statement = Statement(
+            saga_id, seq - 1, signed, "happened", by, result=to_json(body["result"])
+        )
+    else:
+        # approve, reject, not_happened: about the row before (the request, the INTENT)
+        statement = Statement(saga_id, seq - 1, signed, decision, by, reason)
     return statement, signature, body["signer"]
 
 
 class DecisionCheck:
-    """Checks a saga's decision rows against a keyring, fed its rows in order.
+    """Checks what a saga's decision rows bind, fed its rows in order (``docs/decisions.md``).
 
-    Every APPROVED row of the approval gate must carry a signature that verifies with a key of
-    the keyring allowed to sign for the approver it names; a REJECTED row is checked when it
-    carries one (the saga itself rejects on a deadline or an abort, unsigned). ``problems`` are
-    (seq, why) pairs; ``checked`` counts the signatures that verified.
+    Each signature on an approval, rejection, abort, halt or resolution row must verify with a
+    key of the keyring allowed to sign for the principal the row names. Each decision is bound to
+    what it decided: an APPROVED or REJECTED row follows its AWAITING_APPROVAL request, repeats
+    its input, and (signed) names that input's SHA-256; the INTENT after an APPROVED runs that
+    same input of that same tool; a tool that waits for approval in the saga has no INTENT
+    without an APPROVED before it; a resolution names the hash of the INTENT it resolves.
+
+    ``problems`` (seq, why) fail the saga; ``unverified`` (seq, why) are decisions nothing proves
+    (an unsigned abort or halt, which the saga takes all the same: it only makes the saga
+    safer); ``checked`` counts the signatures that verified. Read them after :meth:`finish`.
     """
 
     def __init__(self, saga_id: str, keyring: Keyring) -> None:
         self.saga_id = saga_id
         self.keyring = keyring
         self.problems: list[tuple[int, str]] = []
+        self.unverified: list[tuple[int, str]] = []
         self.checked = 0
+        self._prev: Entry | None = None
+        #: the newest approval request, and the decision row of each request decided
+        self._request: Entry | None = None
+        self._decided: dict[int, int] = {}
+        #: an APPROVED row (its request, its seq) whose call's INTENT is the next row
+        self._approved: tuple[Entry, int] | None = None
+        #: tools that wait for approval in this saga; INTENTs with no approval before them, the
+        #: first of each tool (a tool is known to wait only once its first request is read)
+        self._gated: set[str] = set()
+        self._unapproved: dict[str, int] = {}
+        self._finished = False
 
     def feed(self, entry: Entry) -> None:
-        if entry.tool_name != APPROVAL_GATE or str(entry.phase) not in ("APPROVED", "REJECTED"):
-            return
+        approved, self._approved = self._approved, None
         phase = str(entry.phase)
+        if phase == "AWAITING_APPROVAL":
+            self._request = entry
+            self._gated.add(entry.tool_name)
+        elif entry.tool_name == APPROVAL_GATE and phase in ("APPROVED", "REJECTED"):
+            self._decision(entry, phase, approved)
+        elif phase == "INTENT":
+            self._intent(entry, approved)
+        elif (
+            phase in ("EXECUTED", "FAILED")
+            and self._prev is not None
+            and str(self._prev.phase) == "INTENT"
+            and self._prev.seq == entry.seq - 1
+        ):
+            self._resolution(entry, self._prev)
+        self._prev = entry
+
+    def finish(self) -> None:
+        """Name the INTENTs of tools found to wait for approval only after them."""
+        if self._finished:
+            return
+        self._finished = True
+        for tool, seq in sorted(self._unapproved.items(), key=lambda item: item[1]):
+            if tool in self._gated:
+                self.problems.append((seq, _ungated(seq, tool)))
+        self.problems.sort(key=lambda problem: problem[0])
+
+    # -- approval gate -------------------------------------------------------------------------
+
+    def _decision(self, entry: Entry, phase: str, approved: tuple[Entry, int] | None) -> None:
+        seq = entry.seq
+        body = payload_object(entry.payload)
+        abort = body is not None and body.get("abort") is True
+        request = self._request
+        if request is None:
+            self.problems.append(
+                (
+                    seq,
+                    f"{phase} row at seq {seq} decides no request: no "
+                    "AWAITING_APPROVAL row comes before it",
+                )
+            )
+            return
+        after_approval = approved is not None and approved[0] is request
+        if request.seq in self._decided and not (abort and after_approval):
+            self.problems.append(
+                (
+                    seq,
+                    f"{phase} row at seq {seq} is a second decision for the request at seq "
+                    f"{request.seq}, decided at seq {self._decided[request.seq]}",
+                )
+            )
+            return
+        if not abort and request.seq != seq - 1:
+            self.problems.append(
+                (
+                    seq,
+                    f"{phase} row at seq {seq} decides no request: the newest request is at "
+                    f"seq {request.seq}, and a decision follows its request at once",
+                )
+            )
+            return
+        self._decided.setdefault(request.seq, seq)
+        if entry.input != request.input:
+            self.problems.append(
+                (
+                    seq,
+                    f"decision seq {seq} disagrees: it repeats input sha256 "
+                    f"{input_hash(entry.input)} but the request at seq {request.seq} holds "
+                    f"{input_hash(request.input)}",
+                )
+            )
+        self._signature(entry, phase, request)
+        if phase == "APPROVED":
+            # the call it approved is checked whatever its signature said (reported already)
+            self._approved = (request, seq)
+
+    def _signature(self, entry: Entry, phase: str, request: Entry | None) -> None:
+        """Check the row's signature, if any, and the input hash it names."""
+        seq = entry.seq
         try:
-            found = row_statement(self.saga_id, entry.seq, phase, entry.payload)
+            found = row_statement(
+                self.saga_id, seq, phase, entry.payload, tool_name=entry.tool_name
+            )
         except ValueError as exc:
-            self.problems.append((entry.seq, f"{phase} row's signed decision is damaged: {exc}"))
+            self.problems.append((seq, f"{phase} row's signed decision is damaged: {exc}"))
             return
         if found is None:
-            if phase == "APPROVED":
-                self.problems.append(
-                    (entry.seq, "APPROVED row carries no signature: nothing proves who approved")
-                )
+            self._unsigned(entry, phase)
             return
         statement, signature, signer = found
+        kind = statement.decision
+        if request is not None and kind in ("approve", "reject"):
+            held = input_hash(request.input)
+            if statement.input_hash != held:
+                self.problems.append(
+                    (
+                        seq,
+                        f"decision seq {seq} disagrees: signed over input sha256 "
+                        f"{statement.input_hash} but the request at seq {request.seq} holds "
+                        f"{held}",
+                    )
+                )
+                return
+        if kind == "halt" and not _halt_covers(payload_object(entry.payload), self.saga_id):
+            self.problems.append(
+                (seq, f"halt row at seq {seq} records a halt whose scope leaves out this saga")
+            )
+            return
         why = self.keyring.refusal(statement, signature)
         named = self.keyring.find(signature.key_id)
         if why is None and named is not None and named.name != signer:
             why = f"the row names signer {signer!r}, but key {signature.key_id} is {named.name!r}"
         if why is not None:
-            self.problems.append((entry.seq, f"{phase} by {statement.principal!r}: {why}"))
+            what = phase if kind in ("approve", "reject") else f"{phase} {kind}"
+            self.problems.append((seq, f"{what} by {statement.principal!r}: {why}"))
             return
         self.checked += 1
+
+    def _unsigned(self, entry: Entry, phase: str) -> None:
+        """An unsigned decision row: an approval fails, an abort or halt is unverified, a
+        rejection the saga wrote itself (a deadline) is its own."""
+        seq = entry.seq
+        body = payload_object(entry.payload)
+        if phase == "APPROVED":
+            self.problems.append(
+                (seq, "APPROVED row carries no signature: nothing proves who approved")
+            )
+        if body is not None and body.get("abort") is True:
+            what = "halt" if "halt" in body else "abort"
+            self.unverified.append(
+                (
+                    seq,
+                    f"the {what} at seq {seq} is unsigned: nothing proves it came from "
+                    f"{body.get('by')!r}",
+                )
+            )
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def _intent(self, entry: Entry, approved: tuple[Entry, int] | None) -> None:
+        seq, tool = entry.seq, entry.tool_name
+        if approved is None:
+            if tool in self._gated:
+                self.problems.append((seq, _ungated(seq, tool)))
+            else:
+                self._unapproved.setdefault(tool, seq)
+            return
+        request, at = approved
+        if tool != request.tool_name:
+            self.problems.append(
+                (
+                    seq,
+                    f"INTENT seq {seq} runs {tool!r}, but the APPROVED row at seq {at} approved "
+                    f"{request.tool_name!r} (the request at seq {request.seq})",
+                )
+            )
+        elif entry.input != request.input:
+            self.problems.append(
+                (
+                    seq,
+                    f"INTENT seq {seq} disagrees: it runs input sha256 {input_hash(entry.input)} "
+                    f"but the APPROVED row at seq {at} approved the request at seq "
+                    f"{request.seq}, input sha256 {input_hash(request.input)}",
+                )
+            )
+
+    def _resolution(self, entry: Entry, intent: Entry) -> None:
+        """A call's outcome row: a resolution of its SUSPECT call when it records one."""
+        if not any(mark in entry.payload for mark in _RESOLUTION_MARKS):
+            return  # a tool's own outcome, told without parsing it (most rows are)
+        body = payload_object(entry.payload)
+        if body is None:
+            return
+        phase, seq = str(entry.phase), entry.seq
+        if "signature" not in body:
+            # the rows a human's resolution wrote (a tool's own result may hold any keys)
+            human = set(body) == {"resolved_by", "result"} or (
+                body.get("type") == "SuspectResolved" and body.get("effect") == "none"
+            )
+            if human:
+                self.problems.append(
+                    (
+                        seq,
+                        f"{phase} row at seq {seq} resolves the SUSPECT call at seq "
+                        f"{intent.seq} unsigned: nothing proves who resolved it",
+                    )
+                )
+            return
+        found_hash = body.get("input_hash")
+        if found_hash != intent.hash:
+            self.problems.append(
+                (
+                    seq,
+                    f"resolution seq {seq} disagrees: signed over INTENT hash {found_hash} but "
+                    f"the INTENT at seq {intent.seq} hashes {intent.hash}",
+                )
+            )
+            return
+        if phase == "EXECUTED" and body.get("by") != body.get("resolved_by"):
+            self.problems.append(
+                (
+                    seq,
+                    f"resolution seq {seq} names resolver {body.get('resolved_by')!r} but is "
+                    f"signed by {body.get('by')!r}",
+                )
+            )
+            return
+        if phase == "EXECUTED" and hidden_paths(to_json(body.get("result"))):
+            # the signature covers the result as the resolver gave it, not as redacted
+            self.unverified.append(
+                (
+                    seq,
+                    f"the resolution at seq {seq} is signed over a result the journal holds "
+                    "redacted: its signature cannot be checked from the journal",
+                )
+            )
+            return
+        self._signature(entry, phase, None)
+
+
+#: text every resolution's outcome row holds (a signature, a resolver, a resolved failure)
+_RESOLUTION_MARKS = ('"signature"', '"resolved_by"', "SuspectResolved")
+
+
+def _ungated(seq: int, tool: str) -> str:
+    return (
+        f"INTENT seq {seq} of {tool!r} has no APPROVED before it, though {tool!r} waits for "
+        "approval in this saga"
+    )
+
+
+def _halt_covers(body: dict[str, Any] | None, saga_id: str) -> bool:
+    halt = body.get("halt") if body is not None else None
+    scope = halt.get("scope") if isinstance(halt, dict) else None
+    sagas = scope.get("sagas") if isinstance(scope, dict) else None
+    return sagas is None or (isinstance(sagas, list) and saga_id in sagas)

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from sagacity.errors import LogInconsistent
 from sagacity.evidence.attest import Attestor, unlogged
+from sagacity.evidence.heads import inclusion_paths
 from sagacity.evidence.merkle import leaf_data, leaf_hash, verify_inclusion
 from sagacity.evidence.report import Agreement, AnchorCheck, Source
 from sagacity.evidence.tlog import (
@@ -27,7 +28,6 @@ from sagacity.evidence.tlog import (
     Published,
     deleted,
     in_leaf,
-    inclusion_proofs,
     rewritten,
 )
 from sagacity.journal import format_timestamp
@@ -172,7 +172,7 @@ class LogAnchor:
         assert self.latest is not None
         head = self.latest.head
         try:
-            paths = await inclusion_proofs(self.store, head.size, [r.index or 0 for r in rows])
+            paths = await inclusion_paths(self.store, head.size, [r.index or 0 for r in rows])
         except LogInconsistent as exc:
             found.add(LogFinding(True, str(exc), saga_id, rows[0].seq, "leaf_edited"))
             return 0

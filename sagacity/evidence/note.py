@@ -31,6 +31,7 @@ __all__ = [
     "OpenedNote",
     "TreeHead",
     "WitnessCosigner",
+    "note_head",
     "open_note",
     "sign_note",
 ]
@@ -121,10 +122,11 @@ def _cosigned_message(text: str, timestamp: int) -> bytes:
 
 
 class WitnessCosigner:
-    """A witness: Ed25519 ``cosignature/v1`` lines (type 0x04) stating when it saw the head.
+    """A witness's key: Ed25519 ``cosignature/v1`` lines (type 0x04) stating when it saw the head.
 
-    A real witness also checks consistency with the heads it saw before; this one signs what
-    it is given, for a deployment whose second key is kept apart from the log's.
+    It signs what it is given: the checks that make a cosignature mean something (the log's
+    signature, consistency with the last head seen) are the witness server's
+    (:class:`sagacity.evidence.witness.Witness`), which signs with this.
     """
 
     def __init__(
@@ -161,6 +163,28 @@ class NoteKey:
         raw = self.public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         encoded = base64.b64encode(bytes([self.type]) + raw).decode("ascii")
         return f"{self.name}+{self.id.hex()}+{encoded}"
+
+    @classmethod
+    def parse(cls, vkey: str) -> NoteKey:
+        """The key a verifier key string (:meth:`vkey`'s form) names; ``ValueError`` saying why
+        when it is not one: a bad name, an unknown type, or a key id that does not match."""
+        name, _, rest = vkey.partition("+")
+        ident, _, encoded = rest.partition("+")
+        if not _NAME.match(name):
+            raise ValueError(f"{vkey[:60]!r} is not <name>+<hex key id>+<base64 key>")
+        try:
+            raw = base64.b64decode(encoded, validate=True)
+            expected = bytes.fromhex(ident)
+        except (binascii.Error, ValueError):
+            raise ValueError(
+                f"verifier key {name!r}: the key id or key is not hex/base64"
+            ) from None
+        if len(raw) != 33 or raw[0] not in (ED25519, COSIGNATURE_V1):
+            raise ValueError(f"verifier key {name!r}: not an Ed25519 key (type 0x01 or 0x04)")
+        key = cls(name, Ed25519PublicKey.from_public_bytes(raw[1:]), raw[0])
+        if key.id != expected:
+            raise ValueError(f"verifier key {name!r}: key id {ident} does not match the key")
+        return key
 
     def verifies(self, text: str, signature: bytes) -> bool:
         """Whether ``signature`` (the line's bytes after the key id) is this key's over ``text``."""
@@ -222,9 +246,19 @@ def _signature_lines(note: str) -> tuple[str, list[tuple[str, bytes]]]:
     return text, parsed
 
 
-def open_note(note: str, log_key: NoteKey, witnesses: Iterable[NoteKey] = ()) -> OpenedNote:
+def note_head(note: str) -> TreeHead:
+    """The tree head ``note`` holds, its signatures not checked; ``ValueError`` when it is not a
+    well-formed signed checkpoint."""
+    text, _ = _signature_lines(note)
+    return TreeHead.parse(text)
+
+
+def open_note(
+    note: str, log_key: NoteKey, witnesses: Iterable[NoteKey] = (), *, quorum: int | None = None
+) -> OpenedNote:
     """Check ``note``: ``ValueError`` unless ``log_key`` signed it and each of ``witnesses``
-    cosigned it; lines of other keys are ignored, a bad line of a known key fails the note."""
+    cosigned it (at least ``quorum`` of them, when given); lines of other keys are ignored, a
+    bad line of a known key fails the note."""
     witnesses = tuple(witnesses)
     text, lines = _signature_lines(note)
     head = TreeHead.parse(text)
@@ -246,6 +280,12 @@ def open_note(note: str, log_key: NoteKey, witnesses: Iterable[NoteKey] = ()) ->
     if not signed:
         raise ValueError(f"no signature of the trusted key {log_key.vkey()}")
     missing = sorted(key.name for key in witnesses if key.name not in witnessed)
-    if missing:
+    if quorum is not None:
+        if len(witnessed) < quorum:
+            raise ValueError(
+                f"{len(witnessed)} of the {quorum} witness cosignatures required"
+                + (f" (none of {', '.join(missing)})" if missing else "")
+            )
+    elif missing:
         raise ValueError(f"no cosignature of witness {', '.join(missing)}")
     return OpenedNote(head, text, witnessed)

@@ -186,9 +186,16 @@ async def _check(saga_id: str, call: Call, probe: Probe) -> Check:
     return check(Verdict.DRIFT, why, exists)
 
 
+#: what a signed resolution's row holds beside ``resolved_by`` and ``result`` (``signed_row``)
+_SIGNED = frozenset(
+    ("by", "decision", "input_hash", "reason", "signer", "key_id", "signed_at", "signature")
+)
+
+
 def _result(payload: str) -> Any:
     """The call's result as its EXECUTED row holds it: the tool's own, or a resolution's."""
     result = json.loads(payload) if payload else None
-    if isinstance(result, dict) and set(result) == {"resolved_by", "result"}:
-        return result["result"]  # the row a resolution wrote: {"resolved_by": …, "result": …}
+    if isinstance(result, dict) and set(result) - _SIGNED == {"resolved_by", "result"}:
+        # the row a resolution wrote: {"resolved_by": …, "result": …}, and its signature
+        return result["result"]
     return result

@@ -27,6 +27,7 @@ __all__ = [
     "checkpoint_probe",
     "compare",
     "decision_checks",
+    "decision_notes",
     "saga_report",
     "settle",
     "settle_async",
@@ -44,9 +45,9 @@ class Source(StrEnum):
     CHAIN = "chain"  # the rows' own hash chain
     CHECKPOINT = "checkpoint"  # signed checkpoints outside the database
     TEMPORAL = "temporal"  # the saga workflow's own record of its head
-    LOG = "log"  # the transparency log's leaves, under its signed tree heads
     MANIFEST = "manifest"  # an export bundle's manifest
     DECISION = "decision"  # the signatures of the approvers' decisions
+    LOG = "log"  # the transparency log: its leaves under its signed tree heads
 
 
 class Agreement(StrEnum):
@@ -92,7 +93,8 @@ class AnchorCheck:
 
 @dataclass(frozen=True, slots=True)
 class ReportWarning:
-    """A finding that does not fail verification. ``kind``: ``dangling_intent``, ``unsealed``."""
+    """A finding that does not fail verification. ``kind``: ``dangling_intent``, ``unsealed``,
+    ``unverified_decision``."""
 
     kind: str
     seq: int
@@ -156,7 +158,9 @@ class SagaReport:
 
 
 def decision_checks(decisions: DecisionCheck) -> list[AnchorCheck]:
-    """A saga's decision signatures as report findings: each bad one fatal, else one that agrees."""
+    """A saga's decisions as report findings: each one that fails (a bad signature, a decision
+    not bound to its request or to the call that ran) fatal, else one that agrees."""
+    decisions.finish()
     found = [
         AnchorCheck(Source.DECISION, Agreement.DISAGREES, why, seq, fatal=True)
         for seq, why in decisions.problems
@@ -165,6 +169,12 @@ def decision_checks(decisions: DecisionCheck) -> list[AnchorCheck]:
         detail = f"{decisions.checked} signed decision(s) verify with the keyring"
         found.append(AnchorCheck(Source.DECISION, Agreement.AGREES, detail))
     return found
+
+
+def decision_notes(decisions: DecisionCheck) -> list[ReportWarning]:
+    """A saga's decisions nothing proves (an unsigned abort or halt), as warnings."""
+    decisions.finish()
+    return [ReportWarning("unverified_decision", seq, why) for seq, why in decisions.unverified]
 
 
 def saga_report(

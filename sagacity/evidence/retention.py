@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sagacity.errors import RetentionRefused
-from sagacity.evidence.bundle import export_bundle, manifest_digest, verify_bundle
+from sagacity.evidence.bundle import manifest_digest, verify_bundle
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.export import export_bundle
 from sagacity.evidence.report import Agreement, Source
 from sagacity.journal import format_timestamp
 from sagacity.store.journal import JournalStore

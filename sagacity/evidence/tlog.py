@@ -26,20 +26,20 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
 from sagacity.evidence.attest import UNATTESTED, Attestor, unlogged
 from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.heads import LogSnapshot, RowProof, inclusion_paths
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.merkle import (
     EMPTY_ROOT,
     Frontier,
     Node,
     consistency_ranges,
-    inclusion_ranges,
     leaf_data,
     leaf_hash,
     range_hash,
@@ -48,7 +48,14 @@ from sagacity.evidence.merkle import (
     verify_inclusion,
 )
 from sagacity.evidence.note import Cosigner, NoteKey, NoteSigner, TreeHead, open_note, sign_note
-from sagacity.evidence.proofs import RowProof, write_proof_bundle
+from sagacity.evidence.proofs import write_proof_bundle
+from sagacity.evidence.trust import TrustedWitness
+from sagacity.evidence.witness_client import (
+    WitnessEndpoint,
+    Witnesses,
+    Witnessing,
+    log_witnessing,
+)
 from sagacity.journal import format_timestamp, to_json
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
@@ -152,6 +159,16 @@ class HeadLog:
             raise EvidenceUnavailable(f"cannot read {self.path / HISTORY}: {exc}") from None
         return None
 
+    def current(self) -> str | None:
+        """The ``checkpoint`` file's note as it is now (witnesses may have added their
+        cosignatures since it was published); None when there is none. Not verified."""
+        try:
+            return (self.path / LATEST).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EvidenceUnavailable(f"cannot read {self.path / LATEST}: {exc}") from None
+
     def publish(self, note: str, consistency: Sequence[bytes], at: datetime) -> None:
         """Append ``note`` to the history (one ``O_APPEND`` write), then make it ``checkpoint``."""
         line = to_json(
@@ -197,7 +214,8 @@ def _lines_from_end(file: BinaryIO, chunk: int = 1 << 16) -> Iterator[bytes]:
 
 @dataclass(frozen=True, slots=True)
 class Integration:
-    """What one sequencer pass did: rows appended, and the head it published (None: none).
+    """What one sequencer pass did: rows appended, the head it published (None: none), and
+    what the witnesses said (None: none asked).
 
     Rows no trusted checkpoint covers are not appended: ``waiting`` of them are within the
     grace period (a call between its INTENT and its outcome), left for a later pass;
@@ -207,6 +225,7 @@ class Integration:
     appended: int
     size: int
     published: TreeHead | None
+    witnessing: Witnessing | None = None
     waiting: int = 0
     unattested: int = 0
     named: tuple[PendingRow, ...] = ()
@@ -214,6 +233,14 @@ class Integration:
 
 #: unattested rows a pass names (it counts the rest)
 NAMED = 100
+
+
+class Skipped(NamedTuple):
+    """The rows a pass left out: :class:`Integration`'s last three fields."""
+
+    waiting: int
+    unattested: int
+    named: tuple[PendingRow, ...]
 
 
 class Sequencer:
@@ -233,6 +260,7 @@ class Sequencer:
         *,
         origin: str | None = None,
         cosigners: Sequence[Cosigner] = (),
+        witnesses: Sequence[TrustedWitness] = (),
         batch: int = 5000,
         signers: Mapping[str, Ed25519PublicKey] | None = None,
         grace: timedelta = GRACE,
@@ -245,6 +273,7 @@ class Sequencer:
         self._key = key
         self._origin = origin
         self._cosigners = list(cosigners)
+        self._witnesses = Witnesses(WitnessEndpoint.of(witnesses))
         self._batch = batch
 
     async def integrate(self, *, full_check: bool = False) -> Integration:
@@ -256,6 +285,11 @@ class Sequencer:
         nothing is signed. ``full_check`` also recomputes every stored leaf from the leaf table.
         Rows no trusted checkpoint signed before the pass began covers are skipped (other
         sagas' rows go on), and counted in the result.
+
+        Each witness (trust file entries with a ``url``) is asked to cosign the new head and the
+        note is published with the cosignatures given; one that is down or refuses does not stop
+        the log (:attr:`Integration.witnessing` says which). With nothing new, the latest head is
+        offered to the witnesses that have not cosigned it, and published again when one does.
         """
         async with self.store.sequencer():
             last = self.heads.latest()
@@ -280,10 +314,12 @@ class Sequencer:
                         if len(named) < NAMED:
                             named.append(row)
             appended += await self._append(frontier, chunk)
-            skipped = (waiting, unattested, tuple(named))
+            skipped = Skipped(waiting, unattested, tuple(named))
             old = 0 if last is None else last.head.size
             if last is not None and frontier.size == old:
-                return Integration(appended, frontier.size, None, *skipped)
+                witnessing = await self._rewitness(last)
+                again = last.head if witnessing is not None and witnessing.lines else None
+                return Integration(appended, frontier.size, again, witnessing, *skipped)
             head = TreeHead(origin, frontier.size, frontier.root())
             proof: list[bytes] = []
             if last is not None and old > 0:
@@ -294,8 +330,51 @@ class Sequencer:
                         f"{old}: refusing to sign it"
                     )
             note = sign_note(head, [NoteSigner(origin, self._key), *self._cosigners])
-            self.heads.publish(note, proof, datetime.now(UTC))
-            return Integration(appended, head.size, head, *skipped)
+            witnessing = await self._witness(head, note, last)
+            lines = [] if witnessing is None else witnessing.lines
+            self.heads.publish(note + "".join(lines), proof, datetime.now(UTC))
+            return Integration(appended, head.size, head, witnessing, *skipped)
+
+    def _cosigners_of(self, last: Published) -> set[str]:
+        """The configured witnesses whose valid cosignatures the published note carries."""
+        key = NoteKey(last.head.origin, self.heads.key)
+        try:
+            return set(open_note(last.note, key, self._witnesses.keys, quorum=0).witnessed)
+        except ValueError:  # a cosignature line that does not verify counts for none
+            return set()
+
+    def _learn(self, last: Published | None) -> None:
+        # the witnesses that cosigned the latest head hold at least it
+        if last is not None:
+            self._witnesses.learn(self._cosigners_of(last), last.head.size)
+
+    async def _witness(
+        self, head: TreeHead, note: str, last: Published | None
+    ) -> Witnessing | None:
+        if not self._witnesses:
+            return None
+        self._learn(last)
+        published = 0 if last is None else last.head.size
+        return await self._witnesses.cosign(head, note, self._consistency, published=published)
+
+    async def _rewitness(self, last: Published) -> Witnessing | None:
+        """Offer the latest head to the witnesses that have not cosigned it; publish it again
+        (same size, empty proof) with the cosignatures it gets."""
+        if not self._witnesses:
+            return None
+        self._learn(last)
+        missing = {w.name for w in self._witnesses.endpoints} - self._cosigners_of(last)
+        if not missing:
+            return None
+        witnessing = await self._witnesses.cosign(
+            last.head, last.note, self._consistency, published=last.head.size, only=missing
+        )
+        if witnessing.lines:
+            self.heads.publish(last.note + "".join(witnessing.lines), [], datetime.now(UTC))
+        return witnessing
+
+    async def _consistency(self, old: int, new: int) -> list[bytes]:
+        return await self._proof(consistency_ranges(old, new))
 
     async def _origin_for(self, last: Published | None) -> str:
         if last is not None:
@@ -394,11 +473,14 @@ async def run_sequencer(
     every: float = 10.0,
     origin: str | None = None,
     cosigners: Sequence[Cosigner] = (),
+    witnesses: Sequence[TrustedWitness] = (),
     signers: Mapping[str, Ed25519PublicKey] | None = None,
 ) -> None:
     """Integrate every ``every`` seconds until cancelled; returns at once when either setting
-    is unset (the log is off). ``signers``: the keys whose checkpoints attest rows, by key id
-    (default: the signing key's public half).
+    is unset (the log is off). Witness refusals are logged as errors on every pass they recur;
+    a witness going down or coming back is logged once; unattested rows when they change.
+    ``signers``: the keys whose checkpoints attest rows, by key id (default: the signing key's
+    public half).
 
     For a worker to run beside its tool calls, on a small pool of its own: the first pass
     recomputes the whole leaf table against the last head, later ones check the stored tree's
@@ -415,9 +497,11 @@ async def run_sequencer(
             key,
             origin=origin,
             cosigners=cosigners,
+            witnesses=witnesses,
             signers=signers,
         )
         full_check = True
+        down: set[str] = set()  # witnesses that did not answer on the last pass that asked
         told: tuple[int, tuple[PendingRow, ...]] = (0, ())
         while True:
             try:
@@ -427,6 +511,7 @@ async def run_sequencer(
                     _log.info(
                         "transparency log: %d rows appended, tree head %d", done.appended, done.size
                     )
+                down = log_witnessing(_log, done.witnessing, down)
                 if (done.unattested, done.named) != told:  # said again only when it changes
                     told = (done.unattested, done.named)
                     for row in done.named:
@@ -704,19 +789,6 @@ def pending_detail(attested: bool) -> str:
     return "not in the log yet (pending integration): no signed checkpoint covers it yet"
 
 
-async def inclusion_proofs(
-    store: TlogStore, size: int, indexes: Sequence[int]
-) -> list[list[bytes]]:
-    """The inclusion proof of each leaf in ``indexes`` in the tree of ``size`` leaves, from the
-    stored subtree hashes, read in one query; :class:`LogInconsistent` if one is missing."""
-    ranges = [inclusion_ranges(index, size) for index in indexes]
-    nodes = await store.nodes({n for rs in ranges for a, b in rs for n in subtrees(a, b)})
-    try:
-        return [[range_hash(a, b, nodes) for a, b in rs] for rs in ranges]
-    except KeyError as exc:
-        raise LogInconsistent(f"the stored tree lacks subtree {exc}") from None
-
-
 @dataclass(frozen=True, slots=True)
 class Proved:
     """What :func:`prove_saga` wrote: rows proved against which head, and rows not yet in it."""
@@ -730,9 +802,10 @@ async def prove_saga(
     journal: JournalStore, store: TlogStore, heads: HeadLog, saga_id: str, out: Path
 ) -> Proved:
     """Write ``saga_id``'s proof bundle to ``out``: its rows in the latest published head, one
-    inclusion proof each, and that head's note. Every proof is checked before it is written;
-    a row the log holds otherwise raises :class:`LogInconsistent` naming its seq."""
-    latest = heads.latest()
+    inclusion proof each, and that head's note (with the witnesses' cosignatures it has now).
+    Every proof is checked before it is written; a row the log holds otherwise raises
+    :class:`LogInconsistent` naming its seq."""
+    latest = LogSnapshot.latest(heads, store)
     if latest is None:
         raise EvidenceUnavailable(
             f"no tree head published in {heads.path}: run `sagacity log integrate` first"
@@ -756,7 +829,7 @@ async def prove_saga(
     proofs = []
     for offset in range(0, len(covered), _PROOF_BATCH):
         batch = covered[offset : offset + _PROOF_BATCH]
-        paths = await inclusion_proofs(store, head.size, [index for _, index in batch])
+        paths = await inclusion_paths(store, head.size, [index for _, index in batch])
         for (row, index), hashes in zip(batch, paths, strict=True):
             leaf = leaf_hash(leaf_data(row.saga_id, row.seq, row.hash))
             if not verify_inclusion(leaf, index, head.size, hashes, head.root):
@@ -765,5 +838,12 @@ async def prove_saga(
                     f"head {head.size} holds at leaf {index} (run `sagacity log verify`)"
                 )
             proofs.append(RowProof(row.seq, index, hashes))
-    write_proof_bundle(out, saga_id, latest.note, [row for row, _ in covered], proofs)
+    write_proof_bundle(
+        out,
+        saga_id,
+        latest.note,
+        [row for row, _ in covered],
+        proofs,
+        published_at=latest.published_at,
+    )
     return Proved(head, len(covered), len(rows) - len(covered))

@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id
+from sagacity.evidence.note import COSIGNATURE_V1, NoteKey
 
 __all__ = [
     "TRUST_FORMAT",
@@ -155,29 +156,18 @@ def _name(entry: dict[str, object], where: str) -> str:
     return name
 
 
-#: The signed-note signature type of a C2SP cosignature/v1 key.
-COSIGNATURE_V1 = 0x04
-
-
 def witness_from_vkey(vkey: str, url: str | None = None) -> TrustedWitness:
     """A witness from its signed-note verifier key, ``<name>+<hex key id>+<base64(0x04 || key)>``;
     :class:`EvidenceUnavailable` saying what is wrong with it."""
-    name, sep, rest = vkey.partition("+")
-    ident, sep2, encoded = rest.partition("+")
     try:
-        raw = base64.b64decode(encoded, validate=True) if sep and sep2 else b""
-    except (binascii.Error, ValueError):
-        raw = b""
-    if not name or len(raw) != 33 or raw[0] != COSIGNATURE_V1:
+        key = NoteKey.parse(vkey)
+    except ValueError as exc:
+        raise EvidenceUnavailable(f"{vkey!r} is not a witness's verifier key: {exc}") from None
+    if key.type != COSIGNATURE_V1:
         raise EvidenceUnavailable(
-            f"{vkey!r} is not a witness's verifier key (<name>+<key id>+<base64 of 0x04 and 32 "
-            "key bytes>)"
+            f"{vkey!r} is a log's verifier key (type 0x01), not a witness's (0x04)"
         )
-    key = Ed25519PublicKey.from_public_bytes(raw[1:])
-    expected = hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4].hex()
-    if ident.lower() != expected:
-        raise EvidenceUnavailable(f"{vkey!r}: key id {ident} does not match the key ({expected})")
-    return TrustedWitness(name, key, url)
+    return TrustedWitness(key.name, key.public, url)
 
 
 def load_trust(path: Path) -> TrustRoots:

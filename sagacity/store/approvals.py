@@ -16,10 +16,33 @@ from psycopg import sql
 # input_hash lives in the journal core (pure); re-exported here beside the column it fills.
 from sagacity.journal import input_hash, utc_micros
 from sagacity.store.db import Pool, naive_utc, translate_errors
+from sagacity.store.placement import pool_schema, qualify
 
 __all__ = ["ApprovalRequest", "ApprovalStore", "InboxCounts", "InboxFilter", "input_hash"]
 
 _COLUMNS = "saga_id, journal_seq, tool_name, input, input_hash, created_at, expires_at"
+_TABLE = "sagacity_approval_request"
+
+# Templates: {table} is the table in the journal's schema (sagacity.store.placement).
+_PUT = f"""
+INSERT INTO {{sagacity_approval_request}} ({_COLUMNS})
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (saga_id, journal_seq) DO UPDATE SET
+    tool_name = EXCLUDED.tool_name,
+    input = EXCLUDED.input,
+    input_hash = EXCLUDED.input_hash,
+    created_at = EXCLUDED.created_at,
+    expires_at = EXCLUDED.expires_at
+"""
+_GET = (
+    f"SELECT {_COLUMNS} FROM {{sagacity_approval_request}} WHERE saga_id = %s AND journal_seq = %s"
+)
+_LIST = (
+    f"SELECT {_COLUMNS} FROM {{sagacity_approval_request}}"
+    " WHERE %(saga_id)s::text IS NULL OR saga_id = %(saga_id)s"
+    " ORDER BY created_at, saga_id, journal_seq"
+)
+_DELETE = "DELETE FROM {sagacity_approval_request} WHERE saga_id = %s AND journal_seq = %s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +95,7 @@ class ApprovalStore:
         with translate_errors(f"store approval request {req.saga_id!r} seq {req.journal_seq}"):
             async with self._pool.connection() as conn:
                 await conn.execute(
-                    f"""
-                    INSERT INTO sagacity_approval_request ({_COLUMNS})
-                    VALUES (%s, %s, %s, %s, %s, %s, %s)
-                    ON CONFLICT (saga_id, journal_seq) DO UPDATE SET
-                        tool_name = EXCLUDED.tool_name,
-                        input = EXCLUDED.input,
-                        input_hash = EXCLUDED.input_hash,
-                        created_at = EXCLUDED.created_at,
-                        expires_at = EXCLUDED.expires_at
-                    """,
+                    qualify(_PUT, await pool_schema(self._pool, conn)),
                     (
                         req.saga_id,
                         req.journal_seq,
@@ -98,9 +112,7 @@ class ApprovalStore:
         with translate_errors(f"read approval request {saga_id!r} seq {journal_seq}"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    f"SELECT {_COLUMNS} FROM sagacity_approval_request"
-                    " WHERE saga_id = %s AND journal_seq = %s",
-                    (saga_id, journal_seq),
+                    qualify(_GET, await pool_schema(self._pool, conn)), (saga_id, journal_seq)
                 )
                 row = await cur.fetchone()
         return None if row is None else _request(row)
@@ -110,10 +122,7 @@ class ApprovalStore:
         with translate_errors("list approval requests"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    f"SELECT {_COLUMNS} FROM sagacity_approval_request"
-                    " WHERE %(saga_id)s::text IS NULL OR saga_id = %(saga_id)s"
-                    " ORDER BY created_at, saga_id, journal_seq",
-                    {"saga_id": saga_id},
+                    qualify(_LIST, await pool_schema(self._pool, conn)), {"saga_id": saga_id}
                 )
                 return [_request(row) for row in await cur.fetchall()]
 
@@ -131,24 +140,28 @@ class ApprovalStore:
             conditions.append(sql.SQL("(created_at, saga_id, journal_seq) > (%s, %s, %s)"))
             params += [naive_utc(after[0]), after[1], after[2]]
         query = sql.SQL(
-            "SELECT {columns} FROM sagacity_approval_request {where}"
-            " ORDER BY created_at, saga_id, journal_seq LIMIT %s"
-        ).format(columns=sql.SQL(_COLUMNS), where=_where(conditions))
+            "SELECT {columns} FROM {table} {where} ORDER BY created_at, saga_id, journal_seq LIMIT %s"
+        )
         with translate_errors("list approval requests"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(query, [*params, limit])
+                table = sql.Identifier(await pool_schema(self._pool, conn), _TABLE)
+                cur = await conn.execute(
+                    query.format(columns=sql.SQL(_COLUMNS), table=table, where=_where(conditions)),
+                    [*params, limit],
+                )
                 return [_request(row) for row in await cur.fetchall()]
 
     async def counts(self, where: InboxFilter | None = None) -> InboxCounts:
         """How many requests ``where`` matches; per tool, how many it would match with any tool."""
         where = where or InboxFilter()
         conditions, params = _conditions(replace(where, tool_names=()))
-        query = sql.SQL(
-            "SELECT tool_name, count(*) FROM sagacity_approval_request {where} GROUP BY tool_name"
-        ).format(where=_where(conditions))
+        query = sql.SQL("SELECT tool_name, count(*) FROM {table} {where} GROUP BY tool_name")
         with translate_errors("count approval requests"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(query, params)
+                table = sql.Identifier(await pool_schema(self._pool, conn), _TABLE)
+                cur = await conn.execute(
+                    query.format(table=table, where=_where(conditions)), params
+                )
                 by_tool = {str(tool): int(n) for tool, n in await cur.fetchall()}
         chosen = where.tool_names or tuple(by_tool)
         return InboxCounts(sum(by_tool.get(t, 0) for t in set(chosen)), by_tool)
@@ -158,8 +171,7 @@ class ApprovalStore:
         with translate_errors(f"delete approval request {saga_id!r} seq {journal_seq}"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    "DELETE FROM sagacity_approval_request WHERE saga_id = %s AND journal_seq = %s",
-                    (saga_id, journal_seq),
+                    qualify(_DELETE, await pool_schema(self._pool, conn)), (saga_id, journal_seq)
                 )
                 return cur.rowcount == 1
 

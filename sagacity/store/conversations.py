@@ -15,37 +15,39 @@ from typing import Any
 
 from sagacity.errors import ConversationTampered
 from sagacity.store.db import Pool, translate_errors
+from sagacity.store.placement import pool_schema, qualify
 
 __all__ = ["ConversationStore", "ConversationVersion", "version_hash"]
 
 #: Prefix of every hashed version; changes only with the format.
 _DOMAIN = b"sagacity-conversation-v1\n"
 
+# Statement templates: {table} is the table in the journal's schema (sagacity.store.placement).
 # Insert a version if its base is there (or it has none); say whether the version exists after.
 _PUT = """
 WITH ins AS (
-    INSERT INTO sagacity_conversation (saga_id, hash, base_hash, items, length)
+    INSERT INTO {sagacity_conversation} (saga_id, hash, base_hash, items, length)
     SELECT %(saga_id)s, %(hash)s, %(base)s, %(items)s,
-           %(added)s + COALESCE((SELECT length FROM sagacity_conversation
+           %(added)s + COALESCE((SELECT length FROM {sagacity_conversation}
                                  WHERE saga_id = %(saga_id)s AND hash = %(base)s), 0)
     WHERE %(base)s::text IS NULL OR EXISTS (
-        SELECT FROM sagacity_conversation WHERE saga_id = %(saga_id)s AND hash = %(base)s)
+        SELECT FROM {sagacity_conversation} WHERE saga_id = %(saga_id)s AND hash = %(base)s)
     ON CONFLICT (saga_id, hash) DO NOTHING
     RETURNING length
 )
 SELECT length FROM ins
 UNION ALL
-SELECT length FROM sagacity_conversation
+SELECT length FROM {sagacity_conversation}
 WHERE saga_id = %(saga_id)s AND hash = %(hash)s AND NOT EXISTS (SELECT FROM ins)
 """
 
 # A version and every version under it, newest first.
 _GET = """
 WITH RECURSIVE chain AS (
-    SELECT hash, base_hash, items, 1 AS depth FROM sagacity_conversation
+    SELECT hash, base_hash, items, 1 AS depth FROM {sagacity_conversation}
     WHERE saga_id = %(saga_id)s AND hash = %(hash)s
     UNION ALL
-    SELECT c.hash, c.base_hash, c.items, chain.depth + 1 FROM sagacity_conversation c
+    SELECT c.hash, c.base_hash, c.items, chain.depth + 1 FROM {sagacity_conversation} c
     JOIN chain ON c.saga_id = %(saga_id)s AND c.hash = chain.base_hash
 )
 SELECT hash, base_hash, items FROM chain ORDER BY depth
@@ -91,7 +93,7 @@ class ConversationStore:
         }
         with translate_errors(f"store a conversation version of saga {saga_id!r}"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(_PUT, params)
+                cur = await conn.execute(qualify(_PUT, await pool_schema(self._pool, conn)), params)
                 row = await cur.fetchone()
         if row is None:
             raise ConversationTampered(
@@ -104,7 +106,10 @@ class ConversationStore:
         """Every item of the conversation up to ``version``, oldest first, each version checked."""
         with translate_errors(f"read the conversation of saga {saga_id!r}"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(_GET, {"saga_id": saga_id, "hash": version})
+                cur = await conn.execute(
+                    qualify(_GET, await pool_schema(self._pool, conn)),
+                    {"saga_id": saga_id, "hash": version},
+                )
                 rows = await cur.fetchall()
         versions: list[list[Any]] = []
         expected: str | None = version

@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sagacity.errors import InvalidEntry, InvalidInput, StoreUnavailable
 from sagacity.journal import utc_micros
+from sagacity.store.placement import find_schema, remember
 
 #: The pool type every store takes: plain async connections returning tuples.
 Pool: TypeAlias = AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]]
@@ -27,14 +28,19 @@ async def open_pool(
     """Open a pool of autocommit connections; :class:`StoreUnavailable` if the server is unreachable.
 
     One direct connection is tried first: the pool itself only reports a timeout, while a direct
-    attempt says why (refused, bad password, no such database) and fails at once. The pool is a
-    :func:`new_pool`: it survives Postgres restarts and outages.
+    attempt says why (refused, bad password, no such database) and fails at once; it also finds
+    the schema the journal is in, which every store on the pool names in its statements
+    (:mod:`sagacity.store.placement`). The pool is a :func:`new_pool`: it survives Postgres
+    restarts and outages.
     """
     with translate_errors("connect to the journal database"):
         probe = await psycopg.AsyncConnection.connect(
             conninfo, connect_timeout=max(1, int(timeout))
         )
-        await probe.close()
+        try:
+            schema = await find_schema(probe)
+        finally:
+            await probe.close()
         pool = new_pool(
             conninfo,
             kwargs={"autocommit": True},
@@ -43,6 +49,8 @@ async def open_pool(
             timeout=timeout,
         )
         await pool.open(wait=True, timeout=timeout)
+    if schema is not None:  # else not migrated yet: the stores look on first use
+        remember(pool, schema)
     return pool
 
 

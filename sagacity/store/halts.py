@@ -21,6 +21,7 @@ import psycopg
 from sagacity.errors import InvalidInput, StoreUnavailable
 from sagacity.journal import utc_micros
 from sagacity.store.db import Pool, translate_errors
+from sagacity.store.placement import pool_schema, qualify
 
 __all__ = ["Halt", "HaltKind", "HaltNotFound", "HaltPolicy", "HaltScope", "HaltStore"]
 
@@ -34,15 +35,43 @@ _COLUMNS = (
     "lifted_at, lifted_by, lift_reason, lift_signature"
 )
 
+# Statement templates: {table} is the table (or function) in the journal's schema
+# (sagacity.store.placement).
+
 # The active halts, as the INTENT insert matches them (schema 0007). A key whose value is JSON
 # null narrows nothing, as HaltScope.from_json reads it (the gate would otherwise match no call).
 _FOLD = """
-UPDATE sagacity_halt_gate SET halts = COALESCE((
+UPDATE {sagacity_halt_gate} SET halts = COALESCE((
     SELECT jsonb_agg(jsonb_strip_nulls(scope) || jsonb_build_object(
         'id', id, 'compensations', policy = 'compensate') ORDER BY id)
-    FROM sagacity_halt WHERE lifted_at IS NULL), '[]')
+    FROM {sagacity_halt} WHERE lifted_at IS NULL), '[]')
 WHERE id = 1
 """
+_HALT = f"""
+INSERT INTO {{sagacity_halt}} (kind, scope, policy, reason, operator, halted_at, signature)
+VALUES (%s, %s, %s, %s, %s, clock_timestamp() AT TIME ZONE 'UTC', %s)
+RETURNING {_COLUMNS}
+"""
+_LIFT = f"""
+UPDATE {{sagacity_halt}} SET lifted_at = clock_timestamp() AT TIME ZONE 'UTC',
+    lifted_by = %s, lift_reason = %s, lift_signature = %s
+WHERE id = %s AND lifted_at IS NULL
+RETURNING {_COLUMNS}
+"""
+_SET_REPORT = "UPDATE {sagacity_halt} SET report = %s WHERE id = %s"
+_ENFORCED = (
+    "SELECT (h ->> 'id')::bigint FROM {sagacity_halt_gate} AS g,"
+    " jsonb_array_elements(g.halts) AS h WHERE g.id = 1"
+)
+_GET = f"SELECT {_COLUMNS} FROM {{sagacity_halt}} WHERE id = %s"
+_LIST = (
+    f"SELECT {_COLUMNS} FROM {{sagacity_halt}}"
+    " WHERE NOT %s OR lifted_at IS NULL ORDER BY id DESC LIMIT %s"
+)
+_HALTED = "SELECT {sagacity_halted}(%s, %s, %s, %s)"
+_GATE_ROW = (
+    "INSERT INTO {sagacity_halt_gate} (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING"
+)
 
 
 class HaltNotFound(InvalidInput, LookupError):
@@ -159,14 +188,10 @@ class HaltStore:
             raise InvalidInput("a quarantine names exactly one saga")
         with _writing("record a halt"):
             async with self._pool.connection() as conn, conn.transaction():
-                await _lock_gate(conn)
+                schema = await pool_schema(self._pool, conn)
+                await _lock_gate(conn, schema)
                 cur = await conn.execute(
-                    f"""
-                    INSERT INTO sagacity_halt
-                        (kind, scope, policy, reason, operator, halted_at, signature)
-                    VALUES (%s, %s, %s, %s, %s, clock_timestamp() AT TIME ZONE 'UTC', %s)
-                    RETURNING {_COLUMNS}
-                    """,
+                    qualify(_HALT, schema),
                     (
                         kind,
                         json.dumps(scope.as_json()),
@@ -177,7 +202,7 @@ class HaltStore:
                     ),
                 )
                 row = await cur.fetchone()
-                await conn.execute(_FOLD)
+                await conn.execute(qualify(_FOLD, schema))
         assert row is not None
         return _halt(row)
 
@@ -187,20 +212,15 @@ class HaltStore:
         """Lift an active halt (:class:`HaltNotFound` if there is none with that id)."""
         with _writing(f"lift halt {halt_id}"):
             async with self._pool.connection() as conn, conn.transaction():
-                await _lock_gate(conn)
+                schema = await pool_schema(self._pool, conn)
+                await _lock_gate(conn, schema)
                 cur = await conn.execute(
-                    f"""
-                    UPDATE sagacity_halt SET lifted_at = clock_timestamp() AT TIME ZONE 'UTC',
-                        lifted_by = %s, lift_reason = %s, lift_signature = %s
-                    WHERE id = %s AND lifted_at IS NULL
-                    RETURNING {_COLUMNS}
-                    """,
-                    (by, reason, _json_or_none(signature), halt_id),
+                    qualify(_LIFT, schema), (by, reason, _json_or_none(signature), halt_id)
                 )
                 row = await cur.fetchone()
                 if row is None:
                     raise HaltNotFound(f"no active halt {halt_id} (see `sagacity halt list`)")
-                await conn.execute(_FOLD)
+                await conn.execute(qualify(_FOLD, schema))
         return _halt(row)
 
     async def set_report(self, halt_id: int, report: dict[str, Any]) -> None:
@@ -208,7 +228,7 @@ class HaltStore:
         with _writing(f"store the report of halt {halt_id}"):
             async with self._pool.connection() as conn:
                 await conn.execute(
-                    "UPDATE sagacity_halt SET report = %s WHERE id = %s",
+                    qualify(_SET_REPORT, await pool_schema(self._pool, conn)),
                     (json.dumps(report), halt_id),
                 )
 
@@ -216,17 +236,14 @@ class HaltStore:
         """The ids of the halts the gate row holds: those every INTENT is checked against."""
         with translate_errors("read the halt gate"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT (h ->> 'id')::bigint FROM sagacity_halt_gate AS g,"
-                    " jsonb_array_elements(g.halts) AS h WHERE g.id = 1"
-                )
+                cur = await conn.execute(qualify(_ENFORCED, await pool_schema(self._pool, conn)))
                 return {int(row[0]) for row in await cur.fetchall() if row[0] is not None}
 
     async def get(self, halt_id: int) -> Halt | None:
         with translate_errors(f"read halt {halt_id}"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    f"SELECT {_COLUMNS} FROM sagacity_halt WHERE id = %s", (halt_id,)
+                    qualify(_GET, await pool_schema(self._pool, conn)), (halt_id,)
                 )
                 row = await cur.fetchone()
         return None if row is None else _halt(row)
@@ -236,9 +253,7 @@ class HaltStore:
         with translate_errors("list halts"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    f"SELECT {_COLUMNS} FROM sagacity_halt"
-                    " WHERE NOT %s OR lifted_at IS NULL ORDER BY id DESC LIMIT %s",
-                    (active, limit),
+                    qualify(_LIST, await pool_schema(self._pool, conn)), (active, limit)
                 )
                 return [_halt(row) for row in await cur.fetchall()]
 
@@ -258,7 +273,7 @@ class HaltStore:
         with translate_errors(f"check the halts for saga {saga_id!r}"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT sagacity_halted(%s, %s, %s, %s)",
+                    qualify(_HALTED, await pool_schema(self._pool, conn)),
                     (saga_id, tool, task_queue, compensation),
                 )
                 row = await cur.fetchone()
@@ -272,17 +287,15 @@ GATE_LOCK = (0x5A6C, 1)
 GATE_LOCK_TIMEOUT_S = 5
 
 
-async def _lock_gate(conn: psycopg.AsyncConnection[Any]) -> None:
+async def _lock_gate(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     """Take the gate for a halt or a lift, its row recreated first if it is gone (without it
     the INTENT check finds no row and refuses nothing); name the sessions holding it if it
     stays taken."""
     await conn.execute(f"SET LOCAL lock_timeout = '{GATE_LOCK_TIMEOUT_S}s'")
-    await conn.execute(
-        "INSERT INTO sagacity_halt_gate (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING"
-    )
+    await conn.execute(qualify(_GATE_ROW, schema))
     try:
         async with conn.transaction():  # a savepoint: the blockers are read after a timeout
-            await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", GATE_LOCK)
+            await conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s, %s)", GATE_LOCK)
     except psycopg.errors.LockNotAvailable:
         cur = await conn.execute(
             "SELECT a.pid, a.usename, a.state, a.xact_start FROM pg_locks AS l"

@@ -26,10 +26,13 @@ from sagacity.journal import (
     utc_micros,
 )
 from sagacity.store.db import Pool, naive_utc, new_pool, open_pool, translate_errors
+from sagacity.store.placement import pool_schema, qualify
 
 _COLUMNS = "saga_id, seq, tool_name, phase, input, payload, timestamp, hash"
 
-_SELECT_SAGA = f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s ORDER BY seq"
+# Statement texts are templates: {table} names a table in the journal's schema (placement.py);
+# in an f-string it is written {{table}}.
+_SELECT_SAGA = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s ORDER BY seq"
 
 # One statement checks the predecessor and inserts, so an append at a known seq costs one round
 # trip. `prev` is the stored hash of row seq-1 (the genesis hash for seq 1, NULL when missing);
@@ -39,14 +42,14 @@ _SELECT_SAGA = f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s O
 # written, then sees it.
 _INSERT = f"""
 WITH halt AS (
-    SELECT sagacity_halted(%(saga_id)s, %(tool_name)s, %(task_queue)s) AS id WHERE %(guarded)s
+    SELECT {{sagacity_halted}}(%(saga_id)s, %(tool_name)s, %(task_queue)s) AS id WHERE %(guarded)s
 ), prev AS (
     SELECT COALESCE(
-        (SELECT hash FROM side_effect_journal WHERE saga_id = %(saga_id)s AND seq = %(seq)s - 1),
+        (SELECT hash FROM {{side_effect_journal}} WHERE saga_id = %(saga_id)s AND seq = %(seq)s - 1),
         CASE WHEN %(seq)s = 1 THEN %(genesis)s END
     ) AS hash
 ), ins AS (
-    INSERT INTO side_effect_journal ({_COLUMNS})
+    INSERT INTO {{side_effect_journal}} ({_COLUMNS})
     SELECT %(saga_id)s, %(seq)s, %(tool_name)s, %(phase)s, %(input)s, %(payload)s,
            %(timestamp)s, %(hash)s
     FROM prev WHERE prev.hash = %(prev_hash)s
@@ -61,25 +64,40 @@ SELECT EXISTS (SELECT FROM ins), prev.hash, (SELECT id FROM halt) FROM prev
 # claimed now, rows existed). Nothing when the holder committed after the statement began.
 _CLAIM = """
 WITH ins AS (
-    INSERT INTO sagacity_saga_owner (saga_id, workflow_id, first_run_id)
+    INSERT INTO {sagacity_saga_owner} (saga_id, workflow_id, first_run_id)
     VALUES (%(saga_id)s, %(workflow)s, %(run)s)
     ON CONFLICT (saga_id) DO NOTHING
     RETURNING workflow_id, first_run_id
 )
 SELECT workflow_id, first_run_id, true,
-       EXISTS (SELECT FROM side_effect_journal WHERE saga_id = %(saga_id)s)
+       EXISTS (SELECT FROM {side_effect_journal} WHERE saga_id = %(saga_id)s)
 FROM ins
 UNION ALL
 SELECT workflow_id, first_run_id, false, false
-FROM sagacity_saga_owner WHERE saga_id = %(saga_id)s AND NOT EXISTS (SELECT FROM ins)
+FROM {sagacity_saga_owner} WHERE saga_id = %(saga_id)s AND NOT EXISTS (SELECT FROM ins)
 """
+
+_GET = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s AND seq = %s"
+_HEAD = (
+    f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s ORDER BY seq DESC LIMIT 1"
+)
+_AFTER = (
+    f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s AND seq > %s"
+    " ORDER BY seq LIMIT %s"
+)
+_SELECT_ALL = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} ORDER BY saga_id, seq"
+_NAMES_TOOL = "SELECT EXISTS (SELECT FROM {side_effect_journal} WHERE tool_name = %s)"
+_OWNERS = (
+    "SELECT saga_id, workflow_id FROM {sagacity_saga_owner}"
+    " WHERE saga_id = ANY(%s) OR workflow_id = ANY(%s) ORDER BY saga_id"
+)
 
 # Summaries of the sagas with any row in [since, until), most recently active first.
 _LIST_SAGAS = """
 WITH s AS (
     SELECT saga_id, count(*) AS rows, max(seq) AS head_seq,
            min(timestamp) AS first_at, max(timestamp) AS last_at
-    FROM side_effect_journal
+    FROM {side_effect_journal}
     GROUP BY saga_id
     HAVING bool_or((%(since)s::timestamp IS NULL OR timestamp >= %(since)s)
                AND (%(until)s::timestamp IS NULL OR timestamp < %(until)s))
@@ -87,7 +105,7 @@ WITH s AS (
     LIMIT %(limit)s OFFSET %(offset)s
 )
 SELECT s.saga_id, s.rows, s.head_seq, j.hash, s.first_at, s.last_at, j.phase
-FROM s JOIN side_effect_journal j ON j.saga_id = s.saga_id AND j.seq = s.head_seq
+FROM s JOIN {side_effect_journal} j ON j.saga_id = s.saga_id AND j.seq = s.head_seq
 ORDER BY s.last_at DESC, s.saga_id
 """
 
@@ -146,6 +164,7 @@ class JournalStore:
         self._lock_connections = lock_connections
         self._lock_pool: Pool | None = None
         self._lock_pool_opening = asyncio.Lock()
+        self._schema: str | None = None
 
     @property
     def pool(self) -> Pool:
@@ -169,6 +188,12 @@ class JournalStore:
             self._lock_pool = None
         if self._owns_pool:
             await self._pool.close()
+
+    async def _in(self, conn: psycopg.AsyncConnection[Any]) -> str:
+        """The journal's schema, found through ``conn`` (one of the pool's) on first use."""
+        if self._schema is None:
+            self._schema = await pool_schema(self._pool, conn)
+        return self._schema
 
     async def _locks(self) -> Pool:
         async with self._lock_pool_opening:
@@ -216,14 +241,15 @@ class JournalStore:
                 async with self._pool.connection() as conn, conn.transaction():
                     # Unlike SELECT ... FOR UPDATE on the tail, this locks a saga with no rows.
                     await conn.execute(
-                        "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                        "SELECT pg_catalog.pg_advisory_xact_lock(%s, pg_catalog.hashtext(%s))",
                         (_APPEND_LOCK_SPACE, draft.saga_id),
                     )
-                    tail = await _head(conn, draft.saga_id)
+                    schema = self._schema or await self._in(conn)
+                    tail = await _head(conn, schema, draft.saga_id)
                     prev_hash = GENESIS_HASH if tail is None else tail.hash
                     seq = 1 if tail is None else tail.seq + 1
                     entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
-                    inserted, _ = await _try_insert(conn, entry, prev_hash, None)
+                    inserted, _ = await _try_insert(conn, schema, entry, prev_hash, None)
                 if inserted:
                     return entry
         raise AppendContention(
@@ -283,6 +309,7 @@ class JournalStore:
             )
         with translate_errors(f"append to saga {saga_id!r} at seq {seq}"):
             async with self._pool.connection() as conn:
+                schema = self._schema or await self._in(conn)
                 # A single row is one atomic statement; several need a transaction so that a
                 # conflict part-way leaves none of them written.
                 atomic: AbstractAsyncContextManager[object] = (
@@ -290,11 +317,11 @@ class JournalStore:
                 )
                 async with atomic:
                     if prev_hash is None:
-                        prev_hash = await _predecessor_hash(conn, saga_id, seq)
+                        prev_hash = await _predecessor_hash(conn, schema, saga_id, seq)
                     entries = []
                     for offset, draft in enumerate(drafts):
                         entry = await _insert_at(
-                            conn, draft, seq + offset, prev_hash, exclusive, task_queue
+                            conn, schema, draft, seq + offset, prev_hash, exclusive, task_queue
                         )
                         entries.append(entry)
                         prev_hash = entry.hash
@@ -304,22 +331,20 @@ class JournalStore:
         """The row at ``seq``, or None."""
         with translate_errors(f"read saga {saga_id!r} seq {seq}"):
             async with self._pool.connection() as conn:
-                return await _get(conn, saga_id, seq)
+                return await _get(conn, await self._in(conn), saga_id, seq)
 
     async def head(self, saga_id: str) -> Entry | None:
         """The saga's last row, or None when it has none."""
         with translate_errors(f"read the head of saga {saga_id!r}"):
             async with self._pool.connection() as conn:
-                return await _head(conn, saga_id)
+                return await _head(conn, await self._in(conn), saga_id)
 
     async def after(self, saga_id: str, seq: int, *, limit: int) -> list[Entry]:
         """Up to ``limit`` rows after ``seq``, in seq order."""
         with translate_errors(f"read saga {saga_id!r} after seq {seq}"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s AND seq > %s "
-                    "ORDER BY seq LIMIT %s",
-                    (saga_id, seq, limit),
+                    qualify(_AFTER, await self._in(conn)), (saga_id, seq, limit)
                 )
                 return [_entry(row) for row in await cur.fetchall()]
 
@@ -335,7 +360,7 @@ class JournalStore:
                 while row is None:
                     # nothing: the holder committed after this statement's snapshot was taken,
                     # and the next statement sees it
-                    cur = await conn.execute(_CLAIM, params)
+                    cur = await conn.execute(qualify(_CLAIM, await self._in(conn)), params)
                     row = await cur.fetchone()
                 return SagaOwner(saga_id, row[0], row[1], claimed_now=row[2], had_rows=row[3])
 
@@ -348,8 +373,7 @@ class JournalStore:
                 try:
                     async with conn.transaction():
                         cur = await conn.execute(
-                            "SELECT EXISTS (SELECT FROM side_effect_journal WHERE tool_name = %s)",
-                            (tool_name,),
+                            qualify(_NAMES_TOOL, await self._in(conn)), (tool_name,)
                         )
                         row = await cur.fetchone()
                 except psycopg.errors.QueryCanceled:
@@ -364,9 +388,7 @@ class JournalStore:
         with translate_errors("read saga owners"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT saga_id, workflow_id FROM sagacity_saga_owner"
-                    " WHERE saga_id = ANY(%s) OR workflow_id = ANY(%s) ORDER BY saga_id",
-                    (list(saga_ids), list(workflow_ids)),
+                    qualify(_OWNERS, await self._in(conn)), (list(saga_ids), list(workflow_ids))
                 )
                 return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
 
@@ -386,14 +408,18 @@ class JournalStore:
         try:
             with translate_errors(where):
                 cur = await conn.execute(
-                    "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)
+                    "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended(%s, 0))",
+                    (key,),
                 )
                 row = await cur.fetchone()
             locked = bool(row and row[0])
             yield locked
             if locked:
                 with translate_errors(where):
-                    await conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+                    await conn.execute(
+                        "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))",
+                        (key,),
+                    )
                 locked = False
         finally:
             if locked:
@@ -406,7 +432,7 @@ class JournalStore:
         """All of the saga's rows in seq order, in one query (use :meth:`stream` for long sagas)."""
         with translate_errors(f"read saga {saga_id!r}"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(_SELECT_SAGA, (saga_id,))
+                cur = await conn.execute(qualify(_SELECT_SAGA, await self._in(conn)), (saga_id,))
                 return [_entry(row) for row in await cur.fetchall()]
 
     async def stream(self, saga_id: str, *, batch: int = 1000) -> AsyncGenerator[Entry, None]:
@@ -439,7 +465,7 @@ class JournalStore:
         }
         with translate_errors("list sagas"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(_LIST_SAGAS, params)
+                cur = await conn.execute(qualify(_LIST_SAGAS, await self._in(conn)), params)
                 return [
                     SagaSummary(
                         saga_id=saga_id,
@@ -489,10 +515,9 @@ class JournalStore:
             for saga_id in saga_ids:
                 yield await self.verify(saga_id)
             return
-        query = f"SELECT {_COLUMNS} FROM side_effect_journal ORDER BY saga_id, seq"
         verifier: ChainVerifier | None = None
         with translate_errors("verify all sagas"):
-            async with aclosing(self._rows(query, (), 1000)) as rows:
+            async with aclosing(self._rows(_SELECT_ALL, (), 1000)) as rows:
                 async for row in rows:
                     entry = _entry(row)
                     if verifier is None or verifier.saga_id != entry.saga_id:
@@ -504,7 +529,7 @@ class JournalStore:
             yield verifier.verdict()
 
     async def _rows(
-        self, query: str, params: tuple[object, ...], batch: int
+        self, template: str, params: tuple[object, ...], batch: int
     ) -> AsyncGenerator[tuple[Any, ...], None]:
         # A named cursor lives on the server and needs a transaction; rows arrive `batch` at a
         # time, so memory stays flat however long the saga.
@@ -514,7 +539,7 @@ class JournalStore:
             conn.cursor(name="sagacity_rows") as cur,
         ):
             cur.itersize = batch
-            await cur.execute(query, params)
+            await cur.execute(qualify(template, await self._in(conn)), params)
             async for row in cur:
                 yield row
 
@@ -557,35 +582,37 @@ def _entry(row: tuple[Any, ...]) -> Entry:
     )
 
 
-async def _get(conn: psycopg.AsyncConnection[Any], saga_id: str, seq: int) -> Entry | None:
-    cur = await conn.execute(
-        f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s AND seq = %s",
-        (saga_id, seq),
-    )
+async def _get(
+    conn: psycopg.AsyncConnection[Any], schema: str, saga_id: str, seq: int
+) -> Entry | None:
+    cur = await conn.execute(qualify(_GET, schema), (saga_id, seq))
     row = await cur.fetchone()
     return None if row is None else _entry(row)
 
 
-async def _head(conn: psycopg.AsyncConnection[Any], saga_id: str) -> Entry | None:
-    cur = await conn.execute(
-        f"SELECT {_COLUMNS} FROM side_effect_journal WHERE saga_id = %s ORDER BY seq DESC LIMIT 1",
-        (saga_id,),
-    )
+async def _head(conn: psycopg.AsyncConnection[Any], schema: str, saga_id: str) -> Entry | None:
+    cur = await conn.execute(qualify(_HEAD, schema), (saga_id,))
     row = await cur.fetchone()
     return None if row is None else _entry(row)
 
 
-async def _predecessor_hash(conn: psycopg.AsyncConnection[Any], saga_id: str, seq: int) -> str:
+async def _predecessor_hash(
+    conn: psycopg.AsyncConnection[Any], schema: str, saga_id: str, seq: int
+) -> str:
     if seq == 1:
         return GENESIS_HASH
-    prev = await _get(conn, saga_id, seq - 1)
+    prev = await _get(conn, schema, saga_id, seq - 1)
     if prev is None:
         raise SeqConflict(f"saga {saga_id!r} has no row {seq - 1}, so nothing can go at seq {seq}")
     return prev.hash
 
 
 async def _try_insert(
-    conn: psycopg.AsyncConnection[Any], entry: Entry, prev_hash: str, task_queue: str | None
+    conn: psycopg.AsyncConnection[Any],
+    schema: str,
+    entry: Entry,
+    prev_hash: str,
+    task_queue: str | None,
 ) -> tuple[bool, str | None]:
     """Insert ``entry`` if its seq is free and row seq-1 hashes to ``prev_hash``, and, for an
     INTENT guarded by ``task_queue``, no halt covers it (else :class:`Halted`).
@@ -594,7 +621,7 @@ async def _try_insert(
     """
     guarded = task_queue is not None and entry.phase is Phase.INTENT
     cur = await conn.execute(
-        _INSERT,
+        qualify(_INSERT, schema),
         {
             "saga_id": entry.saga_id,
             "seq": entry.seq,
@@ -623,6 +650,7 @@ async def _try_insert(
 
 async def _insert_at(
     conn: psycopg.AsyncConnection[Any],
+    schema: str,
     draft: Draft,
     seq: int,
     prev_hash: str,
@@ -630,7 +658,7 @@ async def _insert_at(
     task_queue: str | None,
 ) -> Entry:
     entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
-    inserted, stored_prev = await _try_insert(conn, entry, prev_hash, task_queue)
+    inserted, stored_prev = await _try_insert(conn, schema, entry, prev_hash, task_queue)
     if inserted:
         return entry
     where = f"saga {draft.saga_id!r} seq {seq}"
@@ -643,7 +671,7 @@ async def _insert_at(
             f"but it follows {follows} {stored_prev[:12]}…"
         )
     # The predecessor matched, so the seq was taken: fine if it is this very row again.
-    existing = await _get(conn, draft.saga_id, seq)
+    existing = await _get(conn, schema, draft.saga_id, seq)
     if existing is not None and existing.same_content(draft):
         if exclusive:
             raise SeqTaken(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from importlib.resources import files
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -15,6 +16,7 @@ from psycopg import sql
 from sagacity.errors import StoreUnavailable
 from sagacity.store.databases import with_user
 from sagacity.store.db import translate_errors
+from sagacity.store.placement import find_schema, qualified, quote_ident
 
 _SCHEMA = files("sagacity.store") / "schema"
 _MIGRATION_NAME = re.compile(r"^(\d{4}_\w+)\.sql$")
@@ -23,20 +25,12 @@ APP_ROLE = "sagacity_app"
 # Key of the advisory lock that serializes migrators (and grants) across processes.
 _LOCK_KEY = 0x5A6AC171
 
+_VERSIONS = "sagacity_schema_version"
 _VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS sagacity_schema_version (
+CREATE TABLE IF NOT EXISTS {} (
     version     TEXT        PRIMARY KEY,
     applied_at  TIMESTAMP   NOT NULL DEFAULT (now() AT TIME ZONE 'UTC')
 )
-"""
-
-
-# Where this login would create tables, and where the journal already is on its search path.
-_WHERE = """
-SELECT current_schema(),
-       (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.relname = 'side_effect_journal' AND n.nspname = ANY (current_schemas(false))
-        ORDER BY array_position(current_schemas(false), n.nspname) LIMIT 1)
 """
 
 
@@ -53,13 +47,23 @@ def migrations() -> list[tuple[str, bytes]]:
 async def migrate(conninfo: str) -> list[str]:
     """Apply the migrations the database lacks; return their versions (``[]``: up to date).
 
-    Each migration runs in its own transaction under an advisory lock, and re-checks the version
-    table once it holds the lock, so concurrent migrators apply each file exactly once.
+    The tables go into the schema the journal is in, or, in a database without one, the first
+    schema on this login's search path (``current_schema()``). Each migration runs with the
+    search path set to that schema alone, so a script's names mean that schema's objects.
+    Each runs in its own transaction under an advisory lock, and re-checks the version table
+    once it holds the lock, so concurrent migrators apply each file exactly once.
     """
     applied = []
     with translate_errors("migrate the journal schema"):
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-            target, journal = await (await conn.execute(_WHERE)).fetchone() or (None, None)
+            row = await (await conn.execute("SELECT current_schema()")).fetchone()
+            target = None if row is None else row[0]
+            journal = await find_schema(conn)
+            if target is None:
+                raise StoreUnavailable(
+                    "migrate the journal schema: no schema on this login's search_path exists "
+                    "to create the tables in; create one, or set search_path"
+                )
             if journal is not None and target != journal:
                 # the app role's own schema comes first on its path: migrating as it would build
                 # a second, writable journal there that its sessions would use instead
@@ -68,18 +72,21 @@ async def migrate(conninfo: str) -> list[str]:
                     f"login would create tables in schema {target}: migrate as the tables' owner "
                     "(SAGACITY_OWNER_DATABASE_URL)"
                 )
+            versions = sql.SQL(qualified(target, _VERSIONS))
             for version, script in migrations():
                 async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                    await conn.execute(_VERSION_TABLE)
+                    await conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                    await _pin_search_path(conn, target)
+                    await conn.execute(sql.SQL(_VERSION_TABLE).format(versions))
                     cur = await conn.execute(
-                        "SELECT FROM sagacity_schema_version WHERE version = %s", (version,)
+                        sql.SQL("SELECT FROM {} WHERE version = %s").format(versions), (version,)
                     )
                     if await cur.fetchone() is not None:
                         continue
                     await conn.execute(script)
                     await conn.execute(
-                        "INSERT INTO sagacity_schema_version (version) VALUES (%s)", (version,)
+                        sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(versions),
+                        (version,),
                     )
                     applied.append(version)
     return applied
@@ -90,8 +97,13 @@ async def unapplied(conninfo: str) -> list[str] | None:
     may not read the version table (an app role granted before ``grants.sql`` gave it SELECT)."""
     with translate_errors("read the journal schema's version"):
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            schema = await find_schema(conn)
+            if schema is None:
+                return [version for version, _ in migrations()]
             try:
-                cur = await conn.execute("SELECT version FROM sagacity_schema_version")
+                cur = await conn.execute(
+                    sql.SQL("SELECT version FROM {}").format(sql.SQL(qualified(schema, _VERSIONS)))
+                )
             except psycopg.errors.UndefinedTable:
                 return [version for version, _ in migrations()]
             except psycopg.errors.InsufficientPrivilege:
@@ -107,14 +119,22 @@ async def apply_grants(conninfo: str, *, role: str = APP_ROLE, password: str | N
     password (a deployment's app login over TCP needs one); otherwise it is left as it is.
     """
     template = (_SCHEMA / "grants.sql").read_text(encoding="utf-8")
-    script = sql.SQL(template).format(role=sql.Identifier(role))
     with translate_errors(f"grant the journal privileges to {role!r}"):
         async with (
             await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn,
             conn.transaction(),
         ):
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            await conn.execute(script)
+            await conn.execute("SELECT pg_catalog.pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            schema = await find_schema(conn)
+            if schema is None:
+                raise StoreUnavailable(
+                    f"grant the journal privileges to {role!r}: there is no journal in this "
+                    "database; run `sagacity db migrate` first"
+                )
+            await _pin_search_path(conn, schema)
+            await conn.execute(
+                sql.SQL(template).format(role=sql.Identifier(role), schema=sql.Identifier(schema))
+            )
             if password is not None:
                 # ALTER ROLE takes no bind parameters: the password goes in as a quoted literal
                 await conn.execute(
@@ -122,6 +142,13 @@ async def apply_grants(conninfo: str, *, role: str = APP_ROLE, password: str | N
                         sql.Identifier(role), sql.Literal(password)
                     )
                 )
+
+
+async def _pin_search_path(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
+    """Make ``schema`` the only one the rest of the transaction's names are looked up in."""
+    await conn.execute(
+        "SELECT pg_catalog.set_config('search_path', %s, true)", (quote_ident(schema),)
+    )
 
 
 async def provision(owner_conninfo: str, *, role: str = APP_ROLE) -> str:

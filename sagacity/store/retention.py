@@ -15,15 +15,17 @@ from psycopg import sql
 
 from sagacity.journal import utc_micros
 from sagacity.store.db import Pool, naive_utc, translate_errors
+from sagacity.store.placement import JOURNAL, pool_schema, qualified, qualify
 
 __all__ = ["RETENTION_ROLE", "ExpiredSaga", "RetentionStore"]
 
 RETENTION_ROLE = "sagacity_retention"
 
+# Statement templates: {table} is the table in the journal's schema (sagacity.store.placement).
 # The sagas whose newest row is older than the cutoff.
 _IDLE = """
     SELECT saga_id, count(*) AS rows, max(seq) AS head_seq, max(timestamp) AS last_at
-    FROM side_effect_journal
+    FROM {side_effect_journal}
     GROUP BY saga_id
     HAVING max(timestamp) < %(cutoff)s
 """
@@ -31,7 +33,7 @@ _IDLE = """
 _EXPIRED = f"""
 WITH s AS ({_IDLE})
 SELECT s.saga_id, s.rows, s.head_seq, j.hash, s.last_at
-FROM s JOIN side_effect_journal j ON j.saga_id = s.saga_id AND j.seq = s.head_seq
+FROM s JOIN {{side_effect_journal}} j ON j.saga_id = s.saga_id AND j.seq = s.head_seq
 ORDER BY s.last_at, s.saga_id
 """
 
@@ -42,29 +44,32 @@ _EXPIRED_COUNT = f"SELECT count(*) FROM ({_IDLE}) s"
 _ROLE_CAN_PURGE = """
 SELECT EXISTS (
     SELECT FROM pg_roles
-    WHERE rolname = %s AND has_table_privilege(oid, 'side_effect_journal'::regclass, 'DELETE')
+    WHERE rolname = %s AND has_table_privilege(oid, %s::regclass, 'DELETE')
 )
 """
 
 # Deletes the sagas whose current head is the given one; a saga that moved on is left alone.
 _PURGE = """
 WITH want AS (
-    SELECT * FROM unnest(%(ids)s::text[], %(seqs)s::bigint[], %(hashes)s::text[])
+    SELECT * FROM ROWS FROM (pg_catalog.unnest(%(ids)s::text[]),
+        pg_catalog.unnest(%(seqs)s::bigint[]), pg_catalog.unnest(%(hashes)s::text[]))
         AS w(saga_id, seq, hash)
 ), heads AS (
     SELECT DISTINCT ON (j.saga_id) j.saga_id, j.seq, j.hash
-    FROM side_effect_journal j JOIN want USING (saga_id)
+    FROM {side_effect_journal} j JOIN want USING (saga_id)
     ORDER BY j.saga_id, j.seq DESC
 ), unchanged AS (
     SELECT w.saga_id FROM want w
     JOIN heads h ON h.saga_id = w.saga_id AND h.seq = w.seq AND h.hash = w.hash
 ), deleted AS (
-    DELETE FROM side_effect_journal j USING unchanged u
+    DELETE FROM {side_effect_journal} j USING unchanged u
     WHERE j.saga_id = u.saga_id
     RETURNING j.saga_id
 )
 SELECT saga_id, count(*) FROM deleted GROUP BY saga_id
 """
+
+_LOCK = "LOCK TABLE {side_effect_journal} IN SHARE ROW EXCLUSIVE MODE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +94,10 @@ class RetentionStore:
         """Sagas with no row at or after ``cutoff``, least recently active first."""
         with translate_errors("list sagas past the retention period"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(_EXPIRED, {"cutoff": naive_utc(cutoff)})
+                cur = await conn.execute(
+                    qualify(_EXPIRED, await pool_schema(self._pool, conn)),
+                    {"cutoff": naive_utc(cutoff)},
+                )
                 return [
                     ExpiredSaga(saga_id, rows, head_seq, head_hash, utc_micros(last_at))
                     for saga_id, rows, head_seq, head_hash, last_at in await cur.fetchall()
@@ -99,7 +107,10 @@ class RetentionStore:
         """How many sagas have no row at or after ``cutoff``."""
         with translate_errors("count sagas past the retention period"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute(_EXPIRED_COUNT, {"cutoff": naive_utc(cutoff)})
+                cur = await conn.execute(
+                    qualify(_EXPIRED_COUNT, await pool_schema(self._pool, conn)),
+                    {"cutoff": naive_utc(cutoff)},
+                )
                 row = await cur.fetchone()
         assert row is not None  # count(*) always answers
         return int(row[0])
@@ -108,7 +119,9 @@ class RetentionStore:
         """True when the purging role exists and may delete journal rows."""
         with translate_errors(f"look up the role {self._role}"):
             async with self._pool.connection() as conn:
-                row = await (await conn.execute(_ROLE_CAN_PURGE, (self._role,))).fetchone()
+                journal = qualified(await pool_schema(self._pool, conn), JOURNAL)
+                cur = await conn.execute(_ROLE_CAN_PURGE, (self._role, journal))
+                row = await cur.fetchone()
         return bool(row and row[0])
 
     async def purge(self, heads: Sequence[tuple[str, int, str]]) -> dict[str, int]:
@@ -122,7 +135,10 @@ class RetentionStore:
         ids, seqs, hashes = (list(column) for column in zip(*heads, strict=True))
         with translate_errors(f"purge {len(heads)} sagas as {self._role}"):
             async with self._pool.connection() as conn, conn.transaction():
+                schema = await pool_schema(self._pool, conn)
                 await conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(self._role)))
-                await conn.execute("LOCK TABLE side_effect_journal IN SHARE ROW EXCLUSIVE MODE")
-                cur = await conn.execute(_PURGE, {"ids": ids, "seqs": seqs, "hashes": hashes})
+                await conn.execute(qualify(_LOCK, schema))
+                cur = await conn.execute(
+                    qualify(_PURGE, schema), {"ids": ids, "seqs": seqs, "hashes": hashes}
+                )
                 return {saga_id: count for saga_id, count in await cur.fetchall()}

@@ -18,6 +18,7 @@ from typing import Any
 from sagacity.errors import InvalidEntry
 from sagacity.journal import utc_micros
 from sagacity.store.db import Pool, translate_errors
+from sagacity.store.placement import pool_schema, qualify
 
 __all__ = ["LeafRow", "PendingRow", "SagaLogRow", "TlogStore"]
 
@@ -27,6 +28,8 @@ Node = tuple[int, int]
 # Key of the session advisory lock that makes one sequencer at a time (migrate's is 0x5A6AC171).
 _SEQUENCER_LOCK = 0x5A6A7106
 
+# Statement templates: {table} is the table in the journal's schema (sagacity.store.placement).
+
 # Journal rows with no leaf yet, in the order the log appends them. The keys are found first,
 # from the two (saga_id, seq) indexes alone (a merge anti-join of index-only scans, once
 # autovacuum has marked the pages all-visible); only the rows found are then read from the
@@ -35,14 +38,14 @@ _SEQUENCER_LOCK = 0x5A6A7106
 _PENDING = """
 WITH missing AS MATERIALIZED (
     SELECT j.saga_id, j.seq
-    FROM side_effect_journal j
+    FROM {side_effect_journal} j
     WHERE NOT EXISTS (
-        SELECT FROM sagacity_tlog_leaf l WHERE l.saga_id = j.saga_id AND l.seq = j.seq
+        SELECT FROM {sagacity_tlog_leaf} l WHERE l.saga_id = j.saga_id AND l.seq = j.seq
     )
 )
 SELECT j.saga_id, j.seq, j.hash, j.timestamp
 FROM missing m
-JOIN side_effect_journal j ON j.saga_id = m.saga_id AND j.seq = m.seq
+JOIN {side_effect_journal} j ON j.saga_id = m.saga_id AND j.seq = m.seq
 ORDER BY j.timestamp, j.saga_id, j.seq
 """
 
@@ -50,9 +53,9 @@ ORDER BY j.timestamp, j.saga_id, j.seq
 # stored leaf hash (NULL: missing).
 _LEAVES = """
 SELECT l.idx, l.saga_id, l.seq, l.row_hash, j.hash, n.hash, j.timestamp
-FROM sagacity_tlog_leaf l
-LEFT JOIN side_effect_journal j ON j.saga_id = l.saga_id AND j.seq = l.seq
-LEFT JOIN sagacity_tlog_node n ON n.level = 0 AND n.idx = l.idx
+FROM {sagacity_tlog_leaf} l
+LEFT JOIN {side_effect_journal} j ON j.saga_id = l.saga_id AND j.seq = l.seq
+LEFT JOIN {sagacity_tlog_node} n ON n.level = 0 AND n.idx = l.idx
 ORDER BY l.idx
 """
 
@@ -60,11 +63,22 @@ ORDER BY l.idx
 # whose row is gone no row. Both sides are read through their (saga_id, seq) indexes.
 _SAGA_LOG = """
 SELECT coalesce(j.seq, l.seq), j.hash, j.timestamp, l.idx, l.row_hash
-FROM (SELECT seq, hash, timestamp FROM side_effect_journal WHERE saga_id = %(saga)s) j
-FULL JOIN (SELECT seq, idx, row_hash FROM sagacity_tlog_leaf WHERE saga_id = %(saga)s) l
+FROM (SELECT seq, hash, timestamp FROM {side_effect_journal} WHERE saga_id = %(saga)s) j
+FULL JOIN (SELECT seq, idx, row_hash FROM {sagacity_tlog_leaf} WHERE saga_id = %(saga)s) l
     ON l.seq = j.seq
 ORDER BY 1
 """
+
+_SIZE = "SELECT max(idx) FROM {sagacity_tlog_leaf}"
+_NODES = (
+    "SELECT n.level, n.idx, n.hash FROM {sagacity_tlog_node} n"
+    " JOIN ROWS FROM (pg_catalog.unnest(%s::smallint[]), pg_catalog.unnest(%s::bigint[]))"
+    " AS w(level, idx)"
+    " ON n.level = w.level AND n.idx = w.idx"
+)
+_COPY_LEAVES = "COPY {sagacity_tlog_leaf} (idx, saga_id, seq, row_hash) FROM STDIN"
+_COPY_NODES = "COPY {sagacity_tlog_node} (level, idx, hash) FROM STDIN"
+_SAGA_LEAVES = "SELECT seq, idx, row_hash FROM {sagacity_tlog_leaf} WHERE saga_id = %s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +143,13 @@ class TlogStore:
         """
         with translate_errors("take the transparency log's sequencer lock"):
             async with self._pool.connection() as conn:
-                await conn.execute("SELECT pg_advisory_lock(%s)", (_SEQUENCER_LOCK,))
+                await conn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", (_SEQUENCER_LOCK,))
                 try:
                     yield
                 finally:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (_SEQUENCER_LOCK,))
+                    await conn.execute(
+                        "SELECT pg_catalog.pg_advisory_unlock(%s)", (_SEQUENCER_LOCK,)
+                    )
 
     async def database(self) -> str:
         """The name of the database the log lives in."""
@@ -148,7 +164,7 @@ class TlogStore:
         """How many leaves the log holds: one more than the highest index (0 when empty)."""
         with translate_errors("read the transparency log's size"):
             async with self._pool.connection() as conn:
-                cur = await conn.execute("SELECT max(idx) FROM sagacity_tlog_leaf")
+                cur = await conn.execute(qualify(_SIZE, await pool_schema(self._pool, conn)))
                 row = await cur.fetchone()
         return 0 if row is None or row[0] is None else int(row[0]) + 1
 
@@ -161,10 +177,7 @@ class TlogStore:
         with translate_errors("read the transparency log's subtree hashes"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT n.level, n.idx, n.hash FROM sagacity_tlog_node n "
-                    "JOIN unnest(%s::smallint[], %s::bigint[]) AS w(level, idx) "
-                    "ON n.level = w.level AND n.idx = w.idx",
-                    (levels, indexes),
+                    qualify(_NODES, await pool_schema(self._pool, conn)), (levels, indexes)
                 )
                 return {
                     (level, index): bytes(digest) for level, index, digest in await cur.fetchall()
@@ -181,19 +194,16 @@ class TlogStore:
         ends at ``start`` or a row is logged already."""
         with translate_errors(f"append {len(leaves)} leaves to the transparency log at {start}"):
             async with self._pool.connection() as conn, conn.transaction():
-                cur = await conn.execute("SELECT max(idx) FROM sagacity_tlog_leaf")
+                schema = await pool_schema(self._pool, conn)
+                cur = await conn.execute(qualify(_SIZE, schema))
                 row = await cur.fetchone()
                 end = 0 if row is None or row[0] is None else int(row[0]) + 1
                 if end != start:
                     raise InvalidEntry(f"the log ends at {end}, not at {start}: another sequencer?")
-                async with conn.cursor().copy(
-                    "COPY sagacity_tlog_leaf (idx, saga_id, seq, row_hash) FROM STDIN"
-                ) as copy:
+                async with conn.cursor().copy(qualify(_COPY_LEAVES, schema)) as copy:
                     for offset, (saga_id, seq, row_hash) in enumerate(leaves):
                         await copy.write_row((start + offset, saga_id, seq, row_hash))
-                async with conn.cursor().copy(
-                    "COPY sagacity_tlog_node (level, idx, hash) FROM STDIN"
-                ) as copy:
+                async with conn.cursor().copy(qualify(_COPY_NODES, schema)) as copy:
                     for (level, index), digest in nodes:
                         await copy.write_row((level, index, digest))
 
@@ -202,8 +212,7 @@ class TlogStore:
         with translate_errors(f"read the leaves of saga {saga_id!r}"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    "SELECT seq, idx, row_hash FROM sagacity_tlog_leaf WHERE saga_id = %s",
-                    (saga_id,),
+                    qualify(_SAGA_LEAVES, await pool_schema(self._pool, conn)), (saga_id,)
                 )
                 return {seq: (index, row_hash) for seq, index, row_hash in await cur.fetchall()}
 
@@ -245,7 +254,7 @@ class TlogStore:
                     )
 
     async def _rows(
-        self, query: str, batch: int, params: dict[str, object] | None = None
+        self, template: str, batch: int, params: dict[str, object] | None = None
     ) -> AsyncGenerator[tuple[Any, ...], None]:
         # a server-side cursor: rows arrive `batch` at a time, memory stays flat
         async with (
@@ -254,6 +263,6 @@ class TlogStore:
             conn.cursor(name="sagacity_tlog_rows") as cur,
         ):
             cur.itersize = batch
-            await cur.execute(query, params)
+            await cur.execute(qualify(template, await pool_schema(self._pool, conn)), params)
             async for row in cur:
                 yield row

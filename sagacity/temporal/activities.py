@@ -43,11 +43,19 @@ from sagacity.errors import (
     UnknownTool,
 )
 from sagacity.evidence.checkpoints import CheckpointWriter
-from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed
+from sagacity.evidence.decisions import (
+    Keyring,
+    Policy,
+    Signature,
+    Statement,
+    allowed,
+    payload_object,
+    signed_row,
+)
 from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
 from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
-from sagacity.store.halts import HaltStore
+from sagacity.store.halts import Halt, HaltStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.checks import check_steps
 from sagacity.temporal.models import (
@@ -60,9 +68,12 @@ from sagacity.temporal.models import (
     CallStatus,
     CompensateRequest,
     ErrorInfo,
+    HaltLookedUp,
+    HaltLookup,
     HaltNotice,
     Journaled,
     JournalRow,
+    Resolve,
     Resolved,
     ResolveRequest,
     RowDraft,
@@ -85,6 +96,7 @@ from sagacity.temporal.names import (
     DESCRIBE_TOOLS,
     OPEN_APPROVAL,
     OPEN_SAGA,
+    READ_HALT,
     RESOLVE_CALL,
     SEAL_SAGA,
     VALIDATE_STEPS,
@@ -301,22 +313,44 @@ class SagaActivities:
     async def _halted(self, exc: Halted, *, intent_written: bool = False) -> ApplicationError:
         """The error a saga holds on: the halt's id, kind and policy, and who halted why."""
         halt = await self._outlast(lambda: self.halts.get(exc.halt_id))
-        try:
-            notice = HaltNotice(
-                halt_id=exc.halt_id,
-                kind=halt.kind if halt else "halt",
-                policy=halt.policy if halt else "keep",
-                reason=halt.reason if halt else "",
-                operator=halt.operator if halt else None,
-                intent_written=intent_written,
-            )
-        except ValidationError:
-            # a row edited past what a halt may say: held all the same, under its id
-            notice = HaltNotice(halt_id=exc.halt_id, intent_written=intent_written)
+        notice = _notice(halt, exc.halt_id, intent_written=intent_written)
         message = f"{exc}: {notice.describe()}"
         return ApplicationError(
             message, notice.model_dump(mode="json"), type="Halted", non_retryable=True
         )
+
+    @activity.defn(name=READ_HALT)
+    @_typed
+    async def read_halt(self, req: HaltLookup) -> HaltLookedUp:
+        """Whether a ``halt`` signal is real and aborts the saga: the halt store's word on that
+        halt when it holds it (in force, or lifted), else the signal's own signature checked
+        with the worker's keyring; either way its policy must be ``compensate`` and its scope
+        take in the saga. Judged here, so replay follows the recorded answer."""
+        told = req.told
+        stored = await self._outlast(lambda: self.halts.get(told.halt_id))
+        if stored is not None and not stored.active:
+            return HaltLookedUp(refusal=f"halt {told.halt_id} is lifted")
+        task_queue = activity.info().task_queue
+        if stored is not None:
+            # the store's own scope decides (the notice drops one too long to pass on)
+            covered = stored.scope.tool is None and stored.scope.covers(req.saga_id, "", task_queue)
+            if stored.policy != "compensate" or not covered:
+                return HaltLookedUp(refusal=_not_this_saga(told.halt_id))
+            return HaltLookedUp(notice=_notice(stored, told.halt_id))
+        statement = told.statement()
+        if self.keyring is None:
+            why: str | None = "no keyring to check its signature with"
+        elif statement is None:
+            why = "it names no scope"
+        else:
+            why = self.keyring.refusal(statement, told.signature)
+        if why is not None:
+            return HaltLookedUp(
+                refusal=f"the halt store holds no such halt, and the signal proves nothing ({why})"
+            )
+        if told.policy != "compensate" or not told.covers(req.saga_id, task_queue):
+            return HaltLookedUp(refusal=_not_this_saga(told.halt_id))
+        return HaltLookedUp(notice=told)
 
     def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> bool:
         """Sign ``entry`` as the head, or seal it as the end; whether a seal was written."""
@@ -350,6 +384,7 @@ class SagaActivities:
             self.resolve_call,
             self.seal_saga,
             self.validate_steps,
+            self.read_halt,
         ]
 
     @activity.defn(name=DESCRIBE_TOOLS)
@@ -847,6 +882,8 @@ class SagaActivities:
                 input=req.row.input,
                 payload=failure_payload(error, effect_unknown=True),
             )
+        elif req.resolution is not None:
+            row_draft = self._signed_resolution(req.resolution, intent_row, row_draft)
         draft = self._draft(
             req.saga_id, intent_row.tool_name, row_draft.phase, row_draft.input, row_draft.payload
         )
@@ -855,6 +892,18 @@ class SagaActivities:
             intent_row, row, input_json=row_draft.input, payload=row_draft.payload
         )
         return Resolved(outcome=outcome, recorded=True)
+
+    def _signed_resolution(self, resolution: Resolve, intent_row: Entry, row: RowDraft) -> RowDraft:
+        """``row`` with the resolution's signature, so the journal proves who resolved the call
+        (``docs/decisions.md``); as it is without a keyring to name the signer by."""
+        signature = resolution.signature
+        body = payload_object(row.payload)
+        if self.keyring is None or signature is None or body is None:
+            return row
+        entry = self.keyring.find(signature.key_id)
+        statement = resolution_statement(intent_row.saga_id, intent_row.hash, resolution)
+        payload = signed_row(statement, signature, entry.name if entry else "", **body)
+        return row.model_copy(update={"payload": payload})
 
     def _resolution_refused(self, req: ResolveRequest, intent_row: Entry) -> str | None:
         """Why a human's resolution may not be written: the policy, or (with a keyring) its
@@ -1108,6 +1157,34 @@ def _outcome_from_row(
         effect_unknown=unknown,
         journaled=journaled,
     )
+
+
+def _not_this_saga(halt_id: int) -> str:
+    return f"halt {halt_id} does not abort this saga (its policy or scope says otherwise)"
+
+
+def _notice(halt: Halt | None, halt_id: int, *, intent_written: bool = False) -> HaltNotice:
+    """A halt as a saga meets it, with its scope and signature, which prove it to the saga."""
+    if halt is None:
+        return HaltNotice(halt_id=halt_id, intent_written=intent_written)
+    try:
+        signature = None if halt.signature is None else Signature.model_validate(halt.signature)
+    except ValidationError:
+        signature = None  # changed after it was signed: the halt stands, unproven
+    try:
+        return HaltNotice(
+            halt_id=halt_id,
+            kind=halt.kind,
+            policy=halt.policy,
+            reason=halt.reason,
+            operator=halt.operator,
+            intent_written=intent_written,
+            scope=halt.scope.as_json(),
+            signature=signature,
+        )
+    except ValidationError:
+        # a row edited past what a halt may say: held all the same, under its id
+        return HaltNotice(halt_id=halt_id, intent_written=intent_written)
 
 
 def _json_data(value: Any) -> Any:

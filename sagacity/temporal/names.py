@@ -10,5 +10,6 @@ CLOSE_APPROVAL = "sagacity.close_approval"
 RESOLVE_CALL = "sagacity.resolve_call"
 SEAL_SAGA = "sagacity.seal_saga"
 VALIDATE_STEPS = "sagacity.validate_steps"
+READ_HALT = "sagacity.read_halt"
 
 VERIFICATION_REFUSED = "verification refused execution"

@@ -42,7 +42,7 @@ from sagacity.errors import (
     ToolFailed,
     UnknownTool,
 )
-from sagacity.evidence.decisions import Keyring, Policy, Statement, allowed, signed_row
+from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, allowed, signed_row
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
@@ -64,6 +64,8 @@ from sagacity.temporal.models import (
     Effect,
     EffectRefs,
     ErrorInfo,
+    HaltLookedUp,
+    HaltLookup,
     HaltNotice,
     Head,
     Journaled,
@@ -118,6 +120,13 @@ ADOPT_REDACTED_PATCH = "sagacity-adopt-redacted"
 #: sagas from before this marker journaled an abort during an approval wait as a plain rejection
 #: (``{"by", "reason"}``, ``by`` as the sender claimed it)
 ABORT_ROW_PATCH = "sagacity-abort-row"
+#: sagas from before this marker journaled a decision row with the input the workflow holds
+#: (redacted by the approval gate's rules rather than copied from the request), and an abort's
+#: row with the signing key's id only, not the signature that proves it
+BOUND_ROWS_PATCH = "sagacity-decision-rows-bound"
+#: sagas from before this marker obeyed any ``halt`` signal with policy ``compensate``, unproven,
+#: in the name it gave, and also while they compensated after a failure
+HALT_CHECK_PATCH = "sagacity-halt-checked"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -327,6 +336,10 @@ class Saga:
         self._abort: Abort | None = None
         #: the abort came as a signal (its sender is checked), not from a cancel or a halt
         self._abort_signalled = False
+        #: the operator's halt the saga aborts for (its signature proves who halted)
+        self._abort_halt: HaltNotice | None = None
+        #: halt signals being checked against the halt store
+        self._halt_lookups: set[asyncio.Task[None]] = set()
         self._cancelled = False
         #: the operator's halt the saga waits on, and how many ``resume`` signals came so far
         self._halt: HaltNotice | None = None
@@ -1138,15 +1151,18 @@ class Saga:
         self._decided.add(seq)
         pending, self._pending = self._pending, None
         self._enter(SagaState.RUNNING)
+        # the decision row repeats the request's input as journaled, which its hash names
+        bound = workflow.patched(BOUND_ROWS_PATCH)
+        request = {"input": "", "input_of": seq} if bound else {"input": input_json}
         if isinstance(decision, Approve):
             await self._append(
                 [
                     RowDraft(
                         tool_name=APPROVAL_GATE,
                         phase=Phase.APPROVED,
-                        input=input_json,
                         payload=self._decision_payload(decision, pending)
                         or f"approver={decision.approver}",
+                        **request,
                     )
                 ]
             )
@@ -1163,13 +1179,9 @@ class Saga:
             {"by": decision.approver, "reason": decision.reason}
         )
         if self._abort is not None and workflow.patched(ABORT_ROW_PATCH):
-            payload = self._abort_row(self._abort, decision.reason)
+            payload = self._abort_row(self._abort, decision.reason, signed=bound)
         await self._append(
-            [
-                RowDraft(
-                    tool_name=APPROVAL_GATE, phase=Phase.REJECTED, input=input_json, payload=payload
-                )
-            ]
+            [RowDraft(tool_name=APPROVAL_GATE, phase=Phase.REJECTED, payload=payload, **request)]
         )
         await self._close_request(seq)
         error = ErrorInfo(type="ApprovalRejected", message=f"{spec.name}: {decision.reason}")
@@ -1326,39 +1338,115 @@ class Saga:
             self._abort = abort
             self._abort_signalled = True
 
-    def _abort_row(self, abort: Abort, reason: str) -> str:
+    def _abort_row(self, abort: Abort, reason: str, *, signed: bool) -> str:
         """The payload of the REJECTED row an abort writes: marked an abort, with its sender.
 
-        With a keyring, a signalled abort's sender is the principal its signature proves, else
-        ``unverified:<name>``; it is taken either way (an abort only makes the saga safer). A
-        cancel or a halt names who the workflow itself knows.
+        With a keyring, a signalled abort's sender is the principal its signature proves, and a
+        halt's the operator whose signature the halt carries, else ``unverified:<name>``; it is
+        taken either way (an abort only makes the saga safer). A proven one's row carries the
+        whole signature (``docs/decisions.md``); ``signed`` False: the older row, with the key
+        id only. A cancel names who the workflow itself knows.
         """
         by, key_id = self._abort_sender(abort)
-        row: dict[str, Any] = {"abort": True, "by": by, "reason": reason}
-        if key_id is not None:
+        proof = self._abort_proof(abort) if signed else None
+        halt = {"halt": self._abort_halt.record()} if self._abort_halt and signed else {}
+        if proof is not None:
+            statement, signature = proof
+            return signed_row(
+                statement, signature, self._signer_name(signature), abort=True, **halt
+            )
+        row: dict[str, Any] = {"abort": True, "by": by, "reason": reason, **halt}
+        if key_id is not None and not signed:
             row["key_id"] = key_id
         return to_json(row)
+
+    def _abort_proof(self, abort: Abort) -> tuple[Statement, Signature] | None:
+        """The signed statement that proves who aborted, verified with the keyring (None:
+        unsigned, not verified, a cancel, or no keyring to check it with)."""
+        if self._keyring is None:
+            return None
+        halt = self._abort_halt
+        if halt is not None:
+            statement, signature = halt.statement(), halt.signature
+        elif self._abort_signalled and abort.by is not None:
+            statement, signature = abort.statement(self.saga_id), abort.signature
+        else:
+            return None
+        if statement is None or signature is None:
+            return None
+        return (
+            (statement, signature) if self._keyring.refusal(statement, signature) is None else None
+        )
+
+    def _signer_name(self, signature: Signature) -> str:
+        found = self._keyring.find(signature.key_id) if self._keyring is not None else None
+        return found.name if found is not None else ""
 
     def _abort_sender(self, abort: Abort) -> tuple[str, str | None]:
         """Who sent ``abort``, as the journal and the saga's error name them, and the key that
         proves it (None: unsigned, or no keyring to check it with)."""
         name = abort.by or "sagacity"
-        if not self._abort_signalled or self._keyring is None:
+        proven = self._abort_signalled or self._abort_halt is not None
+        if not proven or self._keyring is None:
             return name, None
-        signature = abort.signature
-        refused = self._keyring.refusal(abort.statement(self.saga_id), signature)
-        if refused is None and signature is not None and abort.by is not None:
-            return name, signature.key_id
+        proof = self._abort_proof(abort)
+        if proof is not None:
+            return name, proof[1].key_id
         return f"unverified:{name}", None
 
     def _on_halt(self, *payloads: Any) -> None:
-        """An operator halted this saga: under ``compensate`` it aborts now (unless it waits for
-        an approval, which stays waiting); under ``keep`` its next call is held anyway."""
+        """An operator halted this saga: under ``compensate`` it aborts (unless it waits for an
+        approval, which stays waiting, or already compensates); under ``keep`` its next call is
+        held anyway, by the activities' gate.
+
+        The signal is obeyed only when it is real, as an activity judges it (so replay follows
+        the recorded answer): the halt store holds that halt in force, or (the store has no such
+        halt) its signature verifies with the worker's keyring. Otherwise it is refused and
+        recorded in ``refused_decisions``.
+        """
         notice = self._parse("halt", HaltNotice, payloads)
-        if notice is None:
+        if notice is None or notice.policy != "compensate":
             return
-        if notice.policy == "compensate" and self._pending is None and self._abort is None:
-            self._abort = _halt_abort(notice)
+        if not workflow.patched(HALT_CHECK_PATCH):
+            if self._pending is None and self._abort is None:
+                self._abort = _halt_abort(notice)
+            return
+        if not self._halt_aborts():
+            return
+        lookup = asyncio.create_task(self._look_up_halt(notice))
+        self._halt_lookups.add(lookup)
+        lookup.add_done_callback(self._halt_lookups.discard)
+
+    def _halt_aborts(self) -> bool:
+        """Whether a halt may abort the saga now: not when it aborted already, waits for an
+        approval (it stays waiting) or compensates after a failure (the halt stops what is
+        still to run, and only compensations are: the saga ends as it would have)."""
+        return self._abort is None and self._pending is None and not self._ending
+
+    async def _look_up_halt(self, notice: HaltNotice) -> None:
+        """Obey ``notice`` if an activity finds it real (the halt store holds it in force, or
+        its signature verifies) and aborting this saga; else refuse it (recorded)."""
+        sender = notice.operator or "?"
+        try:
+            found: HaltLookedUp = await workflow.execute_activity(
+                names.READ_HALT,
+                HaltLookup(saga_id=self.saga_id, told=notice),
+                result_type=HaltLookedUp,
+                start_to_close_timeout=_JOURNAL_TIMEOUT,
+                retry_policy=_JOURNAL_RETRY,
+            )
+        except ActivityError as err:
+            self._refuse(sender, f"halt {notice.halt_id} refused: {_error_message(err)}")
+            return
+        if found.notice is None:
+            self._refuse(sender, f"halt {notice.halt_id} refused: {found.refusal}")
+        elif self._halt_aborts():
+            self._abort_for(found.notice)
+
+    def _abort_for(self, notice: HaltNotice) -> None:
+        """Abort for the operator's halt ``notice``, named as its signature proves."""
+        self._abort = _halt_abort(notice)
+        self._abort_halt = notice
 
     def _on_resume(self, *payloads: Any) -> None:
         if self._parse("resume", Resume, payloads or ({},)) is not None:
@@ -1373,7 +1461,10 @@ class Saga:
         """
         if forward and notice.policy == "compensate":
             if self._abort is None:
-                self._abort = _halt_abort(notice)
+                if workflow.patched(HALT_CHECK_PATCH):
+                    self._abort_for(notice)  # the activity read it from the halt store
+                else:
+                    self._abort = _halt_abort(notice)
             return
         if forward and self.aborted:
             return

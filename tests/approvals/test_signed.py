@@ -248,6 +248,7 @@ async def test_the_bundle_verifier_checks_the_signature_and_fails_when_the_appro
         "SAGACITY_SIGNING_KEY": str(settings.signing_key),
         "SAGACITY_CHECKPOINT_DIR": str(settings.checkpoint_dir),
         "SAGACITY_KEYRING": str(keys.keyring),
+        "SAGACITY_TRUST_FILE": str(settings.trust_file),
     }
     public = str(settings.checkpoint_public_key)
 

@@ -4,6 +4,7 @@ payload docs/signals.md gives, against real Temporal and Postgres."""
 
 from __future__ import annotations
 
+import base64
 import getpass
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 from temporalio.client import Client
 
 from sagacity.devstack import Endpoints
-from sagacity.evidence.decisions import Signer
+from sagacity.evidence.decisions import Signer, Statement, message
 from sagacity.journal import APPROVAL_GATE, Phase
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaState
@@ -71,12 +72,31 @@ async def test_signed_abort_names_the_verified_principal_and_an_unsigned_one_is_
     assert sent.code == 0, sent.stderr
     assert "by alice (signed)" in sent.stderr
     assert (await handle.result()).status is SagaState.ABORTED
-    assert await abort_row(journal, handle.id, waiting.pending_approval.journal_seq) == {
+    # the row carries the whole signature, so the abort can be checked offline
+    row = await abort_row(journal, handle.id, waiting.pending_approval.journal_seq)
+    signature = {k: str(row.pop(k)) for k in ("signature", "signed_at")}
+    assert row == {
         "abort": True,
         "by": "alice",
+        "decision": "abort",
+        "input_hash": "",
         "key_id": Signer.open(keys.alice).key_id,
-        "reason": "aborted: customer called",
+        "reason": "customer called",
+        "signer": "alice",
     }
+    assert (
+        Signer.open(keys.alice)
+        .key.public_key()
+        .verify(
+            base64.b64decode(signature["signature"]),
+            message(
+                Statement(handle.id, 0, "", "abort", "alice", "customer called"),
+                signed_at=signature["signed_at"],
+                key=Signer.open(keys.alice).key_id,
+            ),
+        )
+        is None
+    )
     # the journal's decision rows still verify against the keyring
     verified = await cli("verify", handle.id, extra_env=keys.env())
     assert verified.code == 0, verified.stdout + verified.stderr

@@ -487,10 +487,10 @@ def verify_log(
     now: datetime | None = None,
 ) -> list[Finding]:
     """evidence.md "For implementers: the transparency log": the published heads (signed by a
-    pinned key, one origin, each consistent with the one before by its stored proof, cosigned
-    by the quorum of pinned witnesses), the leaf table's root at every head, each leaf against
-    the journal (rewritten, deleted unless purged, backdated), and each journal row the log
-    lacks (unattested or withheld past the grace, else pending)."""
+    pinned key, one origin, each consistent with the one before by its stored proof, the
+    latest cosigned by the quorum of pinned witnesses), the leaf table's root at every head,
+    each leaf against the journal (rewritten, deleted unless purged, backdated), and each
+    journal row the log lacks (unattested or withheld past the grace, else pending)."""
     now = now or datetime.now(UTC).replace(tzinfo=None)  # naive UTC, as the rows' times
     findings: list[Finding] = []
     heads: list[tuple[Note, datetime]] = []
@@ -509,8 +509,6 @@ def verify_log(
         if note is None or note.signed_by is None:
             findings.append(Finding(None, None, "a tree head not signed by a pinned key"))
             continue
-        if len(note.cosigned) < trust.quorum:
-            findings.append(Finding(None, None, "a tree head without its witnesses' quorum"))
         if heads:
             old = heads[-1][0]
             if (
@@ -528,6 +526,9 @@ def verify_log(
             findings.append(Finding(None, None, "tree head 0 without the empty root"))
             continue
         heads.append((note, at))
+    # the quorum binds the latest head: every earlier one is a prefix of it by the proofs above
+    if trust.quorum and heads and len(heads[-1][0].cosigned) < trust.quorum:
+        findings.append(Finding(None, None, "the latest tree head without its witnesses' quorum"))
     journal = {(str(r["saga_id"]), int(r["seq"])): r for r in rows}
     by_saga: dict[str, dict[int, Row]] = {}
     for (saga_id, seq), row in journal.items():

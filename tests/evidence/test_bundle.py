@@ -31,7 +31,6 @@ from sagacity.evidence.bundle import (
     SIGNATURE,
     BundleReport,
     BundleVerdict,
-    export_bundle,
     verify_bundle,
 )
 from sagacity.evidence.checkpoints import (
@@ -41,6 +40,7 @@ from sagacity.evidence.checkpoints import (
     parse_line,
     sign,
 )
+from sagacity.evidence.export import export_bundle
 from sagacity.evidence.keys import key_id, public_pem
 from sagacity.evidence.report import Agreement, Source
 from sagacity.journal import to_json
@@ -436,7 +436,7 @@ async def test_an_unanchored_export_warns_and_verifies_only_when_allowed(
     assert "warning: UNANCHORED bundle: no checkpoints" in exported.stderr
     assert "warning: UNANCHORED bundle: no signing key" in exported.stderr
     manifest = json.loads((out / MANIFEST).read_text())
-    assert (manifest["version"], manifest["anchors"], manifest["key_id"]) == (2, [], None)
+    assert (manifest["version"], manifest["anchors"], manifest["key_id"]) == (3, [], None)
     assert [s["checkpointed"] for s in manifest["sagas"]] == [False]
 
     public = tmp_path / "key.pub"

@@ -11,21 +11,17 @@ from typing import Any
 import psycopg
 
 from sagacity.evidence.checkpoints import CheckpointWriter
-from sagacity.evidence.trust import TrustedKey, TrustRoots, write_trust
 from sagacity.journal import Draft, Phase
 from sagacity.store import JournalStore
 from tests.approvals.conftest import CliResult
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_retention import idle_saga
-from tests.ops.conftest import Cli
+from tests.ops.conftest import Cli, pinned_trust
 
 
 def anchored_env(writer: CheckpointWriter, signing_key: Path) -> dict[str, str]:
     """The worker's anchors, and its key pinned in a trust file kept apart from them."""
-    trust = writer.path.parent / "trust" / "trust.json"
-    if not trust.exists():
-        trust.parent.mkdir()
-        write_trust(trust, TrustRoots((TrustedKey("test", writer.key.public_key()),)))
+    trust = pinned_trust(signing_key, writer.path.parent / "trust")
     return {
         "SAGACITY_CHECKPOINT_DIR": str(writer.path),
         "SAGACITY_SIGNING_KEY": str(signing_key),

@@ -224,6 +224,7 @@ class NewUser:
     owner: Owner
     sagas: dict[str, str]  # role -> saga id
     trust_file: str  # $SAGACITY_TRUST_FILE
+    checkpoint_dir: Path  # $SAGACITY_CHECKPOINT_DIR
     key_id: str
     bundle: Path  # the "bundle" saga, exported as the README shows
     #: the commands run on the untouched journal, in order
@@ -332,7 +333,10 @@ async def new_user(
                 "verify", "--bundle", str(bundle), "--trust", trust_file
             ),
         }
-        yield NewUser(shell, Owner(owner_url), sagas, trust_file, setup.key_id, bundle, control)
+        yield NewUser(
+            shell, Owner(owner_url), sagas, trust_file, setup.checkpoint_dir, setup.key_id,
+            bundle, control,
+        )  # fmt: skip
     finally:
         await drop_database(endpoints.database_url, name)
 
@@ -349,6 +353,9 @@ def test_an_untouched_journal_verifies_with_exit_0(new_user: NewUser) -> None:
     for saga_id in new_user.sagas.values():
         assert f"ok      {saga_id}  4 rows  [checkpoint agrees at seq 4 (" in runs["verify"].stdout
     assert runs["log verify"].stdout.endswith("0 rows pending: all verified\n"), runs["log verify"]
+    # the dev witness cosigned the worker's tree heads, as the trust file's quorum requires
+    note = (new_user.checkpoint_dir / "tlog" / "checkpoint").read_text()
+    assert "\n\u2014 sagacity.local/witness " in note, note
     assert "UNANCHORED" not in runs["export"].stderr, runs["export"]
     assert "VERIFIED: every file, chain and signed checkpoint" in runs["verify --bundle"].stdout
 
@@ -583,8 +590,26 @@ def fix_manifest(bundle: Path, rows: list[dict[str, Any]], **fields: Any) -> Non
     (bundle / "manifest.json").write_text(text, encoding="utf-8")
 
 
+def strip_head(bundle: Path) -> None:
+    """The log's tree head and inclusion proofs removed, and the manifest's word of them: what
+    a holder without the log's key cannot sign again."""
+    shutil.rmtree(bundle / "tlog")
+    manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
+    manifest.pop("tlog")
+    manifest["anchors"].remove("tlog")
+    (bundle / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
 def strip_anchors(bundle: Path, saga_id: str) -> None:
-    """Checkpoints, key and signature removed, 2 rows dropped, the manifest rewritten to match."""
+    """Checkpoints, tree head, key and signature removed, 2 rows dropped, the manifest rewritten
+    to match."""
+    strip_head(bundle)
+    strip_but_head(bundle, saga_id)
+
+
+def strip_but_head(bundle: Path, saga_id: str) -> None:
+    """Checkpoints, key and signature removed, 2 rows dropped, the manifest rewritten to match;
+    the tree head and its inclusion proofs left in."""
     shutil.rmtree(bundle / "checkpoints")
     (bundle / "manifest.sig").unlink()
     (bundle / "public_key.pem").unlink()
@@ -601,7 +626,9 @@ def strip_anchors_only(bundle: Path, saga_id: str) -> None:
 
 def resign(bundle: Path, saga_id: str) -> None:
     """Row 2's result edited and the chain recomputed; checkpoints, public key and manifest
-    signed again, all with the holder's own key, as the formats say."""
+    signed again, all with the holder's own key, as the formats say; the log's tree head, signed
+    by a key they do not hold, removed."""
+    strip_head(bundle)
     theirs = Ed25519PrivateKey.generate()
     rows = jsonl(bundle / "journal.jsonl")
     rows[1]["payload"] = '{"reservation_id": "r-mallory"}'
@@ -651,6 +678,15 @@ BUNDLE_CASES = {
         (
             r"- no signed checkpoint for saga '{saga}': ",
             r"- the manifest is not signed: a saga removed whole",
+        ),
+    ),
+    "stripped of all but the tree head, manifest rewritten (2 rows dropped)": BundleCase(
+        strip_but_head,
+        1,
+        "FAILED",
+        (
+            r"^FAILED  {saga}\n  log +seq \d+ +disagrees: the inclusion proof is of seq \d+, "
+            r"which the bundle does not hold",
         ),
     ),
     "stripped of its anchors, manifest as exported": BundleCase(

@@ -100,3 +100,38 @@ def test_forged_and_malformed_notes_are_refused() -> None:
             open_note(bad, key)
     with pytest.raises(ValueError, match="spaces"):
         NoteSigner("a name", log)
+
+
+def test_a_verifier_key_is_parsed_back_and_checked() -> None:
+    log = Ed25519PrivateKey.generate()
+    key = NoteKey(ORIGIN, log.public_key())
+    assert NoteKey.parse(key.vkey()) == key
+    assert NoteKey.parse(GO_VKEY).name == "PeterNeumann"
+    witness = NoteKey("witness.example/w1", log.public_key(), COSIGNATURE_V1)
+    assert NoteKey.parse(witness.vkey()).type == COSIGNATURE_V1
+    name, ident, raw = key.vkey().split("+", 2)
+    for bad in (
+        "",
+        "junk",
+        f"{name}+00000000+{raw}",  # a key id that is not the key's
+        f"{name}+{ident}+" + base64.b64encode(b"\x02" + bytes(32)).decode(),  # unknown type
+        f"{name}+{ident}+not-base64",
+        f"na me+{ident}+{raw}",
+    ):
+        with pytest.raises(ValueError):
+            NoteKey.parse(bad)
+
+
+def test_a_quorum_counts_any_of_the_witnesses() -> None:
+    log, w1, w2 = (Ed25519PrivateKey.generate() for _ in range(3))
+    note = sign_note(HEAD, [NoteSigner(ORIGIN, log), WitnessCosigner("w.example/1", w1)])
+    keys = [
+        NoteKey("w.example/1", w1.public_key(), COSIGNATURE_V1),
+        NoteKey("w.example/2", w2.public_key(), COSIGNATURE_V1),
+    ]
+    log_key = NoteKey(ORIGIN, log.public_key())
+    assert set(open_note(note, log_key, keys, quorum=1).witnessed) == {"w.example/1"}
+    with pytest.raises(ValueError, match="1 of the 2 witness cosignatures required"):
+        open_note(note, log_key, keys, quorum=2)
+    with pytest.raises(ValueError, match=r"no cosignature of witness w\.example/2"):
+        open_note(note, log_key, keys)

@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 
 from sagacity import compensable
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.bundle import BundleVerdict, export_bundle, verify_bundle
+from sagacity.evidence.bundle import BundleVerdict, verify_bundle
 from sagacity.evidence.checkpoints import (
     Checkpoint,
     CheckpointDir,
@@ -34,6 +34,7 @@ from sagacity.evidence.checkpoints import (
     Kind,
     parse_line,
 )
+from sagacity.evidence.export import export_bundle
 from sagacity.evidence.keys import load_public_key
 from sagacity.evidence.report import Agreement, SagaReport, Source
 from sagacity.journal import Draft, Entry, Phase, seal

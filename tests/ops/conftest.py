@@ -26,6 +26,8 @@ from typer.testing import CliRunner
 from sagacity.cli.main import app as main_app
 from sagacity.devstack import Endpoints
 from sagacity.evidence.decisions import Signer, Statement
+from sagacity.evidence.keys import load_private_key
+from sagacity.evidence.trust import TrustedKey, TrustRoots, write_trust
 from sagacity.settings import Settings
 from sagacity.temporal.models import Approve, PendingApproval
 from tests.approvals import conftest as cli_fixtures
@@ -71,6 +73,17 @@ def anchor_env(settings: Settings) -> dict[str, str]:
         "SAGACITY_REDACT_KEY": str(settings.redact_key),
         "SAGACITY_KEYRING": str(settings.keyring),
     }
+
+
+def pinned_trust(signing_key: Path, folder: Path) -> Path:
+    """A trust file pinning ``signing_key``'s public half, in ``folder`` (the auditor's own, apart
+    from the workers' folders): what a verifier is handed out of band."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "trust.json"
+    if not path.exists():
+        key = load_private_key(signing_key).public_key()
+        write_trust(path, TrustRoots((TrustedKey("workers", key),)))
+    return path
 
 
 def signed_approval(

@@ -11,7 +11,7 @@ import psycopg
 from sagacity.evidence.keys import generate_key
 from sagacity.journal import Draft, Phase
 from sagacity.store import JournalStore
-from tests.ops.conftest import Cli
+from tests.ops.conftest import Cli, pinned_trust
 
 
 async def _saga(journal: JournalStore, rows: int) -> str:
@@ -24,11 +24,13 @@ async def _saga(journal: JournalStore, rows: int) -> str:
 async def test_baseline_signs_old_sagas_once_and_verify_then_catches_a_cut_tail(
     sagacity: Cli, journal: JournalStore, owner_database_url: str, tmp_path: Path
 ) -> None:
-    key = tmp_path / "signing-key.pem"
+    (tmp_path / "keys").mkdir()
+    key = tmp_path / "keys" / "signing-key.pem"
     generate_key(key)
     anchors = {
         "SAGACITY_SIGNING_KEY": str(key),
         "SAGACITY_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "SAGACITY_TRUST_FILE": str(pinned_trust(key, tmp_path / "auditor")),
     }
     # written before anchors were on: no checkpoint, so verify calls it unanchored
     old, broken = await _saga(journal, 4), await _saga(journal, 3)

@@ -141,7 +141,26 @@ async def test_an_app_login_that_may_rewrite_another_append_only_table_fails(
     )
     assert ran.code == 1 and ran.ids() == {"writable_journal"}, ran
     (finding,) = ran.report()["findings"]
-    assert "role sagacity_app may UPDATE (as sagacity_app) on sagacity_tlog_leaf" in finding["what"]
+    assert (
+        "role sagacity_app may UPDATE (as sagacity_app) on public.sagacity_tlog_leaf"
+        in finding["what"]
+    )
+    assert (await doctor(env)).code == 0
+
+
+async def test_a_shadow_of_the_journal_fails(
+    env: dict[str, str | None], owner: psycopg.AsyncConnection[Any]
+) -> None:
+    # a copy in the app's own schema, ahead of the journal's on its search path
+    ran = await doctor_while(
+        owner,
+        "CREATE TABLE sagacity_app.side_effect_journal (LIKE public.side_effect_journal)",
+        "DROP TABLE sagacity_app.side_effect_journal",
+        env,
+    )
+    assert ran.code == 1 and ran.ids() == {"shadowed_journal"}, ran
+    (finding,) = ran.report()["findings"]
+    assert "DROP TABLE sagacity_app.side_effect_journal" in finding["what"]
     assert (await doctor(env)).code == 0
 
 

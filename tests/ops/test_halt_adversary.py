@@ -31,6 +31,7 @@ from sagacity.journal import Draft, Entry, Phase
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, Pool, open_pool
 from sagacity.store.halts import _FOLD, GATE_LOCK, HaltScope, HaltStore
+from sagacity.store.placement import qualify
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import _HALT_RECHECK_MAX
@@ -57,7 +58,7 @@ async def owner_pool(owner_database_url: str) -> AsyncIterator[Pool]:
                 "UPDATE sagacity_halt SET lifted_at = now(), lifted_by = 'adversary', "
                 "lift_reason = 'test ended' WHERE lifted_at IS NULL"
             )
-            await conn.execute(_FOLD)
+            await conn.execute(qualify(_FOLD, "public"))
         await pool.close()
 
 
@@ -101,7 +102,7 @@ async def raw_halt(pool: Pool, scope: Any, policy: str = "keep") -> int:
             (json.dumps(scope), policy),
         )
         row = await cur.fetchone()
-        await conn.execute(_FOLD)
+        await conn.execute(qualify(_FOLD, "public"))
     assert row is not None
     return int(row[0])
 
@@ -204,7 +205,7 @@ async def test_intents_queued_behind_a_slow_halt_see_it_when_it_commits(
                 "VALUES ('halt', %s, 'keep', 'slow', 'adversary', now())",
                 (json.dumps({"tool": tool}),),
             )
-            await conn.execute(_FOLD)
+            await conn.execute(qualify(_FOLD, "public"))
 
             async def one() -> None:
                 try:

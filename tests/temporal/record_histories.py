@@ -732,6 +732,35 @@ async def order_halted_compensate(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "order_halted_compensate")
 
 
+@recording("order_halt_refused")
+async def order_halt_refused(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: a ``halt`` signal (compensate) naming no halt in force, mid-call:
+    looked up in the halt store, refused; the saga goes on and completes."""
+    await rig.shop.arm_fault("reserve_inventory", "", delay_s=2.0)
+    handle = await rig.order("order_halt_refused")
+    await wait_for(handle, lambda s: s.running == "reserve_inventory")
+    notice = HaltNotice(halt_id=999_999, policy="compensate", operator="mallory")
+    await handle.signal("halt", notice.model_dump(mode="json", exclude_none=True))
+    refused = await wait_for(handle, lambda s: bool(s.refused_decisions))
+    expect("halt 999999 refused" in refused.refused_decisions[0], str(refused))
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "order_halt_refused")
+
+
+@recording("order_halted_while_compensating")
+async def order_halted_while_compensating(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: create_order fails; a halt (compensate) reaches the saga as it
+    compensates: it goes on and ends compensated, not aborted."""
+    await rig.shop.arm_fault("create_order", "out of paper")
+    await rig.shop.arm_fault("release_inventory", "", delay_s=3.0)
+    handle = await rig.order("order_halted_while_compensating")
+    await wait_for(handle, lambda s: s.state is SagaState.COMPENSATING)
+    await halted(rig, handle, "halt", "compensate")
+    await result(handle, SagaState.COMPENSATED)
+    return await one(handle, "order_halted_while_compensating")
+
+
 @recording("order_quarantined")
 async def order_quarantined(rig: Rig) -> dict[str, WorkflowHistory]:
     """order.PlaceOrder: quarantined at the gate, aborted: compensation held until released."""

@@ -22,7 +22,13 @@ from sagacity.mcp.session import LEASE_AT_GATE_PATCH
 from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import Settings
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.saga import ABORT_ROW_PATCH, ADOPT_REDACTED_PATCH, OPEN_PATCH
+from sagacity.temporal.saga import (
+    ABORT_ROW_PATCH,
+    ADOPT_REDACTED_PATCH,
+    BOUND_ROWS_PATCH,
+    HALT_CHECK_PATCH,
+    OPEN_PATCH,
+)
 from sagacity.temporal.workflow import VALIDATE_PATCH, SagaWorkflow, StepsWorkflow
 from sagacity.worker import load_apps
 
@@ -32,7 +38,15 @@ KNOWN_NONDETERMINISTIC = HISTORIES / "known_nondeterministic"
 
 #: the patch ids workflow code checks with ``workflow.patched``: the corpus must show sagas from
 #: before each (no marker) and after it (marker) replaying. Remove an id when it is deprecated.
-PATCHED = [OPEN_PATCH, ADOPT_REDACTED_PATCH, ABORT_ROW_PATCH, VALIDATE_PATCH, LEASE_AT_GATE_PATCH]
+PATCHED = [
+    OPEN_PATCH,
+    ADOPT_REDACTED_PATCH,
+    ABORT_ROW_PATCH,
+    VALIDATE_PATCH,
+    LEASE_AT_GATE_PATCH,
+    BOUND_ROWS_PATCH,
+    HALT_CHECK_PATCH,
+]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves
 WORKERS: dict[str, tuple[str, ...]] = {

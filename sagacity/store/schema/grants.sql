@@ -33,9 +33,18 @@ GRANT INSERT, SELECT ON sagacity_conversation TO {role};
 -- A schema of the role's own, named after it, for an app's own tables (the Order example's
 -- shop): "$user" comes first in the default search_path, so the app creates its tables there
 -- and needs no CREATE on public, as PostgreSQL's "secure schema usage pattern" advises. The
--- migrator owns the schema; the role owns only the tables it creates in it.
+-- migrator owns the schema; the role owns only the tables it creates in it. A table it makes
+-- there under one of Sagacity's names changes nothing Sagacity does: every statement names
+-- the journal's schema. Workers refuse to start while one exists (sagacity.store.roles).
 CREATE SCHEMA IF NOT EXISTS {role};
 GRANT USAGE, CREATE ON SCHEMA {role} TO {role};
+
+-- The schema Sagacity's tables are in ({schema}, where the owner migrated them): the role
+-- reaches them there, and may create nothing in it (a table it made there under a name a later
+-- migration creates would be its own, rewritable). Granted through PUBLIC, CREATE is not the
+-- role's to lose: the workers' start-up check refuses it, and says to revoke it from PUBLIC.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+REVOKE CREATE ON SCHEMA {schema} FROM {role};
 
 -- Halts are the operators' (the owner's); workers only read them, and the gate every INTENT
 -- is checked against (through sagacity_halted, which runs with the caller's rights).
