@@ -47,9 +47,10 @@ from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.attest import Attestor
 from sagacity.evidence.bundle import entry_from_line
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.logverify import LogVerifier
 from sagacity.evidence.merkle import Frontier, leaf_data, leaf_hash, verify_inclusion
 from sagacity.evidence.proofs import PROOFS, ROWS, ProofVerdict, RowProof, check_proof_bundle
-from sagacity.evidence.tlog import HeadLog, LogVerifier, Sequencer, prove_saga
+from sagacity.evidence.tlog import HeadLog, Sequencer, prove_saga
 from sagacity.journal import GENESIS_HASH, ChainVerifier, Draft, Entry, Phase, seal
 from sagacity.store import JournalStore, open_pool
 from sagacity.store.tlog import TlogStore

@@ -30,16 +30,10 @@ from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.attest import UNATTESTED, Attestor
 from sagacity.evidence.keys import load_private_key, load_public_key
+from sagacity.evidence.logverify import LogFinding, LogVerifier
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
-from sagacity.evidence.tlog import (
-    HeadLog,
-    Integration,
-    LogFinding,
-    LogVerifier,
-    Sequencer,
-    prove_saga,
-)
+from sagacity.evidence.tlog import HeadLog, Integration, Sequencer, prove_saga
 from sagacity.evidence.trust import TrustRoots
 from sagacity.evidence.witness_check import witness_findings
 from sagacity.settings import Settings

@@ -18,18 +18,10 @@ from datetime import UTC, datetime, timedelta
 from sagacity.errors import LogInconsistent
 from sagacity.evidence.attest import Attestor, unlogged
 from sagacity.evidence.heads import inclusion_paths
+from sagacity.evidence.logverify import LogFinding, LogVerifier, deleted, in_leaf, rewritten
 from sagacity.evidence.merkle import leaf_data, leaf_hash, verify_inclusion
 from sagacity.evidence.report import Agreement, AnchorCheck, Source
-from sagacity.evidence.tlog import (
-    GRACE,
-    HeadLog,
-    LogFinding,
-    LogVerifier,
-    Published,
-    deleted,
-    in_leaf,
-    rewritten,
-)
+from sagacity.evidence.tlog import GRACE, HeadLog, Published
 from sagacity.journal import format_timestamp
 from sagacity.store.tlog import SagaLogRow, TlogStore
 

@@ -24,8 +24,9 @@ from sagacity.evidence.attest import Attestor
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.logcheck import LogAnchor
+from sagacity.evidence.logverify import LogFinding
 from sagacity.evidence.report import Source
-from sagacity.evidence.tlog import HeadLog, LogFinding, run_sequencer
+from sagacity.evidence.tlog import HeadLog, run_sequencer
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, entry_hash
 from sagacity.store import JournalStore, open_pool
 from sagacity.store.tlog import TlogStore

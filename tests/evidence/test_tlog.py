@@ -28,6 +28,7 @@ from sagacity.errors import LogInconsistent
 from sagacity.evidence.attest import Attestor
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import generate_key, load_private_key, load_public_key, public_pem
+from sagacity.evidence.logverify import LogFinding, LogVerifier
 from sagacity.evidence.merkle import Frontier, leaf_data, leaf_hash
 from sagacity.evidence.note import (
     COSIGNATURE_V1,
@@ -39,15 +40,7 @@ from sagacity.evidence.note import (
     sign_note,
 )
 from sagacity.evidence.proofs import ProofVerdict, check_proof_bundle
-from sagacity.evidence.tlog import (
-    HISTORY,
-    HeadLog,
-    LogFinding,
-    LogVerifier,
-    Sequencer,
-    prove_saga,
-    run_sequencer,
-)
+from sagacity.evidence.tlog import HISTORY, HeadLog, Sequencer, prove_saga, run_sequencer
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, entry_hash
 from sagacity.store import JournalStore, apply_grants, migrate, open_pool
 from sagacity.store.databases import drop_database, ensure_database
