@@ -4,7 +4,7 @@ A saga's logged rows were fixed when the sequencer logged them, under signed tre
 the journal now hashes otherwise was rewritten after it was logged, one it no longer has was
 deleted. That holds even when the saga's checkpoint file was rolled back with the rewrite. The
 leaves themselves are trusted through the latest published head: for every saga at once, one
-pass recomputes the whole tree from the leaf table (:class:`~sagacity.evidence.tlog.LogVerifier`);
+pass recomputes the whole tree from the leaf table (:class:`~sagacity.evidence.logverify.LogVerifier`);
 for named sagas, each of their leaves is proved included in it (O(log n) stored hashes a leaf).
 """
 
