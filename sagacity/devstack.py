@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from psycopg.conninfo import conninfo_to_dict
 
 from sagacity.devkeys import (
+    DevSetup,
     ensure_dev_anchors,
     ensure_dev_approvers,
     ensure_dev_codec_keys,
@@ -82,7 +83,6 @@ if TYPE_CHECKING:
     from sagacity.settings import Settings
 
 __all__ = [
-    "DevSetup",
     "DevStack",
     "DevStackError",
     "Endpoints",
@@ -104,65 +104,6 @@ class Endpoints:
     database_url: str
     temporal_address: str
     temporal_namespace: str
-
-
-@dataclass(frozen=True)
-class DevSetup:
-    """What :meth:`DevStack.prepare` set up: the journal's two logins and the anchors."""
-
-    #: the tables' owner (migrations, grants); None when the stack was given only an app login
-    owner_database_url: str | None
-    #: the append-only ``sagacity_app`` login every worker and command uses
-    database_url: str
-    signing_key: Path
-    public_key: Path
-    checkpoint_dir: Path
-    key_id: str
-    #: True when this call created the signing key (its fingerprint is worth printing once)
-    key_created: bool
-    #: the key redaction fingerprints are keyed with
-    fingerprint_key: Path
-    #: the trust file verifiers pin the signing key with, apart from the workers' folders
-    trust_file: Path | None = None
-    #: the signing key's full fingerprint (SHA-256 of its raw bytes), to publish
-    fingerprint: str = ""
-    #: why the trust file does not pin the signing key, when it does not
-    trust_problem: str | None = None
-    #: the dev witness every tree head is cosigned by, pinned in the trust file
-    witness: TrustedWitness | None = None
-    #: the keyring decisions must be signed against, and the keys that sign them
-    keyring: Path | None = None
-    approver_key: Path | None = None
-    service_key: Path | None = None
-    #: who the approver key signs for (the local user) when the dev stack made it
-    approver: str | None = None
-    #: the payload codec's key file; None when the keys were given inline (SAGACITY_CODEC_KEYS)
-    codec_keys_file: Path | None = None
-    #: ``token=user``: the local user's token for the approvals API and its console
-    console_token: Path | None = None
-
-    def settings(self) -> dict[str, object]:
-        """The settings that point a command at this set-up."""
-        decisions = {
-            name: path
-            for name, path in (
-                ("keyring", self.keyring),
-                ("approver_key", self.approver_key),
-                ("service_key", self.service_key),
-            )
-            if path is not None
-        }
-        return {
-            **({"codec_keys_file": self.codec_keys_file} if self.codec_keys_file else {}),
-            **({"approval_tokens_file": self.console_token} if self.console_token else {}),
-            "database_url": self.database_url,
-            **({"owner_database_url": self.owner_database_url} if self.owner_database_url else {}),
-            "signing_key": self.signing_key,
-            **({"trust_file": self.trust_file} if self.trust_file else {}),
-            "checkpoint_dir": self.checkpoint_dir,
-            "redact_key": self.fingerprint_key,
-            **decisions,
-        }
 
 
 def running_dev_database(data_dir: Path) -> str | None:

@@ -21,7 +21,8 @@ from typing import Annotated
 import typer
 
 from sagacity.cli._exit import hard_exit
-from sagacity.devstack import DevSetup, DevStack, Endpoints, tcp_port_free
+from sagacity.devkeys import DevSetup
+from sagacity.devstack import DevStack, Endpoints, tcp_port_free
 from sagacity.errors import DevStackError, SagacityError, SettingsError
 from sagacity.evidence.trust import fingerprint as full_fingerprint
 from sagacity.settings import dev_env_file, load_settings

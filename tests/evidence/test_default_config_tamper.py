@@ -44,7 +44,8 @@ from typer.testing import CliRunner
 
 from sagacity.cli.dev import _exports
 from sagacity.cli.main import app as main_app
-from sagacity.devstack import DevSetup, DevStack, Endpoints
+from sagacity.devkeys import DevSetup
+from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.checkpoints import sign
 from sagacity.evidence.keys import key_id, public_pem
 from sagacity.settings import Settings
