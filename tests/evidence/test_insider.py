@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -30,13 +32,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowHandle
 
 from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.checkpoints import Kind, log_name, sign
-from sagacity.evidence.keys import generate_key, public_pem
+from sagacity.evidence.keys import generate_key, load_private_key, public_pem
+from sagacity.evidence.rotation import ROTATIONS, record_rotation
+from sagacity.evidence.trust import fingerprint, load_trust
 from sagacity.settings import Settings
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.temporal.models import SagaResult, SagaState
@@ -66,6 +72,9 @@ from workflows.order.workflows import OrderRequest
 PLAIN = (
     "control",
     "keyswap",
+    "stolenkey",
+    "rotated",
+    "deep",
     "rollback",
     "stale",
     "edit",
@@ -283,9 +292,13 @@ async def verify_all_names(ins: Insider, saga_id: str, seq: int | None) -> Run:
     return every
 
 
-async def bundle_names(ins: Insider, saga_id: str, seq: int | None) -> Run:
+async def bundle_names(ins: Insider, saga_id: str) -> Run:
     """``export`` of the saga and the control saga, then ``verify --bundle --trust``: the saga
-    (and ``seq``) named, or the bundle refused; the control saga is not blamed."""
+    failed, or the bundle refused; the control saga is not blamed.
+
+    The bundle verifier names the seq it can prove wrong, which is not always the seq changed:
+    a checkpoint file re-signed over a rewrite is caught by the last row's inclusion proof.
+    """
     out = ins.tmp / f"bundle-{uuid.uuid4().hex[:8]}"
     exported = await ins.shell("export", saga_id, ins.saga("control"), "--out", str(out))
     if exported.code != 0:  # the export refuses, naming the saga
@@ -294,16 +307,18 @@ async def bundle_names(ins: Insider, saga_id: str, seq: int | None) -> Run:
     checked = await ins.shell("verify", "--bundle", str(out), "--trust", ins.trust_file)
     assert checked.code != 0, checked
     assert re.search(rf"rows: ({'|'.join(BAD_VERDICTS)})", checked.stdout), checked
-    if f"FAILED  {saga_id}" in checked.stdout and seq is not None:
-        found = checked.failed_block(saga_id)
-        assert any(re.search(rf"\bseq {seq}\b", line) for line in found), checked
+    named = f"FAILED  {saga_id}" in checked.stdout or f"saga '{saga_id}'" in checked.stdout
+    assert named or re.search(r"^FAILED  (?!insider-)", checked.stdout, re.M), checked
+    assert f"ok      {saga_id}" not in checked.stdout, checked
     assert f"FAILED  {ins.saga('control')}" not in checked.stdout, checked
     return checked
 
 
 async def named_everywhere(ins: Insider, role: str, seq: int | None) -> tuple[Run, Run]:
+    """The bundle verifier's word, then ``verify --all``'s."""
     saga_id = ins.saga(role)
-    return await verify_all_names(ins, saga_id, seq), await bundle_names(ins, saga_id, seq)
+    offline = await bundle_names(ins, saga_id)
+    return await verify_all_names(ins, saga_id, seq), offline
 
 
 def test_the_untouched_journal_verifies_with_exit_0(insider: Insider) -> None:
@@ -319,6 +334,10 @@ def test_the_untouched_journal_verifies_with_exit_0(insider: Insider) -> None:
 # 1. key swap
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: verify --all names the re-signed checkpoint file's lines as forged but not the rewritten seq 2; the witnessed log holds the honest row (issue 27: default verify cross-checks against the log, h/attest)",
+)
 async def test_a_key_swapped_in_the_anchors_folder_and_resigned_checkpoints_are_named(
     insider: Insider,
 ) -> None:
@@ -416,6 +435,10 @@ class Inserter(Owner):
             await conn.commit()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: `log integrate` integrates rows no checkpoint attests (issue 27 case 3: h/attest)",
+)
 @pytest.mark.parametrize("login", ["app", "owner"])
 async def test_forged_backdated_rows_are_not_integrated_and_are_named(
     insider: Insider, login: str
@@ -433,13 +456,17 @@ async def test_forged_backdated_rows_are_not_integrated_and_are_named(
     found = "\n".join(checked.log_findings(saga_id))
     assert re.search(r"seq 1: .*(forged|backdated)", found), checked
     await verify_all_names(insider, saga_id, None)
-    await bundle_names(insider, saga_id, None)
+    await bundle_names(insider, saga_id)
 
 
 # --------------------------------------------------------------------------------------------------
 # 4. rollback of one saga's checkpoints with its tail rewritten (the whole folder: last)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: verify --all passes a saga whose checkpoint file was rolled back to seq 2 and its tail rewritten; only log verify sees it (issue 27 case 4: h/attest)",
+)
 async def test_one_sagas_checkpoints_rolled_back_and_its_tail_rewritten_are_named(
     insider: Insider,
 ) -> None:
@@ -499,14 +526,267 @@ async def test_the_classic_classes_are_named(insider: Insider, case: str) -> Non
     seq, words = spec.verify
     every = await verify_all_names(insider, saga_id, seq)
     anchor_line(every.failed_block(saga_id), seq, words)
-    await bundle_names(insider, saga_id, seq)
+    await bundle_names(insider, saga_id)
 
 
 async def test_a_forged_saga_is_named(insider: Insider) -> None:
     saga_id = f"insider-forged-{uuid.uuid4().hex[:6]}"
     await forged_saga(insider.owner, saga_id)
     await verify_all_names(insider, saga_id, None)
-    await bundle_names(insider, saga_id, None)
+    await bundle_names(insider, saga_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Beyond the issue's list
+
+
+def resign_rewritten(
+    checkpoint_dir: Path, key: Ed25519PrivateKey, rows: list[dict[str, Any]]
+) -> None:
+    """The saga's checkpoint file written again over ``rows``, every line signed by ``key``."""
+    saga_id, last = rows[0]["saga_id"], rows[-1]
+    lines = [sign(key, saga_id, r["seq"], r["hash"]).line() for r in rows]
+    seal = sign(key, saga_id, last["seq"], last["hash"], kind=Kind.SEALED, state="completed")
+    (checkpoint_dir / log_name(saga_id)).write_text("\n".join([*lines, seal.line()]) + "\n")
+
+
+def mallory_reservation(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows[1]["payload"] = '{"reservation_id": "r-mallory"}'
+    return rows
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: the signing key is readable in the workers' folder; checkpoints re-signed with it over a rewrite pass verify --all (exit 0); only the bundle's inclusion proof and log verify see it (h/attest's log cross-check)",
+)
+async def test_checkpoints_resigned_with_the_workers_own_key_are_named(insider: Insider) -> None:
+    """The signing key lies in the workers' folder: whoever writes it can read it too."""
+    saga_id = insider.saga("stolenkey")
+    stolen = load_private_key(insider.anchors / "signing-key.pem")
+    await insider.owner.rewrite(saga_id, mallory_reservation)
+    resign_rewritten(insider.checkpoint_dir, stolen, await insider.owner.rows(saga_id))
+    await named_everywhere(insider, "stolenkey", 2)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a rotation statement signed with the key read from the workers' folder makes the insider's key trusted; the rewrite it re-signs passes verify --all (h/attest's log cross-check)",
+)
+async def test_a_rotation_to_the_insiders_key_signed_with_the_stolen_key_is_named(
+    insider: Insider,
+) -> None:
+    saga_id = insider.saga("rotated")
+    stolen = load_private_key(insider.anchors / "signing-key.pem")
+    theirs = Ed25519PrivateKey.generate()
+    record_rotation(insider.checkpoint_dir, stolen, theirs.public_key())
+    try:
+        await insider.owner.rewrite(saga_id, mallory_reservation)
+        resign_rewritten(insider.checkpoint_dir, theirs, await insider.owner.rows(saga_id))
+        await named_everywhere(insider, "rotated", 2)
+    finally:
+        (insider.checkpoint_dir / ROTATIONS).unlink()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: verify --all reads <checkpoint dir>/rotations.jsonl as the checkpoint file of a saga named 'rotations' (FAILED  rotations: damaged checkpoint), after any `sagacity anchors rotate`; and a saga whose id is 'rotations' would write its checkpoints into the rotation statements' file",
+)
+async def test_a_rotation_the_key_holder_made_leaves_verify_all_clean(insider: Insider) -> None:
+    """``sagacity anchors rotate`` writes rotations.jsonl beside the sagas' checkpoint files."""
+    honest = load_private_key(insider.anchors / "signing-key.pem")
+    record_rotation(insider.checkpoint_dir, honest, Ed25519PrivateKey.generate().public_key())
+    try:
+        every = await insider.shell("verify", "--all")
+        assert "FAILED  rotations" not in every.stdout, every
+    finally:
+        (insider.checkpoint_dir / ROTATIONS).unlink()
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+RECURSION = (
+    "defect: deeply nested JSON in {what} makes `sagacity verify` crash with RecursionError "
+    "(json.loads raises it, not ValueError) instead of a clear error"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: a deeply nested JSON line in rotations.jsonl or a checkpoint file (both in the workers' folder) makes verify --all crash with RecursionError instead of naming the line",
+)
+@pytest.mark.parametrize("where", ["rotations.jsonl", "checkpoint file"])
+async def test_a_deeply_nested_line_in_the_workers_folder_is_reported_not_a_crash(
+    insider: Insider, where: str
+) -> None:
+    target = (
+        insider.checkpoint_dir / ROTATIONS
+        if where == "rotations.jsonl"
+        else insider.checkpoint_dir / log_name(insider.saga("deep"))
+    )
+    saved = target.read_bytes() if target.exists() else None
+    with target.open("a") as f:
+        f.write(DEEP + "\n")
+    try:
+        every = await insider.shell("verify", "--all")  # the Shell fails on a traceback
+        assert every.code in (0, 1), every
+        assert f"FAILED  {insider.saga('control')}" not in every.stdout, every
+        if where == "checkpoint file":
+            assert every.code == 1 and insider.saga("deep") in every.stdout, every
+    finally:
+        if saved is None:
+            target.unlink()
+        else:
+            target.write_bytes(saved)
+
+
+async def test_a_trust_file_symlinked_into_the_workers_folder_is_refused(insider: Insider) -> None:
+    inside = insider.anchors / "trust.json"
+    shutil.copy(insider.trust_file, inside)
+    link = insider.tmp / "trust-link.json"
+    link.symlink_to(inside)
+    try:
+        every = await insider.shell("verify", "--all", SAGACITY_TRUST_FILE=str(link))
+        assert every.code not in (0, 1), every
+        assert "trust" in every.stderr and str(insider.anchors) in every.stderr, every
+        bundle = await insider.shell(
+            "verify", "--bundle", str(insider.early_bundle), "--trust", str(link)
+        )
+        assert bundle.code != 0, bundle
+    finally:
+        link.unlink()
+        inside.unlink()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x00" * 64,
+        b"\xff\xfe{}",
+        pytest.param(
+            b'{"format": "sagacity-trust", "version": 1, "signers": ' + DEEP.encode() + b"}",
+            marks=pytest.mark.xfail(strict=True, reason=RECURSION.format(what="the trust file")),
+        ),
+    ],
+    ids=["NUL", "invalid UTF-8", "deeply nested"],
+)
+async def test_a_bad_trust_file_is_a_clear_error(
+    insider: Insider, content: bytes, tmp_path: Path
+) -> None:
+    bad = tmp_path / "trust.json"
+    bad.write_bytes(content)
+    for args in (("verify", "--all"), ("verify", "--bundle", str(insider.early_bundle))):
+        run = await insider.shell(*args, SAGACITY_TRUST_FILE=str(bad))
+        assert run.code not in (0, 1), run
+        assert str(bad) in run.stderr, run
+
+
+async def test_a_fingerprint_prefix_too_short_is_refused(insider: Insider) -> None:
+    roots = load_trust(Path(insider.trust_file))
+    full = fingerprint(roots.signers[0].key)
+    for prefix in (full[:8], full[:15]):
+        run = await insider.shell(
+            "verify", "--bundle", str(insider.early_bundle), "--fingerprint", prefix,
+            SAGACITY_TRUST_FILE=None,
+        )  # fmt: skip
+        assert run.code == 2, run
+    run = await insider.shell(
+        "verify", "--bundle", str(insider.early_bundle), "--fingerprint", full,
+        SAGACITY_TRUST_FILE=None,
+    )  # fmt: skip
+    assert run.code == 0, run
+
+
+def forge_tree_head(bundle: Path) -> None:
+    """The bundle's tree head note: its size grown by one, the signatures left as they were."""
+    (note,) = [
+        p for p in (bundle / "tlog").rglob("*") if p.is_file() and p.read_text().count("\n\u2014 ")
+    ]
+    lines = note.read_text().split("\n")
+    lines[1] = str(int(lines[1]) + 1)
+    note.write_text("\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "forged tree head",
+        pytest.param(
+            "deeply nested manifest",
+            marks=pytest.mark.xfail(
+                strict=True, reason=RECURSION.format(what="a bundle's manifest")
+            ),
+        ),
+    ],
+)
+async def test_a_bundle_with_a_forged_head_or_a_hostile_manifest_is_refused(
+    insider: Insider, change: str, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "evidence"
+    shutil.copytree(insider.early_bundle, bundle)
+    if change == "forged tree head":
+        forge_tree_head(bundle)
+    else:
+        (bundle / "manifest.json").write_text(DEEP)
+    run = await insider.shell("verify", "--bundle", str(bundle), "--trust", insider.trust_file)
+    assert run.code == 1, run
+    assert re.search(r"rows: FAILED|FAILED", run.stdout), run
+
+
+async def test_a_witness_fed_garbage_refuses_it_and_keeps_witnessing(insider: Insider) -> None:
+    (witness,) = load_trust(Path(insider.trust_file)).witnesses
+    assert witness.url is not None
+    garbage = [b"", b"\x00\xff" * 1000, b"old 0\n\n" + DEEP.encode(), b"A" * 2_000_000]
+    async with httpx.AsyncClient(base_url=witness.url, timeout=30) as http:
+        for body in garbage:
+            answer = await http.post("/add-checkpoint", content=body)
+            assert 400 <= answer.status_code < 500, (body[:20], answer.status_code, answer.text)
+    # a row of the log's later, and the witness still cosigns the next head
+    integrated = await insider.shell("log", "integrate")
+    assert integrated.code == 0, integrated
+    checked = await insider.shell("log", "verify")
+    assert "witness" not in "\n".join(
+        line for line in checked.stdout.splitlines() if line.startswith("FAILED  witness")
+    ), checked
+
+
+async def test_concurrent_sequencers_keep_one_consistent_witnessed_log(
+    insider: Insider, temporal_client: Client
+) -> None:
+    # rows no sequencer logged yet: a worker whose own sequencer waits an hour
+    settings = insider.settings.model_copy(
+        update={"task_queue": f"tq-{uuid.uuid4()}", "log_interval": timedelta(hours=1)}
+    )
+    saga_id = insider.sagas["raced"] = f"insider-raced-{uuid.uuid4().hex[:6]}"
+    async with running_worker(settings, ["workflows.order.app"], graceful_s=1):
+        await asyncio.sleep(1)  # its first pass, at start, is over
+        await two_step_sagas(settings, temporal_client, [saga_id])
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SAGACITY_", "TEMPORAL_"))},
+        **insider.shell.exports,
+    }
+    command = str(Path(sys.executable).with_name("sagacity"))
+    procs = [
+        await asyncio.create_subprocess_exec(
+            command,
+            "log",
+            "integrate",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    outs = [await p.communicate() for p in procs]
+    said = "\n".join(
+        f"exit {p.returncode}: {o.decode()}{e.decode()}"
+        for p, (o, e) in zip(procs, outs, strict=True)
+    )
+    assert all(p.returncode == 0 for p in procs), said
+    checked = await insider.shell("log", "verify")
+    assert not re.search(r"^FAILED  (witness|tree head)", checked.stdout, re.M), (
+        f"{said}\n{checked}"
+    )
+    assert not checked.log_findings(saga_id), f"{said}\n{checked}"
+    assert (await insider.shell("verify", saga_id)).code == 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -550,6 +830,10 @@ async def test_a_shadow_journal_gets_no_row_and_is_refused(
 # 4b. the whole anchors folder restored from an earlier copy (last: it hides the later sagas)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: after the anchors folder is restored from an earlier copy, verify --all names the hidden sagas only as 'no signed checkpoint' (no rollback, no seq); log verify names the rollback against the witness (h/attest's log cross-check)",
+)
 async def test_the_anchors_folder_restored_from_an_earlier_copy_is_named(insider: Insider) -> None:
     shutil.rmtree(insider.checkpoint_dir)
     shutil.copytree(insider.early_anchors, insider.checkpoint_dir)
