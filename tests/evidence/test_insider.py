@@ -90,6 +90,8 @@ APPROVED = ("approved-input", "request-input", "approver-name", "halted")
 ABORTED = ("abort-operator",)
 #: two-call sagas run after the insider copied the anchors folder
 LATER = ("later-1", "later-2")
+#: an Order saga that fails at create_order and compensates slowly (a halt is sent meanwhile)
+FAILING = "compensating"
 BAD_VERDICTS = ("FAILED", "UNTRUSTED", "STALE", "UNANCHORED")
 
 
@@ -107,6 +109,8 @@ class Insider:
     requests: dict[str, int]
     approver: str
     halt_refusals: list[str]
+    #: how the saga that was compensating when an unsigned halt came ended
+    compensated: SagaResult
     #: the checkpoints folder (with tlog/) as it was before the LATER sagas ran
     early_anchors: Path
     #: the "stale" saga's bundle, exported before the LATER sagas ran
@@ -209,7 +213,9 @@ async def insider(
             }
         )
         run = uuid.uuid4().hex[:8]
-        sagas = {role: f"insider-{role}-{run}" for role in (*PLAIN, *APPROVED, *ABORTED, *LATER)}
+        sagas = {
+            role: f"insider-{role}-{run}" for role in (*PLAIN, *APPROVED, *ABORTED, *LATER, FAILING)
+        }
         owner, app = Owner(owner_url), Owner(exports["SAGACITY_DATABASE_URL"])
         try:
             before: Shop | None = order_shop.current()
@@ -234,6 +240,15 @@ async def insider(
                      "reason": "insider"},
                 )  # fmt: skip
                 halt_refusals = await refusals(gated["halted"], 1)
+                # and to a saga compensating after a failure
+                await shop.arm_fault("create_order", "out of paper", times=1)
+                await shop.arm_fault("release_inventory", "", times=1, delay_s=4)
+                failing = await start_order(temporal_client, worker, sagas[FAILING])
+                await wait_for(failing, lambda s: s.state is SagaState.COMPENSATING)
+                await failing.signal(
+                    "halt", {"halt_id": 0, "policy": "compensate", "operator": "ops"}
+                )
+                compensated = await failing.result()
                 requests = {}
                 for role, handle in gated.items():
                     status = await wait_for(handle, awaiting_approval)
@@ -268,7 +283,7 @@ async def insider(
         }
         yield Insider(
             shell, owner, app, sagas, exports["SAGACITY_TRUST_FILE"], setup.signing_key.parent,
-            setup.checkpoint_dir, worker, requests, setup.approver, halt_refusals,
+            setup.checkpoint_dir, worker, requests, setup.approver, halt_refusals, compensated,
             early_anchors, early_bundle, control, tmp,
         )  # fmt: skip
     finally:
@@ -512,6 +527,15 @@ async def test_an_unsigned_halt_signal_was_refused_recorded_and_changed_nothing(
     assert [r["phase"] for r in rows if r["phase"] == "ABORTED"] == [], rows
     checked = await insider.shell("verify", insider.saga("halted"))
     assert checked.code == 0, checked
+
+
+async def test_an_unsigned_halt_to_a_compensating_saga_leaves_it_compensated(
+    insider: Insider,
+) -> None:
+    result = insider.compensated
+    assert result.status is SagaState.COMPENSATED, result
+    assert result.error is not None and "out of paper" in result.error.message
+    assert (await insider.shell("verify", insider.saga(FAILING))).code == 0
 
 
 # --------------------------------------------------------------------------------------------------
