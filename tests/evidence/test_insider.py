@@ -772,6 +772,46 @@ async def test_a_witness_fed_garbage_refuses_it_and_keeps_witnessing(insider: In
     ), checked
 
 
+def strip_cosignatures(tlog: Path) -> None:
+    """Every witness cosignature line taken out of the published heads (the note and the list)."""
+
+    def bare(note: str) -> str:
+        return "".join(
+            line
+            for line in note.splitlines(keepends=True)
+            if "\u2014 sagacity.local/witness " not in line
+        )
+
+    (tlog / "checkpoint").write_text(bare((tlog / "checkpoint").read_text()))
+    heads = [json.loads(line) for line in (tlog / "checkpoints.jsonl").read_text().splitlines()]
+    (tlog / "checkpoints.jsonl").write_text(
+        "".join(json.dumps({**h, "note": bare(h["note"])}) + "\n" for h in heads)
+    )
+
+
+async def test_witness_cosignatures_stripped_from_the_published_heads_are_named(
+    insider: Insider,
+) -> None:
+    tlog = insider.checkpoint_dir / "tlog"
+    saved = insider.tmp / f"tlog-{uuid.uuid4().hex[:6]}"
+    shutil.copytree(tlog, saved)
+    try:
+        strip_cosignatures(tlog)
+        checked = await insider.shell("log", "verify")
+        assert checked.code == 1, checked
+        assert re.search(
+            r"^FAILED  tree head \d+ .*has 0 of the 1 witness cosignatures", checked.stdout, re.M
+        ), checked
+        out = insider.tmp / f"bundle-{uuid.uuid4().hex[:8]}"
+        exported = await insider.shell("export", insider.saga("control"), "--out", str(out))
+        if exported.code == 0:
+            run = await insider.shell("verify", "--bundle", str(out), "--trust", insider.trust_file)
+            assert run.code != 0, run
+    finally:
+        shutil.rmtree(tlog)
+        shutil.copytree(saved, tlog)
+
+
 async def test_concurrent_sequencers_keep_one_consistent_witnessed_log(
     insider: Insider, temporal_client: Client
 ) -> None:
