@@ -20,6 +20,7 @@ are test_default_config_tamper's (the user's shell, the owner's SQL, the classic
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -40,7 +41,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from sagacity.devstack import DevStack, Endpoints
 from sagacity.evidence.checkpoints import Kind, log_name, sign
-from sagacity.evidence.keys import generate_key, load_private_key, public_pem
+from sagacity.evidence.keys import generate_key, key_id, load_private_key, public_pem
 from sagacity.evidence.rotation import ROTATIONS, record_rotation
 from sagacity.evidence.trust import fingerprint, load_trust
 from sagacity.settings import Settings
@@ -59,7 +60,12 @@ from tests.evidence.test_default_config_tamper import (
     Shell,
     anchor_line,
     dev_exports,
+    fix_manifest,
     forged_saga,
+    jsonl,
+    rechain,
+    strip_head,
+    write_jsonl,
 )
 from tests.temporal.conftest import awaiting_approval, wait_for
 from tests.temporal.test_crash import OPTIONS
@@ -753,6 +759,41 @@ async def test_a_bundle_with_a_forged_head_or_a_hostile_manifest_is_refused(
     run = await insider.shell("verify", "--bundle", str(bundle), "--trust", insider.trust_file)
     assert run.code == 1, run
     assert re.search(r"rows: FAILED|FAILED", run.stdout), run
+
+
+async def test_a_bundle_forged_with_the_workers_own_key_and_no_witnessed_head_is_refused(
+    insider: Insider, tmp_path: Path
+) -> None:
+    """The insider re-signs a rewritten bundle with the key read from the workers' folder and
+    drops the tree head no witness would cosign: only the trust file's quorum stands in the way."""
+    stolen = load_private_key(insider.anchors / "signing-key.pem")
+    bundle = tmp_path / "evidence"
+    shutil.copytree(insider.early_bundle, bundle)
+    rows = rechain(mallory_reservation(jsonl(bundle / "journal.jsonl")))
+    write_jsonl(bundle / "journal.jsonl", rows)
+    (log,) = (bundle / "checkpoints").iterdir()
+    saga_id, last = rows[0]["saga_id"], rows[-1]
+    seal = sign(stolen, saga_id, last["seq"], last["hash"], kind=Kind.SEALED, state="completed")
+    log.write_text(
+        "".join(sign(stolen, saga_id, r["seq"], r["hash"]).line() + "\n" for r in rows)
+        + seal.line()
+        + "\n"
+    )
+    strip_head(bundle)
+    fix_manifest(bundle, rows)
+    signature = stolen.sign(b"sagacity-bundle-v2\n" + (bundle / "manifest.json").read_bytes())
+    (bundle / "manifest.sig").write_text(
+        json.dumps(
+            {
+                "key_id": key_id(stolen.public_key()),
+                "signature": base64.b64encode(signature).decode("ascii"),
+            }
+        )
+    )
+    run = await insider.shell("verify", "--bundle", str(bundle), "--trust", insider.trust_file)
+    assert run.code != 0, run
+    assert "rows: UNANCHORED, refused" in run.stdout, run
+    assert "the trust file requires 1 witness cosignatures" in run.stdout, run
 
 
 async def test_a_witness_fed_garbage_refuses_it_and_keeps_witnessing(insider: Insider) -> None:
