@@ -44,11 +44,13 @@ from psycopg import sql
 
 from bench._support import BenchStack, bench_stack, machine, positive, run, table
 from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.attest import Attestor
 from sagacity.evidence.bundle import entry_from_line
 from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.logverify import LogVerifier
 from sagacity.evidence.merkle import Frontier, leaf_data, leaf_hash, verify_inclusion
 from sagacity.evidence.proofs import PROOFS, ROWS, ProofVerdict, RowProof, check_proof_bundle
-from sagacity.evidence.tlog import HeadLog, LogVerifier, Sequencer, prove_saga
+from sagacity.evidence.tlog import HeadLog, Sequencer, prove_saga
 from sagacity.journal import GENESIS_HASH, ChainVerifier, Draft, Entry, Phase, seal
 from sagacity.store import JournalStore, open_pool
 from sagacity.store.tlog import TlogStore
@@ -220,7 +222,8 @@ async def log_verify(stack: BenchStack, heads: HeadLog) -> Step:
     is the leaves checked."""
     pool = await open_pool(stack.database_url, max_size=2)
     try:
-        checker = LogVerifier(TlogStore(pool), heads)
+        attestor = Attestor(JournalStore(pool), heads.path.parent, [heads.key])
+        checker = LogVerifier(TlogStore(pool), heads, attestor)
         with measured() as step:
             async with aclosing(checker.run()) as findings:
                 async for finding in findings:

@@ -18,20 +18,22 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from sagacity.cli._common import PIN_A_KEY, duration_or_exit, fail, settings_or_exit, trust_roots
+from sagacity.cli._common import (
+    PIN_A_KEY,
+    duration_or_exit,
+    fail,
+    settings_or_exit,
+    trust_roots,
+    trusted_checkpoints,
+)
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
+from sagacity.evidence.attest import UNATTESTED, Attestor
 from sagacity.evidence.keys import load_private_key, load_public_key
+from sagacity.evidence.logverify import LogFinding, LogVerifier
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
-from sagacity.evidence.tlog import (
-    HeadLog,
-    Integration,
-    LogFinding,
-    LogVerifier,
-    Sequencer,
-    prove_saga,
-)
+from sagacity.evidence.tlog import HeadLog, Integration, Sequencer, prove_saga
 from sagacity.evidence.trust import TrustRoots
 from sagacity.evidence.witness_check import witness_findings
 from sagacity.settings import Settings
@@ -70,6 +72,14 @@ PublicKey = Annotated[
         help="The log's public key (default: the first signer of SAGACITY_TRUST_FILE, else "
         "SAGACITY_CHECKPOINT_PUBLIC_KEY); never one in the folders the workers write.",
         show_default=False,
+    ),
+]
+Grace = Annotated[
+    float,
+    typer.Option(
+        "--grace",
+        help="Seconds a journal row may wait for the log (for the checkpoint that attests it, "
+        "or a sequencer pass) before it counts as unattested or withheld.",
     ),
 ]
 TrustFile = Annotated[
@@ -130,11 +140,16 @@ def integrate(
             show_default=False,
         ),
     ] = None,
+    grace: Grace = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     trust: TrustFile = None,
 ) -> None:
-    """Append the journal rows the log lacks and publish a signed tree head (one pass), asking
-    the trust file's witnesses to cosign it; exit 1 when a witness refuses."""
+    """Append the attested journal rows the log lacks and publish a signed tree head (one
+    pass), asking the trust file's witnesses to cosign it; exit 1 when a witness refuses.
+
+    A row no checkpoint signed by the log's key covers is not appended: within the grace period
+    it waits for a later pass, past it it is named as unattested (exit 1).
+    """
     settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     folder = _folder(checkpoint_dir, settings)
@@ -148,7 +163,14 @@ def integrate(
         pool = await open_pool(url, min_size=1, max_size=3)
         try:
             witnesses = () if roots is None else roots.witnesses
-            sequencer = Sequencer(TlogStore(pool), folder, key, origin=origin, witnesses=witnesses)
+            sequencer = Sequencer(
+                TlogStore(pool),
+                folder,
+                key,
+                origin=origin,
+                witnesses=witnesses,
+                grace=timedelta(seconds=grace),
+            )
             return await sequencer.integrate(full_check=full_check)
         finally:
             await pool.close()
@@ -164,6 +186,9 @@ def integrate(
             "appended": done.appended,
             "size": done.size,
             "published": done.published is not None,
+            "waiting": done.waiting,
+            "unattested": done.unattested,
+            "named": [{"saga_id": r.saga_id, "seq": r.seq} for r in done.named],
         }
         if witnessing is not None:
             result |= {
@@ -171,19 +196,33 @@ def integrate(
                 "refused": witnessing.refused,
                 "unreachable": witnessing.unreachable,
             }
-        typer.echo(json.dumps(result))
-    elif done.published is not None:
-        by = f", cosigned by {', '.join(witnessing.cosigned) or 'no witness'}" if witnessing else ""
-        typer.echo(f"{done.appended} rows appended; published tree head {done.size}{by}")
+        typer.echo(json.dumps(result, ensure_ascii=False))
     else:
-        typer.echo(f"nothing new; the log holds {done.size} leaves")
+        _integrated(done)
     if witnessing is not None:
         for line in alerts:
             typer.echo(f"error: {line}", err=True)
         for line in witnessing.warnings():
             typer.echo(f"warning: {line}", err=True)
-    if alerts:
+    if alerts or done.unattested:
         raise typer.Exit(1)
+
+
+def _integrated(done: Integration) -> None:
+    """What a pass did, as lines: unattested rows first (FAILED), then the head, then rows that
+    wait for their checkpoint."""
+    for row in done.named:
+        typer.echo(f"FAILED  saga {row.saga_id!r} seq {row.seq}: not logged: {UNATTESTED}")
+    if done.unattested > len(done.named):
+        typer.echo(f"FAILED  {done.unattested - len(done.named)} more unattested rows")
+    witnessing = done.witnessing
+    if done.published is not None:
+        by = f", cosigned by {', '.join(witnessing.cosigned) or 'no witness'}" if witnessing else ""
+        typer.echo(f"{done.appended} rows appended; published tree head {done.size}{by}")
+    else:
+        typer.echo(f"nothing new; the log holds {done.size} leaves")
+    if done.waiting:
+        typer.echo(f"{done.waiting} rows wait for a signed checkpoint (within the grace period)")
 
 
 @app.command("head")
@@ -203,13 +242,7 @@ def verify(
     database_url: DatabaseUrl = None,
     checkpoint_dir: CheckpointDir = None,
     public_key: PublicKey = None,
-    grace: Annotated[
-        float,
-        typer.Option(
-            "--grace",
-            help="Seconds a journal row may wait for the log before it counts as withheld.",
-        ),
-    ] = 600.0,
+    grace: Grace = 600.0,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per finding, then a summary.")
     ] = False,
@@ -220,7 +253,10 @@ def verify(
     settings = settings_or_exit()
     url = journal_url_or_exit(database_url)
     roots = _pinned(_roots(settings, trust=trust, public_key=public_key))
-    heads = HeadLog(_folder(checkpoint_dir, settings), roots.signers[0].key)
+    folder = _folder(checkpoint_dir, settings)
+    heads = HeadLog(folder, roots.signers[0].key)
+    # rows are attested by checkpoints of the pinned keys and the keys they rotated to
+    checkpoints, _ = trusted_checkpoints(folder, roots)
 
     counts = {"failed": 0, "pending": 0, "warnings": 0}
 
@@ -245,7 +281,8 @@ def verify(
         pool = await open_pool(url, min_size=1, max_size=2)
         try:
             store = TlogStore(pool)
-            checker = LogVerifier(store, heads, timedelta(seconds=grace))
+            attestor = Attestor(JournalStore(pool), checkpoints)
+            checker = LogVerifier(store, heads, attestor, timedelta(seconds=grace))
             async with aclosing(checker.run()) as findings:
                 async for finding in findings:
                     report(finding)

@@ -1,5 +1,9 @@
 """``sagacity verify``: check sagas' hash chains against every anchor, live or from a bundle.
 
+Live, the anchors are the signed checkpoints, the transparency log once it has a published tree
+head (each saga's rows against its leaves, with no flag), Temporal (``--temporal``) and the
+decision keyring.
+
 Exit status: 0 every saga verified, 1 something is broken (the report says what, where, and which
 anchor disagrees), 2 nothing could be verified (usage, settings, unreachable database), 3 a
 bundle is UNTRUSTED: consistent, but no trusted key was given to check it with. A bundle without
@@ -32,14 +36,18 @@ from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
 from sagacity.evidence.anchors import verify_journal
+from sagacity.evidence.attest import Attestor
 from sagacity.evidence.bundle import PUBLIC_KEY, BundleVerdict, BundleVerifier, judge
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring, load_keyring
 from sagacity.evidence.heads import stamp
+from sagacity.evidence.logcheck import LogAnchor
 from sagacity.evidence.report import AnchorCheck, SagaReport
+from sagacity.evidence.tlog import HeadLog
 from sagacity.evidence.trust import TrustRoots
 from sagacity.settings import Settings, load_settings
 from sagacity.store.journal import JournalStore
+from sagacity.store.tlog import TlogStore
 from sagacity.worker import connect_client
 
 __all__ = ["verify"]
@@ -123,7 +131,7 @@ class Output:
             typer.echo(json.dumps({"summary": summary}, ensure_ascii=False))
         else:
             verdict = "all verified" if ok else f"{self.failed} failed"
-            extra = f", {len(self.problems)} bundle problems" if self.problems else ""
+            extra = f", {len(self.problems)} log problems" if self.problems else ""
             if self.warnings:
                 plural = "s" if self.warnings > 1 else ""
                 kinds = "; ".join(WARNING_KINDS[k] for k in sorted(self.warning_kinds))
@@ -352,13 +360,29 @@ async def _live(
         await JournalStore.open(url, min_size=1, max_size=2) as journal,
         _temporal(settings, temporal) as client,
     ):
+        log = None if checkpoints is None else _log_anchor(journal, checkpoints)
         reports = verify_journal(
-            journal, saga_ids=saga_ids, checkpoints=checkpoints, temporal=client, keyring=keyring
+            journal,
+            saga_ids=saga_ids,
+            checkpoints=checkpoints,
+            temporal=client,
+            keyring=keyring,
+            log=log,
         )
         async with aclosing(reports) as stream:
             async for report in stream:
                 out.report(report)
+        for problem in [] if log is None else log.problems:
+            out.problem(problem)
     return out.finish()
+
+
+def _log_anchor(journal: JournalStore, checkpoints: CheckpointDir) -> LogAnchor | None:
+    """The transparency log beside the checkpoints, once it has a published tree head."""
+    heads = HeadLog(checkpoints.path, checkpoints.key)
+    attestor = Attestor(journal, checkpoints)
+    log = LogAnchor(TlogStore(journal.pool), heads, attestor)
+    return None if log.latest is None else log
 
 
 def _saga_ids(sagas: Iterable[str] | None, all_: bool) -> list[str] | None:

@@ -1,8 +1,10 @@
 """Verify the journal in Postgres against every anchor within reach.
 
 Each saga's chain is recomputed from its rows (streamed), then compared with what witnesses
-outside the table recorded: the signed checkpoints, and, given a Temporal client, the head the
-saga workflow itself holds (its result once completed, its ``status`` query while running).
+outside the table recorded: the signed checkpoints, the transparency log's leaves under its
+latest signed tree head (:mod:`sagacity.evidence.logcheck`), and, given a Temporal client, the
+head the saga workflow itself holds (its result once completed, its ``status`` query while
+running).
 The workflow is looked up by the saga's id, which is its workflow id unless the saga chose
 another. A saga that ended, by its seal or its workflow's result, may have no row after that
 head.
@@ -20,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import DecisionCheck, Keyring
+from sagacity.evidence.logcheck import LogAnchor
 from sagacity.evidence.report import (
     Agreement,
     Anchor,
@@ -74,26 +77,36 @@ async def verify_journal(
     checkpoints: CheckpointDir | None = None,
     temporal: Client | None = None,
     keyring: Keyring | None = None,
+    log: LogAnchor | None = None,
 ) -> AsyncGenerator[SagaReport, None]:
     """One report per saga: ``saga_ids`` in order, or every saga in the journal.
 
-    Checking every saga also reports each saga that has checkpoints but no rows left (deleted).
-    The journal's pool needs two connections: one streams rows while the other looks up the
-    rows anchors point at. With ``keyring``, each saga's decision rows are read again and
-    their signatures checked.
+    Checking every saga also reports each saga that has checkpoints, or leaves in the log, but
+    no rows left (deleted). The journal's pool needs two connections: one streams rows while
+    the other looks up the rows anchors point at. With ``keyring``, each saga's decision rows
+    are read again and their signatures checked. With ``log`` (and a published tree head),
+    each saga's rows are compared with its leaves; checking every saga scans the whole log
+    first, and what it finds of the log itself is left in ``log.problems``.
     """
-    # every saga's id is kept only when deleted sagas are looked for (all sagas, checkpoints)
-    seen: set[str] | None = set() if saga_ids is None and checkpoints is not None else None
+    if log is not None and saga_ids is None and log.latest is not None:
+        await log.scan()
+    # every saga's id is kept only when deleted sagas are looked for (all sagas, an anchor)
+    looked = checkpoints is not None or log is not None
+    seen: set[str] | None = set() if saga_ids is None and looked else None
     async with aclosing(journal.verify_all(saga_ids=saga_ids)) as verdicts:
         async for verdict in verdicts:
             if seen is not None:
                 seen.add(verdict.saga_id)
-            yield await _report(journal, verdict, checkpoints, temporal, keyring)
-    if seen is not None and checkpoints is not None:
-        for saga_id in checkpoints.saga_ids():
-            if saga_id not in seen:
-                empty = Verdict(saga_id, 0, 0, GENESIS_HASH, None)
-                yield await _report(journal, empty, checkpoints, temporal, keyring)
+            yield await _report(journal, verdict, checkpoints, temporal, keyring, log)
+    if seen is None:
+        return
+    gone = [] if checkpoints is None else list(checkpoints.saga_ids())
+    gone += [] if log is None else log.unreported()
+    for saga_id in gone:
+        if saga_id not in seen:
+            seen.add(saga_id)
+            empty = Verdict(saga_id, 0, 0, GENESIS_HASH, None)
+            yield await _report(journal, empty, checkpoints, temporal, keyring, log)
 
 
 async def _report(
@@ -102,6 +115,7 @@ async def _report(
     checkpoints: CheckpointDir | None,
     temporal: Client | None,
     keyring: Keyring | None = None,
+    tlog: LogAnchor | None = None,
 ) -> SagaReport:
     async def stored_hash(seq: int) -> str | None:
         row = await journal.get(verdict.saga_id, seq)
@@ -112,6 +126,8 @@ async def _report(
     log = None if checkpoints is None else checkpoints.load(verdict.saga_id)
     if log is not None:
         checks += await settle_async(checkpoint_probe(log, verdict), stored_hash)
+    if tlog is not None:
+        checks += await tlog.check(verdict.saga_id)
     if temporal is not None:
         found = await temporal_anchor(temporal, verdict.saga_id)
         if isinstance(found, AnchorCheck):

@@ -222,6 +222,15 @@ class CheckpointLog:
                 return self._lines[index][1]
         return None
 
+    def signed(self, lowest: int = 0) -> Iterator[Checkpoint]:
+        """The checkpoints at ``lowest`` or above that verify, highest seq first, each signature
+        checked when reached."""
+        for index in reversed(range(len(self._lines))):
+            if self._lines[index][1].seq < lowest:
+                return
+            if self._valid(index):
+                yield self._lines[index][1]
+
     def seal(self) -> Checkpoint | None:
         """The seal in force: the highest signed seal, unless a head was signed above it.
 

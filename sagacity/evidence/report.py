@@ -47,7 +47,7 @@ class Source(StrEnum):
     TEMPORAL = "temporal"  # the saga workflow's own record of its head
     MANIFEST = "manifest"  # an export bundle's manifest
     DECISION = "decision"  # the signatures of the approvers' decisions
-    LOG = "log"  # the transparency log's signed tree head, by an inclusion proof
+    LOG = "log"  # the transparency log: its leaves under its signed tree heads
 
 
 class Agreement(StrEnum):

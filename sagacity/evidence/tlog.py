@@ -1,4 +1,4 @@
-"""The transparency log across all sagas: sequencer, published tree heads, log check, proofs.
+"""The transparency log across all sagas: sequencer, published tree heads, proofs.
 
 One Merkle tree (:mod:`sagacity.evidence.merkle`) over every journal row, in the order the
 sequencer appended them; signed tree heads (:mod:`sagacity.evidence.note`) go to
@@ -10,7 +10,8 @@ sequencer appended them; signed tree heads (:mod:`sagacity.evidence.note`) go to
 
 The sequencer runs off the tool-call path (``sagacity log integrate``, or :func:`run_sequencer`
 beside a worker): under a Postgres advisory lock it appends the rows the log lacks, checks the
-stored tree still agrees with its last published head, and signs the new one.
+stored tree still agrees with its last published head, and signs the new one. Checking the
+whole log is :mod:`sagacity.evidence.logverify`'s.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
+from sagacity.evidence.attest import UNATTESTED, Attestor
+from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.heads import LogSnapshot, RowProof, inclusion_paths
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.merkle import (
@@ -57,13 +60,11 @@ from sagacity.evidence.witness_client import (
 from sagacity.journal import format_timestamp, to_json
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
-from sagacity.store.tlog import LeafRow, PendingRow, TlogStore
+from sagacity.store.tlog import PendingRow, TlogStore
 
 __all__ = [
     "HeadLog",
     "Integration",
-    "LogFinding",
-    "LogVerifier",
     "Published",
     "Sequencer",
     "prove_saga",
@@ -79,6 +80,8 @@ HISTORY = "checkpoints.jsonl"
 ORIGIN_PREFIX = "sagacity.local/journal/"
 # rows whose proofs are read together when proving a saga
 _PROOF_BATCH = 1000
+#: how long a journal row may wait for the log (for its checkpoint, or the next pass)
+GRACE = timedelta(minutes=10)
 
 
 def _b64(digest: bytes) -> str:
@@ -211,16 +214,42 @@ def _lines_from_end(file: BinaryIO, chunk: int = 1 << 16) -> Iterator[bytes]:
 @dataclass(frozen=True, slots=True)
 class Integration:
     """What one sequencer pass did: rows appended, the head it published (None: none), and
-    what the witnesses said (None: none asked)."""
+    what the witnesses said (None: none asked).
+
+    Rows no trusted checkpoint covers are not appended: ``waiting`` of them are within the
+    grace period (a call between its INTENT and its outcome), left for a later pass;
+    ``unattested`` past it, the first :data:`NAMED` of them named in ``named``.
+    """
 
     appended: int
     size: int
     published: TreeHead | None
     witnessing: Witnessing | None = None
+    waiting: int = 0
+    unattested: int = 0
+    named: tuple[PendingRow, ...] = ()
+
+
+#: unattested rows a pass names (it counts the rest)
+NAMED = 100
+
+
+class Skipped(NamedTuple):
+    """The rows a pass left out: :class:`Integration`'s last three fields."""
+
+    waiting: int
+    unattested: int
+    named: tuple[PendingRow, ...]
 
 
 class Sequencer:
-    """Appends journal rows to the log and publishes signed tree heads, one pass at a time."""
+    """Appends attested journal rows to the log and publishes signed tree heads, one pass at a
+    time.
+
+    A row is appended only when a checkpoint of its saga signed by one of ``signers`` (by key
+    id; default: the log's own key) attests it (:mod:`sagacity.evidence.attest`), the checkpoints being read
+    from ``checkpoint_dir``, where the workers write them.
+    """
 
     def __init__(
         self,
@@ -232,9 +261,14 @@ class Sequencer:
         cosigners: Sequence[Cosigner] = (),
         witnesses: Sequence[TrustedWitness] = (),
         batch: int = 5000,
+        signers: Mapping[str, Ed25519PublicKey] | None = None,
+        grace: timedelta = GRACE,
     ) -> None:
         self.store = store
         self.heads = HeadLog(checkpoint_dir, key.public_key())
+        checkpoints = CheckpointDir(checkpoint_dir, signers or key.public_key())
+        self.attestor = Attestor(JournalStore(store.pool), checkpoints)
+        self.grace = grace
         self._key = key
         self._origin = origin
         self._cosigners = list(cosigners)
@@ -242,11 +276,14 @@ class Sequencer:
         self._batch = batch
 
     async def integrate(self, *, full_check: bool = False) -> Integration:
-        """Append the rows the log lacks and publish the new head, under the sequencer lock.
+        """Append the attested rows the log lacks and publish the new head, under the sequencer
+        lock.
 
         First the stored tree must agree with the last published head (its root at that size,
         and a consistency proof to the new size): :class:`LogInconsistent` otherwise, and
         nothing is signed. ``full_check`` also recomputes every stored leaf from the leaf table.
+        Rows no trusted checkpoint signed before the pass began covers are skipped (other
+        sagas' rows go on), and counted in the result.
 
         Each witness (trust file entries with a ``url``) is asked to cosign the new head and the
         note is published with the cosignatures given; one that is down or refuses does not stop
@@ -257,20 +294,31 @@ class Sequencer:
             last = self.heads.latest()
             origin = await self._origin_for(last)
             frontier = await self._frontier(last, full_check)
-            appended = 0
+            started = datetime.now(UTC)
+            self.attestor.begin(signed_before=started)
+            appended = waiting = unattested = 0
+            named: list[PendingRow] = []
             chunk: list[PendingRow] = []
             async with aclosing(self.store.pending(batch=self._batch)) as rows:
                 async for row in rows:
-                    chunk.append(row)
-                    if len(chunk) == self._batch:
-                        appended += await self._append(frontier, chunk)
-                        chunk = []
+                    if await self.attestor.covers(row.saga_id, row.seq, row.hash):
+                        chunk.append(row)
+                        if len(chunk) == self._batch:
+                            appended += await self._append(frontier, chunk)
+                            chunk = []
+                    elif abs(row.timestamp - started) <= self.grace:
+                        waiting += 1
+                    else:
+                        unattested += 1
+                        if len(named) < NAMED:
+                            named.append(row)
             appended += await self._append(frontier, chunk)
+            skipped = Skipped(waiting, unattested, tuple(named))
             old = 0 if last is None else last.head.size
             if last is not None and frontier.size == old:
                 witnessing = await self._rewitness(last)
                 again = last.head if witnessing is not None and witnessing.lines else None
-                return Integration(appended, frontier.size, again, witnessing=witnessing)
+                return Integration(appended, frontier.size, again, witnessing, *skipped)
             head = TreeHead(origin, frontier.size, frontier.root())
             proof: list[bytes] = []
             if last is not None and old > 0:
@@ -284,7 +332,7 @@ class Sequencer:
             witnessing = await self._witness(head, note, last)
             lines = [] if witnessing is None else witnessing.lines
             self.heads.publish(note + "".join(lines), proof, datetime.now(UTC))
-            return Integration(appended, head.size, head, witnessing=witnessing)
+            return Integration(appended, head.size, head, witnessing, *skipped)
 
     def _cosigners_of(self, last: Published) -> set[str]:
         """The configured witnesses whose valid cosignatures the published note carries."""
@@ -425,10 +473,13 @@ async def run_sequencer(
     origin: str | None = None,
     cosigners: Sequence[Cosigner] = (),
     witnesses: Sequence[TrustedWitness] = (),
+    signers: Mapping[str, Ed25519PublicKey] | None = None,
 ) -> None:
     """Integrate every ``every`` seconds until cancelled; returns at once when either setting
     is unset (the log is off). Witness refusals are logged as errors on every pass they recur;
-    a witness going down or coming back is logged once.
+    a witness going down or coming back is logged once; unattested rows when they change.
+    ``signers``: the keys whose checkpoints attest rows, by key id (default: the signing key's
+    public half).
 
     For a worker to run beside its tool calls, on a small pool of its own: the first pass
     recomputes the whole leaf table against the last head, later ones check the stored tree's
@@ -446,9 +497,11 @@ async def run_sequencer(
             origin=origin,
             cosigners=cosigners,
             witnesses=witnesses,
+            signers=signers,
         )
         full_check = True
         down: set[str] = set()  # witnesses that did not answer on the last pass that asked
+        told: tuple[int, tuple[PendingRow, ...]] = (0, ())
         while True:
             try:
                 done = await sequencer.integrate(full_check=full_check)
@@ -458,6 +511,20 @@ async def run_sequencer(
                         "transparency log: %d rows appended, tree head %d", done.appended, done.size
                     )
                 down = log_witnessing(_log, done.witnessing, down)
+                if (done.unattested, done.named) != told:  # said again only when it changes
+                    told = (done.unattested, done.named)
+                    for row in done.named:
+                        _log.error(
+                            "transparency log: saga %r seq %d not logged: %s",
+                            row.saga_id,
+                            row.seq,
+                            UNATTESTED,
+                        )
+                    if done.unattested > len(done.named):
+                        _log.error(
+                            "transparency log: %d more unattested rows not logged",
+                            done.unattested - len(done.named),
+                        )
             except LogInconsistent as exc:
                 _log.error("transparency log: %s", exc)
             except SagacityError as exc:
@@ -465,185 +532,6 @@ async def run_sequencer(
             await asyncio.sleep(every)
     finally:
         await pool.close()
-
-
-@dataclass(frozen=True, slots=True)
-class LogFinding:
-    """One thing ``sagacity log verify`` found; ``fatal`` ones fail it."""
-
-    fatal: bool
-    detail: str
-    saga_id: str | None = None
-    seq: int | None = None
-
-    def line(self) -> str:
-        where = "" if self.saga_id is None else f"saga {self.saga_id!r} seq {self.seq}: "
-        return f"{'FAILED ' if self.fatal else 'WARNING'} {where}{self.detail}"
-
-
-@dataclass
-class LogVerifier:
-    """Checks the published heads against each other, the leaf table against them, and each
-    leaf against the journal, streaming: memory stays flat whatever the log's size.
-
-    A journal row the log lacks fails when it is older than the latest head by more than
-    ``grace`` (it should be in it: forged, or withheld from the log), else it is pending.
-    """
-
-    store: TlogStore
-    heads: HeadLog
-    grace: timedelta = timedelta(minutes=10)
-    leaves: int = 0
-    checked_heads: int = 0
-    unlogged: int = 0
-    latest: Published | None = None
-    _origin: str | None = field(default=None, repr=False)
-
-    async def run(self) -> AsyncGenerator[LogFinding, None]:
-        """Every finding, in log order; afterwards ``leaves``, ``checked_heads`` and ``latest``."""
-        heads = self._heads()
-        frontier = Frontier()
-        pending: list[Published] = []
-        broken = False
-        for finding in self._next_head(heads, pending):
-            yield finding
-        async with aclosing(self.store.leaves()) as leaves:
-            async for leaf in leaves:
-                self.leaves += 1
-                if leaf.index != frontier.size and not broken:
-                    broken = True
-                    yield LogFinding(
-                        True,
-                        f"leaves {frontier.size}..{leaf.index - 1} are missing from the leaf "
-                        "table: the log was cut; later heads cannot be recomputed",
-                    )
-                digest = leaf_hash(leaf_data(leaf.saga_id, leaf.seq, leaf.row_hash))
-                for finding in self._check_leaf(leaf, digest):
-                    yield finding
-                if broken:
-                    continue
-                frontier.append(digest)
-                while pending and pending[0].head.size == frontier.size:
-                    published = pending.pop(0)
-                    if published.head.root != frontier.root() and not broken:
-                        broken = True
-                        yield LogFinding(
-                            True,
-                            f"the leaf table disagrees with tree head {published.head.size} "
-                            f"(published {format_timestamp(published.at)}): leaves up to it "
-                            "were changed, reordered or removed",
-                        )
-                    for finding in self._next_head(heads, pending):
-                        yield finding
-        for published in pending:
-            yield LogFinding(
-                True,
-                f"tree head {published.head.size} (published {format_timestamp(published.at)}) "
-                f"has more leaves than the log holds ({frontier.size}): leaves were removed",
-            )
-        for leftover in heads:
-            if isinstance(leftover, str):
-                yield LogFinding(True, leftover)
-            else:
-                yield LogFinding(
-                    True,
-                    f"tree head {leftover.head.size} has more leaves than the log holds "
-                    f"({frontier.size}): leaves were removed",
-                )
-        async for finding in self._unlogged():
-            yield finding
-
-    def _heads(self) -> Iterator[Published | str]:
-        previous: Published | None = None
-        for item in self.heads.history():
-            if isinstance(item, str):
-                yield item
-                continue
-            problem = self._extends(previous, item)
-            if problem is not None:
-                yield f"{HISTORY} line {item.line}: {problem}"
-                continue
-            self.checked_heads += 1
-            self.latest = previous = item
-            yield item
-
-    def _extends(self, previous: Published | None, item: Published) -> str | None:
-        head = item.head
-        if self._origin is None:
-            self._origin = head.origin
-        elif head.origin != self._origin:
-            return f"a head of log {head.origin!r}, not {self._origin!r}"
-        if head.size == 0 and head.root != EMPTY_ROOT:
-            return "tree head 0 does not have the empty tree's root"
-        if previous is None:
-            return None
-        old = previous.head
-        if head.size < old.size:
-            return f"tree head {head.size} follows tree head {old.size}: the log shrank"
-        if old.size == 0:  # every tree extends the empty one
-            return None
-        if not verify_consistency(old.size, head.size, old.root, head.root, item.consistency):
-            return (
-                f"tree head {head.size} is not consistent with tree head {old.size} "
-                "before it: the log was forked or rewritten"
-            )
-        return None
-
-    def _next_head(
-        self, heads: Iterator[Published | str], pending: list[Published]
-    ) -> Iterator[LogFinding]:
-        # keep one head waiting to be compared; damaged lines become findings
-        while not pending:
-            item = next(heads, None)
-            if item is None:
-                return
-            if isinstance(item, str):
-                yield LogFinding(True, item)
-            elif item.head.size:  # the empty head has nothing to compare
-                pending.append(item)
-
-    def _check_leaf(self, leaf: LeafRow, digest: bytes) -> Iterator[LogFinding]:
-        # digest: the leaf hash recomputed from the leaf table's row
-        where = f"(leaf {leaf.index})"
-        if leaf.leaf_hash != digest:
-            yield LogFinding(
-                True,
-                f"the leaf table and the stored tree disagree {where}: the leaf table was edited",
-                leaf.saga_id,
-                leaf.seq,
-            )
-        if leaf.journal_hash is None:
-            yield LogFinding(
-                True, f"logged {where} but gone from the journal: deleted", leaf.saga_id, leaf.seq
-            )
-        elif leaf.journal_hash != leaf.row_hash:
-            yield LogFinding(
-                True,
-                f"the journal's row hashes {leaf.journal_hash[:12]}…, the log holds "
-                f"{leaf.row_hash[:12]}… {where}: altered after it was logged",
-                leaf.saga_id,
-                leaf.seq,
-            )
-
-    async def _unlogged(self) -> AsyncGenerator[LogFinding, None]:
-        cutoff = None if self.latest is None else self.latest.at - self.grace
-        async with aclosing(self.store.pending()) as rows:
-            async for row in rows:
-                self.unlogged += 1
-                if cutoff is not None and row.timestamp < cutoff:
-                    assert self.latest is not None
-                    yield LogFinding(
-                        True,
-                        f"not in the log, though written {format_timestamp(row.timestamp)} and "
-                        f"tree head {self.latest.head.size} was published "
-                        f"{format_timestamp(self.latest.at)}: forged, or withheld from the log",
-                        row.saga_id,
-                        row.seq,
-                    )
-                else:
-                    yield LogFinding(
-                        False, "not in the log yet (pending integration)", row.saga_id, row.seq
-                    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from sagacity.errors import EvidenceUnavailable
+from sagacity.evidence.logverify import LogFinding
 from sagacity.evidence.merkle import (
     EMPTY_ROOT,
     Frontier,
@@ -33,7 +34,7 @@ from sagacity.evidence.merkle import (
     verify_consistency,
 )
 from sagacity.evidence.note import COSIGNATURE_V1, NoteKey, OpenedNote, TreeHead, open_note
-from sagacity.evidence.tlog import ORIGIN_PREFIX, HeadLog, LogFinding, Published
+from sagacity.evidence.tlog import ORIGIN_PREFIX, HeadLog, Published
 from sagacity.evidence.trust import TrustRoots
 from sagacity.evidence.witness_client import TIMEOUT, WitnessEndpoint, latest_cosigned
 from sagacity.journal import format_timestamp

@@ -20,7 +20,7 @@ from sagacity.journal import utc_micros
 from sagacity.store.db import Pool, translate_errors
 from sagacity.store.placement import pool_schema, qualify
 
-__all__ = ["LeafRow", "PendingRow", "TlogStore"]
+__all__ = ["LeafRow", "PendingRow", "SagaLogRow", "TlogStore"]
 
 #: ``(level, index)`` of a complete subtree, as :mod:`sagacity.evidence.merkle` names it
 Node = tuple[int, int]
@@ -52,11 +52,21 @@ ORDER BY j.timestamp, j.saga_id, j.seq
 # Every leaf in index order, beside the journal row it names (NULLs: the row is gone) and the
 # stored leaf hash (NULL: missing).
 _LEAVES = """
-SELECT l.idx, l.saga_id, l.seq, l.row_hash, j.hash, n.hash
+SELECT l.idx, l.saga_id, l.seq, l.row_hash, j.hash, n.hash, j.timestamp
 FROM {sagacity_tlog_leaf} l
 LEFT JOIN {side_effect_journal} j ON j.saga_id = l.saga_id AND j.seq = l.seq
 LEFT JOIN {sagacity_tlog_node} n ON n.level = 0 AND n.idx = l.idx
 ORDER BY l.idx
+"""
+
+# One saga's journal rows beside its leaves, by seq: a row the log lacks has no leaf, a leaf
+# whose row is gone no row. Both sides are read through their (saga_id, seq) indexes.
+_SAGA_LOG = """
+SELECT coalesce(j.seq, l.seq), j.hash, j.timestamp, l.idx, l.row_hash
+FROM (SELECT seq, hash, timestamp FROM {side_effect_journal} WHERE saga_id = %(saga)s) j
+FULL JOIN (SELECT seq, idx, row_hash FROM {sagacity_tlog_leaf} WHERE saga_id = %(saga)s) l
+    ON l.seq = j.seq
+ORDER BY 1
 """
 
 _SIZE = "SELECT max(idx) FROM {sagacity_tlog_leaf}"
@@ -94,6 +104,22 @@ class LeafRow:
     journal_hash: str | None
     #: the stored level-0 node; None: missing
     leaf_hash: bytes | None
+    #: the journal row's timestamp now; None: the row is gone
+    timestamp: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SagaLogRow:
+    """One seq of a saga: its journal row now (hash, timestamp) and its leaf, either may be
+    missing (None)."""
+
+    seq: int
+    hash: str | None
+    timestamp: datetime | None
+    #: the leaf's index; None: the log does not hold this row
+    index: int | None
+    #: the row's hash when it was logged
+    row_hash: str | None
 
 
 class TlogStore:
@@ -101,6 +127,11 @@ class TlogStore:
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+
+    @property
+    def pool(self) -> Pool:
+        """The pool it reads and writes through (the journal's, for the rows it logs)."""
+        return self._pool
 
     @contextlib.asynccontextmanager
     async def sequencer(self) -> AsyncIterator[None]:
@@ -200,7 +231,7 @@ class TlogStore:
         """Every leaf in index order, with the journal's row hash and the stored leaf hash."""
         with translate_errors("read the transparency log's leaves"):
             async with aclosing(self._rows(_LEAVES, batch)) as rows:
-                async for index, saga_id, seq, row_hash, journal_hash, node in rows:
+                async for index, saga_id, seq, row_hash, journal_hash, node, at in rows:
                     yield LeafRow(
                         index,
                         saga_id,
@@ -208,9 +239,23 @@ class TlogStore:
                         row_hash,
                         journal_hash,
                         None if node is None else bytes(node),
+                        None if at is None else utc_micros(at),
                     )
 
-    async def _rows(self, template: str, batch: int) -> AsyncGenerator[tuple[Any, ...], None]:
+    async def saga_log(
+        self, saga_id: str, *, batch: int = 5000
+    ) -> AsyncGenerator[SagaLogRow, None]:
+        """``saga_id``'s journal rows and leaves side by side, by seq, ``batch`` at a time."""
+        with translate_errors(f"read saga {saga_id!r} beside its leaves"):
+            async with aclosing(self._rows(_SAGA_LOG, batch, {"saga": saga_id})) as rows:
+                async for seq, row_hash, at, index, logged in rows:
+                    yield SagaLogRow(
+                        seq, row_hash, None if at is None else utc_micros(at), index, logged
+                    )
+
+    async def _rows(
+        self, template: str, batch: int, params: dict[str, object] | None = None
+    ) -> AsyncGenerator[tuple[Any, ...], None]:
         # a server-side cursor: rows arrive `batch` at a time, memory stays flat
         async with (
             self._pool.connection() as conn,
@@ -218,6 +263,6 @@ class TlogStore:
             conn.cursor(name="sagacity_tlog_rows") as cur,
         ):
             cur.itersize = batch
-            await cur.execute(qualify(template, await pool_schema(self._pool, conn)))
+            await cur.execute(qualify(template, await pool_schema(self._pool, conn)), params)
             async for row in cur:
                 yield row

@@ -665,6 +665,7 @@ class SagaActivities:
                 lambda: self.halts.covering(req.saga_id, req.tool_name, task_queue)
             )
             if halt is not None:
+                self._checkpoint(intent_row)  # held with no outcome: as for a SUSPECT call below
                 raise await self._halted(
                     Halted(
                         f"saga {req.saga_id!r}: the retry of {req.tool_name!r} (seq {req.seq}) "
@@ -674,6 +675,10 @@ class SagaActivities:
                     intent_written=True,
                 )
             return await self._run(req, intent_row)
+        # this call's own INTENT (same content, at the tail) stays without an outcome until a
+        # human resolves it (or, above, a halt is lifted): checkpoint it, so the transparency log
+        # admits it as attested
+        self._checkpoint(intent_row)
         raise _non_retryable(
             SuspectCall(
                 f"INTENT seq {req.seq} of {req.tool_name!r} has no outcome: the worker died "

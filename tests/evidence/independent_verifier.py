@@ -17,7 +17,7 @@ import json
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -411,12 +411,20 @@ def checkpoint_findings(
     return log.faults + found
 
 
-def verify_all(rows: Iterable[Row], folder: Path, trust: Trust) -> dict[str, list[Finding]]:
-    """Each saga's fatal findings, chain first: every saga of the journal, and every saga with
-    a checkpoint file and no rows."""
+def verify_all(
+    rows: Iterable[Row], folder: Path, trust: Trust, log: Sequence[Finding] = ()
+) -> dict[str, list[Finding]]:
+    """Each saga's fatal findings, chain first, then its checkpoints', then the log's (``log``:
+    what :func:`verify_log` found, when the log has an accepted head): every saga of the
+    journal, every saga with a checkpoint file, and every saga the log names."""
     sagas: dict[str, list[Row]] = {}
     for row in rows:
         sagas.setdefault(str(row["saga_id"]), []).append(row)
+    by_saga: dict[str, list[Finding]] = {}
+    for finding in log:
+        if finding.fatal and finding.saga_id is not None:
+            by_saga.setdefault(finding.saga_id, []).append(finding)
+            sagas.setdefault(finding.saga_id, [])
     for file in sorted(folder.glob("*.jsonl")):
         stem = file.name.removesuffix(".jsonl")
         if not stem.startswith("+"):
@@ -434,8 +442,10 @@ def verify_all(rows: Iterable[Row], folder: Path, trust: Trust) -> dict[str, lis
         saga_rows.sort(key=lambda r: int(r["seq"]))
         bad = first_bad_seq(saga_rows)
         chain = [] if bad is None else [Finding(saga_id, bad, "chain")]
-        report[saga_id] = chain + checkpoint_findings(
-            saga_id, saga_rows, bad is None, folder, trust
+        report[saga_id] = (
+            chain
+            + checkpoint_findings(saga_id, saga_rows, bad is None, folder, trust)
+            + sorted(by_saga.get(saga_id, []), key=lambda f: f.seq or 0)
         )
     return report
 
@@ -447,17 +457,41 @@ def _when(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def attested(saga_rows: Mapping[int, Row], seq: int, log: CheckpointLog) -> bool:
+    """evidence.md "The sequencer": a checkpoint verifying with a trusted key at seq' >= seq,
+    hashed as the journal's row seq', the chain verifying from row seq to row seq'."""
+    for index in reversed(range(len(log.lines))):
+        line = log.lines[index]
+        top = int(line["seq"])
+        if top < seq:
+            return False
+        if saga_rows.get(top, {}).get("hash") != line["hash"] or not log.valid(index):
+            continue
+        prev = GENESIS if seq == 1 else saga_rows.get(seq - 1, {}).get("hash")
+        for k in range(seq, top + 1):
+            row = saga_rows.get(k)
+            if prev is None or row is None or row_hash(prev, row) != row["hash"]:
+                break
+            prev = row["hash"]
+        else:
+            return True
+    return False
+
+
 def verify_log(
     rows: Iterable[Row],
     leaves: Sequence[Row],
     folder: Path,
     trust: Trust,
     grace: timedelta = timedelta(seconds=600),
+    now: datetime | None = None,
 ) -> list[Finding]:
     """evidence.md "For implementers: the transparency log": the published heads (signed by a
     pinned key, one origin, each consistent with the one before by its stored proof, the
-    latest cosigned by the quorum of pinned witnesses), the leaf table's root at every head, each leaf against
-    the journal, and each journal row the log lacks (withheld past the grace, else pending)."""
+    latest cosigned by the quorum of pinned witnesses), the leaf table's root at every head,
+    each leaf against the journal (rewritten, deleted unless purged, backdated), and each
+    journal row the log lacks (unattested or withheld past the grace, else pending)."""
+    now = now or datetime.now(UTC).replace(tzinfo=None)  # naive UTC, as the rows' times
     findings: list[Finding] = []
     heads: list[tuple[Note, datetime]] = []
     history = folder / "tlog" / "checkpoints.jsonl"
@@ -496,18 +530,50 @@ def verify_log(
     if trust.quorum and heads and len(heads[-1][0].cosigned) < trust.quorum:
         findings.append(Finding(None, None, "the latest tree head without its witnesses' quorum"))
     journal = {(str(r["saga_id"]), int(r["seq"])): r for r in rows}
+    by_saga: dict[str, dict[int, Row]] = {}
+    for (saga_id, seq), row in journal.items():
+        by_saga.setdefault(saga_id, {})[seq] = row
+    logs: dict[str, CheckpointLog] = {}
+
+    def checkpoints(saga_id: str) -> CheckpointLog:
+        if saga_id not in logs:
+            logs[saga_id] = CheckpointLog(saga_id, folder, trust)
+        return logs[saga_id]
+
     digests = []
+    # backdated leaves, by saga, until a later leaf of the saga first held by the same head
+    # clears them: (first head's index in `heads`, findings)
+    suspects: dict[str, list[Finding]] = {}
+    suspects_head: int | None = None
     for expected, leaf in enumerate(leaves):
         if int(leaf["idx"]) != expected:
             findings.append(Finding(None, None, "leaves missing from the leaf table"))
             break
         saga_id, seq = str(leaf["saga_id"]), int(leaf["seq"])
         digests.append(leaf_hash(saga_id, seq, leaf["row_hash"]))
-        row = journal.get((saga_id, seq))
-        if row is None:
-            findings.append(Finding(saga_id, seq, "logged but gone from the journal"))
-        elif row["hash"] != leaf["row_hash"]:
-            findings.append(Finding(saga_id, seq, "altered after it was logged"))
+        first = next((n for n, (h, _) in enumerate(heads) if h.size > expected), None)
+        if first != suspects_head:
+            findings += [f for held in suspects.values() for f in held]
+            suspects, suspects_head = {}, first
+        stored = journal.get((saga_id, seq))
+        if stored is None:
+            latest = checkpoints(saga_id).latest()
+            if not (latest and latest["kind"] == "purged" and int(latest["seq"]) >= seq):
+                findings.append(Finding(saga_id, seq, "logged but gone from the journal"))
+        elif stored["hash"] != leaf["row_hash"]:
+            findings.append(Finding(saga_id, seq, "rewritten after it was logged"))
+        else:
+            before = None
+            if first is not None:
+                earlier = [at for h, at in heads[:first] if h.size <= expected]
+                before = earlier[-1] if earlier else None
+            if before is not None and _when(stored["timestamp"]) < before - grace:
+                suspects.setdefault(saga_id, []).append(Finding(saga_id, seq, "backdated"))
+            else:
+                kept = [f for f in suspects.pop(saga_id, []) if (f.seq or 0) > seq]
+                if kept:
+                    suspects[saga_id] = kept
+    findings += [f for held in suspects.values() for f in held]
     for note, _ in heads:
         if note.size > len(digests):
             findings.append(Finding(None, None, "a tree head has more leaves than the log holds"))
@@ -519,8 +585,15 @@ def verify_log(
     for key, row in journal.items():
         if key in logged:
             continue
-        withheld = cutoff is not None and _when(row["timestamp"]) < cutoff
-        findings.append(Finding(key[0], key[1], "withheld" if withheld else "pending", withheld))
+        when = _when(row["timestamp"])
+        if not attested(by_saga[key[0]], key[1], checkpoints(key[0])):
+            late = abs(when - now) > grace
+            findings.append(Finding(key[0], key[1], "unattested" if late else "pending", late))
+        else:
+            withheld = cutoff is not None and when < cutoff
+            findings.append(
+                Finding(key[0], key[1], "withheld" if withheld else "pending", withheld)
+            )
     return findings
 
 

@@ -66,6 +66,8 @@ ROLES = (
     "reordered",
     "appended",
     "bundle",
+    "rolledback",
+    "erased",
 )
 #: reserve stock, create the order: two reversible calls, no approval gate, four rows
 TWO_STEPS = SagaSpec(steps=order_steps(product_id="p-2", quantity=1).steps[:2])
@@ -448,8 +450,12 @@ class JournalCase:
 
 REWRITTEN = r"row {seq} is hashed \w+… in the journal but \w+… by the checkpoint \(signed [^)]+\): the journal was rewritten"
 REMOVED = r"the checkpoint \((?:signed|sealed) [^)]+\) has row {seq} hashed \w+…, but the journal has no row {seq}"
-ALTERED = r"FAILED  saga '{saga}' seq {seq}: the journal's row hashes \w+…, the log holds \w+… \(leaf \d+\): altered after it was logged"
-DELETED = r"FAILED  saga '{saga}' seq {seq}: logged \(leaf \d+\) but gone from the journal: deleted"
+LOGGED = r"leaf \d+ \(logged in tree head \d+\)"
+ALTERED = rf"FAILED  saga '{{saga}}' seq {{seq}}: row {{seq}} is hashed \w+… in the journal but \w+… in {LOGGED}: rewritten after it was logged"
+DELETED = rf"FAILED  saga '{{saga}}' seq {{seq}}: in {LOGGED} but gone from the journal: deleted"
+UNATTESTED = (
+    r"unattested: no signed checkpoint covers it: forged, or written behind Sagacity's back"
+)
 
 JOURNAL_CASES = {
     "payload edit, later hashes recomputed": JournalCase(
@@ -486,7 +492,7 @@ JOURNAL_CASES = {
         ),
         (
             1,
-            r"FAILED  saga '{saga}' seq {seq}: not in the log, though written \S+ and tree head \d+ was published \S+: forged, or withheld from the log",
+            rf"FAILED  saga '{{saga}}' seq {{seq}}: {UNATTESTED} \(written \S+\)",
         ),
     ),
     "reordered rows": JournalCase(
@@ -749,3 +755,60 @@ async def test_a_changed_bundle_is_refused(new_user: NewUser, case: str, tmp_pat
     for pattern in spec.names:
         filled = pattern.replace("{saga}", re.escape(saga_id)).replace("{key}", new_user.key_id)
         assert re.search(filled, run.stdout, re.M), f"{filled!r} not in\n{run}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The anchors folder as well: what the log still says when a saga's checkpoint file is changed
+
+
+def checkpoint_file(new_user: NewUser, saga_id: str) -> Path:
+    return Path(new_user.shell.exports["SAGACITY_CHECKPOINT_DIR"]) / f"{saga_id}.jsonl"
+
+
+async def rolled_back(owner: Owner, file: Path, saga_id: str) -> None:
+    """The saga's checkpoint ``file`` cut back to mid-saga (the seal at seq 4 gone), then row 3
+    changed and the chain recomputed from it: the checkpoints left agree with the journal."""
+    kept = [line for line in file.read_text().splitlines() if json.loads(line)["seq"] <= 2]
+    file.write_text("".join(line + "\n" for line in kept))
+
+    def change(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rows[2]["input"] = rows[2]["input"].replace('"p-2"', '"p-mallory"')
+        return rows
+
+    await owner.rewrite(saga_id, change)
+
+
+async def test_a_checkpoint_file_rolled_back_with_its_tail_rewritten_is_named_by_verify(
+    new_user: NewUser,
+) -> None:
+    saga_id, control = new_user.sagas["rolledback"], new_user.sagas["control"]
+    await rolled_back(new_user.owner, checkpoint_file(new_user, saga_id), saga_id)
+
+    every = await new_user.shell("verify", "--all")
+    named = await new_user.shell("verify", saga_id, control)
+    for run in (every, named):
+        assert run.code == 1, run
+        block = run.failed_block(saga_id)
+        assert any(re.match(r"^checkpoint +seq 2 +agrees", line) for line in block), block
+        rewritten = rf"^log +seq 3 +disagrees: row 3 is hashed \w+… in the journal but \w+… in {LOGGED}: rewritten after it was logged$"
+        assert re.match(rewritten, block[0]), block
+        assert any(re.match(r"^log +seq 4 +disagrees: row 4 ", line) for line in block), block
+        assert f"FAILED  {control}" not in run.stdout, run
+    assert re.search(
+        rf"^ok      {control}  4 rows  \[checkpoint agrees .*; log agrees", named.stdout, re.M
+    ), named
+
+
+async def test_a_saga_deleted_with_its_checkpoint_file_is_named_by_verify_all(
+    new_user: NewUser,
+) -> None:
+    saga_id = new_user.sagas["erased"]
+    checkpoint_file(new_user, saga_id).unlink()
+    await deleted_saga(new_user.owner, saga_id)
+
+    every = await new_user.shell("verify", "--all")
+    assert every.code == 1, every
+    block = every.failed_block(saga_id)
+    for seq in (1, 2, 3, 4):
+        pattern = rf"^log +seq {seq} +disagrees: in {LOGGED} but gone from the journal: deleted$"
+        assert any(re.match(pattern, line) for line in block), block

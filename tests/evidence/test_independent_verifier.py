@@ -43,13 +43,14 @@ from tests.evidence.test_default_config_tamper import (
     forged_saga,
     logged_by_the_worker,
     payload_edit,
+    rolled_back,
     truncated_tail,
 )
 from tests.temporal.conftest import awaiting_approval, wait_for
 from workflows.order import shop as order_shop
 from workflows.order.workflows import OrderRequest
 
-PLAIN = ("control", "edit", "truncated", "deleted", "appended")
+PLAIN = ("control", "edit", "truncated", "deleted", "appended", "rolledback")
 
 
 @dataclass
@@ -206,13 +207,14 @@ async def outsider_says(live: Live) -> Verdicts:
             await conn.execute(outsider.SELECT_JOURNAL)
         ).fetchall()
         leaves: list[dict[str, Any]] = await (await conn.execute(outsider.SELECT_LEAVES)).fetchall()
-    report = outsider.verify_all(journal, live.folder, live.trust)
+    found = outsider.verify_log(journal, leaves, live.folder, live.trust)
+    # the log has a published head here: verify --all checks each saga against it too
+    report = outsider.verify_all(journal, live.folder, live.trust, found)
     sagas = {}
     for saga_id, findings in report.items():
         if findings:
             named = [f.seq for f in findings if f.seq is not None]
             sagas[saga_id] = named[0] if named else None
-    found = outsider.verify_log(journal, leaves, live.folder, live.trust)
     rows = frozenset(
         (f.saga_id, f.seq, f.fatal) for f in found if f.saga_id is not None and f.seq is not None
     )
@@ -244,6 +246,14 @@ async def test_both_verifiers_agree_after_each_tampering(live: Live) -> None:
         ours, theirs = await sagacity_says(live), await outsider_says(live)
         assert set(ours.sagas) == expected_failures, (case, ours)
         assert theirs == ours, case
+    # the anchors folder too: one saga's checkpoint file rolled back, its tail rewritten; the
+    # log's leaves name the first rewritten row
+    saga_id = live.sagas["rolledback"]
+    await rolled_back(live.owner, live.folder / f"{saga_id}.jsonl", saga_id)
+    expected_failures.add(saga_id)
+    ours, theirs = await sagacity_says(live), await outsider_says(live)
+    assert set(ours.sagas) == expected_failures, ours
+    assert ours.sagas[saga_id] == 3 and theirs == ours
     # the untouched sagas, the approved and the compensated one among them, still verify
     assert live.sagas["approved"] not in ours.sagas and live.sagas["compensated"] not in ours.sagas
     assert ours.rows, "the log named no row"

@@ -25,7 +25,10 @@ from typer.testing import CliRunner
 from sagacity.cli.main import app
 from sagacity.devstack import Endpoints
 from sagacity.errors import LogInconsistent
+from sagacity.evidence.attest import Attestor
+from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import generate_key, load_private_key, load_public_key, public_pem
+from sagacity.evidence.logverify import LogFinding, LogVerifier
 from sagacity.evidence.merkle import Frontier, leaf_data, leaf_hash
 from sagacity.evidence.note import (
     COSIGNATURE_V1,
@@ -37,15 +40,7 @@ from sagacity.evidence.note import (
     sign_note,
 )
 from sagacity.evidence.proofs import ProofVerdict, check_proof_bundle
-from sagacity.evidence.tlog import (
-    HISTORY,
-    HeadLog,
-    LogFinding,
-    LogVerifier,
-    Sequencer,
-    prove_saga,
-    run_sequencer,
-)
+from sagacity.evidence.tlog import HISTORY, HeadLog, Sequencer, prove_saga, run_sequencer
 from sagacity.journal import GENESIS_HASH, Draft, Entry, Phase, entry_hash
 from sagacity.store import JournalStore, apply_grants, migrate, open_pool
 from sagacity.store.databases import drop_database, ensure_database
@@ -87,29 +82,38 @@ async def log_db(endpoints: Endpoints, tmp_path: Path) -> AsyncIterator[LogDb]:
         await drop_database(endpoints.database_url, name)
 
 
-async def write_sagas(url: str, names: list[str], calls: int = 2) -> list[Entry]:
-    """Each saga gets ``calls`` tool calls (INTENT + EXECUTED), interleaved across sagas."""
+async def write_sagas(db: LogDb, names: list[str], calls: int = 2) -> list[Entry]:
+    """Each saga gets ``calls`` tool calls (INTENT + EXECUTED), interleaved across sagas, as a
+    worker writes them: each outcome checkpointed (covering its INTENT through the chain)."""
     rows = []
-    async with await JournalStore.open(url, max_size=2) as journal:
+    writer = CheckpointWriter(db.checkpoints, load_private_key(db.signing_key))
+    async with await JournalStore.open(db.app_url, max_size=2) as journal:
         for n in range(calls):
             for saga_id in names:
                 args = f'{{"amount": {n + 1}, "to": "Zoë"}}'
                 rows.append(await journal.append(Draft(saga_id, "pay", Phase.INTENT, args)))
-                rows.append(
-                    await journal.append(
-                        Draft(saga_id, "pay", Phase.EXECUTED, args, f'{{"id": "tx{n}"}}')
-                    )
-                )
+                outcome = Draft(saga_id, "pay", Phase.EXECUTED, args, f'{{"id": "tx{n}"}}')
+                rows.append(await journal.append(outcome))
+                writer.record(saga_id, rows[-1].seq, rows[-1].hash)
     return rows
 
 
-def sequencer(store: TlogStore, db: LogDb, cosigners: Sequence[Cosigner] = ()) -> Sequencer:
-    return Sequencer(store, db.checkpoints, load_private_key(db.signing_key), cosigners=cosigners)
+def sequencer(
+    store: TlogStore,
+    db: LogDb,
+    cosigners: Sequence[Cosigner] = (),
+    grace: timedelta = timedelta(minutes=10),
+) -> Sequencer:
+    key = load_private_key(db.signing_key)
+    return Sequencer(store, db.checkpoints, key, cosigners=cosigners, grace=grace)
 
 
-async def findings(store: TlogStore, db: LogDb) -> list[LogFinding]:
+async def findings(
+    store: TlogStore, db: LogDb, grace: timedelta = timedelta(minutes=10)
+) -> list[LogFinding]:
     heads = HeadLog(db.checkpoints, load_public(db))
-    verifier = LogVerifier(store, heads)
+    attestor = Attestor(JournalStore(store.pool), CheckpointDir(db.checkpoints, load_public(db)))
+    verifier = LogVerifier(store, heads, attestor, grace)
     return [f async for f in verifier.run()]
 
 
@@ -134,7 +138,7 @@ async def test_integrate_publish_prove_and_check_offline(log_db: LogDb, tmp_path
         empty = await seq.integrate()
         assert empty.published is not None and empty.published.size == 0
         assert (await seq.integrate()).published is None
-        await write_sagas(log_db.app_url, sagas)
+        await write_sagas(log_db, sagas)
         first = await seq.integrate()
         assert (first.appended, first.size) == (12, 12)
         assert first.published is not None
@@ -145,7 +149,7 @@ async def test_integrate_publish_prove_and_check_offline(log_db: LogDb, tmp_path
         again = await seq.integrate()
         assert (again.appended, again.published) == (0, None)
 
-        await write_sagas(log_db.app_url, [sagas[0]], calls=1)
+        await write_sagas(log_db, [sagas[0]], calls=1)
         second = await seq.integrate(full_check=True)
         assert (second.appended, second.size) == (2, 14)
         lines = history(log_db)
@@ -224,7 +228,7 @@ ATTACKS = ["alter", "delete_saga", "forge_saga", "truncate_tail", "edit_leaf", "
 async def test_each_attack_is_detected_naming_saga_and_seq(log_db: LogDb, attack: str) -> None:
     tag = uuid.uuid4().hex[:6]
     a, b, c = (f"s{n}-{tag}" for n in range(3))
-    await write_sagas(log_db.app_url, [a, b, c])
+    await write_sagas(log_db, [a, b, c])
     pool = await open_pool(log_db.app_url, max_size=4)
     try:
         store = TlogStore(pool)
@@ -278,7 +282,7 @@ async def test_each_attack_is_detected_naming_saga_and_seq(log_db: LogDb, attack
             assert "disagrees with tree head 12" in found[0].detail
         if attack in ("edit_leaf", "rewrite_log"):
             # the sequencer refuses to sign over the tampered log, and publishes nothing
-            await write_sagas(log_db.app_url, [f"after-{tag}"], calls=1)
+            await write_sagas(log_db, [f"after-{tag}"], calls=1)
             before = history(log_db)
             with pytest.raises(LogInconsistent, match="refusing to sign"):
                 await seq.integrate(full_check=attack == "edit_leaf")
@@ -336,7 +340,7 @@ async def rewrite_log(db: LogDb, saga_id: str, forged: list[Entry]) -> None:
 
 def test_cli_integrate_head_verify_prove_and_check(log_db: LogDb, tmp_path: Path) -> None:
     saga = f"cli-{uuid.uuid4().hex[:6]}"
-    asyncio.run(write_sagas(log_db.app_url, [saga, saga + "-other"]))
+    asyncio.run(write_sagas(log_db, [saga, saga + "-other"]))
     env = {
         "SAGACITY_DATABASE_URL": log_db.app_url,
         "SAGACITY_CHECKPOINT_DIR": str(log_db.checkpoints),
@@ -352,7 +356,14 @@ def test_cli_integrate_head_verify_prove_and_check(log_db: LogDb, tmp_path: Path
     code, out, err = run("log", "integrate")
     assert (code, out) == (0, "8 rows appended; published tree head 8\n"), err
     code, out, _ = run("log", "integrate", "--json")
-    assert json.loads(out) == {"appended": 0, "size": 8, "published": False}
+    assert json.loads(out) == {
+        "appended": 0,
+        "size": 8,
+        "published": False,
+        "waiting": 0,
+        "unattested": 0,
+        "named": [],
+    }
     code, out, err = run("log", "head")
     assert code == 0 and out.split("\n")[1] == "8" and "\n\n\u2014 " in out
     assert "verifier key: sagacity.local/journal/" in err
@@ -386,7 +397,7 @@ def test_cli_integrate_head_verify_prove_and_check(log_db: LogDb, tmp_path: Path
 
 async def test_a_worker_runs_the_sequencer_in_the_background(log_db: LogDb) -> None:
     tag = uuid.uuid4().hex[:6]
-    await write_sagas(log_db.app_url, [f"bg-{tag}"], calls=1)
+    await write_sagas(log_db, [f"bg-{tag}"], calls=1)
     # checkpoints off: nothing to run
     await asyncio.wait_for(run_sequencer(log_db.app_url, None, log_db.signing_key), 1)
     task = asyncio.create_task(
@@ -401,7 +412,7 @@ async def test_a_worker_runs_the_sequencer_in_the_background(log_db: LogDb) -> N
                 await asyncio.sleep(0.05)
             assert latest_size(log_db) == size
             if more:
-                await write_sagas(log_db.app_url, [more], calls=1)
+                await write_sagas(log_db, [more], calls=1)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -125,7 +125,7 @@ def test_heads_are_cosigned_a_missed_head_is_cosigned_later_and_state_survives_a
 ) -> None:
     folder, port = tmp_path / "witness", free_port()
     tag = uuid.uuid4().hex[:6]
-    asyncio.run(write_sagas(log_db.app_url, [f"a-{tag}", f"b-{tag}"]))
+    asyncio.run(write_sagas(log_db, [f"a-{tag}", f"b-{tag}"]))
     with witness_process(folder, port, log_db) as key:
         trust = trust_file(tmp_path / "trust.json", log_db, key, f"http://127.0.0.1:{port}", 1)
         env = env_of(log_db, trust)
@@ -151,7 +151,7 @@ def test_heads_are_cosigned_a_missed_head_is_cosigned_later_and_state_survives_a
         assert cli("prove", f"a-{tag}", "--out", str(bundle), env=env)[0] == 0
 
     # the witness is down: the log goes on, log-signed only, and says so
-    asyncio.run(write_sagas(log_db.app_url, [f"c-{tag}"], calls=1))
+    asyncio.run(write_sagas(log_db, [f"c-{tag}"], calls=1))
     code, out, err = cli("log", "integrate", env=env)
     assert (code, out) == (0, "2 rows appended; published tree head 10, cosigned by no witness\n")
     assert f"warning: tree head 10 not cosigned by witness {WITNESS} yet" in err
@@ -364,11 +364,11 @@ async def test_a_rolled_back_checkpoint_store_is_named_and_never_cosigned_again(
                 return Sequencer(store, log_db.checkpoints, key, witnesses=trust.witnesses)
 
             heads = HeadLog(log_db.checkpoints, key.public_key())
-            await write_sagas(log_db.app_url, [f"a-{tag}", f"b-{tag}"])
+            await write_sagas(log_db, [f"a-{tag}", f"b-{tag}"])
             assert (await sequencer().integrate()).witnessing.cosigned == [WITNESS]  # type: ignore[union-attr]
             snap = tmp_path / "snap"
             snapshot(log_db, snap)
-            await write_sagas(log_db.app_url, [hidden], calls=3)
+            await write_sagas(log_db, [hidden], calls=3)
             assert (await sequencer().integrate()).witnessing.cosigned == [WITNESS]  # type: ignore[union-attr]
             assert witness.state(origin_of(log_db)).size == 14  # type: ignore[union-attr]
             assert await witness_findings(trust, heads, store) == []
@@ -410,7 +410,7 @@ async def test_a_rolled_back_checkpoint_store_is_named_and_never_cosigned_again(
                 ("DELETE FROM sagacity_tlog_leaf WHERE idx >= 8", ()),
                 ("DELETE FROM sagacity_tlog_node WHERE (idx + 1) << level > 8", ()),
             )
-            await write_sagas(log_db.app_url, [f"new-{tag}"], calls=1)
+            await write_sagas(log_db, [f"new-{tag}"], calls=1)
             done = await sequencer().integrate()
             assert done.published is not None and done.size == 10
             assert done.witnessing is not None and done.witnessing.cosigned == []
@@ -428,7 +428,7 @@ async def test_a_rolled_back_checkpoint_store_is_named_and_never_cosigned_again(
             replaced = {(f.saga_id, f.seq) for f in found if f.saga_id}
             assert replaced == {(f"new-{tag}", 1), (f"new-{tag}", 2)}
             # a log with a witness that refuses: `log integrate` exits 1 and says why
-            await write_sagas(log_db.app_url, [f"more-{tag}"], calls=1)
+            await write_sagas(log_db, [f"more-{tag}"], calls=1)
             code, out, err = await asyncio.to_thread(cli, "log", "integrate", env=env)
             assert code == 1 and f"error: witness {WITNESS} refused to cosign tree head 12" in err
         finally:
@@ -447,7 +447,7 @@ async def test_a_fork_at_the_witnessed_size_is_named(log_db: LogDb, tmp_path: Pa
         try:
             store = TlogStore(pool)
             key = load_private_key(log_db.signing_key)
-            await write_sagas(log_db.app_url, [f"a-{tag}"])
+            await write_sagas(log_db, [f"a-{tag}"])
             await Sequencer(store, log_db.checkpoints, key, witnesses=trust.witnesses).integrate()
             heads = HeadLog(log_db.checkpoints, key.public_key())
             # a witness that lost its state is named, as a warning
@@ -502,7 +502,7 @@ def test_the_witness_command_keeps_its_key(tmp_path: Path) -> None:
 async def test_the_background_sequencer_gets_its_heads_cosigned(
     log_db: LogDb, tmp_path: Path
 ) -> None:
-    await write_sagas(log_db.app_url, [f"bg-{uuid.uuid4().hex[:6]}"], calls=1)
+    await write_sagas(log_db, [f"bg-{uuid.uuid4().hex[:6]}"], calls=1)
     async with served(tmp_path / "w", log_db) as (url, witness):
         witnesses = (TrustedWitness(WITNESS, witness.key.public, url),)
         task = asyncio.create_task(
@@ -529,7 +529,7 @@ async def test_the_background_sequencer_gets_its_heads_cosigned(
 
 
 async def test_the_quorum_counts_the_witnesses_that_cosigned(log_db: LogDb, tmp_path: Path) -> None:
-    await write_sagas(log_db.app_url, [f"q-{uuid.uuid4().hex[:6]}"], calls=1)
+    await write_sagas(log_db, [f"q-{uuid.uuid4().hex[:6]}"], calls=1)
     down = NoteKey("witness.test/down", Ed25519PrivateKey.generate().public_key(), COSIGNATURE_V1)
     async with served(tmp_path / "w", log_db) as (url, witness):
         pool = await open_pool(log_db.app_url, max_size=4)

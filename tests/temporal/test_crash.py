@@ -15,6 +15,9 @@ import pytest
 from temporalio.client import Client
 
 from sagacity.devstack import Endpoints
+from sagacity.evidence.checkpoints import CheckpointDir
+from sagacity.evidence.keys import load_public_key
+from sagacity.settings import Settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import (
     Approve,
@@ -95,9 +98,21 @@ class WorkerProcess:
 
 @pytest.fixture
 async def worker_process(
-    endpoints: Endpoints, database_url: str, task_queue: str, shop: Shop, tmp_path: Path
+    endpoints: Endpoints,
+    database_url: str,
+    task_queue: str,
+    shop: Shop,
+    settings: Settings,
+    tmp_path: Path,
 ) -> AsyncIterator[WorkerProcess]:
     process = WorkerProcess(endpoints, database_url, task_queue, tmp_path / "worker.log")
+    # checkpoints on, as a new user's worker has them, into a folder of the test's own (the
+    # transparency log's sequencer off: the session's journal is shared)
+    process.env.update(
+        SAGACITY_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
+        SAGACITY_SIGNING_KEY=str(settings.signing_key),
+        SAGACITY_LOG_INTERVAL="PT0S",
+    )
     await process.start()
     try:
         yield process
@@ -136,6 +151,7 @@ async def test_kill_during_non_idempotent_call_is_suspect_until_resolved(
     shop: Shop,
     journal: JournalStore,
     task_queue: str,
+    settings: Settings,
 ) -> None:
     await shop.arm_fault("create_order", "", delay_s=60)  # hangs before any effect
     sid, _ = await start_order(temporal_client, task_queue)
@@ -148,6 +164,16 @@ async def test_kill_during_non_idempotent_call_is_suspect_until_resolved(
     status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
     assert status.suspect is not None and status.suspect.tool_name == "create_order"
     assert "not idempotent" in status.suspect.reason
+    # the INTENT the dead worker left is the call's own: checkpointed, so the transparency log
+    # admits it while a human decides
+    assert settings.checkpoint_public_key is not None
+    checkpoints = CheckpointDir(
+        Path(worker_process.env["SAGACITY_CHECKPOINT_DIR"]),
+        load_public_key(settings.checkpoint_public_key),
+    )
+    latest = checkpoints.load(sid).latest()
+    assert latest is not None
+    assert (latest.seq, latest.hash) == (status.suspect.call_seq, status.suspect.intent_hash)
     # a human looks at the orders table: the call never took effect
     assert (await shop.snapshot()).placed_orders == 0
     await handle.signal(
