@@ -355,10 +355,6 @@ def test_the_untouched_journal_verifies_with_exit_0(insider: Insider) -> None:
 # 1. key swap
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: verify --all names the re-signed checkpoint file's lines as forged but not the rewritten seq 2; the witnessed log holds the honest row (issue 27: default verify cross-checks against the log, h/attest)",
-)
 async def test_a_key_swapped_in_the_anchors_folder_and_resigned_checkpoints_are_named(
     insider: Insider,
 ) -> None:
@@ -456,10 +452,6 @@ class Inserter(Owner):
             await conn.commit()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: `log integrate` integrates rows no checkpoint attests (issue 27 case 3: h/attest)",
-)
 @pytest.mark.parametrize("login", ["app", "owner"])
 async def test_forged_backdated_rows_are_not_integrated_and_are_named(
     insider: Insider, login: str
@@ -472,10 +464,14 @@ async def test_forged_backdated_rows_are_not_integrated_and_are_named(
 
     integrated = await insider.shell("log", "integrate")
     assert int(note.read_text().splitlines()[1]) == size, integrated
+    assert integrated.code == 1, integrated
+    assert f"FAILED  saga '{saga_id}' seq 1: not logged: unattested" in integrated.stdout, (
+        integrated
+    )
     checked = await insider.shell("log", "verify")
     assert checked.code == 1, checked
     found = "\n".join(checked.log_findings(saga_id))
-    assert re.search(r"seq 1: .*(forged|backdated)", found), checked
+    assert re.search(r"seq 1: .*unattested", found), checked
     await verify_all_names(insider, saga_id, None)
     await bundle_names(insider, saga_id)
 
@@ -484,10 +480,6 @@ async def test_forged_backdated_rows_are_not_integrated_and_are_named(
 # 4. rollback of one saga's checkpoints with its tail rewritten (the whole folder: last)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: verify --all passes a saga whose checkpoint file was rolled back to seq 2 and its tail rewritten; only log verify sees it (issue 27 case 4: h/attest)",
-)
 async def test_one_sagas_checkpoints_rolled_back_and_its_tail_rewritten_are_named(
     insider: Insider,
 ) -> None:
@@ -585,10 +577,6 @@ def mallory_reservation(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: the signing key is readable in the workers' folder; checkpoints re-signed with it over a rewrite pass verify --all (exit 0); only the bundle's inclusion proof and log verify see it (h/attest's log cross-check)",
-)
 async def test_checkpoints_resigned_with_the_workers_own_key_are_named(insider: Insider) -> None:
     """The signing key lies in the workers' folder: whoever writes it can read it too."""
     saga_id = insider.saga("stolenkey")
@@ -598,10 +586,6 @@ async def test_checkpoints_resigned_with_the_workers_own_key_are_named(insider: 
     await named_everywhere(insider, "stolenkey", 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a rotation statement signed with the key read from the workers' folder makes the insider's key trusted; the rewrite it re-signs passes verify --all (h/attest's log cross-check)",
-)
 async def test_a_rotation_to_the_insiders_key_signed_with_the_stolen_key_is_named(
     insider: Insider,
 ) -> None:
@@ -804,13 +788,22 @@ async def test_a_witness_fed_garbage_refuses_it_and_keeps_witnessing(insider: In
         for body in garbage:
             answer = await http.post("/add-checkpoint", content=body)
             assert 400 <= answer.status_code < 500, (body[:20], answer.status_code, answer.text)
-    # a row of the log's later, and the witness still cosigns the next head
+    # the sequencer's next pass is answered as before (the next tests have it cosign new heads)
     integrated = await insider.shell("log", "integrate")
-    assert integrated.code == 0, integrated
+    assert not head_trouble(integrated.stdout), integrated
     checked = await insider.shell("log", "verify")
-    assert "witness" not in "\n".join(
-        line for line in checked.stdout.splitlines() if line.startswith("FAILED  witness")
-    ), checked
+    assert not head_trouble(checked.stdout), checked
+
+
+def head_trouble(output: str) -> list[str]:
+    """The lines of ``log integrate`` / ``log verify`` about the heads or the witnesses (not
+    the earlier tests' forged rows, which they name too)."""
+    return [
+        line
+        for line in output.splitlines()
+        if re.match(r"FAILED  (witness|tree head)", line)
+        or re.search(r"witness.*(refus|unreach)", line)
+    ]
 
 
 def strip_cosignatures(tlog: Path) -> None:
@@ -885,11 +878,11 @@ async def test_concurrent_sequencers_keep_one_consistent_witnessed_log(
         f"exit {p.returncode}: {o.decode()}{e.decode()}"
         for p, (o, e) in zip(procs, outs, strict=True)
     )
-    assert all(p.returncode == 0 for p in procs), said
+    # exit 1 for the earlier tests' unattested rows, named each time; one pass logs the saga
+    assert all(p.returncode in (0, 1) for p in procs), said
+    assert not head_trouble(said) and said.count(" rows appended; published tree head ") == 1, said
     checked = await insider.shell("log", "verify")
-    assert not re.search(r"^FAILED  (witness|tree head)", checked.stdout, re.M), (
-        f"{said}\n{checked}"
-    )
+    assert not head_trouble(checked.stdout), f"{said}\n{checked}"
     assert not checked.log_findings(saga_id), f"{said}\n{checked}"
     assert (await insider.shell("verify", saga_id)).code == 0
 
