@@ -476,6 +476,36 @@ async def test_forged_backdated_rows_are_not_integrated_and_are_named(
     await bundle_names(insider, saga_id)
 
 
+async def test_forged_rows_dated_in_the_future_are_named(insider: Insider) -> None:
+    """Dated 2099: never 'older than the grace period' by their own clock."""
+    saga_id = insider.sagas["future"] = f"insider-future-{uuid.uuid4().hex[:6]}"
+    rows = [
+        {**row, "timestamp": f"2099-01-01T00:00:0{n}.000000Z"}
+        for n, row in enumerate(await forged_rows(saga_id))
+    ]
+    await Inserter(insider.app.url).replace(saga_id, rechain(rows))
+    integrated = await insider.shell("log", "integrate")
+    assert integrated.code == 1, integrated
+    assert f"FAILED  saga '{saga_id}' seq 1: not logged: unattested" in integrated.stdout
+    checked = await insider.shell("log", "verify")
+    assert checked.code == 1, checked
+    found = "\n".join(checked.log_findings(saga_id))
+    assert re.search(r"FAILED .*seq 1: .*unattested", found), checked
+    await verify_all_names(insider, saga_id, None)
+
+
+async def forged_rows(saga_id: str) -> list[dict[str, Any]]:
+    """The rows test_default_config_tamper's forged saga is made of."""
+    rows: list[dict[str, Any]] = []
+
+    class Keep(Owner):
+        async def replace(self, saga_id: str, forged: list[dict[str, Any]]) -> None:
+            rows.extend(forged)
+
+    await forged_saga(Keep(""), saga_id)
+    return rows
+
+
 # --------------------------------------------------------------------------------------------------
 # 4. rollback of one saga's checkpoints with its tail rewritten (the whole folder: last)
 
