@@ -646,6 +646,24 @@ async def test_a_rotation_the_key_holder_made_leaves_verify_all_clean(insider: I
         (insider.checkpoint_dir / ROTATIONS).unlink()
 
 
+async def test_a_loop_of_rotation_statements_ends_and_trusts_no_new_key(insider: Insider) -> None:
+    """Statements in a ring (the insider's key to another and back, the last one signed with
+    the key read from the workers' folder): verification ends, and the control saga verifies."""
+    stolen = load_private_key(insider.anchors / "signing-key.pem")
+    ring = [Ed25519PrivateKey.generate() for _ in range(3)]
+    for signer, next_key in zip(ring, [*ring[1:], ring[0]], strict=True):
+        record_rotation(insider.checkpoint_dir, signer, next_key.public_key())
+    record_rotation(insider.checkpoint_dir, ring[0], stolen.public_key())
+    try:
+        every = await asyncio.wait_for(insider.shell("verify", "--all"), timeout=60)
+        assert every.code in (0, 1), every
+        assert f"FAILED  {insider.saga('control')}" not in every.stdout, every
+        named = await insider.shell("verify", insider.saga("control"))
+        assert named.code == 0, named
+    finally:
+        (insider.checkpoint_dir / ROTATIONS).unlink()
+
+
 DEEP = "[" * 100_000 + "]" * 100_000
 RECURSION = (
     "defect: deeply nested JSON in {what} makes `sagacity verify` crash with RecursionError "
