@@ -81,6 +81,7 @@ PLAIN = (
     "stolenkey",
     "rotated",
     "deep",
+    "cutbundle",
     "rollback",
     "stale",
     "edit",
@@ -525,6 +526,30 @@ async def test_one_sagas_checkpoints_rolled_back_and_its_tail_rewritten_are_name
 
     await insider.owner.rewrite(saga_id, change)
     await named_everywhere(insider, "rollback", 4)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: rows 3-4 cut from the journal and the checkpoint lines above seq 2 (the seal "
+    "too) cut from the workers' folder, then `sagacity export`: verify --all names seq 3 (the "
+    "log holds it), but `verify --bundle --trust` prints VERIFIED (exit 0) for the 2-row prefix: "
+    "its checkpoint at seq 2 is honest, the export proves row 2 in the newest witnessed head, "
+    "and nothing says the unsealed saga had rows after its last checkpoint",
+)
+async def test_a_tail_cut_from_the_journal_and_its_checkpoint_file_then_exported_is_named(
+    insider: Insider,
+) -> None:
+    """The insider cuts rows 3-4 and the checkpoint lines above seq 2 (its seal too), then runs
+    the export themselves: every file of the bundle is signed, and the tree head proves row 2."""
+    saga_id = insider.saga("cutbundle")
+    await insider.owner.sql(
+        "DELETE FROM side_effect_journal WHERE saga_id = %s AND seq > 2", saga_id
+    )
+    log = insider.checkpoint_dir / log_name(saga_id)
+    kept = [ln for ln in log.read_text().splitlines() if json.loads(ln)["seq"] <= 2]
+    log.write_text("\n".join(kept) + "\n")
+    await verify_all_names(insider, saga_id, 3)
+    await bundle_names(insider, saga_id)
 
 
 # --------------------------------------------------------------------------------------------------
