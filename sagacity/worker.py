@@ -77,6 +77,7 @@ from temporalio.worker import Worker
 from sagacity.devstack import running_dev_database
 from sagacity.errors import SettingsError
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.rotation import trusted_keys
 from sagacity.evidence.tlog import run_sequencer
 from sagacity.evidence.trust import load_trust
 from sagacity.observability import (
@@ -449,15 +450,21 @@ def _sequencer(settings: Settings, database_url: str) -> asyncio.Task[None] | No
     every = settings.log_interval.total_seconds()
     if every <= 0:
         return None
-    # the witnesses asked to cosign each head are the trust file's (those with a url)
-    witnesses = load_trust(settings.trust_file).witnesses if settings.trust_file else ()
+    # the witnesses asked to cosign each head are the trust file's (those with a url); rows are
+    # attested by the worker's own checkpoints, and by those of the keys the trust file pins or
+    # that they rotated to (checkpoints signed before a rotation)
+    roots = load_trust(settings.trust_file) if settings.trust_file else None
+    signers = None
+    if roots is not None:
+        signers, _ = trusted_keys(roots.signer_keys(), settings.checkpoint_dir)
     return asyncio.create_task(
         run_sequencer(
             database_url,
             settings.checkpoint_dir,
             settings.signing_key,
             every=every,
-            witnesses=witnesses,
+            witnesses=() if roots is None else roots.witnesses,
+            signers=signers,
         )
     )
 

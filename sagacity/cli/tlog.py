@@ -33,6 +33,7 @@ from sagacity.evidence.keys import load_private_key, load_public_key
 from sagacity.evidence.logverify import LogFinding, LogVerifier
 from sagacity.evidence.note import NoteKey
 from sagacity.evidence.proofs import check_proof_bundle
+from sagacity.evidence.rotation import trusted_keys
 from sagacity.evidence.tlog import HeadLog, Integration, Sequencer, prove_saga
 from sagacity.evidence.trust import TrustRoots
 from sagacity.evidence.witness_check import witness_findings
@@ -163,12 +164,14 @@ def integrate(
         pool = await open_pool(url, min_size=1, max_size=3)
         try:
             witnesses = () if roots is None else roots.witnesses
+            signers = None if roots is None else trusted_keys(roots.signer_keys(), folder)[0]
             sequencer = Sequencer(
                 TlogStore(pool),
                 folder,
                 key,
                 origin=origin,
                 witnesses=witnesses,
+                signers=signers,
                 grace=timedelta(seconds=grace),
             )
             return await sequencer.integrate(full_check=full_check)

@@ -45,6 +45,7 @@ from sagacity.evidence.logcheck import LogAnchor
 from sagacity.evidence.report import AnchorCheck, SagaReport
 from sagacity.evidence.tlog import HeadLog
 from sagacity.evidence.trust import TrustRoots
+from sagacity.evidence.witness_check import witness_findings
 from sagacity.settings import Settings, load_settings
 from sagacity.store.journal import JournalStore
 from sagacity.store.tlog import TlogStore
@@ -354,6 +355,7 @@ async def _live(
     temporal: bool,
     out: Output,
     keyring: Keyring | None,
+    roots: TrustRoots | None = None,
 ) -> int:
     # two connections: one streams rows while the other fetches rows anchors point at
     async with (
@@ -374,6 +376,13 @@ async def _live(
                 out.report(report)
         for problem in [] if log is None else log.problems:
             out.problem(problem)
+        if log is not None and roots is not None:
+            # the witnesses' heads: a rolled-back or forked log, or a head short of the quorum
+            for finding in await witness_findings(roots, log.heads, log.store):
+                if finding.fatal:
+                    out.problem(f"transparency log: {finding.line().removeprefix('FAILED ')}")
+                else:
+                    typer.echo(f"warning: transparency log: {finding.detail}", err=True)
     return out.finish()
 
 
@@ -518,7 +527,7 @@ def verify(
         raise _usage("--allow-unanchored, --not-older-than and --checkpoint go with --bundle")
     saga_ids = _saga_ids(sagas, all_)
     url = journal_url_or_exit(database_url)
-    checkpoints = None
+    checkpoints = roots = None
     folder = checkpoint_dir or settings.checkpoint_dir
     if folder is None:
         typer.echo(
@@ -536,7 +545,9 @@ def verify(
         for text in problems:
             typer.echo(f"warning: {text}", err=True)
     try:
-        status = asyncio.run(_live(url, settings, saga_ids, checkpoints, temporal, out, keyring))
+        status = asyncio.run(
+            _live(url, settings, saga_ids, checkpoints, temporal, out, keyring, roots)
+        )
     except SagacityError as exc:
         raise _usage(str(exc)) from None
     raise typer.Exit(status)

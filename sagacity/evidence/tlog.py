@@ -35,7 +35,7 @@ from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
 from sagacity.evidence.attest import UNATTESTED, Attestor
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.heads import LogSnapshot, RowProof, inclusion_paths
-from sagacity.evidence.keys import load_private_key
+from sagacity.evidence.keys import key_id, load_private_key
 from sagacity.evidence.merkle import (
     EMPTY_ROOT,
     Frontier,
@@ -266,7 +266,9 @@ class Sequencer:
     ) -> None:
         self.store = store
         self.heads = HeadLog(checkpoint_dir, key.public_key())
-        checkpoints = CheckpointDir(checkpoint_dir, signers or key.public_key())
+        # its own checkpoints attest rows, and those of the keys it is told to trust besides
+        own = key.public_key()
+        checkpoints = CheckpointDir(checkpoint_dir, {key_id(own): own, **(signers or {})})
         self.attestor = Attestor(JournalStore(store.pool), checkpoints)
         self.grace = grace
         self._key = key

@@ -96,6 +96,8 @@ async def signed_worker(
         SAGACITY_RESOLVERS="*=alice",
         SAGACITY_SIGNING_KEY=str(settings.signing_key),
         SAGACITY_CHECKPOINT_DIR=str(settings.checkpoint_dir),
+        # as `sagacity dev`'s exports give it: the sequencer asks the trust file's witness
+        SAGACITY_TRUST_FILE=str(settings.trust_file),
     )
     await process.start()
     try:
