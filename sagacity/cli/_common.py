@@ -131,7 +131,7 @@ def trust_roots(
 
 def trusted_checkpoints(folder: Path, roots: TrustRoots) -> tuple[CheckpointDir, list[str]]:
     """``folder`` read trusting ``roots``' signers and the keys they rotated to (statements in
-    its ``rotations.jsonl``); and what was wrong with those statements."""
+    its ``keys/rotations.jsonl``); and what was wrong with those statements."""
     keys, problems = trusted_keys(roots.signer_keys(), folder)
     return CheckpointDir(folder, keys), problems
 

@@ -10,7 +10,7 @@ A saga that already has checkpoints is left alone (signing its head again would 
 changed since its last checkpoint), and a saga whose chain does not verify is not signed.
 
 ``sagacity anchors rotate NEW_KEY`` signs, with the key in use, that ``NEW_KEY`` signs from now
-on (``rotations.jsonl`` in the checkpoint folder): verifiers that pin the old key trust the new
+on (``keys/rotations.jsonl`` in the checkpoint folder): verifiers that pin the old key trust the new
 one through it, so the trust file need not change.
 """
 
@@ -130,7 +130,7 @@ def rotate(
 ) -> None:
     """Sign, with SAGACITY_SIGNING_KEY, that NEW_KEY signs checkpoints and tree heads from now on.
 
-    The statement goes to SAGACITY_CHECKPOINT_DIR's rotations.jsonl; then point the workers'
+    The statement goes to SAGACITY_CHECKPOINT_DIR's keys/rotations.jsonl; then point the workers'
     SAGACITY_SIGNING_KEY at the new key. Verifiers pinning the old key trust the new one.
     """
     settings = settings_or_exit()

@@ -46,6 +46,7 @@ from sagacity.evidence.report import AnchorCheck, SagaReport
 from sagacity.evidence.tlog import HeadLog
 from sagacity.evidence.trust import TrustRoots
 from sagacity.evidence.witness_check import witness_findings
+from sagacity.journal import parse_json
 from sagacity.settings import Settings, load_settings
 from sagacity.store.journal import JournalStore
 from sagacity.store.tlog import TlogStore
@@ -179,7 +180,7 @@ def _bundle_key(path: Path, roots: TrustRoots | None) -> Ed25519PublicKey | None
         return None
     keys = roots.signer_keys()
     try:
-        named = json.loads((path / "manifest.json").read_bytes()).get("key_id")
+        named = parse_json((path / "manifest.json").read_bytes()).get("key_id")
     except (OSError, ValueError, AttributeError):
         named = None
     return keys.get(named) if isinstance(named, str) and named in keys else roots.signers[0].key

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -52,7 +51,7 @@ from sagacity.evidence.report import (
     saga_report,
     settle,
 )
-from sagacity.journal import ChainVerifier, Entry, format_timestamp, to_json
+from sagacity.journal import ChainVerifier, Entry, format_timestamp, parse_json, to_json
 
 if TYPE_CHECKING:
     from sagacity.evidence.trust import TrustRoots
@@ -167,7 +166,7 @@ def entry_line(entry: Entry) -> str:
 
 def entry_from_line(line: str) -> Entry:
     """The row a bundle line holds; ``ValueError`` saying why when it holds none."""
-    raw = json.loads(line)
+    raw = parse_json(line)
     if not isinstance(raw, dict) or set(raw) != set(_ROW_FIELDS):
         raise ValueError(f"a row needs exactly the fields {', '.join(_ROW_FIELDS)}")
     seq = raw["seq"]
@@ -299,7 +298,7 @@ class BundleVerifier:
         self.problems = []
         try:
             raw = (self.path / MANIFEST).read_bytes()
-            manifest = json.loads(raw.decode("utf-8"))
+            manifest = parse_json(raw.decode("utf-8"))
         except (OSError, ValueError) as exc:
             self.problems.append(f"{MANIFEST}: unreadable: {exc}")
             return self.problems
@@ -417,7 +416,7 @@ class BundleVerifier:
         if not file.exists():
             return
         try:
-            raw = json.loads(file.read_bytes().decode("utf-8"))
+            raw = parse_json(file.read_bytes().decode("utf-8"))
             if not isinstance(raw, dict) or set(raw) != {"key_id", "signature"}:
                 raise ValueError("not an object with exactly key_id and signature")
             signer, signature = raw["key_id"], base64.b64decode(raw["signature"], validate=True)

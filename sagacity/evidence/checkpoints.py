@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -30,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id, load_private_key
-from sagacity.journal import format_timestamp, to_json
+from sagacity.journal import format_timestamp, parse_json, to_json
 
 __all__ = [
     "Checkpoint",
@@ -139,7 +138,7 @@ def sign(
 def parse_line(line: str) -> Checkpoint:
     """The checkpoint a log line holds (signature not checked); ``ValueError`` saying why not."""
     try:
-        raw = json.loads(line)
+        raw = parse_json(line)
     except ValueError as exc:
         raise ValueError(f"not JSON: {exc}") from None
     if not isinstance(raw, dict):

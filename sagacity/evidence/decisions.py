@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id, load_private_key
 from sagacity.evidence.redaction import hidden_paths
+from sagacity.journal import parse_json
 from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import format_timestamp
 from sagacity.journal.entry import Entry
@@ -312,7 +312,7 @@ def halt_statement(
 def payload_object(payload: str) -> dict[str, Any] | None:
     """A row's payload as a JSON object, or None when it is not one (``approver=<name>``)."""
     try:
-        body = json.loads(payload)
+        body = parse_json(payload)
     except ValueError:
         return None
     return body if isinstance(body, dict) else None

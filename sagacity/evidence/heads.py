@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sagacity.errors import EvidenceUnavailable, LogInconsistent
 from sagacity.evidence.merkle import inclusion_ranges, range_hash, subtrees, verify_consistency
 from sagacity.evidence.note import COSIGNATURE_V1, NoteKey, TreeHead, open_note
-from sagacity.journal import to_json
+from sagacity.journal import parse_json, to_json
 
 if TYPE_CHECKING:
     from sagacity.evidence.tlog import HeadLog
@@ -75,7 +74,7 @@ class RowProof:
         cls, line: str, extra: frozenset[str] = frozenset()
     ) -> tuple[RowProof, dict[str, object]]:
         """The proof a line holds, and its ``extra`` fields; ``ValueError`` saying why not."""
-        raw = json.loads(line)
+        raw = parse_json(line)
         wanted = {"seq", "leaf_index", "hashes"} | extra
         if not isinstance(raw, dict) or set(raw) != wanted:
             raise ValueError(f"a proof needs exactly {', '.join(sorted(wanted))}")
@@ -294,7 +293,7 @@ def read_newer(
     note = ""
     for number, line in enumerate(text.splitlines(), start=1):
         try:
-            raw = json.loads(line)
+            raw = parse_json(line)
             note = raw["note"]
             proof = [base64.b64decode(p, validate=True) for p in raw["consistency"]]
             head = open_head(note, log_key).head

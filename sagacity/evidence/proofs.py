@@ -41,7 +41,7 @@ from sagacity.evidence.heads import (
 )
 from sagacity.evidence.merkle import leaf_data, leaf_hash, verify_inclusion
 from sagacity.evidence.note import NoteKey, TreeHead
-from sagacity.journal import ChainVerifier, Entry, format_timestamp
+from sagacity.journal import ChainVerifier, Entry, format_timestamp, parse_json
 
 __all__ = [
     "ProofReport",
@@ -154,7 +154,7 @@ def check_proof_bundle(
     report = ProofReport()
     try:
         names = {p.name for p in path.iterdir()}
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        manifest = parse_json((path / MANIFEST).read_text(encoding="utf-8"))
         note = (path / CHECKPOINT).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         report.problems.append(f"not a readable proof bundle: {exc}")

@@ -2,7 +2,8 @@
 
 A verifier trusts the keys its trust file pins (:mod:`sagacity.evidence.trust`) and, through
 these statements, the keys those keys rotated to — never a key merely found beside the data. The
-statements live in ``<checkpoint dir>/rotations.jsonl``, one JSON object a line:
+statements live in ``<checkpoint dir>/keys/rotations.jsonl`` (a folder of their own: no saga's
+checkpoint file can be named like it), one JSON object a line:
 
 ```json
 {"at":"2026-12-06T01:02:03.000000Z","from":"86eb7e6af8b6c23d","signature":"…","to":"<base64 of the new key's 32 raw bytes>"}
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,12 +31,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id
 from sagacity.evidence.trust import raw_public
-from sagacity.journal import format_timestamp, to_json
+from sagacity.journal import format_timestamp, parse_json, to_json
 
 __all__ = ["ROTATIONS", "Rotation", "record_rotation", "trusted_keys"]
 
-#: The file of rotation statements, in the checkpoint folder.
-ROTATIONS = "rotations.jsonl"
+#: The file of rotation statements, under the checkpoint folder.
+ROTATIONS = "keys/rotations.jsonl"
 DOMAIN = b"sagacity-key-rotation-v1\n"
 
 
@@ -62,13 +62,13 @@ class Rotation:
         return DOMAIN + to_json(self.body()).encode("utf-8")
 
     def line(self) -> str:
-        """The statement as one line of ``rotations.jsonl`` (no newline)."""
+        """The statement as one line of ``keys/rotations.jsonl`` (no newline)."""
         return to_json({**self.body(), "signature": self.signature})
 
     @classmethod
     def parse(cls, line: str) -> Rotation:
         """The statement a line holds (signature not checked); ``ValueError`` saying why not."""
-        raw = json.loads(line)
+        raw = parse_json(line)
         if not isinstance(raw, dict) or set(raw) != {"at", "from", "signature", "to"}:
             raise ValueError("not an object with exactly at, from, signature and to")
         if not all(isinstance(value, str) for value in raw.values()):
@@ -96,13 +96,13 @@ def record_rotation(
     at: datetime | None = None,
 ) -> Rotation:
     """Sign with ``old`` that ``new`` signs from now on, and append it to the folder's
-    ``rotations.jsonl`` (one ``O_APPEND`` write)."""
+    ``keys/rotations.jsonl`` (one ``O_APPEND`` write)."""
     unsigned = Rotation(key_id(old.public_key()), new, format_timestamp(at or datetime.now(UTC)))
     signature = base64.b64encode(old.sign(unsigned.message())).decode("ascii")
     statement = Rotation(unsigned.from_id, new, unsigned.at, signature)
     file = checkpoint_dir / ROTATIONS
     try:
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        file.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (statement.line() + "\n").encode("utf-8"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import os
 import tempfile
@@ -57,7 +56,7 @@ from sagacity.evidence.witness_client import (
     Witnessing,
     log_witnessing,
 )
-from sagacity.journal import format_timestamp, to_json
+from sagacity.journal import format_timestamp, parse_json, to_json
 from sagacity.store.db import open_pool
 from sagacity.store.journal import JournalStore
 from sagacity.store.tlog import PendingRow, TlogStore
@@ -114,7 +113,7 @@ class HeadLog:
     def parse(self, text: str, number: int | None) -> Published:
         """History line ``number``; ``ValueError`` when damaged, or not signed by the key."""
         try:
-            raw = json.loads(text)
+            raw = parse_json(text)
             note, at, proof = raw["note"], raw["at"], raw["consistency"]
             if not (isinstance(note, str) and isinstance(at, str) and isinstance(proof, list)):
                 raise TypeError
@@ -531,6 +530,10 @@ async def run_sequencer(
                 _log.error("transparency log: %s", exc)
             except SagacityError as exc:
                 _log.warning("transparency log: pass failed, will retry: %s", exc)
+            except Exception:
+                # whatever a folder the workers write holds, the log must go on: one pass that
+                # meets something unforeseen is logged whole, and the next pass tries again
+                _log.exception("transparency log: pass failed unexpectedly, will retry")
             await asyncio.sleep(every)
     finally:
         await pool.close()

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id
 from sagacity.evidence.note import COSIGNATURE_V1, NoteKey
+from sagacity.journal import parse_json
 
 __all__ = [
     "TRUST_FORMAT",
@@ -173,7 +174,7 @@ def witness_from_vkey(vkey: str, url: str | None = None) -> TrustedWitness:
 def load_trust(path: Path) -> TrustRoots:
     """Read and check a trust file; :class:`EvidenceUnavailable` names what is wrong with it."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = parse_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise EvidenceUnavailable(f"cannot read the trust file {path}: {exc}") from None
     except ValueError as exc:

@@ -49,6 +49,7 @@ from sagacity.evidence.note import (
     note_head,
     open_note,
 )
+from sagacity.journal import parse_json
 
 __all__ = [
     "MAX_PROOF",
@@ -215,7 +216,7 @@ class Witness:
         when its state file is damaged."""
         path = self._path(origin)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = parse_json(path.read_text(encoding="utf-8"))
             state = LogState(
                 raw["origin"],
                 raw["size"],

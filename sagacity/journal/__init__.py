@@ -1,7 +1,7 @@
 """Journal core: phases, rows, the hash chain and its verifier. Pure: no I/O."""
 
 from sagacity.journal.calls import Call, read_calls
-from sagacity.journal.canonical import input_hash, to_json
+from sagacity.journal.canonical import input_hash, parse_json, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, Phase
@@ -28,6 +28,7 @@ __all__ = [
     "entry_hash",
     "format_timestamp",
     "input_hash",
+    "parse_json",
     "read_calls",
     "rollback_plan",
     "seal",

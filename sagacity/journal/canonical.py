@@ -7,6 +7,15 @@ import json
 from typing import Any
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads``, with JSON nested too deep for the parser (a ``RecursionError``) reported as
+    the ``ValueError`` any malformed JSON raises: files a verifier reads may hold anything."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+
+
 def to_json(value: Any) -> str:
     """Deterministic JSON: sorted keys, no spaces, UTF-8 kept as text (NUL escaped as ``\\u0000``).
 

@@ -656,12 +656,9 @@ async def test_a_rotation_to_the_insiders_key_signed_with_the_stolen_key_is_name
         (insider.checkpoint_dir / ROTATIONS).unlink()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: verify --all reads <checkpoint dir>/rotations.jsonl as the checkpoint file of a saga named 'rotations' (FAILED  rotations: damaged checkpoint), after any `sagacity anchors rotate`; and a saga whose id is 'rotations' would write its checkpoints into the rotation statements' file",
-)
 async def test_a_rotation_the_key_holder_made_leaves_verify_all_clean(insider: Insider) -> None:
-    """``sagacity anchors rotate`` writes rotations.jsonl beside the sagas' checkpoint files."""
+    """``sagacity anchors rotate`` writes keys/rotations.jsonl apart from the sagas' checkpoint
+    files: no saga's verdict reads it."""
     honest = load_private_key(insider.anchors / "signing-key.pem")
     record_rotation(insider.checkpoint_dir, honest, Ed25519PrivateKey.generate().public_key())
     try:
@@ -690,16 +687,8 @@ async def test_a_loop_of_rotation_statements_ends_and_trusts_no_new_key(insider:
 
 
 DEEP = "[" * 100_000 + "]" * 100_000
-RECURSION = (
-    "defect: deeply nested JSON in {what} makes `sagacity verify` crash with RecursionError "
-    "(json.loads raises it, not ValueError) instead of a clear error"
-)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a deeply nested JSON line in rotations.jsonl or a checkpoint file (both in the workers' folder) makes verify --all crash with RecursionError instead of naming the line",
-)
 @pytest.mark.parametrize("where", ["rotations.jsonl", "checkpoint file"])
 async def test_a_deeply_nested_line_in_the_workers_folder_is_reported_not_a_crash(
     insider: Insider, where: str
@@ -725,13 +714,6 @@ async def test_a_deeply_nested_line_in_the_workers_folder_is_reported_not_a_cras
             target.write_bytes(saved)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: one deeply nested JSON line in a checkpoint file (the workers' folder) of a "
-    "saga with unattested rows raises RecursionError out of the sequencer's pass: the worker's "
-    "background sequencer dies (run_sequencer catches only SagacityError) and publishes no "
-    "tree head again, and `log integrate` crashes",
-)
 async def test_a_deeply_nested_checkpoint_line_does_not_stop_the_sequencer(
     insider: Insider, temporal_client: Client
 ) -> None:
@@ -780,10 +762,7 @@ async def test_a_trust_file_symlinked_into_the_workers_folder_is_refused(insider
     [
         b"\x00" * 64,
         b"\xff\xfe{}",
-        pytest.param(
-            b'{"format": "sagacity-trust", "version": 1, "signers": ' + DEEP.encode() + b"}",
-            marks=pytest.mark.xfail(strict=True, reason=RECURSION.format(what="the trust file")),
-        ),
+        b'{"format": "sagacity-trust", "version": 1, "signers": ' + DEEP.encode() + b"}",
     ],
     ids=["NUL", "invalid UTF-8", "deeply nested"],
 )
@@ -828,12 +807,7 @@ def forge_tree_head(bundle: Path) -> None:
     "change",
     [
         "forged tree head",
-        pytest.param(
-            "deeply nested manifest",
-            marks=pytest.mark.xfail(
-                strict=True, reason=RECURSION.format(what="a bundle's manifest")
-            ),
-        ),
+        "deeply nested manifest",
     ],
 )
 async def test_a_bundle_with_a_forged_head_or_a_hostile_manifest_is_refused(
