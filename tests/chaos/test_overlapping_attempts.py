@@ -112,7 +112,7 @@ async def until_waiting(database_url: str, inserts: int, timeout: float = 60.0) 
                 await conn.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                     "AND wait_event_type = 'Lock' "
-                    "AND query LIKE '%%INSERT INTO side_effect_journal%%'"
+                    "AND query LIKE '%%INSERT INTO %%side_effect_journal%%'"
                 )
             ).fetchone()
             if row is not None and row[0] >= inserts:

@@ -23,7 +23,7 @@ import re
 import shlex
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ import typer.main
 from sagacity.cli.main import app as main_app
 from sagacity.devstack import Endpoints
 from sagacity.tools import ToolRegistry
+from tests.conftest import scratch_database
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
@@ -253,12 +254,19 @@ def test_documents_show_commands_and_every_one_is_accounted_for() -> None:
             print(f"skipped {command}\n  ({command.skipped})")
 
 
+@pytest.fixture
+async def docs_database(endpoints: Endpoints) -> AsyncIterator[tuple[str, str]]:
+    """A database of the document's own: the session's is shared with tests that tamper with
+    it, and a document that verifies the whole log must see only what its commands wrote."""
+    async with scratch_database(endpoints, "sagacity_docs") as urls:
+        yield urls
+
+
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
 def test_documented_commands_run_as_written(
     document: Path,
     endpoints: Endpoints,
-    database_url: str,
-    owner_database_url: str,
+    docs_database: tuple[str, str],
     tmp_path: Path,
 ) -> None:
     commands = [c for c in shell_commands(document) if not c.skipped]
@@ -269,6 +277,7 @@ def test_documented_commands_run_as_written(
     if any(re.search(r"sagacity dev\b", c.text) for c in commands):
         env = fresh_clone_env(tmp_path / "data")
     else:
+        owner_database_url, database_url = docs_database
         env = reader_env() | {
             "SAGACITY_DATABASE_URL": database_url,
             "SAGACITY_OWNER_DATABASE_URL": owner_database_url,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 from temporalio.client import Client
 
 from sagacity.devstack import Endpoints
@@ -230,7 +231,8 @@ async def test_tables_migrated_into_another_schema_are_found_there(
     owner = await ensure_database(endpoints.database_url, name)
     try:
         await _run(owner, "CREATE SCHEMA ledger")
-        in_ledger = f"{owner}?options=-csearch_path%3Dledger"  # the owner's first schema
+        # the owner's first schema (conninfo, not URL text: the embedded server's URL has a query)
+        in_ledger = make_conninfo(owner, options="-csearch_path=ledger")
         await migrate(in_ledger)
         await apply_grants(in_ledger)
         app = with_user(owner, "sagacity_app")  # its path: "$user", public; no ledger
