@@ -275,6 +275,20 @@ async def logged_by_the_worker(settings: Settings, rows: int) -> None:
     raise AssertionError(f"the worker published no tree head of {rows} leaves in 30 s")
 
 
+def fresh_clone(settings: Settings, owner_url: str, data_dir: Path, **more: object) -> Settings:
+    """The session's settings as a fresh clone has them: the database's owner, and nothing of the
+    anchors, trust file or data folder (``sagacity dev`` makes its own in ``data_dir``)."""
+    unset = ("database_url", "signing_key", "checkpoint_public_key", "trust_file", "checkpoint_dir")
+    return settings.model_copy(
+        update={
+            "owner_database_url": owner_url,
+            **dict.fromkeys(unset),
+            "data_dir": data_dir / ".sagacity",
+            **more,
+        }
+    )
+
+
 @pytest.fixture(scope="module")
 async def new_user(
     endpoints: Endpoints,
@@ -285,17 +299,7 @@ async def new_user(
     name = f"sagacity_newuser_{uuid.uuid4().hex[:10]}"
     owner_url = await ensure_database(endpoints.database_url, name)
     try:
-        fresh = settings.model_copy(
-            update={
-                "owner_database_url": owner_url,
-                "database_url": None,
-                "signing_key": None,
-                "checkpoint_public_key": None,
-                "trust_file": None,
-                "checkpoint_dir": None,
-                "data_dir": tmp_path_factory.mktemp("new-user") / ".sagacity",
-            }
-        )
+        fresh = fresh_clone(settings, owner_url, tmp_path_factory.mktemp("new-user"))
         # what `sagacity dev` does on a fresh clone: migrate as the owner, hand out
         # sagacity_app, create the signing key and the checkpoint folder
         setup = await DevStack(fresh, postgres=False, temporal=False).prepare()

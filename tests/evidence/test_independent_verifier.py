@@ -41,6 +41,7 @@ from tests.evidence.test_default_config_tamper import (
     deleted_saga,
     dev_exports,
     forged_saga,
+    fresh_clone,
     logged_by_the_worker,
     payload_edit,
     rolled_back,
@@ -127,17 +128,7 @@ async def live(
     name = f"sagacity_outsider_{uuid.uuid4().hex[:10]}"
     owner_url = await ensure_database(endpoints.database_url, name)
     try:
-        fresh = settings.model_copy(
-            update={
-                "owner_database_url": owner_url,
-                "database_url": None,
-                "signing_key": None,
-                "checkpoint_public_key": None,
-                "trust_file": None,
-                "checkpoint_dir": None,
-                "data_dir": tmp_path_factory.mktemp("outsider") / ".sagacity",
-            }
-        )
+        fresh = fresh_clone(settings, owner_url, tmp_path_factory.mktemp("outsider"))
         setup = await DevStack(fresh, postgres=False, temporal=False).prepare()
         exports = dev_exports(endpoints, setup)
         shell = Shell(exports)

@@ -62,6 +62,7 @@ from tests.evidence.test_default_config_tamper import (
     dev_exports,
     fix_manifest,
     forged_saga,
+    fresh_clone,
     jsonl,
     rechain,
     strip_head,
@@ -192,20 +193,9 @@ async def insider(
     owner_url = await ensure_database(endpoints.database_url, name)
     tmp = tmp_path_factory.mktemp("insider")
     try:
-        fresh = settings.model_copy(
-            update={
-                "owner_database_url": owner_url,
-                "database_url": None,
-                "signing_key": None,
-                "checkpoint_public_key": None,
-                "trust_file": None,
-                "checkpoint_dir": None,
-                "keyring": None,
-                "approver_key": None,
-                "service_key": None,
-                "data_dir": tmp / ".sagacity",
-            }
-        )
+        # and the dev stack's own decision keys too (no keyring of the session's)
+        fresh = fresh_clone(settings, owner_url, tmp, keyring=None, approver_key=None,
+                            service_key=None)  # fmt: skip
         setup = await DevStack(fresh, postgres=False, temporal=False).prepare()
         assert setup.key_created and setup.approver is not None
         exports = dev_exports(endpoints, setup)
