@@ -191,9 +191,7 @@ def check_settings(settings: Settings) -> list[Finding]:
 def _trust_roots(settings: Settings) -> list[Finding]:
     """A trust root (trust file, pinned public key) that the workers, or anyone but its owner,
     can write: whoever writes it swaps the key verifiers accept and re-signs."""
-    folders = [settings.checkpoint_dir]
-    if settings.signing_key is not None:
-        folders.append(settings.signing_key.parent)
+    folders = settings.worker_folders()
     found = []
     for name, path in (
         ("SAGACITY_TRUST_FILE", settings.trust_file),

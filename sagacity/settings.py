@@ -334,6 +334,15 @@ class Settings(BaseSettings):
                 return value  # ISO 8601 (``PT30S``), or an error naming the setting
         return value
 
+    def worker_folders(self) -> list[Path]:
+        """The folders the workers write: their checkpoint folder and their signing key's
+        folder. A trust root found there is no trust root: whoever writes them can swap it."""
+        folders = [
+            self.checkpoint_dir,
+            None if self.signing_key is None else self.signing_key.parent,
+        ]
+        return [folder for folder in folders if folder is not None]
+
     @model_validator(mode="after")
     def _dev_anchors(self) -> Settings:
         """On the dev stack's database, its anchors and fingerprint key, once created, are the

@@ -48,14 +48,6 @@ PIN_A_KEY = (
 )
 
 
-def worker_folders(settings: Settings) -> list[Path]:
-    """The folders the workers write: their checkpoint folder and their signing key's folder."""
-    folders = [settings.checkpoint_dir]
-    if settings.signing_key is not None:
-        folders.append(settings.signing_key.parent)
-    return [folder for folder in folders if folder is not None]
-
-
 def _pinned_apart(what: str, path: Path, folders: list[Path]) -> None:
     inside = worker_writable(path, folders)
     if inside is not None:
@@ -102,7 +94,7 @@ def trust_roots(
     """
     if trust_file is not None and public_key is not None:
         raise SettingsError("give --trust or --public-key, not both")
-    folders = [*worker_folders(settings), *beside]
+    folders = [*settings.worker_folders(), *beside]
     if pinned_fingerprint is not None:
         if trust_file is not None:
             raise SettingsError("give --trust or --fingerprint, not both")
