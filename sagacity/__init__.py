@@ -4,7 +4,7 @@ The root holds what tool authors need; workflow code and the clients that start 
 sagas import :mod:`sagacity.workflow`.
 """
 
-from sagacity.errors import NoEffect
+from sagacity.errors import NoEffect, PermanentCompensationError
 from sagacity.tools import (
     CallInfo,
     CompensableTool,
@@ -24,6 +24,7 @@ __all__ = [
     "CompensationContext",
     "Found",
     "NoEffect",
+    "PermanentCompensationError",
     "ProbeContext",
     "Reversibility",
     "ToolRegistry",

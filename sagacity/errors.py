@@ -167,6 +167,35 @@ class CompensationFailed(SagacityError):
     code = "compensation_failed"
 
 
+class PermanentCompensationError(SagacityError):
+    """Raise from a compensation to say no retry can make it succeed (the thing to undo is in a
+    state the undo cannot handle, the undo is wrong for this call).
+
+    COMPENSATION_FAILED is journaled at once instead of after the retry bound, the saga goes on
+    undoing its other effects, and it ends flagged for a human: this effect is still live.
+    Python's programming errors in an undo (``TypeError``, ``AttributeError``, ``NameError``)
+    and a missing key of its context (:class:`ContextKeyMissing`) count the same.
+    """
+
+    code = "permanent_compensation"
+
+
+class ContextKeyMissing(PermanentCompensationError, KeyError):
+    """A compensation looked up a key its call's ``input`` or ``result`` does not hold (at any
+    depth): ``ctx.result["id"]`` on a result without one. Retrying reads the same data, so
+    the compensation fails at once. A ``KeyError``: ``except KeyError`` still catches it."""
+
+    code = "context_key_missing"
+
+    def __init__(self, key: object, where: str = "context") -> None:
+        super().__init__(key)
+        self.key = key
+        self.where = where
+
+    def __str__(self) -> str:
+        return f"{self.key!r} is not in the call's {self.where}"
+
+
 class ApprovalRefused(SagacityError):
     """An approval decision was refused (unknown seq, already decided, wrong hash, not waiting)."""
 
@@ -186,7 +215,7 @@ class PolicyError(SettingsError):
     code = "mcp_policy"
 
 
-class CompensationUnresolvable(SagacityError):
+class CompensationUnresolvable(PermanentCompensationError):
     """A policy-mapped compensation cannot be built for this call: a mapped path of its input or
     result names nothing. No retry can fix it; a human must undo the effect."""
 

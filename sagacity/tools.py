@@ -34,7 +34,12 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from sagacity.errors import ToolArgumentsInvalid, ToolDeclarationError, UnknownTool
+from sagacity.errors import (
+    ContextKeyMissing,
+    ToolArgumentsInvalid,
+    ToolDeclarationError,
+    UnknownTool,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,13 +72,57 @@ class _JournaledCall:
 
 @dataclass(frozen=True, slots=True)
 class CompensationContext(_JournaledCall):
-    """What a compensation sees of the call it undoes."""
+    """What a compensation sees of the call it undoes.
+
+    A key missing from ``input`` or ``result`` (at any depth of their JSON objects) raises
+    :class:`~sagacity.errors.ContextKeyMissing`, a ``KeyError`` that fails the compensation at
+    once rather than retrying it: the data will not change. ``.get()`` still returns a default.
+    """
 
     #: which attempt at compensating this is (1 on the first try)
     attempt: int = 1
     #: the call FAILED and may or may not have taken effect (``result`` is None): undo whatever
     #: exists, and do nothing when there is nothing
     failed: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input", _fields(self.input, "input"))
+        object.__setattr__(self, "result", _fields(self.result, "result"))
+
+
+class _Fields(dict[str, Any]):
+    """A JSON object of a compensation's context: a missing key is the undo's own mistake."""
+
+    __slots__ = ("where",)
+    where: str
+
+    def __missing__(self, key: str) -> Any:
+        raise ContextKeyMissing(key, self.where)
+
+
+def _fields(value: Any, where: str) -> Any:
+    """``value`` with each JSON object in it (at any depth) a :class:`_Fields` naming ``where``."""
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, dict):
+            fields = _Fields(node)
+            fields.where = where
+            return fields
+        return list(node) if isinstance(node, list) else node
+
+    top = convert(value)
+    # iterative: a deeply nested result must not make the undo fail on recursion
+    stack: list[Any] = [top]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in node.items():
+                node[key] = convert(child)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            node[:] = map(convert, node)
+            stack.extend(node)
+    return top
 
 
 Compensation = Callable[[CompensationContext], Any | Awaitable[Any]]

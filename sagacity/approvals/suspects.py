@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -35,7 +36,14 @@ from sagacity.evidence.decisions import Keyring, Signer, allowed, signer_refusal
 from sagacity.inputs import check_json, check_name, invalid
 from sagacity.journal import Phase
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import Resolve, SagaState, SagaStatus, resolution_statement
+from sagacity.temporal.models import (
+    Compensating,
+    Resolve,
+    SagaState,
+    SagaStatus,
+    resolution_statement,
+)
+from sagacity.temporal.undo_attempts import FAILING_AFTER, failing, with_attempts
 
 __all__ = ["Resolution", "SagaView", "SuspectView", "resolve_suspect", "saga_view"]
 
@@ -83,6 +91,16 @@ class SagaView(BaseModel):
         default_factory=list, description="decisions and resolutions the saga refused"
     )
     needs_attention: str | None = None
+    compensating: Compensating | None = Field(
+        default=None,
+        description="the compensation running now, while the saga compensates: its attempt and "
+        "the previous attempt's error",
+    )
+    compensation_failing: bool = Field(
+        default=False,
+        description=f"the running compensation has failed {FAILING_AFTER} attempts and is "
+        "still retried: it may never succeed, and its effect stays live meanwhile",
+    )
 
 
 class Resolution(BaseModel):
@@ -122,6 +140,9 @@ async def saga_view(
             reason=status.suspect.reason,
             input=entry.input if entry is not None and entry.phase is Phase.INTENT else None,
         )
+    if status.compensating is not None:
+        with suppress(RPCError):  # how its attempts went is extra: the status stands without
+            status = await with_attempts(client, status)
     pending = status.pending_approval
     return SagaView(
         saga_id=saga_id,
@@ -133,6 +154,8 @@ async def saga_view(
         suspect=suspect,
         refused_decisions=status.refused_decisions,
         needs_attention=status.needs_attention,
+        compensating=status.compensating,
+        compensation_failing=failing(status.compensating),
     )
 
 

@@ -14,7 +14,9 @@ Exit status: 0 done or waiting for a human, 1 the saga did not complete (compens
 failed), refused a resolution, or its journal does not verify (chain or anchors), 2 bad usage or
 input (one line on stderr, never a traceback) or unknown saga, 3 the saga cannot move on and the
 message says why: no worker polls its task queue, its workflow task is failing (the failure's
-message: an input that does not decode, a bug), or no worker registers its workflow type.
+message: an input that does not decode, a bug), or no worker registers its workflow type, 4 the
+saga compensates and its running compensation has failed 3 attempts (and is retried): one line
+on stderr names the tool, the attempt and the last error.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from sagacity.journal import (
 from sagacity.observability import tracing
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
+from sagacity.temporal import names
 from sagacity.temporal.catalog import recorded_catalog
 from sagacity.temporal.models import (
     Abort,
@@ -84,6 +87,7 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.undo_attempts import failing, reason, with_attempts
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import Reversibility
 from sagacity.worker import connect
@@ -105,6 +109,8 @@ _UNPICKED = timedelta(seconds=3)
 MAX_STEPS_FILE = 1024 * 1024
 #: exit status of a saga that cannot move on (no worker, a failing workflow task)
 STUCK = 3
+#: exit status of a saga whose running compensation keeps failing (see ``undo_attempts``)
+UNDO_FAILING = 4
 #: Temporal's default limit on a workflow id's length
 _ID_MAX = 1000
 
@@ -309,7 +315,8 @@ def _check_refs(step: Step, earlier: list[str], *, what: str) -> None:
 
 
 async def _settle(client: Client, handle: WorkflowHandle[Any, Any]) -> Found:
-    """Wait until the saga ends (its result) or waits for a human (its status)."""
+    """Wait until the saga ends (its result), waits for a human or its compensation keeps
+    failing (its status)."""
     while True:
         found = await _look(client, handle, patient=True)
         if found is None:  # a workflow task is under way: a query would only wait on it
@@ -318,6 +325,8 @@ async def _settle(client: Client, handle: WorkflowHandle[Any, Any]) -> Found:
         if isinstance(found, AppWorkflow) and found.running:
             return await _result(handle, found.workflow_type)  # nothing to follow but its end
         if not isinstance(found, SagaStatus) or found.state in WAITING:
+            return found
+        if failing(found.compensating):
             return found
         await asyncio.sleep(0.25)
 
@@ -370,7 +379,7 @@ async def _look(client: Client, handle: WorkflowHandle[Any, Any], *, patient: bo
         raise await _stuck(client, handle, described) or SagacityError(
             f"saga {handle.id} is running but no worker answered its status query: {exc}"
         ) from None
-    return live
+    return await with_attempts(client, live, described)
 
 
 async def _result(handle: WorkflowHandle[Any, Any], workflow_type: str) -> Ended:
@@ -479,6 +488,9 @@ def _report(found: Found, *, as_json: bool, quiet: bool = False) -> int:
     else:
         for line in _describe(found):
             typer.echo(line, err=quiet)
+    if isinstance(found, SagaStatus) and found.compensating and failing(found.compensating):
+        typer.echo(reason(found.saga_id, found.compensating), err=True)
+        return UNDO_FAILING
     state = _ended_state(found)
     return 1 if state is not None and state is not SagaState.COMPLETED else 0
 
@@ -523,6 +535,12 @@ def _describe(saga: Found) -> list[str]:
     lines = [f"saga {saga.saga_id}: {saga.state.value} (journal head seq {saga.head.seq})"]
     if saga.running:
         lines.append(f"  running: {saga.running}")
+    undoing = saga.compensating
+    if undoing is not None:
+        tried = f"attempt {undoing.attempt}"
+        if undoing.last_error is not None:
+            tried += f"; last error: {undoing.last_error}"
+        lines.append(f"  compensating: {undoing.tool_name} (seq {undoing.call_seq}), {tried}")
     if saga.executed:
         lines.append(
             "  done: " + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in saga.executed)
@@ -655,13 +673,15 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
 
 
 async def _retrying(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """A line for each of the saga's activities that failed and is retried, with its last error:
-    a compensation failing for minutes otherwise shows only as ``compensating``."""
+    """A line for each of the saga's activities that failed and is retried, with its last error
+    (its compensation has a line of its own)."""
     described = await handle.describe()
     lines = []
     for pending in described.raw_description.pending_activities:
         if pending.attempt <= 1 or not pending.HasField("last_failure"):
             continue
+        if pending.activity_type.name == names.COMPENSATE:
+            continue  # on the saga's own "compensating" line
         failure = await client.data_converter.decode_failure(pending.last_failure)
         error = _causes(failure)
         if isinstance(failure, ApplicationError) and failure.type:

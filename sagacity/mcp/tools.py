@@ -28,7 +28,6 @@ from datetime import timedelta
 from typing import Any, cast
 
 from mcp.types import Tool
-from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import (
     CompensationUnresolvable,
@@ -153,8 +152,8 @@ def _mapped(upstream: Upstream, name: str, undo: PolicyCompensation) -> Compensa
 
 
 def _arguments(name: str, undo: PolicyCompensation, ctx: CompensationContext) -> dict[str, Any]:
-    """The compensation tool's arguments; a non-retryable failure when a path names nothing
-    (no attempt could do better: the workflow journals COMPENSATION_FAILED at once)."""
+    """The compensation tool's arguments; a permanent failure when a path names nothing (no
+    attempt could do better: the workflow journals COMPENSATION_FAILED at once)."""
     arguments = dict(undo.constants)
     for argument, path in undo.arguments.items():
         try:
@@ -163,12 +162,9 @@ def _arguments(name: str, undo: PolicyCompensation, ctx: CompensationContext) ->
             why = str(exc)
             if ctx.failed and path.startswith("result."):
                 why = f"the call FAILED with its effect unknown, so it has no result for {path}"
-            error = CompensationUnresolvable(
+            raise CompensationUnresolvable(
                 f"cannot compensate {name} (saga {ctx.saga_id}, seq {ctx.seq}) with "
                 f"{undo.tool}: argument {argument!r}: {why}; a human must check whether the "
                 "effect exists and undo it"
-            )
-            raise ApplicationError(
-                str(error), type=type(error).__name__, non_retryable=True
             ) from None
     return arguments

@@ -2,8 +2,8 @@
 
 It reads what the saga activities already exchange (:mod:`sagacity.temporal.models`): a
 ``sagacity.call_tool`` result names the journaled outcome, a ``sagacity.compensate`` that returns
-has journaled COMPENSATED, and a ``sagacity.append`` of COMPENSATION_FAILED means a compensation
-gave up. Workflow results give sagas' outcomes: a :class:`~sagacity.temporal.models.SagaResult`,
+has journaled COMPENSATED, one that raises is a failed attempt at it (by error type, and whether
+it is retried), and a ``sagacity.append`` of COMPENSATION_FAILED means a compensation gave up. Workflow results give sagas' outcomes: a :class:`~sagacity.temporal.models.SagaResult`,
 or one that holds it as ``saga`` (an agent saga's); they are counted only outside replay, so a
 worker that replays a history counts nothing twice.
 """
@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -28,7 +28,14 @@ from temporalio.worker import (
 
 from sagacity.journal import Phase
 from sagacity.observability.logs import log_context
-from sagacity.observability.metrics import COMPENSATIONS, SAGAS_ENDED, SAGAS_STARTED, TOOL_CALLS
+from sagacity.observability.metrics import (
+    COMPENSATION_ATTEMPTS_FAILED,
+    COMPENSATION_FAILED_ATTEMPT,
+    COMPENSATIONS,
+    SAGAS_ENDED,
+    SAGAS_STARTED,
+    TOOL_CALLS,
+)
 from sagacity.temporal import names
 from sagacity.temporal.models import CallOutcome, RowRef, SagaResult
 
@@ -71,9 +78,28 @@ class _ActivityObserver(ActivityInboundInterceptor):
                     type(exc).__name__,
                     exc,
                 )
+                if info.activity_type == names.COMPENSATE and request is not None:
+                    _undo_failed(info, request.tool_name, exc)
                 raise
             _observe(info.activity_type, request, result, time.perf_counter() - start)
             return result
+
+
+#: a compensation's activity ending with these did not fail: a halt holds it, or another
+#: attempt already wrote its row
+_NOT_FAILED = frozenset({"Halted", "JournalAhead"})
+
+
+def _undo_failed(info: activity.Info, tool_name: str, exc: Exception) -> None:
+    """Count a failed attempt at a compensation, and note the attempt it failed on."""
+    kind = exc.type if isinstance(exc, ApplicationError) and exc.type else type(exc).__name__
+    if kind in _NOT_FAILED:
+        return
+    limit = info.retry_policy.maximum_attempts if info.retry_policy else 0
+    final = isinstance(exc, ApplicationError) and exc.non_retryable
+    retried = not final and (limit == 0 or info.attempt < limit)
+    COMPENSATION_ATTEMPTS_FAILED.labels(tool_name, kind, str(retried).lower()).inc()
+    COMPENSATION_FAILED_ATTEMPT.labels(tool_name).set(info.attempt)
 
 
 def _observe(activity_type: str, request: Any, result: Any, seconds: float) -> None:
@@ -84,6 +110,7 @@ def _observe(activity_type: str, request: Any, result: Any, seconds: float) -> N
         log.info("tool %s: %s in %.3fs", request.tool_name, phase, seconds)
     elif activity_type == names.COMPENSATE:
         COMPENSATIONS.labels(request.tool_name, "compensated").inc()
+        COMPENSATION_FAILED_ATTEMPT.labels(request.tool_name).set(0)
         log.info(
             "compensated %s (call seq %d) in %.3fs", request.tool_name, request.call_seq, seconds
         )

@@ -20,6 +20,8 @@ from sagacity.store.journal import JournalStore
 __all__ = [
     "APPROVALS_WAITING",
     "COMPENSATIONS",
+    "COMPENSATION_ATTEMPTS_FAILED",
+    "COMPENSATION_FAILED_ATTEMPT",
     "JOURNAL_APPEND_SECONDS",
     "SAGAS_ENDED",
     "SAGAS_STARTED",
@@ -49,6 +51,18 @@ COMPENSATIONS = Counter(
     "sagacity_compensations",
     "Compensations, by tool and outcome (compensated, failed: retries exhausted, effect live).",
     ["tool", "outcome"],
+)
+COMPENSATION_ATTEMPTS_FAILED = Counter(
+    "sagacity_compensation_attempts_failed",
+    "Failed attempts at compensations, by tool, error type and whether the attempt is retried "
+    "(false: the error is permanent or the retries ran out, and COMPENSATION_FAILED follows).",
+    ["tool", "error", "retried"],
+)
+COMPENSATION_FAILED_ATTEMPT = Gauge(
+    "sagacity_compensation_failed_attempt",
+    "The attempt on which this worker's latest compensation of the tool failed (3 or more: it "
+    "keeps failing, not slow); 0 once one succeeds.",
+    ["tool"],
 )
 APPROVALS_WAITING = Gauge(
     "sagacity_approvals_waiting",

@@ -32,6 +32,7 @@ from sagacity.errors import (
     InvalidEntry,
     JournalAhead,
     NoEffect,
+    PermanentCompensationError,
     SagacityError,
     SagaIdTaken,
     SeqConflict,
@@ -87,6 +88,7 @@ from sagacity.temporal.models import (
     ToolSpec,
     failure_payload,
     resolution_statement,
+    undo_attempt_detail,
 )
 from sagacity.temporal.names import (
     APPEND,
@@ -194,6 +196,10 @@ def _tool_type(kind: str) -> str:
 _FAULT_CHARS = 300
 
 _FINAL = (InvalidEntry, SeqConflict, SagaIdTaken, UnknownTool, ToolArgumentsInvalid, SuspectCall)
+
+#: a compensation's errors that no retry can fix: declared so, or a programming error in the
+#: undo itself (a missing key of its context is a PermanentCompensationError too)
+_PERMANENT_UNDO = (PermanentCompensationError, TypeError, AttributeError, NameError)
 
 
 def _typed(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
@@ -1054,8 +1060,18 @@ class SagaActivities:
             else:
                 await asyncio.to_thread(tool.compensation, ctx)
         except Exception as exc:
-            # journaled by the workflow as COMPENSATION_FAILED once the retries run out
-            raise self._scrubbed(req.tool_name, exc) from None
+            # journaled by the workflow as COMPENSATION_FAILED once the retries run out, or at
+            # once when no retry can help
+            error = self._scrubbed(req.tool_name, exc)
+            if not (error.non_retryable or isinstance(exc, _PERMANENT_UNDO)):
+                raise error from None
+            raise ApplicationError(
+                error.message,
+                *error.details,
+                undo_attempt_detail(activity.info().attempt),
+                type=error.type,
+                non_retryable=True,
+            ) from None
 
 
 #: the most result a call hands its workflow, in JSON bytes: Temporal refuses an activity's

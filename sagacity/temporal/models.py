@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from enum import StrEnum
 from functools import cache, cached_property
 from typing import Annotated, Any, Literal
@@ -220,6 +222,45 @@ class CompensateRequest(Lean):
     result_by_ref: bool = False
     #: this is the saga's last row: seal it as the end, in this state
     seal_as: SagaState | None = None
+
+
+#: the detail a compensation's permanent failure ends with: the attempt it failed on
+_UNDO_ATTEMPT = "sagacity_undo_attempt"
+
+
+def undo_attempt_detail(attempt: int) -> dict[str, int]:
+    """The last detail of a compensation's permanent failure: the attempt that raised it, so the
+    workflow journals how many attempts were made (the activity's failure does not say)."""
+    return {_UNDO_ATTEMPT: attempt}
+
+
+def undo_attempt(details: Sequence[Any]) -> int | None:
+    """The attempt :func:`undo_attempt_detail` names in a failure's ``details``, if it does."""
+    last = details[-1] if details else None
+    attempt = last.get(_UNDO_ATTEMPT) if isinstance(last, dict) else None
+    return attempt if isinstance(attempt, int) else None
+
+
+class Compensating(BaseModel):
+    """The compensation under way while a saga compensates, and how its attempts went.
+
+    The saga's ``status`` query names the effect; ``attempt`` and ``last_error`` are Temporal's
+    (from its description of the workflow, :mod:`sagacity.temporal.undo_attempts`), filled in
+    by ``saga status``, the console and the HTTP API.
+    """
+
+    tool_name: str
+    call_seq: int
+    #: the attempt running now, or due next once its backoff has passed
+    attempt: int = 1
+    #: the previous attempt's error, ``Type: message``; None before any attempt failed
+    last_error: str | None = None
+    #: when the next attempt starts, while the undo waits out its backoff
+    next_attempt_at: datetime | None = None
+
+    @property
+    def failed_attempts(self) -> int:
+        return self.attempt - 1 if self.last_error is not None else 0
 
 
 class ApprovalOpen(BaseModel):
@@ -541,6 +582,8 @@ class SagaStatus(BaseModel):
     executed_count: int = 0
     #: the halt or quarantine the saga waits on, if any
     halted: HaltNotice | None = None
+    #: the effect being undone, while the saga compensates
+    compensating: Compensating | None = None
 
 
 def _plain_text(value: str) -> str:

@@ -60,6 +60,7 @@ from sagacity.temporal.models import (
     CallRequest,
     CallStatus,
     CompensateRequest,
+    Compensating,
     Decision,
     Effect,
     EffectRefs,
@@ -91,6 +92,7 @@ from sagacity.temporal.models import (
     ToolSpec,
     failure_payload,
     resolution_statement,
+    undo_attempt,
 )
 from sagacity.tools import CompensableTool, MethodTool, Reversibility
 
@@ -362,6 +364,8 @@ class Saga:
         self._resolution: Resolve | None = None
         self._early_resolution: Resolve | None = None
         self._running: str | None = None
+        #: the effect whose compensation runs now, for the status query
+        self._undoing: Effect | None = None
         self._approved_input_hash: str | None = None
         self._approved_request_hash: str | None = None
         #: effects an earlier run of this saga left live, not yet asked for again by this run
@@ -1616,7 +1620,12 @@ class Saga:
                 if spec is None or not spec.has_compensation:
                     self._live.append(effect)
                     continue
-                if await self._compensate_one(spec, effect):
+                self._undoing = effect
+                try:
+                    undone = await self._compensate_one(spec, effect)
+                finally:
+                    self._undoing = None
+                if undone:
                     self._compensated.append(effect)
                 else:
                     self._compensation_failed.append(effect)
@@ -1689,6 +1698,10 @@ class Saga:
         self, effect: Effect, input_json: str, err: ActivityError
     ) -> None:
         message = _error_message(err)
+        cause = err.cause
+        # an undo that failed for good says on which attempt (no patch needed: the append's
+        # input is not part of the history's commands, and a replay takes its recorded one)
+        failed_on = undo_attempt(cause.details) if isinstance(cause, ApplicationError) else None
         await self._append(
             [
                 RowDraft(
@@ -1704,7 +1717,7 @@ class Saga:
                         {
                             "type": _error_type(err),
                             "message": message,
-                            "attempts": self.options.compensation_attempts,
+                            "attempts": failed_on or self.options.compensation_attempts,
                         }
                     ),
                 )
@@ -1896,4 +1909,9 @@ class Saga:
             refused_decisions=self._refused,
             needs_attention=self.needs_attention,
             halted=self._halt,
+            compensating=(
+                Compensating(tool_name=self._undoing.tool_name, call_seq=self._undoing.call_seq)
+                if self._undoing is not None
+                else None
+            ),
         )
