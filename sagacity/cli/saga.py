@@ -489,6 +489,7 @@ def _report(found: Found, *, as_json: bool, quiet: bool = False) -> int:
         for line in _describe(found):
             typer.echo(line, err=quiet)
     if isinstance(found, SagaStatus) and found.compensating and failing(found.compensating):
+        # an undo that keeps failing, not a slow one: said apart from any other running saga
         typer.echo(reason(found.saga_id, found.compensating), err=True)
         return UNDO_FAILING
     state = _ended_state(found)
