@@ -9,13 +9,19 @@ import pytest
 
 from sagacity import (
     CompensationContext,
+    PermanentCompensationError,
     ProbeContext,
     Reversibility,
     ToolRegistry,
     compensable,
     tools_of,
 )
-from sagacity.errors import ToolArgumentsInvalid, ToolDeclarationError, UnknownTool
+from sagacity.errors import (
+    ContextKeyMissing,
+    ToolArgumentsInvalid,
+    ToolDeclarationError,
+    UnknownTool,
+)
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.tools import app_tools
 
@@ -312,3 +318,24 @@ def test_app_tools_reads_a_list_or_a_function_of_what_the_lifespan_opened() -> N
     broken.TOOLS = book_room  # type: ignore[attr-defined]
     with pytest.raises(ToolDeclarationError, match="make it a list of tools"):
         app_tools(broken)
+
+
+def test_a_key_missing_from_a_compensation_s_context_is_a_permanent_key_error() -> None:
+    ctx = CompensationContext(
+        saga_id="s-1",
+        seq=3,
+        tool_name="book_room",
+        input={"room": "r1"},
+        result={"booking": {"id": "b-1", "nights": [{"night": 1}]}},
+    )
+    assert ctx.result["booking"]["nights"][0]["night"] == 1  # the data as journaled
+    assert ctx.result == {"booking": {"id": "b-1", "nights": [{"night": 1}]}}
+    assert ctx.input.get("guest", "nobody") == "nobody"
+    with pytest.raises(ContextKeyMissing) as missing:
+        ctx.result["booking"]["nights"][0]["guest"]
+    assert isinstance(missing.value, KeyError)
+    assert isinstance(missing.value, PermanentCompensationError)
+    assert missing.value.args == ("guest",)
+    assert str(missing.value) == "'guest' is not in the call's result"
+    with pytest.raises(KeyError, match="is not in the call's input"):
+        ctx.input["guest"]
