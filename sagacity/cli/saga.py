@@ -123,7 +123,12 @@ app = typer.Typer(
 SagaId = Annotated[str, typer.Argument(help="The saga id (its Temporal workflow id).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 Wait = Annotated[
-    bool, typer.Option("--wait", help="Return once the saga has ended or awaits a human.")
+    bool,
+    typer.Option(
+        "--wait",
+        help="Return once the saga has ended, awaits a human, or its compensation keeps failing "
+        "(exit 4).",
+    ),
 ]
 
 
