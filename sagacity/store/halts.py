@@ -1,8 +1,8 @@
 """Operator halts and quarantines (``sagacity_halt``) and the gate every INTENT checks.
 
-A halt stops new side effects: a call's INTENT that it covers is never written (the journal's
-insert checks the gate in the same statement, see ``schema/0007_halt.sql``), and under the
-``keep`` policy compensations wait too. Halts are kept after they are lifted: who, why, when,
+A halt stops new side effects: a call's INTENT that it covers is never written (a trigger on
+the journal checks the gate for every INTENT row, whatever statement writes it, see
+``schema/0009_halt_trigger.sql``), and under the ``keep`` policy compensations wait too. Halts are kept after they are lifted: who, why, when,
 signed, as an auditor reads them.
 """
 
@@ -38,8 +38,9 @@ _COLUMNS = (
 # Statement templates: {table} is the table (or function) in the journal's schema
 # (sagacity.store.placement).
 
-# The active halts, as the INTENT insert matches them (schema 0007). A key whose value is JSON
-# null narrows nothing, as HaltScope.from_json reads it (the gate would otherwise match no call).
+# The active halts, as the INTENT trigger matches them (schemas 0007, 0009). A key whose value is
+# JSON null narrows nothing, as HaltScope.from_json reads it (the gate would otherwise match no
+# call).
 _FOLD = """
 UPDATE {sagacity_halt_gate} SET halts = COALESCE((
     SELECT jsonb_agg(jsonb_strip_nulls(scope) || jsonb_build_object(
@@ -258,8 +259,8 @@ class HaltStore:
                 return [_halt(row) for row in await cur.fetchall()]
 
     async def covering(self, saga_id: str, tool: str, task_queue: str) -> Halt | None:
-        """An active halt that covers a call of ``tool`` in ``saga_id`` (the INTENT insert
-        checks the same, atomically: this is for a call whose INTENT is already written)."""
+        """An active halt that covers a call of ``tool`` in ``saga_id`` (the journal's trigger
+        checks the same as it writes an INTENT: this is for a call whose INTENT is written)."""
         return await self._first(saga_id, tool, task_queue, compensation=False)
 
     async def holding(self, saga_id: str, tool: str, task_queue: str) -> Halt | None:
