@@ -64,6 +64,11 @@ _ENFORCED = (
     "SELECT (h ->> 'id')::bigint FROM {sagacity_halt_gate} AS g,"
     " jsonb_array_elements(g.halts) AS h WHERE g.id = 1"
 )
+# Whether the journal's INTENT trigger (schema 0009) is there and fires in ordinary sessions.
+_TRIGGER_ON = (
+    "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgrelid = %s::regclass"
+    " AND tgname = 'sagacity_intent_gate' AND tgenabled IN ('O', 'A'))"
+)
 _GET = f"SELECT {_COLUMNS} FROM {{sagacity_halt}} WHERE id = %s"
 _LIST = (
     f"SELECT {_COLUMNS} FROM {{sagacity_halt}}"
@@ -239,6 +244,16 @@ class HaltStore:
             async with self._pool.connection() as conn:
                 cur = await conn.execute(qualify(_ENFORCED, await pool_schema(self._pool, conn)))
                 return {int(row[0]) for row in await cur.fetchall() if row[0] is not None}
+
+    async def gate_on(self) -> bool:
+        """Whether the journal's INTENT trigger is there and enabled: without it no INTENT is
+        checked against the halts at all (the table's owner can disable it)."""
+        with translate_errors("read the journal's triggers"):
+            async with self._pool.connection() as conn:
+                journal = qualify("{side_effect_journal}", await pool_schema(self._pool, conn))
+                cur = await conn.execute(_TRIGGER_ON, (journal,))
+                row = await cur.fetchone()
+        return bool(row and row[0])
 
     async def get(self, halt_id: int) -> Halt | None:
         with translate_errors(f"read halt {halt_id}"):
