@@ -2,8 +2,8 @@
 
 A halt stops new side effects: a call's INTENT that it covers is never written (a trigger on
 the journal checks the gate for every INTENT row, whatever statement writes it, see
-``schema/0009_halt_trigger.sql``), and under the ``keep`` policy compensations wait too. Halts are kept after they are lifted: who, why, when,
-signed, as an auditor reads them.
+``schema/0009_halt_trigger.sql``), and under the ``keep`` policy compensations wait too.
+Halts are kept after they are lifted: who, why, when, signed, as an auditor reads them.
 """
 
 from __future__ import annotations
