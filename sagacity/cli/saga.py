@@ -523,6 +523,8 @@ def _describe(saga: Found) -> list[str]:
     lines = [f"saga {saga.saga_id}: {saga.state.value} (journal head seq {saga.head.seq})"]
     if saga.running:
         lines.append(f"  running: {saga.running}")
+    if saga.halted is not None:
+        lines.append(f"  held by: {saga.halted.describe()}")
     if saga.executed:
         lines.append(
             "  done: " + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in saga.executed)
