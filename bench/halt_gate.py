@@ -1,10 +1,10 @@
 """The cost of the halt gate: guarded vs unguarded INTENT throughput, and how long a halt waits.
 
 Writers on their own connections append single INTENT rows (each a new saga) for a few
-seconds, first unguarded (``task_queue=None``: no FOR SHARE on the gate row), then guarded,
-in the same run and database. Then, with guarded writers running, a halt of an unrelated tool
-is timed (its FOR UPDATE on the gate row must get in between the share lockers), and the gate
-row's multixact use is read.
+seconds, first naming no task queue, then naming one (since schema 0009 the journal's trigger
+checks both against the gate), in the same run and database. Then, with writers running, a
+halt of an unrelated tool is timed (its exclusive gate lock must get in between the shared
+ones), and the gate row's multixact use is read.
 
     python -m bench.halt_gate postgresql://postgres@127.0.0.1:5432/postgres [writers] [seconds]
 

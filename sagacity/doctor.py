@@ -53,6 +53,7 @@ class Check(StrEnum):
     RETENTION_ROLE_MISSING = "retention_role_missing"
     RETENTION_OVERDUE = "retention_overdue"
     HALT_GATE_MISMATCH = "halt_gate_mismatch"
+    HALT_TRIGGER_OFF = "halt_trigger_off"
     TRUST_ROOT_WRITABLE = "trust_root_writable"
     SHADOWED_JOURNAL = "shadowed_journal"
 
@@ -285,8 +286,21 @@ async def diagnose(settings: Settings, database_url: str) -> Diagnosis:
         halts = HaltStore(pool)
         in_force = {h.id for h in await halts.list(active=True, limit=10_000)}
         enforced = await halts.enforced()
+        gate_on = await halts.gate_on()
     finally:
         await pool.close()
+    if not gate_on:
+        found.append(
+            Finding(
+                Check.HALT_TRIGGER_OFF,
+                Severity.ERROR,
+                "the journal's trigger sagacity_intent_gate is missing or disabled: no INTENT is "
+                "checked against the halts, so a halt stops no call",
+                "as the tables' owner: ALTER TABLE side_effect_journal ENABLE TRIGGER "
+                "sagacity_intent_gate; if it was dropped, delete the row 0009_halt_trigger from "
+                "sagacity_schema_version and run `sagacity db migrate` (it recreates it)",
+            )
+        )
     if in_force != enforced:
         found.append(
             Finding(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
@@ -36,6 +36,7 @@ from sagacity.temporal.models import MAX_HALT_SCOPE_CHARS, HaltNotice, Resume
 
 __all__ = [
     "HALT_SUBJECT",
+    "HaltLiveness",
     "HaltReport",
     "HaltResult",
     "HaltService",
@@ -44,14 +45,19 @@ __all__ = [
 ]
 
 
+#: a live effect as a halt reports it: as the journal has it, or ``compensating``: it took
+#: effect (or may have) and its undo was running, which no halt stops part-way
+HaltLiveness = Liveness | Literal["compensating"]
+
+
 class LiveEffect(BaseModel):
     """An effect a halt found in the world: a call not compensated that took effect, may
-    have, or was still running when the report was taken."""
+    have, or was still running (the call, or its compensation) when the report was taken."""
 
     saga_id: str
     seq: int = Field(description="the call's INTENT seq")
     tool: str
-    state: Liveness
+    state: HaltLiveness
 
 
 class HaltReport(BaseModel):
@@ -123,8 +129,10 @@ class HaltService:
     ) -> HaltResult:
         """Halt what ``scope`` covers; returns once the sagas are told and the report taken.
 
-        ``settle``: how long calls running at halt time get to finish before the report (one
-        still running then is reported ``in_flight``).
+        ``settle``: how long calls and compensations running at halt time get to finish
+        before the report (one still running then is reported ``in_flight`` or
+        ``compensating``). A compensation that had started its undo goes on to the end and is
+        journaled; under ``keep`` the next one waits for the halt to be lifted.
         """
         _check_text(reason=reason, operator=operator)
         if scope.task_queue is not None:
@@ -257,12 +265,13 @@ class HaltService:
         return sorted(s for s in told if s is not None)
 
     async def _settle(self, sagas: list[str], tool: str | None, settle: timedelta) -> None:
-        """Wait up to ``settle`` for the calls running in ``sagas`` to have their outcome."""
+        """Wait up to ``settle`` for the calls and compensations running in ``sagas`` to have
+        their row."""
         deadline = asyncio.get_running_loop().time() + settle.total_seconds()
         while sagas and asyncio.get_running_loop().time() < deadline:
-            # only the sagas with a call still running are read again
+            # only the sagas with a call or an undo still running are read again
             live = await self._live(sagas, tool)
-            sagas = sorted({e.saga_id for e in live if e.state == "in_flight"})
+            sagas = sorted({e.saga_id for e in live if e.state in _RUNNING})
             if sagas:
                 await asyncio.sleep(0.25)
 
@@ -278,17 +287,22 @@ class HaltService:
     async def _live(self, sagas: list[str], tool: str | None) -> list[LiveEffect]:
         found = []
         for saga_id in sorted(sagas):
-            for call in read_calls(await self._journal.read(saga_id)):
-                state = call.live
-                if state is not None and tool in (None, call.intent.tool_name):
-                    found.append(
-                        LiveEffect(
-                            saga_id=saga_id,
-                            seq=call.intent.seq,
-                            tool=call.intent.tool_name,
-                            state=state,
-                        )
-                    )
+            effects = [
+                LiveEffect(
+                    saga_id=saga_id, seq=call.intent.seq, tool=call.intent.tool_name, state=state
+                )
+                for call in read_calls(await self._journal.read(saga_id))
+                if (state := call.live) is not None and tool in (None, call.intent.tool_name)
+            ]
+            undoing = set(
+                await self._journal.undoing(
+                    saga_id, [e.seq for e in effects if e.state != "in_flight"]
+                )
+            )
+            for effect in effects:
+                if effect.seq in undoing:
+                    effect.state = "compensating"
+            found += effects
         return found
 
     def _sign(
@@ -301,6 +315,10 @@ class HaltService:
             if why is not None:
                 raise InvalidInput(f"refused: {why}")
         return None if self.signer is None else self.signer.sign(statement)
+
+
+#: what a halt's report waits for (up to its ``settle``): a call or an undo still running
+_RUNNING = frozenset({"in_flight", "compensating"})
 
 
 def _stored(signature: Signature | None) -> dict[str, Any] | None:

@@ -547,6 +547,8 @@ def _describe(saga: Found) -> list[str]:
         if undoing.last_error is not None:
             tried += f"; last error: {undoing.last_error}"
         lines.append(f"  compensating: {undoing.tool_name} (seq {undoing.call_seq}), {tried}")
+    if saga.halted is not None:
+        lines.append(f"  held by: {saga.halted.describe()}")
     if saga.executed:
         lines.append(
             "  done: " + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in saga.executed)

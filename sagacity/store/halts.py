@@ -1,9 +1,9 @@
 """Operator halts and quarantines (``sagacity_halt``) and the gate every INTENT checks.
 
-A halt stops new side effects: a call's INTENT that it covers is never written (the journal's
-insert checks the gate in the same statement, see ``schema/0007_halt.sql``), and under the
-``keep`` policy compensations wait too. Halts are kept after they are lifted: who, why, when,
-signed, as an auditor reads them.
+A halt stops new side effects: a call's INTENT that it covers is never written (a trigger on
+the journal checks the gate for every INTENT row, whatever statement writes it, see
+``schema/0009_halt_trigger.sql``), and under the ``keep`` policy compensations wait too.
+Halts are kept after they are lifted: who, why, when, signed, as an auditor reads them.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ _COLUMNS = (
 # Statement templates: {table} is the table (or function) in the journal's schema
 # (sagacity.store.placement).
 
-# The active halts, as the INTENT insert matches them (schema 0007). A key whose value is JSON
-# null narrows nothing, as HaltScope.from_json reads it (the gate would otherwise match no call).
+# The active halts, as the INTENT trigger matches them (schemas 0007, 0009). A key whose value is
+# JSON null narrows nothing, as HaltScope.from_json reads it (the gate would otherwise match no
+# call).
 _FOLD = """
 UPDATE {sagacity_halt_gate} SET halts = COALESCE((
     SELECT jsonb_agg(jsonb_strip_nulls(scope) || jsonb_build_object(
@@ -62,6 +63,11 @@ _SET_REPORT = "UPDATE {sagacity_halt} SET report = %s WHERE id = %s"
 _ENFORCED = (
     "SELECT (h ->> 'id')::bigint FROM {sagacity_halt_gate} AS g,"
     " jsonb_array_elements(g.halts) AS h WHERE g.id = 1"
+)
+# Whether the journal's INTENT trigger (schema 0009) is there and fires in ordinary sessions.
+_TRIGGER_ON = (
+    "SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger WHERE tgrelid = %s::regclass"
+    " AND tgname = 'sagacity_intent_gate' AND tgenabled IN ('O', 'A'))"
 )
 _GET = f"SELECT {_COLUMNS} FROM {{sagacity_halt}} WHERE id = %s"
 _LIST = (
@@ -239,6 +245,16 @@ class HaltStore:
                 cur = await conn.execute(qualify(_ENFORCED, await pool_schema(self._pool, conn)))
                 return {int(row[0]) for row in await cur.fetchall() if row[0] is not None}
 
+    async def gate_on(self) -> bool:
+        """Whether the journal's INTENT trigger is there and enabled: without it no INTENT is
+        checked against the halts at all (the table's owner can disable it)."""
+        with translate_errors("read the journal's triggers"):
+            async with self._pool.connection() as conn:
+                journal = qualify("{side_effect_journal}", await pool_schema(self._pool, conn))
+                cur = await conn.execute(_TRIGGER_ON, (journal,))
+                row = await cur.fetchone()
+        return bool(row and row[0])
+
     async def get(self, halt_id: int) -> Halt | None:
         with translate_errors(f"read halt {halt_id}"):
             async with self._pool.connection() as conn:
@@ -258,8 +274,8 @@ class HaltStore:
                 return [_halt(row) for row in await cur.fetchall()]
 
     async def covering(self, saga_id: str, tool: str, task_queue: str) -> Halt | None:
-        """An active halt that covers a call of ``tool`` in ``saga_id`` (the INTENT insert
-        checks the same, atomically: this is for a call whose INTENT is already written)."""
+        """An active halt that covers a call of ``tool`` in ``saga_id`` (the journal's trigger
+        checks the same as it writes an INTENT: this is for a call whose INTENT is written)."""
         return await self._first(saga_id, tool, task_queue, compensation=False)
 
     async def holding(self, saga_id: str, tool: str, task_queue: str) -> Halt | None:

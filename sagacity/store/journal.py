@@ -37,12 +37,12 @@ _SELECT_SAGA = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = 
 # One statement checks the predecessor and inserts, so an append at a known seq costs one round
 # trip. `prev` is the stored hash of row seq-1 (the genesis hash for seq 1, NULL when missing);
 # the row goes in only when it matches the caller's prev_hash and seq is still free. It returns
-# (inserted, the stored predecessor's hash, the halt that refused it): a guarded row (a call's
-# INTENT) is first checked against the halt gate (schema 0007), and waits for a halt being
-# written, then sees it.
+# (inserted, the stored predecessor's hash). The journal's trigger refuses an INTENT a halt
+# covers (schema 0009, SQLSTATE HALTED_SQLSTATE), waiting for a halt being written, then seeing
+# it; `writer` tells it the task queue of the worker about to act on the row ('' names none).
 _INSERT = f"""
-WITH halt AS (
-    SELECT {{sagacity_halted}}(%(saga_id)s, %(tool_name)s, %(task_queue)s) AS id WHERE %(guarded)s
+WITH writer AS (
+    SELECT pg_catalog.set_config('sagacity.task_queue', %(task_queue)s, true)
 ), prev AS (
     SELECT COALESCE(
         (SELECT hash FROM {{side_effect_journal}} WHERE saga_id = %(saga_id)s AND seq = %(seq)s - 1),
@@ -52,13 +52,16 @@ WITH halt AS (
     INSERT INTO {{side_effect_journal}} ({_COLUMNS})
     SELECT %(saga_id)s, %(seq)s, %(tool_name)s, %(phase)s, %(input)s, %(payload)s,
            %(timestamp)s, %(hash)s
-    FROM prev WHERE prev.hash = %(prev_hash)s
-        AND NOT EXISTS (SELECT FROM halt WHERE halt.id IS NOT NULL)
+    FROM prev, writer WHERE prev.hash = %(prev_hash)s
     ON CONFLICT (saga_id, seq) DO NOTHING
     RETURNING seq
 )
-SELECT EXISTS (SELECT FROM ins), prev.hash, (SELECT id FROM halt) FROM prev
+SELECT EXISTS (SELECT FROM ins), prev.hash FROM prev
 """
+
+#: the SQLSTATE the journal's trigger refuses an INTENT a halt covers with, the halt's id as its
+#: DETAIL (schema 0009)
+HALTED_SQLSTATE = "SGHLT"
 
 # Claim a saga for a run chain (first_run_id), or read who holds it: (workflow_id, first_run_id,
 # claimed now, rows existed). Nothing when the holder committed after the statement began.
@@ -120,6 +123,22 @@ _BACKOFF_CAP = 0.05
 
 # First key space of the advisory locks that make one compensation attempt at a time.
 _UNDO_LOCK_SPACE = 0x5A6B
+
+# Which of the given calls' compensation locks (:meth:`JournalStore.exclusive`) a session holds:
+# a session advisory lock on one bigint key shows in pg_locks as its high and low halves.
+_UNDOING = """
+SELECT k.seq
+FROM ROWS FROM (pg_catalog.unnest(%s::bigint[]), pg_catalog.unnest(%s::text[])) AS k(seq, key)
+WHERE EXISTS (
+    SELECT FROM pg_catalog.pg_locks AS l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                        WHERE datname = pg_catalog.current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint)
+          = pg_catalog.hashtextextended(k.key, 0)
+)
+ORDER BY k.seq
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +251,7 @@ class JournalStore:
         queue on a per-saga advisory lock, so under load they take turns instead of racing: a
         pure retry race lets the last winner win again while losers back off, and starves them.
         Only writers outside that queue (``append_at``, other tools) can still make one lose.
+        An INTENT a halt covers raises :class:`Halted` (no task queue said: see :meth:`append_at`).
         """
         with translate_errors(f"append to saga {draft.saga_id!r}"):
             for attempt in range(self._max_retries + 1):
@@ -275,9 +295,10 @@ class JournalStore:
         :class:`SeqConflict`. With ``prev_hash`` given this is one round trip; without, the
         predecessor is read first.
 
-        ``task_queue``: the draft is a call's INTENT that a worker of that task queue is about to
-        act on; when an operator's halt covers it, nothing is written and :class:`Halted` is
-        raised. The check and the insert are one statement, so no INTENT follows a halt.
+        An INTENT an operator's halt covers is never written: the journal's trigger refuses it
+        (schema 0009) and :class:`Halted` is raised, whatever path writes it, so no INTENT
+        follows a halt. ``task_queue``: the task queue of the worker about to act on the call,
+        matched with a halt's task-queue scope (None: not said, held by every such halt).
         """
         (entry,) = await self.append_batch_at(
             [draft], seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
@@ -400,7 +421,7 @@ class JournalStore:
         ends, or by the server when the holder's connection dies with its process.
         """
         where = f"lock saga {saga_id!r} seq {seq}"
-        key = f"{_UNDO_LOCK_SPACE}:{saga_id}:{seq}"
+        key = _undo_key(saga_id, seq)
         with translate_errors(where):
             locks = await self._locks()
             conn = await locks.getconn()
@@ -427,6 +448,19 @@ class JournalStore:
                 # rather than handing a locked session to the pool's next user
                 await conn.close()
             await locks.putconn(conn)
+
+    async def undoing(self, saga_id: str, seqs: Sequence[int]) -> list[int]:
+        """Those of the calls at ``seqs`` whose compensation is running now: an attempt holds
+        its :meth:`exclusive` lock (from just before it checks the halts until its row is
+        written, or its worker's connection is gone)."""
+        if not seqs:
+            return []
+        with translate_errors(f"read the compensations running in saga {saga_id!r}"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    _UNDOING, (list(seqs), [_undo_key(saga_id, seq) for seq in seqs])
+                )
+                return [int(row[0]) for row in await cur.fetchall()]
 
     async def read(self, saga_id: str) -> list[Entry]:
         """All of the saga's rows in seq order, in one query (use :meth:`stream` for long sagas)."""
@@ -544,6 +578,11 @@ class JournalStore:
                 yield row
 
 
+def _undo_key(saga_id: str, seq: int) -> str:
+    """What the compensation lock of the call at ``seq`` is keyed by (hashed to a bigint)."""
+    return f"{_UNDO_LOCK_SPACE}:{saga_id}:{seq}"
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -615,37 +654,49 @@ async def _try_insert(
     task_queue: str | None,
 ) -> tuple[bool, str | None]:
     """Insert ``entry`` if its seq is free and row seq-1 hashes to ``prev_hash``, and, for an
-    INTENT guarded by ``task_queue``, no halt covers it (else :class:`Halted`).
+    INTENT, no halt covers it (else :class:`Halted`); ``task_queue``: the worker's that is
+    about to act on it, which a halt's task-queue scope is matched with (None: not said, and
+    held by every task-queue halt).
 
     Returns whether it went in, and the stored predecessor hash (None: no such row).
     """
-    guarded = task_queue is not None and entry.phase is Phase.INTENT
-    cur = await conn.execute(
-        qualify(_INSERT, schema),
-        {
-            "saga_id": entry.saga_id,
-            "seq": entry.seq,
-            "tool_name": entry.tool_name,
-            "phase": entry.phase.value,
-            "input": entry.input,
-            "payload": entry.payload,
-            "timestamp": naive_utc(entry.timestamp),
-            "hash": entry.hash,
-            "prev_hash": prev_hash,
-            "genesis": GENESIS_HASH,
-            "guarded": guarded,
-            "task_queue": task_queue or "",
-        },
-    )
-    row = await cur.fetchone()
-    assert row is not None  # the statement always returns exactly one row
-    if row[2] is not None:
+    try:
+        cur = await conn.execute(
+            qualify(_INSERT, schema),
+            {
+                "saga_id": entry.saga_id,
+                "seq": entry.seq,
+                "tool_name": entry.tool_name,
+                "phase": entry.phase.value,
+                "input": entry.input,
+                "payload": entry.payload,
+                "timestamp": naive_utc(entry.timestamp),
+                "hash": entry.hash,
+                "prev_hash": prev_hash,
+                "genesis": GENESIS_HASH,
+                "task_queue": task_queue or "",
+            },
+        )
+    except psycopg.Error as exc:
+        if exc.sqlstate != HALTED_SQLSTATE:
+            raise
+        halt_id = _halt_id(exc.diag.message_detail)
         raise Halted(
             f"saga {entry.saga_id!r}: the call of {entry.tool_name!r} at seq {entry.seq} did not "
-            f"start: halt {row[2]} covers it",
-            int(row[2]),
-        )
+            f"start: halt {halt_id} covers it",
+            halt_id,
+        ) from None
+    row = await cur.fetchone()
+    assert row is not None  # the statement always returns exactly one row
     return row[0], row[1]
+
+
+def _halt_id(detail: str | None) -> int:
+    """The halt id the trigger's refusal names (0: unreadable, a halt all the same)."""
+    try:
+        return int(detail or "")
+    except ValueError:
+        return 0
 
 
 async def _insert_at(

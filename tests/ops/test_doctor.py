@@ -269,6 +269,20 @@ async def test_a_halt_gate_changed_behind_sagacity_halt_fails(
     assert "refuses nothing" in ran.report()["findings"][0]["what"]
 
 
+async def test_a_halt_gate_trigger_switched_off_fails(
+    env: dict[str, str | None], owner: psycopg.AsyncConnection[Any]
+) -> None:
+    # the table's owner may disable the trigger that refuses halted INTENTs: then no halt holds
+    ran = await doctor_while(
+        owner,
+        "ALTER TABLE side_effect_journal DISABLE TRIGGER sagacity_intent_gate",
+        "ALTER TABLE side_effect_journal ENABLE TRIGGER sagacity_intent_gate",
+        env,
+    )
+    assert ran.code == 1 and ran.ids() == {"halt_trigger_off"}, ran
+    assert "a halt stops no call" in ran.report()["findings"][0]["what"]
+
+
 async def test_what_it_cannot_check_is_a_clear_error(
     env: dict[str, str | None], endpoints: Endpoints
 ) -> None:

@@ -317,6 +317,8 @@ async def test_halt_by_tool_holds_only_that_tool_without_telling_any_saga(
     (handle,) = await start_orders(temporal_client, task_queue, 1)
     status = await wait_for(handle, lambda s: s.state is SagaState.HALTED, timeout=15)
     assert status.halted is not None and status.halted.policy == "keep"
+    shown = await sagacity("saga", "status", handle.id)
+    assert f"held by: halt {halted['halt_id']} by alice (keep): db migration" in shown.stdout
     assert await live_in_shop(shop, [handle.id]) == {(handle.id, "reserve_inventory")}
     resumed = await sagacity("resume", "--all", "--reason", "done", extra_env=operator_env)
     assert resumed.code == 0, resumed.stderr

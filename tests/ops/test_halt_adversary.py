@@ -365,19 +365,13 @@ async def test_the_table_refuses_a_halt_row_no_reader_could_take(
     assert await HaltStore(owner_pool).list() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the gate is in this release's INTENT statement, not a trigger "
-    "(docs/operations.md says so)",
-)
 async def test_no_intent_follows_a_halt_whatever_path_writes_it(
     owner_pool: Pool, app_journal: JournalStore
 ) -> None:
     """The README: "a worker that never heard of the halt still obeys, and no INTENT follows
-    the halt in any journal". The gate is only in the statement ``append_at(task_queue=…)``
-    sends: the public ``JournalStore.append``, ``append_at`` without a task queue (the
-    ``append`` activity's path) and a worker of an earlier release (its INSERT has no gate)
-    all write INTENTs under a halt of everything; the database does not refuse them."""
+    the halt in any journal". The public ``JournalStore.append`` and ``append_at`` without a
+    task queue (the ``append`` activity's path) are refused under a halt of everything, as
+    ``append_at(task_queue=…)`` is: the journal's trigger refuses the row (schema 0009)."""
     await HaltStore(owner_pool).halt(
         kind="halt",
         scope=HaltScope(),
@@ -392,7 +386,7 @@ async def test_no_intent_follows_a_halt_whatever_path_writes_it(
         ("JournalStore.append", lambda: app_journal.append(Draft(sid, "t", Phase.INTENT, "{}"))),
         (
             "append_at without task_queue",
-            lambda: app_journal.append_at(Draft(sid, "t", Phase.INTENT, "{}"), seq=2),
+            lambda: app_journal.append_at(Draft(sid, "t", Phase.INTENT, "{}"), seq=1),
         ),
     ]
     for how, write in writes:
@@ -717,9 +711,6 @@ def adv_refuse(key: str) -> None:
     raise NoEffect("refused upstream")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="known: a compensation already running when a keep halt lands finishes"
-)
 async def test_a_keep_halt_report_counts_compensations_already_running(
     temporal_client: Client,
     task_queue: str,
@@ -730,8 +721,8 @@ async def test_a_keep_halt_report_counts_compensations_already_running(
 ) -> None:
     """``--policy keep`` "freezes everything, compensations included", and the signed report
     is taken "once the calls already running have finished". A compensation already running
-    when the halt commits is neither waited for nor reported: it finishes after the halt,
-    and the report calls live an effect that is being undone (and then is gone)."""
+    when the halt commits cannot be stopped part-way: it finishes after the halt, so the report
+    must not call live and untouched an effect that is being undone (and then is gone)."""
     UNDOING.clear()
     sid = saga()
     async with adv_worker(
