@@ -80,6 +80,7 @@ async def start_rollback(
     by: str,
     reason: str,
     task_queue: str,
+    attempts: int | None = None,
 ) -> tuple[Ended, WorkflowHandle[Any, RollbackResult]]:
     """Start the rollback workflow of an ended saga on its run's task queue (``task_queue``
     when Temporal no longer has the run); refused as the module says."""
@@ -94,7 +95,8 @@ async def start_rollback(
     if not saga.live:
         raise RollbackRefused(f"saga {saga_id} left no effect live: nothing to roll back")
     try:
-        request = RollbackRequest(saga_id=saga_id, by=by, reason=reason)
+        tries = {} if attempts is None else {"attempts": attempts}
+        request = RollbackRequest(saga_id=saga_id, by=by, reason=reason, **tries)
     except ValueError as exc:
         raise InvalidInput(f"rollback of {saga_id}: {exc}") from None
     queue = saga.run.task_queue if saga.run is not None else None

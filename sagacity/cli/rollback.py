@@ -17,20 +17,20 @@ import json
 from typing import Annotated, NoReturn
 
 import typer
-from temporalio.client import WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from sagacity.approvals.rollbacks import start_rollback
+from sagacity.approvals.rollbacks import left_live, start_rollback
 from sagacity.cli._common import signing_identity, temporal_client
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import InvalidInput, SagacityError
 from sagacity.inputs import check_name
-from sagacity.settings import load_settings
+from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
 from sagacity.temporal.rollback import ALREADY_ROLLED_BACK, NOTHING_LIVE, RollbackResult
 
-__all__ = ["rollback"]
+__all__ = ["live_lines", "rollback"]
 
 
 @hard_exit
@@ -50,6 +50,17 @@ def rollback(
         bool, typer.Option("--wait", help="Wait for every compensation; the exit code says.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--attempts",
+            min=1,
+            max=1000,
+            help="Attempts at each compensation before it is journaled COMPENSATION_FAILED "
+            "(default: 20, as a saga's).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Compensate, newest first, the effects an ended saga (terminated, timed out) left live."""
     try:
@@ -64,7 +75,13 @@ def rollback(
         client = await temporal_client(settings)
         async with await JournalStore.open(url, min_size=1, max_size=2) as journal:
             ended, handle = await start_rollback(
-                client, journal, saga, by=who, reason=reason, task_queue=settings.task_queue
+                client,
+                journal,
+                saga,
+                by=who,
+                reason=reason,
+                task_queue=settings.task_queue,
+                attempts=attempts,
             )
         typer.echo(f"rolling back saga {saga} as {who} (workflow {handle.id}):", err=True)
         for finding in ended.live:
@@ -114,3 +131,15 @@ def _print(result: RollbackResult, *, as_json: bool) -> None:
         )
     for live in result.stays_live:
         typer.echo(f"  stays live (no compensation declared): {live}")
+
+
+async def live_lines(client: Client, settings: Settings, saga_id: str) -> list[str]:
+    """A line for each effect the saga left live, for ``saga status`` (none when the journal is
+    out of reach: the status says what it can without)."""
+    if not settings.database_url:
+        return []
+    try:
+        async with await JournalStore.open(settings.database_url, min_size=1, max_size=1) as j:
+            return [f"  live: {f.detail}" for f in await left_live(client, j, saga_id)]
+    except SagacityError:
+        return []

@@ -72,6 +72,8 @@ class RollbackRequest(BaseModel):
     saga_id: str
     by: str = Field(min_length=1, max_length=200)
     reason: str = Field(min_length=1, max_length=2000)
+    #: attempts at each compensation before COMPENSATION_FAILED, as a saga's option says
+    attempts: int = Field(default=SagaOptions().compensation_attempts, ge=1, le=1000)
 
 
 class Undo(BaseModel):
@@ -203,7 +205,7 @@ class RollbackWorkflow:
             )
         result = RollbackResult(saga_id=saga_id, stays_live=plan.stays_live)
         for undo in plan.undo:
-            if await self._compensate(saga_id, undo):
+            if await self._compensate(saga_id, undo, request.attempts):
                 result.compensated.append(undo)
             else:
                 result.failed.append(undo)
@@ -231,9 +233,9 @@ class RollbackWorkflow:
         )
         self._head = Head(seq=written[-1].seq, hash=written[-1].hash)
 
-    async def _compensate(self, saga_id: str, undo: Undo) -> bool:
+    async def _compensate(self, saga_id: str, undo: Undo, attempts: int) -> bool:
         """Undo one effect as the saga would; False when every attempt failed (journaled)."""
-        options = SagaOptions()
+        options = SagaOptions(compensation_attempts=attempts)
         recheck = _HALT_RECHECK
         while True:
             request = CompensateRequest(
