@@ -1,8 +1,10 @@
 """An operator's rollback of an ended saga: what it left live, and starting the rollback workflow.
 
-``sagacity saga rollback`` and the console's button both come here. A rollback is refused
-(:class:`RollbackRefused`) for a saga still running (abort it instead), one rolled back already
-or with a rollback running, and one that left nothing live.
+``sagacity saga rollback`` and the console's button both come here. A rollback undoes what a
+saga whose workflow closed unfinished (terminated, timed out, failed around the engine) left
+live. It is refused (:class:`RollbackRefused`) for a saga still running (abort it instead), one
+its own engine ended (what that left live is a human's), one rolled back already or with a
+rollback running, and one that left nothing live.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class RollbackRefused(InvalidInput):
 @dataclass(frozen=True)
 class Ended:
     """A saga as a rollback judges it: its rows, its run chain's newest run (None: Temporal no
-    longer has it), and the effects it left live."""
+    longer has it), and the effects it left live by closing unfinished."""
 
     saga_id: str
     rows: list[Entry]
@@ -59,13 +61,13 @@ async def ended(client: Client, journal: JournalStore, saga_id: str) -> Ended:
         raise RollbackRefused(f"no saga {saga_id!r} in the journal")
     run = await chain_run(client, *chain)
     rows = await journal.read(saga_id)
-    live = [f for f in effect_findings(saga_id, rows, run) if f.kind is Kind.LIVE_EFFECT]
-    return Ended(saga_id, rows, run, live)
+    found = effect_findings(saga_id, rows, run) if run is not None and run.unfinished else []
+    return Ended(saga_id, rows, run, [f for f in found if f.kind is Kind.LIVE_EFFECT])
 
 
 async def left_live(client: Client, journal: JournalStore, saga_id: str) -> list[Finding]:
-    """The effects the saga left live (empty unless it rolled back or ended unfinished, or when
-    no workflow journaled it)."""
+    """The effects the saga left live when its workflow closed unfinished (none otherwise, and
+    when no workflow journaled it)."""
     try:
         return (await ended(client, journal, saga_id)).live
     except RollbackRefused:
@@ -89,6 +91,11 @@ async def start_rollback(
         raise RollbackRefused(
             f"saga {saga_id} is still running: abort it (`sagacity saga abort {saga_id}`) and "
             "it compensates itself"
+        )
+    if saga.run is not None and not saga.run.unfinished:
+        raise RollbackRefused(
+            f"saga {saga_id} {saga.run.how} as its own engine ended it: a rollback undoes what "
+            "a saga whose workflow was terminated or timed out left live"
         )
     if saga.rolled_back_by is not None:
         raise RollbackRefused(f"saga {saga_id} was rolled back already, by {saga.rolled_back_by}")

@@ -83,7 +83,7 @@ async def test_rollback_refuses_a_running_saga_and_one_that_left_nothing_live(
     assert (await waiting.handle.result()).status is SagaState.COMPLETED
     completed = await cli("saga", "rollback", waiting.saga_id)
     assert completed.code == 2
-    assert "left no effect live" in completed.stderr
+    assert f"saga {waiting.saga_id} completed as its own engine ended it" in completed.stderr
 
     unknown = await cli("saga", "rollback", "no-such-saga")
     assert unknown.code == 2
