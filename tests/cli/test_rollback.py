@@ -1,7 +1,8 @@
-"""``sagacity saga rollback``: an operator undoes what a terminated saga left live, journaled in its
-own chain, after which certify passes it; refused (exit 2) for a saga still running, one rolled
-back already and one that left nothing live; exit 1 when a compensation fails every attempt.
-Real Temporal, real Postgres, the installed command."""
+"""``sagacity saga rollback``: an operator undoes what a terminated saga left live (which certify,
+reconcile and status name), journaled in its own chain, after which certify and reconcile pass
+it; refused (exit 2) for a saga still running, one its engine ended and one rolled back already;
+exit 1 when a compensation fails every attempt. Real Temporal, real Postgres, the installed
+command."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ async def test_rollback_of_a_terminated_saga_undoes_its_effects_and_certify_pass
     status = await cli("saga", "status", waiting.saga_id)
     assert status.code == 1
     assert "create_order (call seq 3) took effect" in status.stderr
+    drift = await cli("reconcile", waiting.saga_id, "--app", "workflows.order.app")
+    assert drift.code == 1, drift.stderr
+    assert f"saga {waiting.saga_id}: create_order (call seq 3) took effect" in drift.stdout
 
     done = await cli(
         "saga", "rollback", waiting.saga_id, "--reason", "stuck order", "--by", "ops-ann",
@@ -61,6 +65,8 @@ async def test_rollback_of_a_terminated_saga_undoes_its_effects_and_certify_pass
         rollback_id(waiting.saga_id),
     )
     assert (await cli("certify", "--saga", waiting.saga_id)).code == 0
+    settled = await cli("reconcile", waiting.saga_id, "--app", "workflows.order.app")
+    assert settled.code == 0, settled.stdout
     assert (await cli("verify", waiting.saga_id)).code == 0
 
     again = await cli("saga", "rollback", waiting.saga_id, "--wait")
