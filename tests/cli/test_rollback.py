@@ -6,6 +6,7 @@ command."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from sagacity.journal import APPROVAL_GATE, ROLLBACK, Phase
@@ -115,3 +116,20 @@ async def test_a_compensation_that_fails_every_attempt_exits_1_and_is_flagged(
     assert certified.code == 1
     kinds = [f["kind"] for f in json.loads(certified.stdout)["findings"]]
     assert kinds == ["compensation_failed"]
+
+
+async def test_two_rollbacks_at_once_run_one(
+    start_order: StartOrder, cli: Cli, journal: JournalStore, shop: Shop
+) -> None:
+    waiting = await start_order()
+    await waiting.handle.terminate(reason="test")
+
+    both = await asyncio.gather(
+        *(cli("saga", "rollback", waiting.saga_id, "--by", by, "--wait") for by in ("ann", "bo"))
+    )
+    assert sorted(done.code for done in both) == [0, 2], [d.stderr for d in both]
+    # one rollback row, one undo per effect: the second was refused, not run beside the first
+    rows = await journal.read(waiting.saga_id)
+    assert [r.tool_name for r in rows].count(ROLLBACK) == 1
+    assert [r.phase for r in rows].count(Phase.COMPENSATED) == 2
+    assert (await shop.snapshot()).placed_orders == 0
