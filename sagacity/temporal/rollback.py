@@ -13,6 +13,7 @@ COMPENSATION_FAILED row per effect, as the saga's own rollback would.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio import activity, workflow
@@ -160,6 +161,13 @@ class RollbackWorkflow:
 
     def __init__(self) -> None:
         self._head = Head()
+        self._resumes = 0
+
+    @workflow.signal(name="resume")
+    def resume(self, notice: Any = None) -> None:
+        """A halt was lifted (``sagacity resume`` tells every running workflow it reached): look
+        again now. Unread: the compensate activity checks the halts itself."""
+        self._resumes += 1
 
     @workflow.run
     async def run(self, request: RollbackRequest) -> RollbackResult:
@@ -221,6 +229,15 @@ class RollbackWorkflow:
         )
         return planned
 
+    async def _resumed(self, *, within: timedelta) -> bool:
+        """Whether a ``resume`` signal came ``within`` that time."""
+        seen = self._resumes
+        try:
+            await workflow.wait_condition(lambda: self._resumes != seen, timeout=within)
+        except TimeoutError:
+            return False
+        return True
+
     async def _append(self, saga_id: str, rows: list[RowDraft]) -> None:
         written = await workflow.execute_activity(
             names.APPEND,
@@ -264,9 +281,10 @@ class RollbackWorkflow:
                 )
             except ActivityError as err:
                 if _halt_notice(err) is not None:
-                    # a halt holds compensations: look again later, as a held saga does
-                    await workflow.sleep(recheck)
-                    recheck = min(recheck * 2, _HALT_RECHECK_MAX)
+                    # a halt holds compensations: wait for its lifting, or look again later (a
+                    # lost signal only delays it), as a held saga does
+                    resumed = await self._resumed(within=recheck)
+                    recheck = _HALT_RECHECK if resumed else min(recheck * 2, _HALT_RECHECK_MAX)
                     continue
                 message = _error_message(err)
                 workflow.logger.error(

@@ -1,7 +1,7 @@
 """``sagacity saga rollback``: an operator undoes what a terminated saga left live (which certify,
 reconcile and status name), journaled in its own chain, after which certify and reconcile pass
 it; refused (exit 2) for a saga still running, one its engine ended and one rolled back already;
-exit 1 when a compensation fails every attempt. Real Temporal, real Postgres, the installed
+exit 1 when a compensation fails every attempt; held by a halt until it is lifted. Real Temporal, real Postgres, the installed
 command."""
 
 from __future__ import annotations
@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 
+from temporalio.client import Client
+
 from sagacity.journal import APPROVAL_GATE, ROLLBACK, Phase
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Approve, SagaState
-from sagacity.temporal.rollback import rollback_id
+from sagacity.temporal.rollback import RollbackResult, rollback_id
 from tests.approvals.conftest import Cli, StartOrder
+from tests.halts import lift_all
 from workflows.order.shop import Shop
 
 
@@ -132,4 +135,39 @@ async def test_two_rollbacks_at_once_run_one(
     rows = await journal.read(waiting.saga_id)
     assert [r.tool_name for r in rows].count(ROLLBACK) == 1
     assert [r.phase for r in rows].count(Phase.COMPENSATED) == 2
+    assert (await shop.snapshot()).placed_orders == 0
+
+
+async def test_a_halt_holds_the_rollback_until_it_is_lifted(
+    start_order: StartOrder,
+    cli: Cli,
+    journal: JournalStore,
+    shop: Shop,
+    temporal_client: Client,
+    owner_database_url: str,
+) -> None:
+    waiting = await start_order()
+    await waiting.handle.terminate(reason="test")
+    operator = {"SAGACITY_OWNER_DATABASE_URL": owner_database_url}
+    try:
+        halted = await cli("halt", "--reason", "hold everything", extra_env=operator)
+        assert halted.code == 0, halted.stderr
+        started = await cli("saga", "rollback", waiting.saga_id)
+        assert started.code == 0, started.stderr
+        # who and why are journaled; no compensation runs while the halt is in force
+        await asyncio.sleep(3)
+        rows = await journal.read(waiting.saga_id)
+        assert rows[-1].tool_name == ROLLBACK
+        assert (await shop.snapshot()).placed_orders == 1
+
+        resumed = await cli("resume", "--all", "--reason", "go on", extra_env=operator)
+        assert resumed.code == 0, resumed.stderr
+    finally:
+        await lift_all(owner_database_url)
+    handle = temporal_client.get_workflow_handle(
+        rollback_id(waiting.saga_id), result_type=RollbackResult
+    )
+    # the lifting's signal wakes it at once, not at its next look (30 s on)
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.ok and len(result.compensated) == 2
     assert (await shop.snapshot()).placed_orders == 0
