@@ -1,9 +1,9 @@
 """Certify sagas for CI: whatever a human must still look at, saga by saga, with the seq.
 
 A saga is certified when nothing about it needs a person: no effect left live after it rolled
-back or after its workflow closed unfinished (terminated, timed out), no compensation that failed for good, no call whose outcome is unknown, no approval waiting
-past its SLA, and its journal verifies against every anchor configured (chain, checkpoints,
-decision signatures). Each finding names its kind, the saga and the seq;
+back or after its workflow closed unfinished (terminated, timed out), no compensation that
+failed for good, no call whose outcome is unknown, no approval waiting past its SLA, and its
+journal verifies against every anchor configured (chain, checkpoints, decision signatures). Each finding names its kind, the saga and the seq;
 :func:`junit_xml` writes them as JUnit XML, one test case per saga.
 """
 
@@ -82,12 +82,14 @@ def effect_findings(
     """Live effects and failed compensations, read from a saga's rows and its run chain.
 
     A call that took effect, or may have, must have been compensated when the saga's last run
-    rolled back (:func:`~sagacity.journal.rolled_back`), or when its run chain ``run`` closed
-    without finishing (terminated, timed out, failed or cancelled around the engine): nothing
-    will undo it then but ``sagacity saga rollback``. ``run`` None: the rows alone judge.
+    rolled back (:func:`~sagacity.journal.rolled_back`; not when the run showed it completed),
+    or when its run chain ``run`` closed without finishing (terminated, timed out, failed or
+    cancelled around the engine): nothing will undo it then but ``sagacity saga rollback``.
+    ``run`` None: the rows alone judge.
     """
     unfinished = run is not None and run.unfinished
-    rollback = unfinished or rolled_back(rows)
+    completed = run is not None and run.completed
+    rollback = unfinished or (not completed and rolled_back(rows))
     found = []
     for call in read_calls(rows):
         outcome, tool, seq = call.outcome, call.intent.tool_name, call.intent.seq

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from sagacity.temporal import visibility
+
 __all__ = ["UNFINISHED", "ChainRun", "RunChains", "chain_run"]
 
 S = WorkflowExecutionStatus
@@ -30,6 +32,8 @@ class ChainRun:
     run_id: str
     status: WorkflowExecutionStatus
     task_queue: str
+    #: the state the saga showed last in visibility (``SagacityState``); None when not shown
+    state: str | None = None
 
     @property
     def running(self) -> bool:
@@ -41,6 +45,11 @@ class ChainRun:
         return self.status in UNFINISHED
 
     @property
+    def completed(self) -> bool:
+        """The run completed, and the saga showed it completed (not compensated or aborted)."""
+        return self.status is S.COMPLETED and self.state == "completed"
+
+    @property
     def how(self) -> str:
         """The status in words: ``terminated``, ``timed out``, ..."""
         return self.status.name.lower().replace("_", " ")
@@ -49,7 +58,8 @@ class ChainRun:
 def _run(described: WorkflowExecutionDescription) -> ChainRun:
     # a description always has a status; the SDK types it optional
     status = described.status or S.RUNNING
-    return ChainRun(described.id, described.run_id, status, described.task_queue)
+    state = described.typed_search_attributes.get(visibility.STATE)
+    return ChainRun(described.id, described.run_id, status, described.task_queue, state)
 
 
 def _first_run(described: WorkflowExecutionDescription) -> str:
