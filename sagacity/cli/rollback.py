@@ -7,7 +7,8 @@ in the saga's own chain after a row saying who rolled it back and why.
 Exit 0: every live effect compensated (without ``--wait``: the rollback started); 1: a
 compensation failed every attempt (journaled COMPENSATION_FAILED, for a human) or an effect
 nothing can undo stays live; 2: refused (the saga still runs, was rolled back already or has a
-rollback running, left nothing live, is unknown) or bad usage, one line on stderr.
+rollback running, left nothing live, is unknown) or bad usage (no Temporal to reach included),
+one line on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, NoReturn
 import typer
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from sagacity.approvals.rollbacks import left_live, start_rollback
 from sagacity.cli._common import signing_identity, temporal_client
@@ -72,7 +74,10 @@ def rollback(
     url = journal_url_or_exit(None)
 
     async def work() -> int:
-        client = await temporal_client(settings)
+        try:
+            client = await temporal_client(settings)
+        except SagacityError as exc:  # as every `saga` command: no Temporal is bad usage
+            raise InvalidInput(str(exc)) from None
         async with await JournalStore.open(url, min_size=1, max_size=2) as journal:
             ended, handle = await start_rollback(
                 client,
@@ -107,7 +112,7 @@ def rollback(
         code = asyncio.run(work())
     except InvalidInput as exc:
         _refused(str(exc))
-    except SagacityError as exc:
+    except (SagacityError, RPCError) as exc:
         typer.echo(f"error: {exc}", err=True)
         code = 1
     exit_now(code)
@@ -141,5 +146,5 @@ async def live_lines(client: Client, settings: Settings, saga_id: str) -> list[s
     try:
         async with await JournalStore.open(settings.database_url, min_size=1, max_size=1) as j:
             return [f"  live: {f.detail}" for f in await left_live(client, j, saga_id)]
-    except SagacityError:
+    except (SagacityError, RPCError):
         return []
