@@ -35,8 +35,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
+from temporalio.client import Client
+from temporalio.service import RPCError
 
 from sagacity.approvals.halts import HaltService
+from sagacity.approvals.rollbacks import left_live, start_rollback
 from sagacity.approvals.service import MAX_PAGE, ApprovalService, inbox_filter
 from sagacity.approvals.suspects import SagaView
 from sagacity.errors import (
@@ -48,7 +51,7 @@ from sagacity.errors import (
     SagaUnavailable,
 )
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.certify import certify
+from sagacity.evidence.certify import Finding, certify
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.export import export_bundle
 from sagacity.evidence.report import SagaReport
@@ -56,6 +59,7 @@ from sagacity.inputs import check_name
 from sagacity.journal import APPROVAL_GATE, Entry, Phase, read_calls
 from sagacity.store.halts import Halt, HaltPolicy, HaltScope
 from sagacity.store.journal import JournalStore
+from sagacity.temporal.runs import RunChains
 
 __all__ = [
     "COOKIE",
@@ -123,6 +127,8 @@ class WebConsole:
     operators: Sequence[str] | None = None
     #: what the Operations page certifies: sagas active this recently
     certify_window: timedelta = timedelta(hours=1)
+    #: where a rollback runs when Temporal no longer has the saga's run (its own queue else)
+    task_queue: str = "sagacity"
 
 
 def console_router(console: WebConsole) -> APIRouter:
@@ -310,9 +316,40 @@ def console_router(console: WebConsole) -> APIRouter:
             picture=timeline(rows),
             report=report,
             pending=pending,
-            done=done if done in {"approved", "rejected"} else "",
+            done=done if done in {"approved", "rejected", "rollback"} else "",
             live=view.workflow_status == "running",
+            left_live=await _left_live(console, saga_id),
+            may_roll_back=_may_roll_back(console, request.state.principal),
         )
+
+    @router.post("/sagas/{saga_id}/rollback")
+    async def roll_back(request: Request, saga_id: str) -> Response:
+        form = await _checked_form(request)
+        if form is None:
+            return forged(request)
+        principal = request.state.principal
+        try:
+            check_name(saga_id, what="a saga id")
+            if not _may_roll_back(console, principal):
+                raise ApproverNotAllowed(f"{principal!r} may not roll sagas back (operators)")
+            await start_rollback(
+                console.service.client,
+                console.journal,
+                saga_id,
+                by=principal,
+                reason=form.get("reason", "").strip() or "rolled back from the console",
+                task_queue=console.task_queue,
+            )
+        except SagacityError as exc:
+            return render(
+                request,
+                "error.html",
+                _status(exc),
+                title="Not rolled back",
+                message=str(exc),
+                saga=saga_id,
+            )
+        return _to_saga(saga_id, "rollback")
 
     @router.get("/operations")
     async def operations_page(
@@ -339,6 +376,7 @@ def console_router(console: WebConsole) -> APIRouter:
                 since=datetime.now(UTC) - console.certify_window,
                 checkpoints=console.checkpoints,
                 keyring=console.service.keyring,
+                runs=RunChains(lambda: _client(console)),
             )
             for f in cert.findings
         ]
@@ -422,6 +460,24 @@ def _may_operate(console: WebConsole, principal: str) -> bool:
     return console.halts is not None and (
         console.operators is None or principal in console.operators
     )
+
+
+def _may_roll_back(console: WebConsole, principal: str) -> bool:
+    """Who may halt may roll an ended saga back: the operators (every principal when unset)."""
+    return console.operators is None or principal in console.operators
+
+
+async def _client(console: WebConsole) -> Client:
+    return console.service.client
+
+
+async def _left_live(console: WebConsole, saga_id: str) -> list[Finding]:
+    """The effects the saga left live after it ended unfinished; none when Temporal or the
+    journal cannot tell now (the page shows the rest)."""
+    try:
+        return await left_live(console.service.client, console.journal, saga_id)
+    except (SagacityError, RPCError):
+        return []
 
 
 def _operator_service(console: WebConsole, principal: str) -> HaltService:

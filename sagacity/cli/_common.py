@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 from pydantic import TypeAdapter, ValidationError
+from temporalio.client import Client
 
 from sagacity.errors import InvalidInput, SagacityError, SettingsError
 from sagacity.evidence.checkpoints import CheckpointDir
@@ -19,6 +20,7 @@ from sagacity.evidence.keys import load_public_key
 from sagacity.evidence.rotation import trusted_keys
 from sagacity.evidence.trust import TrustRoots, fingerprint, load_trust, worker_writable
 from sagacity.settings import Settings, dev_stack_hint, load_settings
+from sagacity.worker import connect_client
 
 T = TypeVar("T")
 
@@ -204,3 +206,14 @@ def signing_identity(signer: Signer | None, keyring: Keyring | None) -> str:
     if entry is not None and len(entry.principals) == 1 and entry.principals[0] != ANY_PRINCIPAL:
         return entry.principals[0]
     return getpass.getuser()
+
+
+async def temporal_client(settings: Settings) -> Client:
+    """A client of the configured Temporal (with the deployment's payload codec); a
+    :class:`SagacityError` saying why when none is configured or it cannot be reached."""
+    try:
+        return await connect_client(settings)
+    except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+        raise SagacityError(
+            f"cannot reach Temporal at {settings.temporal_address}: {exc}"
+        ) from None

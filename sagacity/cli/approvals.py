@@ -323,8 +323,9 @@ def serve_command(
                     signer=service.signer,
                     keyring=service.keyring,
                 ),
-                # who may decide every tool may halt them all
+                # who may decide every tool may halt them all, and roll ended sagas back
                 operators=permitted(settings.approvers, "*"),
+                task_queue=settings.task_queue,
             )
             api = create_app(service, tokens, oidc=oidc, codec=codec, web=web)
             await Server(uvicorn.Config(api, host=host, port=port)).serve()

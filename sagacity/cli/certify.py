@@ -17,7 +17,13 @@ from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from sagacity.cli._common import checkpoints_or_exit, duration_or_exit, fail, run_or_exit
+from sagacity.cli._common import (
+    checkpoints_or_exit,
+    duration_or_exit,
+    fail,
+    run_or_exit,
+    temporal_client,
+)
 from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
@@ -26,6 +32,7 @@ from sagacity.evidence.decisions import load_keyring
 from sagacity.inputs import check_name
 from sagacity.settings import load_settings
 from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.runs import RunChains
 
 __all__ = ["certify_command"]
 
@@ -68,8 +75,9 @@ def certify_command(
         typer.Option("--database-url", help="Journal database (default: SAGACITY_DATABASE_URL)."),
     ] = None,
 ) -> None:
-    """Fail (exit 1) while a saga has an effect live after a rollback, a failed compensation,
-    a call of unknown outcome, an approval past its SLA, or evidence that does not verify."""
+    """Fail (exit 1) while a saga has an effect live after a rollback or after its workflow
+    closed unfinished (terminated, timed out), a failed compensation, a call of unknown outcome,
+    an approval past its SLA, or evidence that does not verify."""
     try:
         settings = load_settings()
         keyring = None if settings.keyring is None else load_keyring(settings.keyring)
@@ -99,6 +107,7 @@ def certify_command(
                 approval_sla=sla,
                 checkpoints=checkpoints,
                 keyring=keyring,
+                runs=RunChains(lambda: temporal_client(settings)),
             )
             return [c async for c in found]
 

@@ -20,6 +20,7 @@ from sagacity.cli import (
     keyring,
     mcp,
     reconcile,
+    rollback,
     saga,
     tlog,
     trust,
@@ -76,6 +77,7 @@ app.add_typer(saga.app, name="saga")
 app.add_typer(trust.app, name="trust")
 saga.app.command("quarantine")(halt.quarantine)
 saga.app.command("release")(halt.release)
+saga.app.command("rollback")(rollback.rollback)
 app.command("verify")(verify.verify)
 app.command("certify")(certify.certify_command)
 app.command("witness")(witness.witness)

@@ -5,8 +5,9 @@ runs the probe of each journaled call whose tool declares one, and prints the ca
 journal and the world disagree. ``--resolve-suspects`` resolves each SUSPECT call as its probe
 says, through the saga's ``resolve`` signal, as ``probe:<tool>``.
 
-Exit 0 when nothing needs a person; 1 on drift, a SUSPECT call left unresolved, or a probe that
-failed (each printed with saga, seq and tool); 2 when it could not reconcile (bad input, unknown
+Exit 0 when nothing needs a person; 1 on drift, a SUSPECT call left unresolved, a probe that
+failed, or an effect left live by a saga whose workflow closed unfinished (terminated, timed out:
+``sagacity saga rollback`` undoes it), each printed with saga, seq and tool; 2 when it could not reconcile (bad input, unknown
 saga, an app that does not load or declares no probe, no database or Temporal): one line on
 stderr, and nothing resolved.
 """
@@ -35,6 +36,7 @@ from sagacity.evidence.reconcile import Check, Reconciliation, Verdict, reconcil
 from sagacity.inputs import check_name
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
+from sagacity.temporal.runs import RunChains
 from sagacity.tools import ToolRegistry
 from sagacity.worker import DEFAULT_APP, App, connect_client, load_apps
 
@@ -107,7 +109,12 @@ def reconcile_command(
                 raise _Refused(f"the apps' lifespan failed: {type(exc).__name__}: {exc}") from None
             tools = _probed(loaded, apps)
             done = []
-            async for found in reconcile(journal, tools, saga_ids):
+
+            async def temporal() -> Client:
+                return client if client is not None else await _client(settings)
+
+            # a saga a workflow journaled is judged by how its run chain stands in Temporal
+            async for found in reconcile(journal, tools, saga_ids, RunChains(temporal)):
                 if client is not None:
                     for check in found.checks:
                         if check.verdict is Verdict.SUSPECT:
@@ -202,6 +209,9 @@ def _print(sagas: list[Reconciliation], *, as_json: bool) -> None:
             row = (c.journal, _probe_said(c), c.verdict.value, c.detail)
             table.add_row(c.saga_id, str(c.seq), c.tool_name, *row)
         Console().print(table)
+    if not as_json:
+        for f in (f for s in sagas for f in s.left_live):
+            typer.echo(f"saga {f.saga_id}: {f.detail}")
     counts = Counter(c.verdict for s in sagas for c in s.checks)
     parts = [f"{n} {verdict.value}" for verdict in Verdict if (n := counts[verdict])]
     unprobed = sum(s.unprobed for s in sagas)

@@ -58,6 +58,7 @@ from sagacity.approvals.suspects import Resolution, resolve_suspect
 from sagacity.cli._common import configured_checkpoints, signing_identity
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
+from sagacity.cli.rollback import live_lines
 from sagacity.errors import InvalidInput, SagacityError, SagaNotFound
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
@@ -668,9 +669,16 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
     """Where the saga is: state, journal head, what it waits for; or how it ended."""
 
     async def work() -> int:
-        async with _client(_settings()) as client:
+        settings = _settings()
+        async with _client(settings) as client:
             handle = client.get_workflow_handle(saga)
-            found = await (_settle(client, handle) if wait else _status(client, handle))
+            try:
+                found = await (_settle(client, handle) if wait else _status(client, handle))
+            except SagacityError:
+                # a workflow that closed unfinished (terminated, timed out) left these live
+                for line in await live_lines(client, settings, saga):
+                    typer.echo(line, err=True)
+                raise
             code = _report(found, as_json=as_json)
             if isinstance(found, SagaStatus) and not as_json:
                 for line in await _retrying(client, handle):

@@ -1,9 +1,9 @@
 """Certify sagas for CI: whatever a human must still look at, saga by saga, with the seq.
 
 A saga is certified when nothing about it needs a person: no effect left live after it rolled
-back, no compensation that failed for good, no call whose outcome is unknown, no approval waiting
-past its SLA, and its journal verifies against every anchor configured (chain, checkpoints,
-decision signatures). Each finding names its kind, the saga and the seq;
+back or after its workflow closed unfinished (terminated, timed out), no compensation that
+failed for good, no call whose outcome is unknown, no approval waiting past its SLA, and its
+journal verifies against every anchor configured (chain, checkpoints, decision signatures). Each finding names its kind, the saga and the seq;
 :func:`junit_xml` writes them as JUnit XML, one test case per saga.
 """
 
@@ -19,9 +19,10 @@ from xml.etree import ElementTree
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring
-from sagacity.journal import Entry, Phase, read_calls
+from sagacity.journal import Entry, Phase, read_calls, rolled_back
 from sagacity.store.approvals import ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
+from sagacity.temporal.runs import ChainRun, RunChains
 
 __all__ = ["Certificate", "Finding", "Kind", "certify", "effect_findings", "junit_xml"]
 
@@ -33,7 +34,8 @@ class Kind(StrEnum):
     """What a finding is about."""
 
     #: an effect still live after the saga rolled back (an irreversible one, or one whose
-    #: compensation never ran), or a failed call that may have taken effect
+    #: compensation never ran) or after its workflow closed unfinished, or a failed call that
+    #: may have taken effect
     LIVE_EFFECT = "live_effect"
     #: a compensation that failed and was never retried to success
     COMPENSATION_FAILED = "compensation_failed"
@@ -74,15 +76,20 @@ class Certificate:
         return not self.findings
 
 
-def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
-    """Live effects and failed compensations, read from a saga's rows alone.
+def effect_findings(
+    saga_id: str, rows: Sequence[Entry], run: ChainRun | None = None
+) -> list[Finding]:
+    """Live effects and failed compensations, read from a saga's rows and its run chain.
 
-    A saga rolled back once it journals a rejection, an abort or any compensation; then every
-    call that took effect, or may have, must have been compensated.
+    A call that took effect, or may have, must have been compensated when the saga's last run
+    rolled back (:func:`~sagacity.journal.rolled_back`; not when the run showed it completed),
+    or when its run chain ``run`` closed without finishing (terminated, timed out, failed or
+    cancelled around the engine): nothing will undo it then but ``sagacity saga rollback``.
+    ``run`` None: the rows alone judge.
     """
-    rolled_back = any(
-        r.phase in (Phase.REJECTED, Phase.COMPENSATED, Phase.COMPENSATION_FAILED) for r in rows
-    )
+    unfinished = run is not None and run.unfinished
+    completed = run is not None and run.completed
+    rollback = unfinished or (not completed and rolled_back(rows))
     found = []
     for call in read_calls(rows):
         outcome, tool, seq = call.outcome, call.intent.tool_name, call.intent.seq
@@ -98,18 +105,24 @@ def effect_findings(saga_id: str, rows: Sequence[Entry]) -> list[Finding]:
                     "success: its effect is live",
                 )
             )
-        elif call.undone is None and rolled_back:
+        elif call.undone is None and rollback:
             what = (
                 "took effect"
                 if outcome.phase is Phase.EXECUTED
                 else "failed and may have taken effect"
+            )
+            why = (
+                f"its workflow was {run.how} before the saga ended (undo it with "
+                f"`sagacity saga rollback {saga_id}`)"
+                if unfinished and run is not None
+                else "though the saga rolled back"
             )
             found.append(
                 Finding(
                     Kind.LIVE_EFFECT,
                     saga_id,
                     seq,
-                    f"{tool} {what} and was never compensated, though the saga rolled back",
+                    f"{tool} (call seq {seq}) {what} and was never compensated, {why}",
                 )
             )
     return found
@@ -124,13 +137,19 @@ async def certify(
     approval_sla: timedelta = timedelta(hours=24),
     checkpoints: CheckpointDir | None = None,
     keyring: Keyring | None = None,
+    runs: RunChains | None = None,
     now: datetime | None = None,
 ) -> AsyncIterator[Certificate]:
     """One certificate per saga in scope: ``saga_ids``, or every saga with a row since ``since``
-    (every saga when None), then one per saga whose only trace is an overdue approval."""
+    (every saga when None), then one per saga whose only trace is an overdue approval.
+
+    ``runs``: where to read how each saga's run chain stands in Temporal (an effect a
+    terminated saga left is live); None judges by the journal alone.
+    """
     now = now or datetime.now(UTC)
     overdue = await _overdue(approvals, saga_ids, approval_sla, now)
     scope = list(saga_ids) if saga_ids is not None else await journal.saga_ids(since=since)
+    chains = await journal.chains(scope) if runs is not None else {}
     async with aclosing(
         verify_journal(journal, saga_ids=scope, checkpoints=checkpoints, keyring=keyring)
     ) as reports:
@@ -150,8 +169,13 @@ async def certify(
                         "not have happened",
                     )
                 )
+            chain = chains.get(report.saga_id)
+            run = None if chain is None or runs is None else await runs.run(*chain)
             if report.verdict.ok:
-                cert.findings += effect_findings(report.saga_id, await journal.read(report.saga_id))
+                rows = await journal.read(report.saga_id)
+                cert.findings += effect_findings(report.saga_id, rows, run)
+            # findings about the saga's workflow itself (``run``: a task that keeps failing)
+            # go here
             cert.findings += overdue.pop(report.saga_id, [])
             yield cert
     for saga_id, findings in overdue.items():

@@ -7,6 +7,9 @@ system the tool acts on; where the answer differs from the claim, that is drift.
 outcome (SUSPECT, or still running) claims nothing: the probe's answer is what a resolution can
 say. A call whose journaled input or result is redacted is not probed: the probe would be given
 markers, not the values the call used, and its answer would be a guess.
+
+Whatever the probes say, a saga whose workflow closed unfinished (terminated, timed out) names
+each effect it left live (``left_live``): nothing will undo those but ``sagacity saga rollback``.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sagacity.evidence.certify import Finding, Kind, effect_findings
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.journal import Call, Phase, read_calls
 from sagacity.store.journal import JournalStore
+from sagacity.temporal.runs import RunChains
 from sagacity.tools import Found, Probe, ProbeContext, ToolRegistry
 
 __all__ = ["Check", "Reconciliation", "Verdict", "reconcile"]
@@ -91,10 +96,12 @@ class Reconciliation:
     saga_id: str
     checks: list[Check] = field(default_factory=list)
     unprobed: int = 0
+    #: effects left live by the saga's workflow closing unfinished
+    left_live: list[Finding] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not any(c.verdict in NEEDS_A_PERSON for c in self.checks)
+        return not self.left_live and not any(c.verdict in NEEDS_A_PERSON for c in self.checks)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -102,16 +109,29 @@ class Reconciliation:
             "reconciled": self.clean,
             "unprobed": self.unprobed,
             "calls": [c.to_dict() for c in self.checks],
+            "left_live": [f.to_dict() for f in self.left_live],
         }
 
 
 async def reconcile(
-    journal: JournalStore, tools: ToolRegistry, saga_ids: Sequence[str]
+    journal: JournalStore,
+    tools: ToolRegistry,
+    saga_ids: Sequence[str],
+    runs: RunChains | None = None,
 ) -> AsyncIterator[Reconciliation]:
-    """Each saga's calls, probed where their tool has a probe, in journal order."""
+    """Each saga's calls, probed where their tool has a probe, in journal order; with ``runs``
+    (where to read how each saga's run chain stands), what one that closed unfinished left live."""
+    chains = await journal.chains(saga_ids) if runs is not None else {}
     for saga_id in saga_ids:
         found = Reconciliation(saga_id)
-        for call in read_calls(await journal.read(saga_id)):
+        rows = await journal.read(saga_id)
+        chain = chains.get(saga_id)
+        run = None if chain is None or runs is None else await runs.run(*chain)
+        if run is not None and run.unfinished:
+            found.left_live = [
+                f for f in effect_findings(saga_id, rows, run) if f.kind is Kind.LIVE_EFFECT
+            ]
+        for call in read_calls(rows):
             tool = call.intent.tool_name
             probe = tools.get(tool).probe if tool in tools else None
             if probe is None:

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sagacity.journal.entry import Entry
-from sagacity.journal.phases import Phase
+from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
 
-__all__ = ["Call", "Liveness", "read_calls"]
+__all__ = ["Call", "Liveness", "read_calls", "rolled_back"]
 
 #: how a call's effect stands: it took effect, it may have, or it is running (no outcome yet)
 Liveness = Literal["executed", "effect_unknown", "in_flight"]
@@ -89,3 +89,35 @@ def read_calls(rows: Iterable[Entry]) -> list[Call]:
             if named is not None:
                 named.undo.append(row)
     return calls
+
+
+def rolled_back(rows: Iterable[Entry]) -> bool:
+    """Whether the saga's last run rolled back: a rejection, a rollback or a compensation comes
+    after its newest INTENT.
+
+    Read by run, not by row: a run a reset superseded may have rejected or compensated before
+    the run that replaced it made its calls and completed; and the rejection the engine writes
+    for a request whose run ended (:data:`SUPERSEDED`) decides nothing.
+    """
+    found = False
+    for row in rows:
+        if row.phase is Phase.INTENT:
+            found = False
+        elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED) or (
+            row.phase is Phase.REJECTED and not _superseded(row)
+        ):
+            found = True
+    return found
+
+
+def _superseded(row: Entry) -> bool:
+    if row.tool_name != APPROVAL_GATE:
+        return False
+    try:
+        body = json.loads(row.payload)
+    except ValueError:
+        return False
+    if not isinstance(body, dict) or body.get("by") != "sagacity":
+        return False
+    reason = body.get("reason")
+    return isinstance(reason, str) and reason.startswith(SUPERSEDED)

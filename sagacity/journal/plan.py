@@ -10,15 +10,16 @@ undone again. :func:`rollback_plan` reads that same list from the journal, so
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sagacity.journal.calls import Call, read_calls
 from sagacity.journal.entry import Entry
-from sagacity.journal.phases import APPROVAL_GATE, Phase
+from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, Phase
 
-__all__ = ["Fate", "Planned", "RollbackPlan", "rollback_plan"]
+__all__ = ["Fate", "Planned", "RollbackPlan", "rollback_plan", "rolled_back_by"]
 
 
 class Fate(StrEnum):
@@ -105,3 +106,16 @@ def rollback_plan(rows: Iterable[Entry], compensable: Mapping[str, bool]) -> Rol
         elif row.phase in (Phase.APPROVED, Phase.REJECTED) and row.tool_name == APPROVAL_GATE:
             plan.awaiting_approval = None
     return plan
+
+
+def rolled_back_by(rows: Iterable[Entry]) -> str | None:
+    """Who rolled the ended saga back (``sagacity saga rollback``), as its row says; None when
+    nobody did."""
+    for row in rows:
+        if row.tool_name == ROLLBACK:
+            try:
+                body = json.loads(row.payload)
+            except ValueError:
+                return "?"
+            return str(body.get("by", "?")) if isinstance(body, dict) else "?"
+    return None

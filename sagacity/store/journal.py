@@ -90,6 +90,9 @@ _AFTER = (
 )
 _SELECT_ALL = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} ORDER BY saga_id, seq"
 _NAMES_TOOL = "SELECT EXISTS (SELECT FROM {side_effect_journal} WHERE tool_name = %s)"
+_CHAINS = (
+    "SELECT saga_id, workflow_id, first_run_id FROM {sagacity_saga_owner} WHERE saga_id = ANY(%s)"
+)
 _OWNERS = (
     "SELECT saga_id, workflow_id FROM {sagacity_saga_owner}"
     " WHERE saga_id = ANY(%s) OR workflow_id = ANY(%s) ORDER BY saga_id"
@@ -412,6 +415,14 @@ class JournalStore:
                     qualify(_OWNERS, await self._in(conn)), (list(saga_ids), list(workflow_ids))
                 )
                 return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
+
+    async def chains(self, saga_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The run chain that owns each claimed saga among ``saga_ids``: ``(workflow_id,
+        first_run_id)`` by saga id (sagas journaled by no workflow are absent)."""
+        with translate_errors("read saga owners"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(qualify(_CHAINS, await self._in(conn)), (list(saga_ids),))
+                return {str(r[0]): (str(r[1]), str(r[2])) for r in await cur.fetchall()}
 
     @contextlib.asynccontextmanager
     async def exclusive(self, saga_id: str, seq: int) -> AsyncIterator[bool]:

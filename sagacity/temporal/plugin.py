@@ -24,6 +24,7 @@ from sagacity.store.journal import JournalStore
 from sagacity.temporal import visibility
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
 from sagacity.temporal.codec import data_converter
+from sagacity.temporal.rollback import RollbackActivities, RollbackWorkflow
 from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
 
@@ -110,7 +111,9 @@ class SagacityPlugin(SimplePlugin):
         if (journal is None) != (approvals is None):
             raise TypeError("a worker plugin needs both journal= and approvals=")
         self._activities = None
+        rollback: list[Callable[..., Awaitable[Any]]] = []
         if journal is not None and approvals is not None:
+            rollback = [RollbackActivities(journal, registry).plan]
             self._activities = SagaActivities(
                 journal,
                 approvals,
@@ -124,9 +127,12 @@ class SagacityPlugin(SimplePlugin):
         super().__init__(
             "sagacity.SagacityPlugin",
             data_converter=data_converter(codec),
-            activities=self._activities.all() if self._activities else None,
-            # the steps workflow, and under its former type for sagas started under that
-            workflows=[StepsWorkflow, SagaWorkflow, *workflows] if journal is not None else None,
+            activities=[*self._activities.all(), *rollback] if self._activities else None,
+            # the steps workflow, and under its former type for sagas started under that; the
+            # rollback of ended sagas
+            workflows=[StepsWorkflow, SagaWorkflow, RollbackWorkflow, *workflows]
+            if journal is not None
+            else None,
             workflow_runner=functools.partial(
                 sandbox, tool_modules=_tool_modules(registry, workflows)
             ),

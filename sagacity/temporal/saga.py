@@ -45,7 +45,7 @@ from sagacity.errors import (
 from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, allowed, signed_row
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
-from sagacity.journal.phases import APPROVAL_GATE, Phase
+from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
 from sagacity.temporal import names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
@@ -590,7 +590,7 @@ class Saga:
                         phase=Phase.REJECTED,
                         input=gate.input,
                         payload=to_json(
-                            {"by": "sagacity", "reason": "superseded: the run that asked ended"}
+                            {"by": "sagacity", "reason": SUPERSEDED + "the run that asked ended"}
                         ),
                     )
                 ]

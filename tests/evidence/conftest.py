@@ -19,11 +19,11 @@ from sagacity.evidence.keys import generate_key, load_private_key
 from sagacity.journal import Draft, Entry, Phase
 from sagacity.store import JournalStore, Pool, open_pool
 
-# a database of its own for the transparency log's tests (test_tlog, test_witness)
+# the `sagacity` command run in child processes (tests/approvals) and in-process (tests/ops);
+# a database of its own for the transparency log's tests (test_tlog, test_witness); the saga
+# fixtures (an in-process worker with the Order tools) for the Temporal anchor tests
+from tests.approvals.conftest import cli  # noqa: F401
 from tests.evidence.test_tlog import log_db  # noqa: F401
-
-# the `sagacity` command run in-process (tests/ops), and the saga fixtures (an in-process
-# worker with the Order tools) for the Temporal anchor tests
 from tests.ops.conftest import sagacity  # noqa: F401
 from tests.temporal.conftest import approvals, shop, shop_session, worker  # noqa: F401
 

@@ -1,0 +1,150 @@
+"""``sagacity saga rollback``: undo what an ended saga left live, as a workflow of its own.
+
+A saga whose workflow was terminated, timed out or failed around the engine leaves its effects
+live (``sagacity certify`` names them). This runs their compensations, newest first, journaled
+in the saga's own chain after a row saying who rolled it back and why.
+
+Exit 0: every live effect compensated (without ``--wait``: the rollback started); 1: a
+compensation failed every attempt (journaled COMPENSATION_FAILED, for a human) or an effect
+nothing can undo stays live; 2: refused (the saga still runs, was rolled back already or has a
+rollback running, left nothing live, is unknown) or bad usage (no Temporal to reach included),
+one line on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, NoReturn
+
+import typer
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from sagacity.approvals.rollbacks import left_live, start_rollback
+from sagacity.cli._common import signing_identity, temporal_client
+from sagacity.cli._exit import exit_now, hard_exit
+from sagacity.cli.db import journal_url_or_exit
+from sagacity.errors import InvalidInput, SagacityError
+from sagacity.inputs import check_name
+from sagacity.settings import Settings, load_settings
+from sagacity.store import JournalStore
+from sagacity.temporal.rollback import ALREADY_ROLLED_BACK, NOTHING_LIVE, RollbackResult
+
+__all__ = ["live_lines", "rollback"]
+
+
+@hard_exit
+def rollback(
+    saga: Annotated[str, typer.Argument(help="The ended saga's id.")],
+    reason: Annotated[
+        str,
+        typer.Option("--reason", help="Why; journaled with who rolled it back."),
+    ] = "rolled back by an operator",
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by", help="Who rolls it back (default: your user name).", show_default=False
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for every compensation; the exit code says.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--attempts",
+            min=1,
+            max=1000,
+            help="Attempts at each compensation before it is journaled COMPENSATION_FAILED "
+            "(default: 20, as a saga's).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Compensate, newest first, the effects an ended saga (terminated, timed out) left live."""
+    try:
+        check_name(saga, what="a saga id")
+        settings = load_settings()
+        who = by or signing_identity(None, None)
+    except (SagacityError, OSError, KeyError) as exc:
+        _refused(str(exc) if isinstance(exc, SagacityError) else "no user name: pass --by NAME")
+    url = journal_url_or_exit(None)
+
+    async def work() -> int:
+        try:
+            client = await temporal_client(settings)
+        except SagacityError as exc:  # as every `saga` command: no Temporal is bad usage
+            raise InvalidInput(str(exc)) from None
+        async with await JournalStore.open(url, min_size=1, max_size=2) as journal:
+            ended, handle = await start_rollback(
+                client,
+                journal,
+                saga,
+                by=who,
+                reason=reason,
+                task_queue=settings.task_queue,
+                attempts=attempts,
+            )
+        typer.echo(f"rolling back saga {saga} as {who} (workflow {handle.id}):", err=True)
+        for finding in ended.live:
+            typer.echo(f"  live: {finding.detail}", err=True)
+        if not wait:
+            if as_json:
+                typer.echo(json.dumps({"saga_id": saga, "workflow_id": handle.id}))
+            return 0
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type in (
+                ALREADY_ROLLED_BACK,
+                NOTHING_LIVE,
+            ):
+                raise InvalidInput(cause.message) from None
+            raise SagacityError(f"the rollback of {saga} did not complete: {cause}") from None
+        _print(result, as_json=as_json)
+        return 0 if result.ok else 1
+
+    try:
+        code = asyncio.run(work())
+    except InvalidInput as exc:
+        _refused(str(exc))
+    except (SagacityError, RPCError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        code = 1
+    exit_now(code)
+
+
+def _refused(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    exit_now(2)
+
+
+def _print(result: RollbackResult, *, as_json: bool) -> None:
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    done = ", ".join(f"{u.tool_name} (call seq {u.call_seq})" for u in result.compensated)
+    typer.echo(f"saga {result.saga_id} rolled back: compensated {done or 'nothing'}")
+    for undo in result.failed:
+        typer.echo(
+            f"  COMPENSATION FAILED: {undo.tool_name} (call seq {undo.call_seq}) is still "
+            "live: a human must undo it"
+        )
+    for live in result.stays_live:
+        typer.echo(f"  stays live (no compensation declared): {live}")
+
+
+async def live_lines(client: Client, settings: Settings, saga_id: str) -> list[str]:
+    """A line for each effect the saga left live, for ``saga status`` (none when the journal is
+    out of reach: the status says what it can without)."""
+    if not settings.database_url:
+        return []
+    try:
+        async with await JournalStore.open(settings.database_url, min_size=1, max_size=1) as j:
+            return [f"  live: {f.detail}" for f in await left_live(client, j, saga_id)]
+    except (SagacityError, RPCError):
+        return []
