@@ -31,7 +31,7 @@ from sagacity.devstack import DevStack
 from sagacity.journal import Phase
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
-from tests.chaos.operations import Fate, OpsPlan
+from tests.chaos.operations import STEPS_ONLY, Fate, OpsPlan
 from tests.chaos.operations_run import (
     Chaos,
     OpsProfile,
@@ -175,3 +175,57 @@ async def assert_as_decided(report: OpsReport, plans: list[OpsPlan], database_ur
     ended = {o.plan.saga_id: o.result.status if o.result else None for o in report.outcomes}
     assert ended == {p.saga_id: p.expected for p in plans}, report.summary()
     assert not report.judgement.flagged
+
+
+async def test_operator_moves(
+    chaos_stack: DevStack,
+    chaos_client: Client,
+    chaos_database: str,
+    chaos_dir: Path,
+    rng: random.Random,
+    settings: Settings,
+) -> None:
+    """Each of the operator's moves on a saga of its own, nothing else going wrong: a terminate
+    and a rollback, a reset, a keep halt while compensations run, a 3 MB argument mid-saga, and
+    decisions sent as raw bytes to each; then certify fails exactly what is live."""
+    moves = (
+        Fate.TERMINATE_ROLLBACK,
+        Fate.RESET_COMPLETE,
+        Fate.HALT_COMPENSATING,
+        Fate.BIG_ARGUMENT,
+    )
+    plans = [
+        OpsPlan(
+            saga_id=f"moves-{fate.value}-{uuid4().hex[:6]}",
+            fate=fate,
+            workflow="steps" if fate in STEPS_ONLY else "order",
+            raw_signals=2,
+            raw_updates=1,
+        )
+        for fate in moves
+    ]
+
+    async def calm(chaos: Chaos) -> None:
+        return None
+
+    report = await run_operations(
+        test="moves",
+        profile="one saga per operator move",
+        client=chaos_client,
+        stack=chaos_stack,
+        database_url=chaos_database,
+        plans=plans,
+        rng=rng,
+        log_dir=chaos_dir,
+        disrupt=calm,
+        window_s=1.0,
+        drain_s=240.0,
+        concurrency=len(plans),
+    )
+    with log_kept_on_failure(settings, chaos_dir / "moves.log"):
+        assert_clean(report)
+        assert {o.plan.fate for o in report.outcomes if o.disrupted} >= {
+            Fate.TERMINATE_ROLLBACK,
+            Fate.RESET_COMPLETE,
+            Fate.HALT_COMPENSATING,
+        }
