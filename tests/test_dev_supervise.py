@@ -32,10 +32,18 @@ RESTARTED_POSTGRES = re.compile(r"restarted the embedded Postgres \(its postmast
 
 
 class DevProcess:
-    """A `sagacity dev` run by a fresh clone's environment, its output (both streams) collected."""
+    """A `sagacity dev` run by a fresh clone's environment, its output (both streams) collected.
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SAGACITY_CODEC_KEYS")}
+    ``session_codec``: keep the test session's payload codec keys (a client of the session's
+    reads what the stack's workers write), rather than let the stack make its own.
+    """
+
+    def __init__(self, data_dir: Path, *args: str, session_codec: bool = False) -> None:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if session_codec or not k.startswith("SAGACITY_CODEC_KEYS")
+        }
         for name in ENDPOINT_VARIABLES:
             env.pop(name, None)
         env["SAGACITY_DATA_DIR"] = str(data_dir)

@@ -16,13 +16,14 @@ import asyncio
 import os
 import random
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from psycopg import AsyncConnection
+import psycopg
 from temporalio.api.common.v1 import Payload, Payloads, WorkflowExecution
 from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import Input, Meta, Request, WaitPolicy
@@ -34,13 +35,17 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client, WorkflowHandle
 
 from sagacity.approvals.halts import HaltService
+from sagacity.errors import StoreUnavailable
 from sagacity.journal import Phase
 from sagacity.store import JournalStore, open_pool
+from sagacity.store.db import Pool
 from sagacity.store.halts import HaltScope, HaltStore
 from sagacity.temporal.names import CALL_TOOL
 
 #: how long a ``keep`` halt holds a compensating saga before it is lifted
 HOLD_S = 8.0
+#: how long lifting it may take (Postgres may be away)
+RESUME_S = 120.0
 #: the operator the driver's halts and rollbacks are made as
 OPERATOR = "chaos-operator"
 #: what a missing ``saga rollback`` command answers (typer's usage error)
@@ -203,33 +208,56 @@ class Hold:
     undone_at_lift: int
 
 
-async def _undone(conn: AsyncConnection[Any], saga_id: str) -> int:
-    row = await (
-        await conn.execute(
-            "SELECT count(*) FROM side_effect_journal WHERE saga_id = %s AND phase = ANY(%s)",
-            (saga_id, [Phase.COMPENSATED.value, Phase.COMPENSATION_FAILED.value]),
-        )
-    ).fetchone()
+async def _undone(pool: Pool, saga_id: str) -> int:
+    async with pool.connection() as conn:
+        row = await (
+            await conn.execute(
+                "SELECT count(*) FROM side_effect_journal WHERE saga_id = %s AND phase = ANY(%s)",
+                (saga_id, [Phase.COMPENSATED.value, Phase.COMPENSATION_FAILED.value]),
+            )
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
-async def hold_compensations(client: Client, database_url: str, saga_id: str) -> Hold:
-    """Halt ``saga_id`` with policy ``keep`` for :data:`HOLD_S` seconds, then lift the halt."""
-    pool = await open_pool(database_url, max_size=2)
+async def _resume(service: HaltService, halt_id: int) -> None:
+    """Lift the halt, through an outage if need be: a halt left in force would hold the saga."""
+    deadline = time.monotonic() + RESUME_S
+    while True:
+        try:
+            await service.resume(halt_id, by=OPERATOR, reason="chaos: carry on")
+            return
+        except (StoreUnavailable, psycopg.Error):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(2.0)
+
+
+async def hold_compensations(client: Client, database_url: str, saga_id: str) -> Hold | None:
+    """Halt ``saga_id`` with policy ``keep`` for :data:`HOLD_S` seconds, then lift the halt;
+    None when Postgres was away, and nothing is held (try again)."""
+    try:
+        pool = await open_pool(database_url, max_size=2)
+    except StoreUnavailable:
+        return None
     try:
         service = HaltService(client, HaltStore(pool), JournalStore(pool))
-        result = await service.halt(
-            scope=HaltScope(sagas=(saga_id,)),
-            policy="keep",
-            reason="chaos: hold the world as it is",
-            operator=OPERATOR,
-            settle=timedelta(seconds=0),
-        )
-        async with pool.connection() as conn:
-            at_halt = await _undone(conn, saga_id)
+        try:
+            result = await service.halt(
+                scope=HaltScope(sagas=(saga_id,)),
+                policy="keep",
+                reason="chaos: hold the world as it is",
+                operator=OPERATOR,
+                settle=timedelta(seconds=0),
+            )
+        except (StoreUnavailable, psycopg.Error):
+            return None
+        try:
+            at_halt = await _undone(pool, saga_id)
             await asyncio.sleep(HOLD_S)
-            at_lift = await _undone(conn, saga_id)
-        await service.resume(result.halt_id, by=OPERATOR, reason="chaos: carry on")
+            return Hold(at_halt, await _undone(pool, saga_id))
+        except (StoreUnavailable, psycopg.Error):
+            return None
+        finally:
+            await _resume(service, result.halt_id)
     finally:
         await pool.close()
-    return Hold(at_halt, at_lift)
