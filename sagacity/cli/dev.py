@@ -6,7 +6,9 @@ its owner (migrations, the append-only ``sagacity_app`` role) and the anchors (a
 checkpoint folder under ``<data_dir>/anchors``, created once) and the payload codec's keys
 (``<data_dir>/codec-keys``, created once), prints the ``export`` lines another
 terminal needs (and keeps them in ``<data_dir>/dev.env`` while it runs, to ``source``), and
-stops both cleanly on Ctrl-C or SIGTERM.
+stops both cleanly on Ctrl-C or SIGTERM. Meanwhile it supervises the servers it started
+(:mod:`sagacity.devsupervise`): one that dies is restarted with its data, a few times a minute at
+most; past that the command exits 1 naming the server.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import typer
 from sagacity.cli._exit import hard_exit
 from sagacity.devkeys import DevSetup
 from sagacity.devstack import DevStack, Endpoints, tcp_port_free
+from sagacity.devsupervise import DEFAULT_RESTARTS, RESTART_WINDOW_S, supervise
 from sagacity.errors import DevStackError, SagacityError, SettingsError
 from sagacity.evidence.trust import fingerprint as full_fingerprint
 from sagacity.settings import dev_env_file, load_settings
@@ -108,7 +111,7 @@ def _write_private(path: Path, text: str) -> None:
         raise DevStackError(f"cannot write the exports to {path}: {exc}") from None
 
 
-async def _run(stack: DevStack) -> None:
+async def _run(stack: DevStack, restarts: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -141,7 +144,7 @@ async def _run(stack: DevStack) -> None:
         logs = [p for p in (stack.temporal_log, stack.postgres_log) if p is not None]
         typer.echo(f"\nLogs: {', '.join(str(p) for p in logs)}")
         typer.echo("Press Ctrl-C to stop.")
-        await stop.wait()
+        await _until_stopped(stack, stop, restarts)
         typer.echo("\nstopping...", err=True)
     finally:
         # gone with the stack: a stale file would send the next terminal to a dead server
@@ -149,6 +152,24 @@ async def _run(stack: DevStack) -> None:
         await stack.stop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+
+
+async def _until_stopped(stack: DevStack, stop: asyncio.Event, restarts: int) -> None:
+    """Supervise the stack's servers until Ctrl-C; raise when one dies past its restarts."""
+    watch = asyncio.create_task(supervise(stack, _say_restart, restarts=restarts))
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait({watch, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if watch in done:
+            watch.result()  # the DevStackError that names the server
+    finally:
+        for task in (watch, stopped):
+            task.cancel()
+        await asyncio.gather(watch, stopped, return_exceptions=True)
+
+
+def _say_restart(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 @hard_exit
@@ -164,6 +185,15 @@ def dev(
         Path | None,
         typer.Option("--data-dir", help="Where the stack keeps its data (SAGACITY_DATA_DIR)."),
     ] = None,
+    restarts: Annotated[
+        int,
+        typer.Option(
+            "--restarts",
+            min=0,
+            help=f"Restart a server that dies up to this many times within "
+            f"{RESTART_WINDOW_S:.0f}s, then exit 1 naming it (0: exit at once).",
+        ),
+    ] = DEFAULT_RESTARTS,
 ) -> None:
     """Run a real Temporal dev server and Postgres locally until Ctrl-C."""
     try:
@@ -177,7 +207,7 @@ def dev(
         port = None
     stack = DevStack(settings, temporal_port=port)
     try:
-        asyncio.run(_run(stack))
+        asyncio.run(_run(stack, restarts))
     except (DevStackError, SagacityError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -4,7 +4,9 @@ Each saga has a :class:`Fate`: how the driver, playing its humans, means it to e
 a plan can add what happens to sagas in production: a Temporal cancel or an abort at a random
 moment (or right after an approval), signals and updates with bad payloads, decisions through the
 ``decide`` update instead of a signal, and a new saga started under the saga's id, while it runs
-or after it ended. :class:`OpsDriver` runs one plan and records what it did and saw, for
+or after it ended; and what :mod:`tests.chaos.operator_moves` does: a terminate and a
+``sagacity saga rollback``, a reset, a ``keep`` halt while compensations run, decisions as raw
+bytes, a 3 MB argument. :class:`OpsDriver` runs one plan and records what it did and saw, for
 :mod:`tests.chaos.operations_checks` to judge.
 """
 
@@ -28,7 +30,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from sagacity.temporal.models import (
@@ -46,6 +48,17 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.chaos.harness import APPROVER, RESOLVER, effect_of, retrying
+from tests.chaos.operator_moves import (
+    Hold,
+    Rollback,
+    cli_env,
+    hold_compensations,
+    raw_decision,
+    reset_after_first_effect,
+    send_raw_signal,
+    send_raw_update,
+    terminate_and_roll_back,
+)
 from workflows.order.workflows import OrderRequest, order_steps
 
 #: who the driver's aborts are journaled as
@@ -57,6 +70,12 @@ POLL_S = 0.7
 #: how the SDK refuses an update for which the workflow has registered no handler (yet)
 #: a seq no saga of these tests reaches: decisions for it are refused, never taken
 NO_SUCH_SEQ = 9999
+#: BIG_ARGUMENT: the note ``make_note`` returns; ``attach_note`` takes it six times (3 MB)
+NOTE_SIZE = 500_000
+#: HALT_COMPENSATING: how long the courier's undo runs, the halt coming meanwhile
+UNDO_STALL_S = 4.0
+#: how long ``sagacity saga rollback --wait`` may take
+ROLLBACK_S = 120.0
 
 
 def _error_chain(exc: BaseException) -> str:
@@ -87,6 +106,17 @@ class Fate(StrEnum):
     CANCEL = "cancel"
     #: a Temporal cancel while the saga waits at its gate: aborted (SagaCancelled)
     CANCEL_AT_GATE = "cancel-at-gate"
+    #: terminated at its gate (no workflow code runs), then ``sagacity saga rollback --wait``:
+    #: every effect compensated, though the workflow has no result
+    TERMINATE_ROLLBACK = "terminate-rollback"
+    #: reset to the workflow task after its first effect, then approved: completes
+    RESET_COMPLETE = "reset-complete"
+    #: a steps saga rejected, halted with policy ``keep`` while its slow undos run, the halt
+    #: lifted after a while: compensated, no undo started under the halt
+    HALT_COMPENSATING = "halt-compensating"
+    #: a steps saga whose call mid-saga takes a 3 MB argument: completes, or ends with a typed
+    #: refusal of that call before its INTENT; never wedged
+    BIG_ARGUMENT = "big-argument"
 
 
 EXPECTED: dict[Fate, SagaState] = {
@@ -97,10 +127,16 @@ EXPECTED: dict[Fate, SagaState] = {
     Fate.ABORT_AFTER_APPROVE: SagaState.ABORTED,
     Fate.CANCEL: SagaState.ABORTED,
     Fate.CANCEL_AT_GATE: SagaState.ABORTED,
+    Fate.TERMINATE_ROLLBACK: SagaState.COMPENSATED,
+    Fate.RESET_COMPLETE: SagaState.COMPLETED,
+    Fate.HALT_COMPENSATING: SagaState.COMPENSATED,
+    Fate.BIG_ARGUMENT: SagaState.COMPLETED,
 }
 #: fates whose decision the driver withholds (the saga waits at its gate for the abort)
 WITHHELD = frozenset({Fate.ABORT, Fate.CANCEL})
 CANCELLED = frozenset({Fate.CANCEL, Fate.CANCEL_AT_GATE})
+#: fates that are run as steps sagas (their tools are the chaos app's)
+STEPS_ONLY = frozenset({Fate.COURIER_FAILS, Fate.HALT_COMPENSATING, Fate.BIG_ARGUMENT})
 
 Workflow = Literal["order", "steps"]
 #: a new saga under this one's id: none, while it runs, or after it ended
@@ -124,6 +160,9 @@ class OpsPlan:
     disrupt_after_s: float = 0.0
     bad_signals: int = 0
     bad_updates: int = 0
+    #: decisions sent as raw bytes (10k-deep JSON, lone surrogates, invalid UTF-8)
+    raw_signals: int = 0
+    raw_updates: int = 0
     decide_by: Literal["signal", "update"] = "signal"
     reuse: Reuse = "none"
     #: overrides every tool's heartbeat timeout (how soon a killed worker's calls are retried)
@@ -164,6 +203,12 @@ class OpsOutcome:
     gate_seq: int | None = None
     #: the last status the driver saw while the saga ran
     last: SagaStatus | None = None
+    #: TERMINATE_ROLLBACK: what ``sagacity saga rollback --wait`` did
+    rollback: Rollback | None = None
+    #: RESET_COMPLETE: the run the reset started
+    reset_run: str | None = None
+    #: HALT_COMPENSATING: the undos journaled when the ``keep`` halt took hold and was lifted
+    hold: Hold | None = None
 
 
 def bad_signal(rng: random.Random, seq: int) -> tuple[str, Any, str]:
@@ -221,9 +266,25 @@ def start_args(plan: OpsPlan) -> tuple[str, Any]:
     spec = order_steps(plan.product_id, plan.quantity, options)
     courier = Step(
         tool="book_courier",
-        args={"order_id": {"$ref": "create_order.order_id"}, "slow_attempts": plan.slow_attempts},
+        args={
+            "order_id": {"$ref": "create_order.order_id"},
+            "slow_attempts": plan.slow_attempts,
+            "undo_stall_s": UNDO_STALL_S if plan.fate is Fate.HALT_COMPENSATING else 0.0,
+        },
     )
     spec.steps.insert(2, courier)
+    if plan.fate is Fate.BIG_ARGUMENT:
+        note = {"$ref": "make_note.note"}
+        spec.steps[3:3] = [
+            Step(tool="make_note", args={"size": NOTE_SIZE}),
+            Step(
+                tool="attach_note",
+                args={
+                    "order_id": {"$ref": "create_order.order_id"},
+                    **dict.fromkeys("abcdef", note),
+                },
+            ),
+        ]
     return STEPS_WORKFLOW, spec
 
 
@@ -267,6 +328,8 @@ class OpsDriver:
         self.task_queue = task_queue
         self.database_url = database_url
         self.rng = rng
+        #: how `sagacity` commands (rollback) reach this stack and its worker
+        self.cli_env = cli_env(client, database_url, task_queue)
         #: the sagas started and not yet ended
         self.running: dict[str, OpsOutcome] = {}
 
@@ -282,19 +345,23 @@ class OpsDriver:
         )
         out.run_id = handle.result_run_id
         self.running[plan.saga_id] = out
+        # the saga's current run, whichever it is (a reset starts another)
+        latest: WorkflowHandle[Any, SagaResult] = self.client.get_workflow_handle(
+            plan.saga_id, result_type=SagaResult
+        )
         done = asyncio.Event()
-        helpers = [asyncio.create_task(self._pester(handle, out, done))]
+        helpers = [asyncio.create_task(self._pester(latest, out, done))]
         if plan.reuse == "while-running":
             helpers.append(asyncio.create_task(self._reuse_while_running(out)))
         if plan.fate in WITHHELD:
-            helpers.append(asyncio.create_task(self._disrupt_later(handle, out, done)))
-        result = asyncio.create_task(retrying(handle.result, until=deadline))
+            helpers.append(asyncio.create_task(self._disrupt_later(latest, out, done)))
+        result = asyncio.create_task(self._result(handle, out, deadline))
         try:
             while not result.done():
                 if time.monotonic() > deadline:
                     out.error = "did not end in time"
                     break
-                await self._answer(handle, out)
+                await self._answer(latest, out)
                 await asyncio.wait({result}, timeout=POLL_S * self.rng.uniform(0.7, 1.3))
             else:
                 out.result = result.result()
@@ -310,7 +377,7 @@ class OpsDriver:
         if out.result is not None:
             with contextlib.suppress(Exception):
                 out.final = await retrying(
-                    lambda: handle.query(
+                    lambda: latest.query(
                         "status", result_type=SagaStatus, rpc_timeout=timedelta(seconds=5)
                     ),
                     until=deadline,
@@ -318,6 +385,28 @@ class OpsDriver:
             if plan.reuse == "after":
                 await self._reuse_after(out, deadline=deadline)
         return out
+
+    async def _result(
+        self, handle: WorkflowHandle[Any, SagaResult], out: OpsOutcome, deadline: float
+    ) -> SagaResult | None:
+        """The saga's result, following a reset to the run it started; None for a saga
+        terminated to be rolled back (it has no result)."""
+        while True:
+            try:
+                return await retrying(handle.result, until=deadline)
+            except WorkflowFailureError as exc:
+                if not isinstance(exc.cause, TerminatedError):
+                    raise
+                if out.plan.fate is Fate.TERMINATE_ROLLBACK:
+                    return None
+                described = await retrying(
+                    self.client.get_workflow_handle(out.plan.saga_id).describe, until=deadline
+                )
+                if described.run_id in (None, handle.result_run_id):
+                    raise  # terminated, and no run after it
+                handle = self.client.get_workflow_handle(
+                    out.plan.saga_id, run_id=described.run_id, result_type=SagaResult
+                )
 
     # -- the humans -------------------------------------------------------------------------------
 
@@ -334,6 +423,8 @@ class OpsDriver:
         if pending is not None:
             out.gate_seq = pending.journal_seq
         with contextlib.suppress(RPCError, psycopg.OperationalError, asyncio.TimeoutError):
+            if await self._operate(handle, status, out):
+                return
             if pending is not None and pending.journal_seq not in out.decided:
                 seq = pending.journal_seq
                 if fate in WITHHELD:
@@ -373,6 +464,35 @@ class OpsDriver:
                 )
                 out.resolved.append((suspect.call_seq, suspect.tool_name, happened))
 
+    async def _operate(
+        self, handle: WorkflowHandle[Any, SagaResult], status: SagaStatus, out: OpsOutcome
+    ) -> bool:
+        """The operator's move the fate plans at this point, if any: True when one was made."""
+        fate, pending, sid = out.plan.fate, status.pending_approval, out.plan.saga_id
+        if fate is Fate.TERMINATE_ROLLBACK and pending is not None and out.rollback is None:
+            out.disrupted = True
+            out.rollback = await terminate_and_roll_back(
+                self.client, sid, self.cli_env, timeout=ROLLBACK_S
+            )
+            return True
+        if fate is Fate.RESET_COMPLETE and pending is not None and out.reset_run is None:
+            try:
+                out.reset_run = await reset_after_first_effect(self.client, handle)
+                out.disrupted = True
+            except LookupError as exc:
+                out.reset_run = ""  # not tried again: the saga is approved as it is
+                out.problems.append(f"not reset: {exc}")
+            return True
+        if (
+            fate is Fate.HALT_COMPENSATING
+            and status.state is SagaState.COMPENSATING
+            and out.hold is None
+        ):
+            out.disrupted = True
+            out.hold = await hold_compensations(self.client, self.database_url, sid)
+            return True
+        return False
+
     def _decision(self, seq: int, fate: Fate) -> tuple[str, Approve | Reject]:
         if self._approves(fate):
             return "approve", Approve(journal_seq=seq, approver=APPROVER)
@@ -380,7 +500,7 @@ class OpsDriver:
 
     @staticmethod
     def _approves(fate: Fate) -> bool:
-        return fate is not Fate.REJECT
+        return fate not in (Fate.REJECT, Fate.HALT_COMPENSATING)
 
     async def _decide_by_update(
         self, handle: WorkflowHandle[Any, SagaResult], seq: int, out: OpsOutcome
@@ -437,42 +557,76 @@ class OpsDriver:
 
         Never cancelled mid-send: a signal cancelled in flight may or may not have arrived.
         """
-        signals, updates = out.plan.bad_signals, out.plan.bad_updates
-        while (signals or updates) and not done.is_set():
+        plan = out.plan
+        sends = ["signal"] * plan.bad_signals + ["update"] * plan.bad_updates
+        sends += ["raw-signal"] * plan.raw_signals + ["raw-update"] * plan.raw_updates
+        self.rng.shuffle(sends)
+        for send in sends:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), self.rng.uniform(0.2, 3.0))
                 return
             # the request's own seq once known: a bad payload that names it must change nothing
-            seq = out.gate_seq or (5 if out.plan.workflow == "order" else 7)
-            if signals and (not updates or self.rng.random() < 0.6):
-                signals -= 1
-                name, payload, kind = bad_signal(self.rng, seq)
-                try:
-                    await handle.signal(name, payload, rpc_timeout=timedelta(seconds=5))
-                    out.signals[kind] += 1
-                except RPCError as exc:
-                    if exc.status == exc.status.DEADLINE_EXCEEDED:
-                        out.signals["unsure"] += 1
+            seq = out.gate_seq or (5 if plan.workflow == "order" else 7)
+            if send == "signal":
+                await self._bad_signal(handle, out, seq)
+            elif send == "update":
+                await self._bad_update(handle, out, seq)
             else:
-                updates -= 1
-                payload = bad_update(self.rng, seq)
-                try:
-                    await asyncio.wait_for(
-                        handle.execute_update("decide", payload, result_type=str), 10
-                    )
-                    out.updates["accepted"] += 1
-                    out.problems.append(f"a bad decide update was accepted: {payload!r:.200}")
-                except WorkflowUpdateFailedError as exc:
-                    cause = exc.cause
-                    if isinstance(cause, ApplicationError) and cause.type == "ApprovalRefused":
-                        out.updates["refused"] += 1
-                    else:
-                        out.updates[f"error: {type(cause).__name__}"] += 1
-                        out.problems.append(
-                            f"a bad decide update failed with {type(cause).__name__}: {cause}"
-                        )
-                except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
-                    out.updates["unanswered"] += 1
+                await self._raw_decision(out, raw=send)
+
+    async def _bad_signal(
+        self, handle: WorkflowHandle[Any, SagaResult], out: OpsOutcome, seq: int
+    ) -> None:
+        name, payload, kind = bad_signal(self.rng, seq)
+        try:
+            await handle.signal(name, payload, rpc_timeout=timedelta(seconds=5))
+            out.signals[kind] += 1
+        except RPCError as exc:
+            if exc.status == exc.status.DEADLINE_EXCEEDED:
+                out.signals["unsure"] += 1
+
+    async def _bad_update(
+        self, handle: WorkflowHandle[Any, SagaResult], out: OpsOutcome, seq: int
+    ) -> None:
+        payload = bad_update(self.rng, seq)
+        try:
+            await asyncio.wait_for(handle.execute_update("decide", payload, result_type=str), 10)
+            out.updates["accepted"] += 1
+            out.problems.append(f"a bad decide update was accepted: {payload!r:.200}")
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == "ApprovalRefused":
+                out.updates["refused"] += 1
+            else:
+                out.updates[f"error: {type(cause).__name__}"] += 1
+                out.problems.append(
+                    f"a bad decide update failed with {type(cause).__name__}: {cause}"
+                )
+        except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            out.updates["unanswered"] += 1
+
+    async def _raw_decision(self, out: OpsOutcome, *, raw: str) -> None:
+        """A decision as bytes no client library writes, naming a request no saga has: whether
+        the saga can read it or not, it must record it refused (and refuse the update, typed)."""
+        kind, data = raw_decision(self.rng, NO_SUCH_SEQ)
+        sid = out.plan.saga_id
+        if raw == "raw-signal":
+            name = self.rng.choice(["approve", "reject"])
+            try:
+                await send_raw_signal(self.client, sid, name, data)
+                out.signals["raw"] += 1
+            except RPCError as exc:
+                if exc.status == exc.status.DEADLINE_EXCEEDED:
+                    out.signals["unsure"] += 1
+            return
+        try:
+            answer = await send_raw_update(self.client, sid, data)
+        except (TimeoutError, RPCError):
+            out.updates["unanswered"] += 1
+            return
+        out.updates[f"raw {answer}" if answer != "refused" else "refused"] += 1
+        if answer != "refused":
+            out.problems.append(f"a decide update of {kind} bytes was not refused, typed: {answer}")
 
     async def _reuse_while_running(self, out: OpsOutcome) -> None:
         """Start another saga under the id of this running one: Temporal refuses it."""

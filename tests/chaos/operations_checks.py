@@ -20,10 +20,13 @@ from sagacity.journal import APPROVAL_GATE, Entry, Phase
 from sagacity.store import JournalStore
 from sagacity.temporal.models import TERMINAL_STATES, SagaResult, SagaState
 from tests.chaos.operations import CANCELLED, Fate, OpsOutcome
+from tests.chaos.operator_moves import HOLD_S
 
 #: the tools each saga calls once, with an undo; and the one that needs an approval
-COMPENSABLE = ("reserve_inventory", "create_order", "book_courier")
+COMPENSABLE = ("reserve_inventory", "create_order", "book_courier", "make_note", "attach_note")
 IRREVERSIBLE = "send_confirmation"
+#: the call of a BIG_ARGUMENT saga whose argument is 3 MB
+BIG_CALL = "attach_note"
 #: what the runtime journals when an abort lands between APPROVED and the approved call
 ABORTED_AFTER_APPROVAL = "aborted before the approved call ran"
 
@@ -37,6 +40,8 @@ class ShopRows:
     outbox: list[int] = field(default_factory=list)
     courier: list[str] = field(default_factory=list)
     courier_attempts: int = 0
+    #: the note tools' rows, by tool
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
     def of(self, tool: str) -> list[Any]:
         made: dict[str, list[Any]] = {
@@ -45,7 +50,16 @@ class ShopRows:
             IRREVERSIBLE: self.outbox,
             "book_courier": self.courier,
         }
-        return made[tool]
+        return made[tool] if tool in made else self.notes.get(tool, [])
+
+    def live(self) -> dict[str, int]:
+        """The effects still in force, by tool (all but the mail, which nothing undoes)."""
+        return {
+            "reserve_inventory": self.reservations.count("held"),
+            "create_order": self.orders.count("placed"),
+            "book_courier": self.courier.count("booked"),
+            **{tool: rows.count("live") for tool, rows in self.notes.items()},
+        }
 
 
 async def shop_rows(database_url: str) -> tuple[dict[str, ShopRows], dict[str, int]]:
@@ -71,6 +85,8 @@ async def shop_rows(database_url: str) -> tuple[dict[str, ShopRows], dict[str, i
         ):
             of(sid).courier.append(status)
             of(sid).courier_attempts += attempts
+        for sid, tool, status in await fetch("SELECT saga_id, tool, status FROM chaos_notes"):
+            of(sid).notes.setdefault(tool, []).append(status)
         stock = dict(await fetch("SELECT product_id, available FROM inventory"))
     return rows, stock
 
@@ -94,8 +110,11 @@ def effects(rows: list[Entry]) -> dict[str, str]:
     return found
 
 
-def journal_violations(sid: str, rows: list[Entry], result: SagaResult) -> list[str]:
-    """Order, pairing, approvals and undo, from the saga's rows alone."""
+def journal_violations(
+    sid: str, rows: list[Entry], result: SagaResult, *, runs: int = 1
+) -> list[str]:
+    """Order, pairing, approvals and undo, from the saga's rows alone; ``runs``: how many runs
+    wrote them (a reset starts another, which may ask for the approval again)."""
     found: list[str] = []
     state = result.status
     if [r.seq for r in rows] != list(range(1, len(rows) + 1)):
@@ -139,7 +158,7 @@ def journal_violations(sid: str, rows: list[Entry], result: SagaResult) -> list[
     requests = sum(r.phase is Phase.AWAITING_APPROVAL for r in rows)
     approved = sum((r.tool_name, r.phase) == (APPROVAL_GATE, Phase.APPROVED) for r in rows)
     rejected = sum((r.tool_name, r.phase) == (APPROVAL_GATE, Phase.REJECTED) for r in rows)
-    if requests > 1 or approved > requests or rejected > requests:
+    if requests > runs or approved > requests or rejected > requests:
         found.append(
             f"{sid}: {requests} approval requests, {approved} APPROVED, {rejected} REJECTED"
         )
@@ -183,14 +202,10 @@ def shop_violations(sid: str, rows: list[Entry], result: SagaResult, shop: ShopR
             found.append(f"{sid}: {tool} took effect, the journal says it did not")
         if took.get(tool) == "executed" and not made:
             found.append(f"{sid}: the journal says {tool} EXECUTED, the shop has no trace of it")
-    live = {
-        "reserve_inventory": shop.reservations.count("held"),
-        "create_order": shop.orders.count("placed"),
-        "book_courier": shop.courier.count("booked"),
-    }
+    live = shop.live()
     if result.status is SagaState.COMPLETED:
-        steps = "book_courier" in intents
-        want = {"reserve_inventory": 1, "create_order": 1, "book_courier": int(steps)}
+        want = {tool: int(tool in intents) for tool in live}
+        want |= {"reserve_inventory": 1, "create_order": 1}
         if live != want or len(shop.outbox) != 1:
             found.append(f"{sid}: completed, with {live} live and {len(shop.outbox)} mails")
     else:
@@ -201,23 +216,85 @@ def shop_violations(sid: str, rows: list[Entry], result: SagaResult, shop: ShopR
 
 
 def refusal_violations(out: OpsOutcome) -> list[str]:
-    """Every bad signal that reached the saga is recorded as refused, and nothing else is."""
+    """Every bad signal that reached the saga is recorded as refused, and nothing else is.
+
+    Raw decisions (bytes no client writes) may be recorded as malformed or as misdirected (they
+    name no request of the saga's), but each must be recorded; a bad update may be recorded too.
+    """
     sid, sent = out.plan.saga_id, out.signals
-    if not (sent["malformed"] or sent["misdirected"] or sent["unsure"]):
+    if not (sent["malformed"] or sent["misdirected"] or sent["unsure"] or sent["raw"]):
         return []
     if out.final is None:
         return [f"{sid}: ended, but its status could not be queried"]
     refused = out.final.refused_decisions
     malformed = sum("malformed" in r for r in refused)
     other = len(refused) - malformed
+    raw, unsure, updates = sent["raw"], sent["unsure"], sum(out.updates.values())
     found = []
-    if not sent["malformed"] <= malformed <= sent["malformed"] + sent["unsure"]:
+    if not sent["malformed"] <= malformed <= sent["malformed"] + raw + unsure + updates:
         found.append(f"{sid}: {sent['malformed']} malformed signals sent, {malformed} recorded")
-    if not sent["misdirected"] <= other <= sent["misdirected"] + sent["unsure"]:
+    if not sent["misdirected"] <= other <= sent["misdirected"] + raw + unsure + updates:
         found.append(
             f"{sid}: {sent['misdirected']} misdirected decisions sent, {other} other refusals "
             f"recorded: {refused}"
         )
+    if len(refused) < sent["malformed"] + sent["misdirected"] + raw:
+        found.append(
+            f"{sid}: {raw} decisions sent as raw bytes (deep JSON, lone surrogates, invalid "
+            f"UTF-8) and {len(refused) - sent['malformed'] - sent['misdirected']} of them "
+            "recorded in refused_decisions"
+        )
+    return found
+
+
+def rollback_violations(out: OpsOutcome, shop: ShopRows) -> list[str]:
+    """TERMINATE_ROLLBACK: the rollback command compensated every effect the saga left live."""
+    sid, rollback = out.plan.saga_id, out.rollback
+    if rollback is None:
+        return [f"{sid}: to be terminated at its gate, it ended first ({out.error})"]
+    if rollback.missing:
+        return [
+            f"{sid}: terminated, and `sagacity saga rollback` does not exist: its effects stay "
+            f"live ({shop.live()}) (merge the branch that adds it)"
+        ]
+    found = []
+    if rollback.code != 0:
+        found.append(f"{sid}: `saga rollback --wait` exited {rollback.code}: {rollback.output}")
+    live = {tool: n for tool, n in shop.live().items() if n}
+    if live:
+        found.append(f"{sid}: terminated and rolled back, yet still live in the shop: {live}")
+    return found
+
+
+def hold_violations(out: OpsOutcome) -> list[str]:
+    """HALT_COMPENSATING: under the ``keep`` halt no undo started (the one running may end)."""
+    hold = out.hold
+    if hold is None:
+        return []  # its compensations ended before a halt could be made (Postgres away, say)
+    if hold.undone_at_lift > hold.undone_at_halt + 1:
+        return [
+            f"{out.plan.saga_id}: under a keep halt, compensations went on: "
+            f"{hold.undone_at_lift - hold.undone_at_halt} undone in {HOLD_S:.0f}s"
+        ]
+    return []
+
+
+def live_sagas(outcomes: list[OpsOutcome], shops: dict[str, ShopRows]) -> dict[str, str]:
+    """The sagas a person must look at, by the shop's tables and the sagas' ends: an effect live
+    after a saga that did not complete, or a saga flagged for a human; with why."""
+    found = {}
+    for out in outcomes:
+        sid, result = out.plan.saga_id, out.result
+        if result is not None and (
+            result.needs_attention or result.status is SagaState.COMPENSATION_FAILED
+        ):
+            found[sid] = f"flagged: {result.status.value}: {result.needs_attention}"
+            continue
+        if result is not None and result.status is SagaState.COMPLETED:
+            continue
+        live = {tool: n for tool, n in shops.get(sid, ShopRows()).live().items() if n}
+        if live:
+            found[sid] = f"live in the shop: {live}"
     return found
 
 
@@ -234,6 +311,8 @@ class Judgement:
     courier_retries: int = 0
     #: abort-right-after-approve sagas whose confirmation went out before the abort landed
     sent_despite_abort: int = 0
+    #: the sagas a person must look at, with why (what ``certify`` must fail, and only those)
+    live: dict[str, str] = field(default_factory=dict)
 
 
 def _deviation(out: OpsOutcome, rows: list[Entry], result: SagaResult) -> str | None:
@@ -247,6 +326,11 @@ def _deviation(out: OpsOutcome, rows: list[Entry], result: SagaResult) -> str | 
         return None
     planned_failures = {"book_courier"} if plan.fate is Fate.COURIER_FAILS else set()
     failed = [r for r in rows if r.phase is Phase.FAILED and r.tool_name not in planned_failures]
+    if plan.fate is Fate.BIG_ARGUMENT and state is SagaState.COMPENSATED:
+        # refused, typed, before the call's INTENT: the big argument never entered the journal
+        if result.error is None or any(r.tool_name == BIG_CALL for r in rows):
+            return f"! {BIG_CALL} got an INTENT, then the saga ended compensated ({result.error})"
+        return f"3 MB argument refused ({result.error.type}: {result.error.message[:120]})"
     if failed and state in (SagaState.COMPENSATED, SagaState.ABORTED):
         first = _body(failed[0])
         return (
@@ -267,23 +351,32 @@ async def judge(
         stale = await (
             await conn.execute("SELECT saga_id, journal_seq FROM sagacity_approval_request")
         ).fetchall()
+    verdict.live = live_sagas(outcomes, shops)
     sold: Counter[str] = Counter()
     async with await JournalStore.open(database_url) as journal:
         for out in outcomes:
             sid, result = out.plan.saga_id, out.result
             found += [f"{sid}: {p}" for p in out.problems]
             found += [f"{sid}: reusing its id: {r[2:]}" for r in out.reuse if r.startswith("!")]
+            shop = shops.get(sid, ShopRows())
+            if out.plan.fate is Fate.TERMINATE_ROLLBACK and result is None:
+                found += rollback_violations(out, shop)
+                verified = await journal.verify(sid)
+                if not verified.ok:
+                    found.append(f"{sid}: the chain does not verify: {verified.problem}")
+                continue
             if result is None:
                 found.append(f"{sid}: no end ({out.error})")
                 continue
+            if out.plan.fate is Fate.HALT_COMPENSATING:
+                found += hold_violations(out)
             if result.status not in TERMINAL_STATES:
                 found.append(f"{sid}: ended in {result.status.value}")
             verified = await journal.verify(sid)
             if not verified.ok:
                 found.append(f"{sid}: the chain does not verify: {verified.problem}")
             rows = await journal.read(sid)
-            shop = shops.get(sid, ShopRows())
-            found += journal_violations(sid, rows, result)
+            found += journal_violations(sid, rows, result, runs=2 if out.reset_run else 1)
             found += shop_violations(sid, rows, result, shop)
             found += refusal_violations(out)
             why = _deviation(out, rows, result)
@@ -301,7 +394,7 @@ async def judge(
         for sid, seq in stale:
             found.append(f"{sid}: approval request at seq {seq} left behind")
     for product, before in stock_before.items():
-        if any(o.result is None for o in outcomes):
+        if any(o.result is None and o.plan.fate is not Fate.TERMINATE_ROLLBACK for o in outcomes):
             break  # a saga without an end is a violation already; the stock cannot add up
         if before - stock_after[product] != sold[product]:
             found.append(

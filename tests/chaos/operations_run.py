@@ -4,7 +4,8 @@ Sagas start over the profile's window, each run by :class:`~tests.chaos.operatio
 meanwhile the worker is SIGKILLed and Postgres goes away (a fast shutdown, an ``immediate`` one,
 which is a crash, or a SIGKILLed postmaster) for longer than a retry budget: 15 to 20 seconds,
 beyond the pools' 10 s wait for a connection and Temporal's retry backoff. Then every saga must
-end and :func:`~tests.chaos.operations_checks.judge` find nothing.
+end and :func:`~tests.chaos.operations_checks.judge` find nothing, and ``sagacity certify`` fail
+exactly the sagas a person must look at (:mod:`tests.chaos.operations_certify`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from temporalio.client import Client
 
 from sagacity.devstack import DevStack, PostgresStopMode
 from tests.chaos.harness import WorkerProcess
-from tests.chaos.operations import Fate, OpsDriver, OpsOutcome, OpsPlan, Reuse
+from tests.chaos.operations import STEPS_ONLY, Fate, OpsDriver, OpsOutcome, OpsPlan, Reuse
+from tests.chaos.operations_certify import CertifyVerdict, certify_run
 from tests.chaos.operations_checks import Judgement, judge
 from tests.chaos.scenario import prepare_shop
 
@@ -82,6 +84,10 @@ _DECK = [
     *[Fate.ABORT_AFTER_APPROVE] * 2,
     *[Fate.CANCEL] * 2,
     *[Fate.CANCEL_AT_GATE] * 2,
+    Fate.TERMINATE_ROLLBACK,
+    Fate.RESET_COMPLETE,
+    Fate.HALT_COMPENSATING,
+    Fate.BIG_ARGUMENT,
 ]
 
 
@@ -92,7 +98,7 @@ def ops_plans(profile: OpsProfile, rng: random.Random) -> list[OpsPlan]:
     plans = []
     reuses: list[Reuse] = ["none", "after", "while-running"]
     for i, fate in enumerate(fates[: profile.sagas]):
-        steps = fate is Fate.COURIER_FAILS or rng.random() < 0.35
+        steps = fate in STEPS_ONLY or rng.random() < 0.35
         plans.append(
             OpsPlan(
                 saga_id=f"ops-{i:03d}-{uuid4().hex[:6]}",
@@ -105,6 +111,8 @@ def ops_plans(profile: OpsProfile, rng: random.Random) -> list[OpsPlan]:
                 disrupt_after_s=rng.uniform(0.0, 8.0),
                 bad_signals=rng.choice([0, 0, 1, 2, 3]),
                 bad_updates=rng.choice([0, 0, 0, 1, 2]),
+                raw_signals=rng.choice([0, 0, 1, 2]),
+                raw_updates=rng.choice([0, 0, 0, 1]),
                 decide_by="update" if rng.random() < 0.3 else "signal",
                 reuse=rng.choices(reuses, weights=[6, 3, 1])[0],
             )
@@ -233,10 +241,13 @@ class OpsReport:
     in_flight_at_outages: list[Counter[str]] = field(default_factory=list)
     #: the worker's log lines saying it waited for its database (journal writes, pools)
     database_waits: int = 0
+    #: what ``sagacity certify`` said at the end
+    certify: CertifyVerdict | None = None
 
     @property
     def violations(self) -> list[str]:
-        return self.died + self.judgement.violations
+        certified = self.certify.violations if self.certify else []
+        return self.died + self.judgement.violations + certified
 
     def summary(self) -> str:
         outcomes, j = self.outcomes, self.judgement
@@ -247,6 +258,12 @@ class OpsReport:
         reuse = Counter(r.split(":")[-1].strip() for o in outcomes for r in o.reuse)
         resolved = [r for o in outcomes for r in o.resolved]
         disrupted = Counter(o.plan.fate.value for o in outcomes if o.disrupted)
+        rollbacks = Counter(
+            "missing" if o.rollback.missing else f"exit {o.rollback.code}"
+            for o in outcomes
+            if o.rollback
+        )
+        holds = [o.hold.undone_at_lift - o.hold.undone_at_halt for o in outcomes if o.hold]
 
         def listed(counter: Counter[str]) -> str:
             return ", ".join(f"{n} {what}" for what, n in sorted(counter.items())) or "none"
@@ -265,6 +282,8 @@ class OpsReport:
                 f"  aborts and cancels delivered: {listed(disrupted)}; confirmations sent "
                 f"although aborted right after approval: {j.sent_despite_abort}",
                 f"  id reuse: {listed(reuse)}",
+                f"  rollbacks after terminate: {listed(rollbacks)}; resets: "
+                f"{sum(1 for o in outcomes if o.reset_run)}; undos under a keep halt: {holds}",
                 f"  bad signals delivered: {listed(signals)}; bad decide updates: "
                 f"{listed(updates)}",
                 f"  SUSPECT calls resolved: {len(resolved)} "
@@ -273,6 +292,7 @@ class OpsReport:
                 f"  ended otherwise than planned, for a journaled reason: {listed(j.deviations)}",
                 f"  flagged for a human: {len(j.flagged)}"
                 + "".join(f"\n    {f}" for f in j.flagged),
+                f"  {self.certify.summary() if self.certify else 'certify: not run'}",
                 f"  invariant violations: {len(self.violations)}",
             ]
         )
@@ -329,13 +349,15 @@ async def run_operations(
         for run in runs:  # only unfinished when the disruption itself failed
             run.cancel()
         worker.stop()
+    judgement = await judge(database_url, outcomes, stock)
     return OpsReport(
         test=test,
         profile=profile,
         outcomes=outcomes,
         disruptions=chaos.done,
         worker_starts=worker.starts,
-        judgement=await judge(database_url, outcomes, stock),
+        judgement=judgement,
+        certify=await certify_run(driver.cli_env, judgement.live),
         seconds=time.monotonic() - began,
         died=chaos.died,
         in_flight_at_outages=chaos.in_flight_at_outages,
