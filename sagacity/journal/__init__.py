@@ -6,6 +6,7 @@ from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, fo
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, Phase
 from sagacity.journal.plan import Fate, Planned, RollbackPlan, rollback_plan
+from sagacity.journal.results import JournaledResult, read_result
 from sagacity.journal.verify import ChainVerifier, Dangling, Fault, Problem, Verdict, verify_rows
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "Entry",
     "Fate",
     "Fault",
+    "JournaledResult",
     "Phase",
     "Planned",
     "Problem",
@@ -30,6 +32,7 @@ __all__ = [
     "input_hash",
     "parse_json",
     "read_calls",
+    "read_result",
     "rollback_plan",
     "seal",
     "to_json",

@@ -192,8 +192,9 @@ class CallOutcome(Lean):
     #: FAILED, and the tool may have taken effect before it failed: compensate it or tell a human
     effect_unknown: bool = False
     journaled: Journaled | None = None
-    #: EXECUTED, but its result was too big to hand the workflow (``error`` says so): it is in
-    #: the journal only
+    #: EXECUTED, but the workflow does not hold the tool's real result: too big to hand it
+    #: (``error`` says so), or none is to be had (redacted in the row a retry read, never
+    #: journaled); the compensation reads the journal, which says which (``read_result``)
     result_withheld: bool = False
 
 
