@@ -556,7 +556,9 @@ class Saga:
                 failed = row.phase is Phase.FAILED
                 if failed and isinstance(body, dict) and body.get("effect") == "none":
                     continue  # failed without any effect: nothing to undo
-                result, by_ref = self._from_rows(intent, None if failed else row, body)
+                result, by_ref = self._from_rows(
+                    intent, None if failed else row, None if failed else body
+                )
                 self._took_effect(
                     row.tool_name,
                     intent.seq,
@@ -580,9 +582,10 @@ class Saga:
     def _from_rows(
         self, intent: JournalRow, executed: JournalRow | None, body: Any, withheld: bool = False
     ) -> tuple[Any, bool]:
-        """A call another run made, as its rows give it: its result (``body``, the EXECUTED
-        row's payload as read), and whether its undo must read the rows, where they lack the
-        real input or result (the undo then does not run: ``read_result``)."""
+        """A call another run made, as its rows give it: its result, and whether its undo must
+        read the rows, where they lack the real input or result (the undo then does not run:
+        ``read_result``). ``body``: the result as sagas from before the patch took it (the
+        EXECUTED row's payload as it stands; None for a FAILED call, or none read)."""
         read = read_result(executed.payload) if executed is not None else None
         lacking = withheld or (read is not None and not read.available)
         lacking = lacking or read_input(intent.input).missing is not None
