@@ -217,7 +217,7 @@ class CompensateRequest(Lean):
     failed: bool = False
     #: input and result are to be read from the journal rows of ``call_seq``
     by_ref: bool = False
-    #: only the result is (too big for the workflow to have held it)
+    #: only the result is (the workflow holds no real one: too big, or none to be had)
     result_by_ref: bool = False
     #: this is the saga's last row: seal it as the end, in this state
     seal_as: SagaState | None = None
