@@ -196,6 +196,13 @@ class ContextKeyMissing(PermanentCompensationError, KeyError):
         return f"{self.key!r} is not in the call's {self.where}"
 
 
+class ResultUnavailable(SagacityError):
+    """A compensation was not run: the journal, where it must read the call's input or result,
+    does not hold the real one (redacted, or never journaled). A human must undo the effect."""
+
+    code = "result_unavailable"
+
+
 class ApprovalRefused(SagacityError):
     """An approval decision was refused (unknown seq, already decided, wrong hash, not waiting)."""
 

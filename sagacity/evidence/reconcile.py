@@ -24,7 +24,7 @@ from typing import Any
 
 from sagacity.evidence.certify import Finding, Kind, effect_findings
 from sagacity.evidence.redaction import hidden_paths
-from sagacity.journal import Call, Phase, read_calls
+from sagacity.journal import Call, Phase, read_calls, read_result
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.runs import RunChains
 from sagacity.tools import Found, Probe, ProbeContext, ToolRegistry
@@ -48,7 +48,7 @@ class Verdict(StrEnum):
     RESOLVED = "resolved"
     #: the call FAILED with its effect unknown and was never undone: the probe says what is there
     UNKNOWN = "unknown"
-    #: not probed: the journal hides part of the call's input or result
+    #: not probed: the journal hides part of the call's input or result, or never held it
     REDACTED = "redacted"
     #: the probe raised, timed out or answered something other than a bool or Found
     PROBE_FAILED = "probe_failed"
@@ -171,9 +171,13 @@ async def _check(saga_id: str, call: Call, probe: Probe) -> Check:
             f"cannot probe (redacted): the journal hides {', '.join(hidden)}, so the probe "
             "would not see what the call used",
         )
+    returned = read_result(payload)
+    if not returned.available:
+        # never journaled as the tool returned it: the probe would be given a stand-in
+        return check(Verdict.REDACTED, f"cannot probe: {returned.missing}")
     try:
         args = json.loads(call.intent.input or "{}")
-        ctx = ProbeContext(saga_id, seq, tool, args, _result(payload) if executed else None)
+        ctx = ProbeContext(saga_id, seq, tool, args, returned.value)
     except ValueError as exc:
         return check(Verdict.PROBE_FAILED, f"the journaled call is not JSON: {exc}")
     try:
@@ -204,18 +208,3 @@ async def _check(saga_id: str, call: Call, probe: Probe) -> Check:
         else f"{journal}, but the effect still exists"
     )
     return check(Verdict.DRIFT, why, exists)
-
-
-#: what a signed resolution's row holds beside ``resolved_by`` and ``result`` (``signed_row``)
-_SIGNED = frozenset(
-    ("by", "decision", "input_hash", "reason", "signer", "key_id", "signed_at", "signature")
-)
-
-
-def _result(payload: str) -> Any:
-    """The call's result as its EXECUTED row holds it: the tool's own, or a resolution's."""
-    result = json.loads(payload) if payload else None
-    if isinstance(result, dict) and set(result) - _SIGNED == {"resolved_by", "result"}:
-        # the row a resolution wrote: {"resolved_by": …, "result": …}, and its signature
-        return result["result"]
-    return result

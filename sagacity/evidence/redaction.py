@@ -38,6 +38,8 @@ from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from sagacity.journal import Draft, Phase, to_json
+from sagacity.journal.results import MARKER, marker_paths
+from sagacity.journal.results import is_marker as _is_marker
 
 __all__ = [
     "DEFAULT_RULES",
@@ -54,9 +56,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: The key of the object that replaces a redacted value.
-MARKER = "$redacted"
 
 
 class Action(StrEnum):
@@ -174,10 +173,6 @@ def _marker(action: Action, value: Any, key: FingerprintKey | None) -> dict[str,
     return {MARKER: "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
-def _is_marker(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {MARKER}
-
-
 def could_be(journaled: Any, original: Any) -> bool:
     """Whether ``journaled`` (JSON data as a row holds it) records ``original``: equal, except
     where it holds a redaction marker, which stands for any value (rules or keys may since have
@@ -206,22 +201,9 @@ def hidden_paths(json_text: str) -> tuple[str, ...]:
     """
     try:
         value = json.loads(json_text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ()
-    paths: list[str] = []
-
-    def walk(node: Any, at: tuple[str | int, ...]) -> None:
-        if _is_marker(node):
-            paths.append(_pointer(at))
-        elif isinstance(node, dict):
-            for key, item in node.items():
-                walk(item, (*at, key))
-        elif isinstance(node, list):
-            for i, item in enumerate(node):
-                walk(item, (*at, i))
-
-    walk(value, ())
-    return tuple(paths)
+    return marker_paths(value)
 
 
 @lru_cache(maxsize=8192)

@@ -6,6 +6,7 @@ from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, fo
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, Phase
 from sagacity.journal.plan import Fate, Planned, RollbackPlan, rollback_plan, rolled_back_by
+from sagacity.journal.results import JournaledResult, read_result
 from sagacity.journal.verify import ChainVerifier, Dangling, Fault, Problem, Verdict, verify_rows
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Entry",
     "Fate",
     "Fault",
+    "JournaledResult",
     "Phase",
     "Planned",
     "Problem",
@@ -31,6 +33,7 @@ __all__ = [
     "input_hash",
     "parse_json",
     "read_calls",
+    "read_result",
     "rollback_plan",
     "rolled_back",
     "rolled_back_by",

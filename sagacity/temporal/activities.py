@@ -33,6 +33,7 @@ from sagacity.errors import (
     JournalAhead,
     NoEffect,
     PermanentCompensationError,
+    ResultUnavailable,
     SagacityError,
     SagaIdTaken,
     SeqConflict,
@@ -54,7 +55,8 @@ from sagacity.evidence.decisions import (
     signed_row,
 )
 from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
-from sagacity.journal import Draft, Entry, Phase, input_hash, to_json
+from sagacity.journal import Draft, Entry, JournaledResult, Phase, input_hash, to_json
+from sagacity.journal.results import read_input, read_result
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.halts import Halt, HaltStore
 from sagacity.store.journal import JournalStore
@@ -1011,7 +1013,8 @@ class SagaActivities:
 
     async def _from_journal(self, req: CompensateRequest) -> CompensateRequest:
         """An effect carried by reference: its input (unless only its result is) and result, as
-        the journal holds them."""
+        the journal holds them (read by ``read_result``). ``ResultUnavailable`` when the journal
+        holds no real one: redacted, or never journaled."""
         intent = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq))
         outcome = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
         if intent is None or intent.phase is not Phase.INTENT or intent.tool_name != req.tool_name:
@@ -1019,12 +1022,25 @@ class SagaActivities:
                 f"saga {req.saga_id!r} seq {req.call_seq} is not an INTENT of {req.tool_name!r}"
             )
         executed = outcome is not None and outcome.phase is Phase.EXECUTED
+        result = read_result(outcome.payload) if executed and outcome else JournaledResult()
+        input_json = intent.input if req.by_ref else req.input_json
+        # an input the workflow has only as journaled is the INTENT row's text: real or redacted
+        missing = result.missing or (
+            read_input(input_json).missing if input_json == intent.input else None
+        )
+        if missing is not None:
+            # an undo given markers (or nothing) in place of what the call used would act on
+            # data that never existed: it does not run, and the saga is flagged for a human
+            raise _non_retryable(
+                ResultUnavailable(
+                    f"the compensation of {req.tool_name!r} (call seq {req.call_seq}) did not "
+                    f"run: {missing}; a human must undo the effect"
+                )
+            )
         return req.model_copy(
             update={
-                "input_json": intent.input if req.by_ref else req.input_json,
-                "result": json.loads(outcome.payload)
-                if executed and outcome and outcome.payload
-                else None,
+                "input_json": input_json,
+                "result": result.value,
                 "by_ref": False,
                 "result_by_ref": False,
             }
@@ -1160,9 +1176,16 @@ def _outcome_from_row(
                     "reference (an id, a URL) to big data instead",
                 ),
             )
-        result = json.loads(payload) if payload else body
+        # the result the worker wrote (``payload``) is real, but may be a resolution's or say
+        # the journal never held it; the row's alone may also be redacted
+        read = read_result(payload, journaled=False) if payload else read_result(row.payload)
         return CallOutcome(
-            status=CallStatus.EXECUTED, result=result, rows=refs, journaled=journaled
+            status=CallStatus.EXECUTED,
+            result=read.value if read.available else read.shown,
+            rows=refs,
+            journaled=journaled,
+            # no real result to undo with: the compensation asks the journal, which says why
+            result_withheld=not read.available,
         )
     body = body if isinstance(body, dict) else {"message": row.payload}
     error = ErrorInfo(type=str(body.get("type", "Error")), message=str(body.get("message", "")))

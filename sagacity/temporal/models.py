@@ -194,8 +194,9 @@ class CallOutcome(Lean):
     #: FAILED, and the tool may have taken effect before it failed: compensate it or tell a human
     effect_unknown: bool = False
     journaled: Journaled | None = None
-    #: EXECUTED, but its result was too big to hand the workflow (``error`` says so): it is in
-    #: the journal only
+    #: EXECUTED, but the workflow does not hold the tool's real result: too big to hand it
+    #: (``error`` says so), or none is to be had (redacted in the row a retry read, never
+    #: journaled); the compensation reads the journal, which says which (``read_result``)
     result_withheld: bool = False
 
 
@@ -218,7 +219,7 @@ class CompensateRequest(Lean):
     failed: bool = False
     #: input and result are to be read from the journal rows of ``call_seq``
     by_ref: bool = False
-    #: only the result is (too big for the workflow to have held it)
+    #: only the result is (the workflow holds no real one: too big, or none to be had)
     result_by_ref: bool = False
     #: this is the saga's last row: seal it as the end, in this state
     seal_as: SagaState | None = None

@@ -46,6 +46,7 @@ from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, a
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
+from sagacity.journal.results import read_input, read_result
 from sagacity.temporal import names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
@@ -129,6 +130,12 @@ BOUND_ROWS_PATCH = "sagacity-decision-rows-bound"
 #: sagas from before this marker obeyed any ``halt`` signal with policy ``compensate``, unproven,
 #: in the name it gave, and also while they compensated after a failure
 HALT_CHECK_PATCH = "sagacity-halt-checked"
+#: sagas from before this marker took a result read back from the journal as it stood: a
+#: resolution's ``{"resolved_by", "result"}`` for the result, markers in place of the values
+JOURNALED_RESULTS_PATCH = "sagacity-journaled-results"
+#: sagas from before this marker ran the calls queued behind the lock (parallel tool calls)
+#: when the saga began to compensate meanwhile, only to undo them
+QUEUED_CALLS_PATCH = "sagacity-no-calls-once-compensating"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -327,6 +334,8 @@ class Saga:
         self._anchor_next = False
         #: the saga is ending: the next call (``call_last``) or compensation may be its last row
         self._ending = False
+        #: the saga chose to compensate: no call that has not started yet may start
+        self._compensating = False
         #: the head and state an activity sealed as the saga's end
         self._sealed: tuple[int, SagaState] | None = None
         #: the saga shows its state in search attributes, as ``open_saga`` recorded it, and what
@@ -551,13 +560,17 @@ class Saga:
                 failed = row.phase is Phase.FAILED
                 if failed and isinstance(body, dict) and body.get("effect") == "none":
                     continue  # failed without any effect: nothing to undo
+                result, by_ref = self._from_rows(
+                    intent, None if failed else row, None if failed else body
+                )
                 self._took_effect(
                     row.tool_name,
                     intent.seq,
                     _loads(intent.input) or {},
-                    None if failed else body,
+                    result,
                     failed=failed,
                     adoptable=not failed,
+                    by_ref=by_ref,
                 )
             elif row.phase is Phase.COMPENSATED:
                 undone = self._effect_for(row)
@@ -569,6 +582,21 @@ class Saga:
                 self._open_gate = row
             elif row.phase in (Phase.APPROVED, Phase.REJECTED) and row.tool_name == APPROVAL_GATE:
                 self._open_gate = None
+
+    def _from_rows(
+        self, intent: JournalRow, executed: JournalRow | None, body: Any, withheld: bool = False
+    ) -> tuple[Any, bool]:
+        """A call another run made, as its rows give it: its result, and whether its undo must
+        read the rows, where they lack the real input or result (the undo then does not run:
+        ``read_result``). ``body``: the result as sagas from before the patch took it (the
+        EXECUTED row's payload as it stands; None for a FAILED call, or none read)."""
+        read = read_result(executed.payload) if executed is not None else None
+        lacking = withheld or (read is not None and not read.available)
+        lacking = lacking or read_input(intent.input).missing is not None
+        unwrapped = read is not None and read.resolved_by is not None
+        if not (lacking or unwrapped) or not workflow.patched(JOURNALED_RESULTS_PATCH):
+            return body, False
+        return (read.value if read.available else read.shown) if read else body, lacking
 
     def _effect_for(self, row: JournalRow) -> Effect | None:
         for effect in reversed(self.executed):
@@ -606,13 +634,19 @@ class Saga:
                 "an earlier run of this saga left this call without an outcome",
             )
             if outcome.status is CallStatus.EXECUTED:
+                # the input is the INTENT row's (the run that had the real one is gone), the
+                # result the human's or the one another attempt wrote: where either is not
+                # real, the undo reads the rows, which say why it cannot run
+                journaled = outcome.journaled
+                _, by_ref = self._from_rows(intent, None, None, outcome.result_withheld)
                 self._took_effect(
                     intent.tool_name,
                     intent.seq,
                     _loads(intent.input) or {},
-                    outcome.result,
+                    journaled.result if by_ref and journaled else outcome.result,
                     adoptable=True,
-                    journaled=outcome.journaled,
+                    journaled=None if by_ref else journaled,
+                    by_ref=by_ref,
                 )
 
     def _took_effect(
@@ -625,11 +659,14 @@ class Saga:
         failed: bool = False,
         adoptable: bool = False,
         journaled: Journaled | None = None,
+        by_ref: bool = False,
     ) -> None:
         """Remember a call that took effect (or may have), to undo it if the saga fails.
 
         ``journaled``: the call as its redacted rows hold it, which the effect shows; the
-        original ``args`` and ``result`` are kept apart for the compensation.
+        original ``args`` and ``result`` are kept apart for the compensation. ``by_ref``: the
+        compensation reads input and result from the journal (``args`` and ``result`` are as
+        journaled, and not the real ones).
         """
         spec = (self._catalog or {}).get(tool)
         if journaled is not None:
@@ -641,6 +678,7 @@ class Saga:
             input=journaled.input if journaled else args,
             result=journaled.result if journaled else result,
             failed=failed,
+            by_ref=by_ref,
         )
         self.executed.append(effect)
         if adoptable:
@@ -663,6 +701,11 @@ class Saga:
             )
             if same:
                 self._adoptable.remove(effect)
+                if effect.by_ref and effect.call_seq not in self._originals:
+                    # the call's real input is known now; its result is still the journal's
+                    self._originals[effect.call_seq] = Original(
+                        call_seq=effect.call_seq, input=args, result_in_journal=True
+                    )
                 return made
         return None
 
@@ -810,6 +853,12 @@ class Saga:
     async def _call_locked(self, tool: str, args: dict[str, Any], origin: str | None) -> Any:
         catalog = await self.tools()
         self._raise_if_aborted()
+        if self._compensating and workflow.patched(QUEUED_CALLS_PATCH):
+            # queued behind the lock (a parallel call) while the saga chose to compensate:
+            # run now, it would make an effect only to undo it, or wait on an approver meanwhile
+            raise ToolFailed(
+                tool, "SagaCompensating", "the saga began to compensate first", ran=False
+            )
         spec = catalog.get(tool)
         if spec is not None and origin and spec.origin and spec.origin != origin:
             # the worker's tool of that name is another function: running it would run what
@@ -1607,6 +1656,7 @@ class Saga:
         With ``continue_as_new`` (which must raise ``workflow.continue_as_new``), a long
         compensation hands its state to a new run whenever history grows long.
         """
+        self._compensating = True  # before the lock: calls queued ahead of it do not start
         async with self._lock:
             self._enter(SagaState.COMPENSATING)
             catalog = await self.tools()

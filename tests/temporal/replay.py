@@ -27,6 +27,7 @@ from sagacity.temporal.saga import (
     ADOPT_REDACTED_PATCH,
     BOUND_ROWS_PATCH,
     HALT_CHECK_PATCH,
+    JOURNALED_RESULTS_PATCH,
     OPEN_PATCH,
 )
 from sagacity.temporal.workflow import VALIDATE_PATCH, SagaWorkflow, StepsWorkflow
@@ -46,6 +47,7 @@ PATCHED = [
     LEASE_AT_GATE_PATCH,
     BOUND_ROWS_PATCH,
     HALT_CHECK_PATCH,
+    JOURNALED_RESULTS_PATCH,
 ]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves
