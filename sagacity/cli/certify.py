@@ -21,11 +21,13 @@ from sagacity.cli._common import checkpoints_or_exit, duration_or_exit, fail, ru
 from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
-from sagacity.evidence.certify import Certificate, certify, junit_xml
+from sagacity.evidence.certify import Certificate, certify, junit_xml, task_finding
 from sagacity.evidence.decisions import load_keyring
 from sagacity.inputs import check_name
-from sagacity.settings import load_settings
+from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.task_health import failing_tasks
+from sagacity.worker import connect_client
 
 __all__ = ["certify_command"]
 
@@ -39,6 +41,24 @@ def _since(text: str | None) -> datetime | None:
     except ValidationError:
         return datetime.now(UTC) - duration_or_exit("--since", text)
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+async def _name_failing_tasks(settings: Settings, certificates: list[Certificate]) -> None:
+    """Add a finding for each saga whose workflow task keeps failing, as Temporal tells it (not
+    asked when no TEMPORAL_ADDRESS is set: the journal's findings alone)."""
+    if not settings.temporal_address:
+        return
+    try:
+        client = await connect_client(settings)
+    except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+        raise SagacityError(
+            f"cannot reach Temporal at {settings.temporal_address} to see whether any saga's "
+            f"workflow task keeps failing: {exc}"
+        ) from None
+    failing = await failing_tasks(client, [c.saga_id for c in certificates])
+    for cert in certificates:
+        if cert.saga_id in failing:
+            cert.findings.append(task_finding(failing[cert.saga_id]))
 
 
 @hard_exit
@@ -69,7 +89,8 @@ def certify_command(
     ] = None,
 ) -> None:
     """Fail (exit 1) while a saga has an effect live after a rollback, a failed compensation,
-    a call of unknown outcome, an approval past its SLA, or evidence that does not verify."""
+    a call of unknown outcome, an approval past its SLA, evidence that does not verify, or (with
+    TEMPORAL_ADDRESS set) a workflow task that keeps failing."""
     try:
         settings = load_settings()
         keyring = None if settings.keyring is None else load_keyring(settings.keyring)
@@ -100,7 +121,9 @@ def certify_command(
                 checkpoints=checkpoints,
                 keyring=keyring,
             )
-            return [c async for c in found]
+            certificates = [c async for c in found]
+        await _name_failing_tasks(settings, certificates)
+        return certificates
 
     certificates = run_or_exit(work())
     if junit is not None:

@@ -46,7 +46,7 @@ from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, a
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
-from sagacity.temporal import names, visibility
+from sagacity.temporal import limits, names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
     STATUS_ROWS,
@@ -127,6 +127,9 @@ BOUND_ROWS_PATCH = "sagacity-decision-rows-bound"
 #: sagas from before this marker obeyed any ``halt`` signal with policy ``compensate``, unproven,
 #: in the name it gave, and also while they compensated after a failure
 HALT_CHECK_PATCH = "sagacity-halt-checked"
+#: sagas from before this marker scheduled a call whatever the size of its arguments (one over
+#: Temporal's limits failed the workflow task for ever); marked only when a call is refused
+PAYLOAD_LIMIT_PATCH = "sagacity-payload-limit"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -818,6 +821,11 @@ class Saga:
             input_json = to_json(args)
         except ValueError as exc:  # NaN or an infinity: no JSON, so no journal row
             raise ToolArgumentsInvalid(f"arguments for tool {tool!r}: {exc}") from None
+        size = limits.json_size(input_json)
+        if size > limits.MAX_VALUE_BYTES and workflow.patched(PAYLOAD_LIMIT_PATCH):
+            # the call's activity could never be scheduled: refused before INTENT rather than
+            # a workflow task that fails for ever (histories from before replay as they ran)
+            limits.check(f"the arguments of tool {tool!r}", size)
         while True:
             adopted = self._adopt(tool, args, input_json)
             if adopted is not None:

@@ -1,0 +1,152 @@
+"""No value can wedge a saga: a call's argument or result at 1.9, 2.5, 3.9 and 5 MB either works
+or is refused with ``PayloadTooLarge`` before its INTENT, and the saga still answers its status,
+takes an abort and compensates the call before it. A saga whose workflow task fails for ever is
+named, with the reason, by ``saga status`` and ``certify``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal import limits
+from sagacity.temporal.models import Abort, SagaResult, SagaState, SagaStatus
+from sagacity.temporal.task_health import task_failure
+from tests.ops.conftest import Cli, sagacity
+from tests.temporal import sample_tools
+from tests.temporal.conftest import phases, serving
+from tests.temporal.payload_workflows import WORKFLOWS, BigCall, BigCallWorkflow, WedgedSaga
+from workflows.order import app as order_app
+
+__all__ = ["sagacity"]  # the in-process CLI fixture
+
+MB = 1_000_000
+SIZES = [int(1.9 * MB), int(2.5 * MB), int(3.9 * MB), 5 * MB]
+#: the JSON around ``upload``'s argument: ``{"blob":"..."}``
+AROUND = len('{"blob":""}')
+
+
+@pytest.fixture
+async def big_worker(
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    shop: object,
+) -> AsyncIterator[Worker]:
+    async with serving(
+        temporal_client,
+        task_queue,
+        journal=journal,
+        approvals=approvals,
+        tools=[*order_app.TOOLS, *sample_tools.TOOLS],
+        workflows=WORKFLOWS,
+    ) as worker:
+        yield worker
+
+
+async def _status(handle: WorkflowHandle[object, object]) -> SagaStatus:
+    status: SagaStatus = await asyncio.wait_for(handle.query("status", result_type=SagaStatus), 15)
+    return status
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s / MB:g}MB")
+async def test_a_big_argument_runs_or_is_refused_before_its_intent_and_the_saga_still_aborts(
+    temporal_client: Client, big_worker: Worker, journal: JournalStore, size: int
+) -> None:
+    sid = f"bigarg-{uuid.uuid4().hex[:8]}"
+    handle = await temporal_client.start_workflow(
+        BigCallWorkflow.run,
+        BigCall(flag=sid, size=size),
+        id=sid,
+        task_queue=big_worker.task_queue,
+    )
+    fits = size + AROUND <= limits.MAX_VALUE_BYTES
+    want = [("set_flag", "INTENT"), ("set_flag", "EXECUTED")]
+    if fits:
+        want += [("upload", "INTENT"), ("upload", "EXECUTED")]
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await _status(handle)).head.seq < len(want) or (
+        not fits and await handle.query(BigCallWorkflow.refusal) is None
+    ):
+        assert asyncio.get_running_loop().time() < deadline, await phases(journal, sid)
+        await asyncio.sleep(0.2)
+    refusal = await handle.query(BigCallWorkflow.refusal)
+    if fits:
+        assert refusal is None
+    else:
+        assert refusal is not None
+        assert refusal.startswith("PayloadTooLarge: the arguments of tool 'upload' take")
+        assert f"{size + AROUND:,} bytes" in refusal
+    # nothing was journaled for a refused call, and the saga still answers
+    assert await phases(journal, sid) == want
+    assert (await _status(handle)).state is SagaState.RUNNING
+
+    await handle.signal("abort", Abort(reason="payload test", by="tester"))
+    result = SagaResult.model_validate(await asyncio.wait_for(handle.result(), 60))
+    assert result.status is SagaState.ABORTED, result
+    undone = [(e.tool_name, e.call_seq) for e in result.compensated]
+    assert undone == ([("upload", 3)] if fits else []) + [("set_flag", 1)]
+    assert f"unset {sid}" in sample_tools.EFFECTS
+    if fits:  # the undo got the whole argument
+        assert f"dropped blob-{size} ({size})" in sample_tools.EFFECTS
+    assert (await journal.verify(sid)).ok
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s / MB:g}MB")
+async def test_a_big_result_stays_in_the_journal_and_the_call_is_compensated_with_it(
+    temporal_client: Client, big_worker: Worker, journal: JournalStore, size: int
+) -> None:
+    sid = f"bigres-{uuid.uuid4().hex[:8]}"
+    handle = await temporal_client.start_workflow(
+        BigCallWorkflow.run,
+        BigCall(flag=sid, size=size, big="result"),
+        id=sid,
+        task_queue=big_worker.task_queue,
+    )
+    result = SagaResult.model_validate(await asyncio.wait_for(handle.result(), 60))
+    assert result.status is SagaState.COMPENSATED, result
+    assert result.error is not None and "ResultTooLarge" in result.error.message
+    assert [(e.tool_name, e.call_seq) for e in result.compensated] == [
+        ("big_report", 3),
+        ("set_flag", 1),
+    ]
+    # the undo got the whole result, read from the journal
+    assert f"shredded {size} with t0ken" in sample_tools.EFFECTS
+    assert (await journal.verify(sid)).ok
+
+
+async def test_status_and_certify_name_a_saga_whose_workflow_task_keeps_failing(
+    temporal_client: Client, big_worker: Worker, journal: JournalStore, sagacity: Cli
+) -> None:
+    sid = f"wedged-{uuid.uuid4().hex[:8]}"
+    await temporal_client.start_workflow(
+        WedgedSaga.run, sid, id=sid, task_queue=big_worker.task_queue
+    )
+    deadline = asyncio.get_running_loop().time() + 30
+    while (failing := await task_failure(temporal_client, sid)) is None:
+        assert asyncio.get_running_loop().time() < deadline, "the task never failed"
+        await asyncio.sleep(0.2)
+    assert failing.cause == "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+    assert "this workflow task always fails" in failing.message
+    # the journal alone looks fine: one call, executed
+    assert await phases(journal, sid) == [("set_flag", "INTENT"), ("set_flag", "EXECUTED")]
+
+    status = await sagacity("saga", "status", sid)
+    assert status.code == 3, status
+    assert "WORKFLOW_WORKER_UNHANDLED_FAILURE" in status.stderr
+    assert "this workflow task always fails" in status.stderr
+
+    certified = await sagacity("certify", "--saga", sid, "--json")
+    assert certified.code == 1, certified
+    [line] = [json.loads(text) for text in certified.stdout.splitlines()]
+    [finding] = line["findings"]
+    assert finding["kind"] == "workflow_task_failing"
+    assert f"the workflow task of {sid} (tests.WedgedSaga) keeps failing" in finding["detail"]
+    assert "this workflow task always fails" in finding["detail"]
