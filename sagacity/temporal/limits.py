@@ -10,7 +10,8 @@ that task for ever, so the saga answers nothing again. So each value is measured
 * a call's result, in the call's activity: over ``activities.MAX_RESULT_BYTES`` it stays in the
   journal and the workflow gets a reference (the call failed ``ResultTooLarge``, compensated with
   the journal's copy);
-* journal rows read back when a run opens the journal: paged so one answer fits.
+* an update's or a signal's arguments, in every client of :class:`SizeLimits` (the plugin adds
+  it): Temporal takes an update of any size, and the workflow task that would accept it fails.
 
 In workflow code a value's size is its JSON's UTF-8 length plus :data:`ENVELOPE`, room for the
 request around it and the codec (AES-GCM adds 28 bytes and its metadata): the codec runs outside
@@ -19,8 +20,17 @@ the workflow. A client measures the payload the codec really produces (:func:`en
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from temporalio.client import (
+    Interceptor,
+    OutboundInterceptor,
+    SignalWorkflowInput,
+    StartWorkflowUpdateInput,
+    StartWorkflowUpdateWithStartInput,
+    WorkflowUpdateHandle,
+)
 from temporalio.converter import DataConverter
 
 from sagacity.errors import PayloadTooLarge
@@ -30,6 +40,7 @@ __all__ = [
     "MAX_VALUE_BYTES",
     "PAYLOAD_LIMIT",
     "REQUEST_LIMIT",
+    "SizeLimits",
     "check",
     "encoded_size",
     "json_size",
@@ -67,7 +78,45 @@ def check(what: str, size: int, *, limit: int = MAX_VALUE_BYTES) -> None:
         )
 
 
-async def encoded_size(converter: DataConverter, value: Any) -> int:
-    """The bytes ``value`` takes as a payload once encoded through ``converter``'s codec."""
-    payloads = await converter.encode([value])
-    return sum(p.ByteSize() for p in payloads)
+async def encoded_size(converter: DataConverter, *values: Any) -> int:
+    """The bytes ``values`` take as payloads once encoded through ``converter``'s codec."""
+    return sum(p.ByteSize() for p in await converter.encode(values))
+
+
+class SizeLimits(Interceptor):
+    """Refuses, before it is sent, an update or a signal whose arguments are too large for a
+    workflow's history (:class:`PayloadTooLarge`); measured through ``converter``, the client's
+    own, codec included."""
+
+    def __init__(self, converter: DataConverter) -> None:
+        self.converter = converter
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _Outbound(next, self.converter)
+
+
+class _Outbound(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, converter: DataConverter) -> None:
+        super().__init__(next)
+        self._converter = converter
+
+    async def _check(self, what: str, args: Sequence[Any]) -> None:
+        if args:
+            check(what, await encoded_size(self._converter, *args))
+
+    async def start_workflow_update(
+        self, input: StartWorkflowUpdateInput
+    ) -> WorkflowUpdateHandle[Any]:
+        await self._check(f"the arguments of update {input.update!r} to {input.id}", input.args)
+        return await super().start_workflow_update(input)
+
+    async def start_update_with_start_workflow(
+        self, input: StartWorkflowUpdateWithStartInput
+    ) -> WorkflowUpdateHandle[Any]:
+        update = input.update_workflow_input
+        await self._check(f"the arguments of update {update.update!r}", update.args)
+        return await super().start_update_with_start_workflow(input)
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        await self._check(f"the arguments of signal {input.signal!r} to {input.id}", input.args)
+        await super().signal_workflow(input)

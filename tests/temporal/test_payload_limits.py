@@ -14,17 +14,19 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from sagacity.agents import AgentSagaRequest, Call, Say, Script
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal import limits
 from sagacity.temporal.models import Abort, SagaResult, SagaState, SagaStatus
 from sagacity.temporal.task_health import task_failure
+from tests.agents.conftest import WorkerFactory, agent_worker, start_agent
 from tests.ops.conftest import Cli, sagacity
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases, serving
 from tests.temporal.payload_workflows import WORKFLOWS, BigCall, BigCallWorkflow, WedgedSaga
 from workflows.order import app as order_app
 
-__all__ = ["sagacity"]  # the in-process CLI fixture
+__all__ = ["agent_worker", "sagacity"]  # fixtures
 
 MB = 1_000_000
 SIZES = [int(1.9 * MB), int(2.5 * MB), int(3.9 * MB), 5 * MB]
@@ -150,3 +152,43 @@ async def test_status_and_certify_name_a_saga_whose_workflow_task_keeps_failing(
     assert finding["kind"] == "workflow_task_failing"
     assert f"the workflow task of {sid} (tests.WedgedSaga) keeps failing" in finding["detail"]
     assert "this workflow task always fails" in finding["detail"]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s / MB:g}MB")
+async def test_an_agent_tool_call_with_a_big_argument_runs_or_is_refused_before_its_intent(
+    temporal_client: Client,
+    agent_worker: WorkerFactory,
+    journal: JournalStore,
+    shop: object,
+    size: int,
+) -> None:
+    script = Script(
+        turns=[
+            [Call("set_flag", {"name": "agent"}), Call("upload", {"blob": "b" * size}), Say("done")]
+        ]
+    )
+    async with agent_worker({"big": script}) as worker:
+        handle = await start_agent(
+            temporal_client,
+            worker.task_queue,
+            AgentSagaRequest(prompt="go", model="big", feed_compensation_summary=False),
+        )
+        result = await asyncio.wait_for(handle.result(), 120)
+    rows = await phases(journal, handle.id)
+    if size + AROUND <= limits.MAX_VALUE_BYTES:
+        assert result.saga.status is SagaState.COMPLETED, result.saga
+        assert f"uploaded {size}" in sample_tools.EFFECTS
+        assert rows == [
+            ("set_flag", "INTENT"),
+            ("set_flag", "EXECUTED"),
+            ("upload", "INTENT"),
+            ("upload", "EXECUTED"),
+        ]
+        return
+    # the model's reply asking for the call is refused, typed, and the run compensates
+    assert result.saga.status is SagaState.COMPENSATED, result.saga
+    assert result.saga.error is not None
+    assert "PayloadTooLarge" in result.saga.error.message, result.saga.error
+    assert "the model's reply take" in result.saga.error.message
+    assert rows == [("set_flag", "INTENT"), ("set_flag", "EXECUTED"), ("set_flag", "COMPENSATED")]
+    assert sample_tools.EFFECTS == ["set agent", "unset agent"]
