@@ -5,13 +5,20 @@ goes on: it takes the next call, and its rollback closes the ticket the first ca
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 from temporalio.client import Client as TemporalClient
 
+from sagacity.errors import PayloadTooLarge
+from sagacity.mcp.session import MCP_SESSION_WORKFLOW, McpCall, McpEnd, McpSessionRequest
+from sagacity.settings import Settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaState, SagaStatus
+from sagacity.worker import connect_client
 from tests.mcp.gateway_fixtures import (
     McpStack,
     calls,
@@ -93,3 +100,36 @@ async def test_an_argument_that_fits_runs_and_the_session_still_rolls_back(
     ]
     assert rows[4:] == [("create_ticket", "COMPENSATED")] * 2
     assert (await journal.verify(saga_id)).ok
+
+
+async def test_an_update_too_large_from_any_sagacity_client_is_refused_before_it_is_sent(
+    mcp_stack: McpStack, settings: Settings
+) -> None:
+    """Temporal takes an update of any size, and the workflow task that would accept it fails
+    for ever: every client with Sagacity's plugin refuses it first."""
+    client = await connect_client(
+        settings.model_copy(
+            update={
+                "temporal_address": mcp_stack.endpoints.temporal_address,
+                "temporal_namespace": mcp_stack.endpoints.temporal_namespace,
+            }
+        )
+    )
+    sid = f"direct-{uuid.uuid4().hex[:8]}"
+    handle = await client.start_workflow(
+        MCP_SESSION_WORKFLOW,
+        McpSessionRequest(server="tickets", lease_s=600),
+        id=sid,
+        task_queue=mcp_stack.task_queue,
+    )
+    first = McpCall(tool="create_ticket", arguments={"title": "direct first"})
+    await handle.execute_update("call", first)
+    with pytest.raises(PayloadTooLarge, match="the arguments of update 'call' to"):
+        await handle.execute_update(
+            "call", McpCall(tool="create_ticket", arguments={"title": "t" * int(2.5 * MB)})
+        )
+    # the session still answers and rolls back
+    status = await asyncio.wait_for(handle.query("status", result_type=SagaStatus), 15)
+    assert status.state is SagaState.RUNNING and status.head.seq == 2
+    ended = McpEnd.model_validate(await handle.execute_update("rollback"))
+    assert ended.state is SagaState.COMPENSATED, ended.message
