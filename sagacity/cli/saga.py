@@ -434,10 +434,10 @@ async def _task_failure(
             f"{kind!r} (saga {handle.id}): {message}"
         )
     return WorkflowTaskFailing(
-        f"the workflow task of saga {handle.id} ({kind}) is failing ({failing.cause}, attempt "
-        f"{failing.attempt}): {message} (the worker retries it: fix the code and restart the "
-        f"worker, or end it with `temporal workflow terminate --workflow-id {handle.id}` and "
-        "start it again)"
+        f"the workflow task of saga {handle.id} ({kind}) is failing: {message} ({failing.cause}, "
+        f"attempt {failing.attempt}; the worker retries it: fix the code and restart the worker, "
+        f"or end it with `temporal workflow terminate --workflow-id {handle.id}` and start it "
+        "again)"
     )
 
 
