@@ -558,6 +558,12 @@ class Saga:
                     failed=failed,
                     adoptable=not failed,
                 )
+                if row.withheld and not failed:  # too large to read back: undone from the journal
+                    self._originals[intent.seq] = Original(
+                        call_seq=intent.seq,
+                        input=_loads(intent.input) or {},
+                        result_in_journal=True,
+                    )
             elif row.phase is Phase.COMPENSATED:
                 undone = self._effect_for(row)
                 if undone is not None:

@@ -11,6 +11,9 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -51,6 +54,26 @@ async def big_worker(
         workflows=WORKFLOWS,
     ) as worker:
         yield worker
+
+
+async def reset_to_first_task(client: Client, saga_id: str) -> None:
+    """Reset the saga to its first workflow task: the new run opens the journal from seq 0."""
+    handle = client.get_workflow_handle(saga_id)
+    first = None
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            first = event.event_id
+            break
+    assert first is not None
+    await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=saga_id),
+            reason="test: reset to the start",
+            workflow_task_finish_event_id=first,
+            request_id=str(uuid.uuid4()),
+        )
+    )
 
 
 async def _status(handle: WorkflowHandle[object, object]) -> SagaStatus:
@@ -192,3 +215,38 @@ async def test_an_agent_tool_call_with_a_big_argument_runs_or_is_refused_before_
     assert "the model's reply take" in result.saga.error.message
     assert rows == [("set_flag", "INTENT"), ("set_flag", "EXECUTED"), ("set_flag", "COMPENSATED")]
     assert sample_tools.EFFECTS == ["set agent", "unset agent"]
+
+
+async def test_a_saga_reset_after_a_big_call_reads_its_journal_back_in_pages_that_fit(
+    temporal_client: Client, big_worker: Worker, journal: JournalStore
+) -> None:
+    """The rows of a call with a 1.9 MB argument (in its INTENT and its EXECUTED row) do not fit
+    one answer together: a run that reads them back (reset to its start) gets them in pages."""
+    sid = f"bigreset-{uuid.uuid4().hex[:8]}"
+    size = int(1.9 * MB)
+    handle = await temporal_client.start_workflow(
+        BigCallWorkflow.run, BigCall(flag=sid, size=size), id=sid, task_queue=big_worker.task_queue
+    )
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await _status(handle)).head.seq < 4:
+        assert asyncio.get_running_loop().time() < deadline, await phases(journal, sid)
+        await asyncio.sleep(0.2)
+    await reset_to_first_task(temporal_client, sid)
+    handle = temporal_client.get_workflow_handle(sid)  # the reset run
+    # the reset run reads the whole journal back, and adopts both calls when it asks again
+    deadline = asyncio.get_running_loop().time() + 30
+    while (failing := await task_failure(temporal_client, sid)) is not None or (
+        await _status(handle)
+    ).head.seq < 4:
+        assert asyncio.get_running_loop().time() < deadline, failing
+        await asyncio.sleep(0.5)
+    await handle.signal("abort", Abort(reason="payload test", by="tester"))
+    result = SagaResult.model_validate(await asyncio.wait_for(handle.result(), 60))
+    assert result.status is SagaState.ABORTED, result
+    assert [(e.tool_name, e.call_seq) for e in result.compensated] == [
+        ("upload", 3),
+        ("set_flag", 1),
+    ]
+    assert sample_tools.EFFECTS.count(f"uploaded {size}") == 1  # not made twice
+    assert f"dropped blob-{size} ({size})" in sample_tools.EFFECTS
+    assert (await journal.verify(sid)).ok
