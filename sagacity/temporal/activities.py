@@ -149,7 +149,11 @@ class _Heartbeat:
         if self.outcome is not None:
             # encoded only when a beat is due: most calls write their row first
             status, payload = self.outcome
-            self.details = (to_json({"status": status, "payload": payload}),)
+            details = to_json({"status": status, "payload": payload})
+            # too large for a heartbeat, which Temporal would refuse: a retry finds no outcome
+            # (SUSPECT, or an idempotent tool run again) rather than a failed activity
+            if limits.json_size(details) <= limits.MAX_VALUE_BYTES:
+                self.details = (details,)
         activity.heartbeat(*self.details)
 
 

@@ -70,9 +70,9 @@ def check(what: str, size: int, *, limit: int = MAX_VALUE_BYTES) -> None:
     """Refuse a value of ``size`` bytes over ``limit``: :class:`PayloadTooLarge`, naming ``what``."""
     if size > limit:
         raise PayloadTooLarge(
-            f"{what} take {size:,} bytes, more than Temporal's history takes in one value "
-            f"({limit:,}; its payload limit is {PAYLOAD_LIMIT:,}): not run, nothing journaled. "
-            "Pass a reference (an id, a URL, a path) to big data instead",
+            f"{what}: {size:,} bytes, more than Temporal's history takes in one value "
+            f"({limit:,}; its payload limit is {PAYLOAD_LIMIT:,}), refused before anything was "
+            "sent, run or journaled. Pass a reference (an id, a URL, a path) to big data instead",
             size=size,
             limit=limit,
         )

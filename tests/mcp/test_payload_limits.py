@@ -48,7 +48,7 @@ async def test_arguments_too_large_are_refused_before_anything_runs_and_rollback
                 await client.call_tool("create_ticket", {"title": "t" * size})
             assert refused.value.code == types.INVALID_PARAMS
             assert "PayloadTooLarge" not in refused.value.message  # said in words
-            assert "the arguments of 'create_ticket' take" in refused.value.message
+            assert "the arguments of 'create_ticket': " in refused.value.message
             assert "the session goes on" in refused.value.message
         # the saga answers, and has journaled the first call only
         second = await client.call_tool("create_ticket", {"title": "small second"})

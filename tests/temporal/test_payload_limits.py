@@ -107,8 +107,8 @@ async def test_a_big_argument_runs_or_is_refused_before_its_intent_and_the_saga_
         assert refusal is None
     else:
         assert refusal is not None
-        assert refusal.startswith("PayloadTooLarge: the arguments of tool 'upload' take")
-        assert f"{size + AROUND:,} bytes" in refusal
+        assert refusal.startswith("PayloadTooLarge: the arguments of tool 'upload': ")
+        assert f": {size + AROUND:,} bytes, more than" in refusal
     # nothing was journaled for a refused call, and the saga still answers
     assert await phases(journal, sid) == want
     assert (await _status(handle)).state is SagaState.RUNNING
@@ -212,7 +212,7 @@ async def test_an_agent_tool_call_with_a_big_argument_runs_or_is_refused_before_
     assert result.saga.status is SagaState.COMPENSATED, result.saga
     assert result.saga.error is not None
     assert "PayloadTooLarge" in result.saga.error.message, result.saga.error
-    assert "the model's reply take" in result.saga.error.message
+    assert "the model's reply: " in result.saga.error.message
     assert rows == [("set_flag", "INTENT"), ("set_flag", "EXECUTED"), ("set_flag", "COMPENSATED")]
     assert sample_tools.EFFECTS == ["set agent", "unset agent"]
 
