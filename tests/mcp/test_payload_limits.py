@@ -12,6 +12,8 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 from temporalio.client import Client as TemporalClient
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import PayloadTooLarge
 from sagacity.mcp.session import MCP_SESSION_WORKFLOW, McpCall, McpEnd, McpSessionRequest
@@ -103,7 +105,7 @@ async def test_an_argument_that_fits_runs_and_the_session_still_rolls_back(
 
 
 async def test_an_update_too_large_from_any_sagacity_client_is_refused_before_it_is_sent(
-    mcp_stack: McpStack, settings: Settings
+    mcp_stack: McpStack, settings: Settings, temporal_client: TemporalClient
 ) -> None:
     """Temporal takes an update of any size, and the workflow task that would accept it fails
     for ever: every client with Sagacity's plugin refuses it first."""
@@ -128,6 +130,16 @@ async def test_an_update_too_large_from_any_sagacity_client_is_refused_before_it
         await handle.execute_update(
             "call", McpCall(tool="create_ticket", arguments={"title": "t" * int(2.5 * MB)})
         )
+    # a client without the plugin gets its update in (it fits a payload, 2 MiB), but not the
+    # call: the workflow refuses arguments over the limit before their INTENT
+    bare = temporal_client.get_workflow_handle(sid)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await bare.execute_update(
+            "call", McpCall(tool="create_ticket", arguments={"title": "t" * 2_050_000})
+        )
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "McpCallRefused", cause
+    assert "the arguments of tool 'create_ticket': 2,050,012 bytes" in cause.message
     # the session still answers and rolls back
     status = await asyncio.wait_for(handle.query("status", result_type=SagaStatus), 15)
     assert status.state is SagaState.RUNNING and status.head.seq == 2
