@@ -11,7 +11,10 @@ that task for ever, so the saga answers nothing again. So each value is measured
   journal and the workflow gets a reference (the call failed ``ResultTooLarge``, compensated with
   the journal's copy);
 * an update's or a signal's arguments, in every client of :class:`SizeLimits` (the plugin adds
-  it): Temporal takes an update of any size, and the workflow task that would accept it fails.
+  it): Temporal takes an update of any size, and the workflow task that would accept it fails;
+* a model's reply in an agent saga, in its activity (refused, not retried);
+* journal rows a run reads back (``open_saga``: a reset, a catch-up), paged so each answer fits;
+* a call's outcome in its activity's heartbeat details, left out when too large.
 
 In workflow code a value's size is its JSON's UTF-8 length plus :data:`ENVELOPE`, room for the
 request around it and the codec (AES-GCM adds 28 bytes and its metadata): the codec runs outside
