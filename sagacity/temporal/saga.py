@@ -1775,6 +1775,7 @@ class Saga:
         if error is None:
             self._enter(SagaState.COMPLETED)
             self._flag_unknown_effects()
+            value = self._fitting(value)
             await self._seal()
             return self.result(value)
         self._error = error
@@ -1840,6 +1841,19 @@ class Saga:
                 err.type,
                 err.message,
             )
+
+    def _fitting(self, value: Any) -> Any:
+        """``value``, the body's return value, unless it is too large for the workflow's result:
+        then None, and ``needs_attention`` says so (the saga completed; its effects stand)."""
+        size = workflow.payload_converter().to_payload(value).ByteSize()
+        if size <= limits.MAX_VALUE_BYTES or not workflow.patched(PAYLOAD_LIMIT_PATCH):
+            return value
+        note = (
+            f"the saga completed, but its body's return value ({size:,} bytes) is too large for "
+            f"Temporal's history ({limits.MAX_VALUE_BYTES:,}): it is not in the result"
+        )
+        self.needs_attention = "; ".join(filter(None, (self.needs_attention, note)))
+        return None
 
     def _flag_unknown_effects(self) -> None:
         unknown = [e for e in self.executed if e.failed]

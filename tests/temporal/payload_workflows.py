@@ -17,8 +17,9 @@ with workflow.unsafe.imports_passed_through():
 class BigCall(BaseModel):
     flag: str
     size: int
-    #: where the big value goes: the second call's argument, or its result
-    big: Literal["argument", "result"] = "argument"
+    #: where the big value goes: the second call's argument, its result, or (after a small
+    #: second call) the value the saga's body returns
+    big: Literal["argument", "result", "value"] = "argument"
 
 
 @workflow.defn(name="tests.BigCall")
@@ -31,8 +32,10 @@ class BigCallWorkflow:
 
     @workflow.run
     async def run(self, req: BigCall) -> SagaResult:
-        async def body() -> None:
+        async def body() -> str | None:
             await self.saga.call(set_flag, name=req.flag)
+            if req.big == "value":
+                return "v" * req.size
             try:
                 if req.big == "argument":
                     await self.saga.call(upload, blob="b" * req.size)
@@ -41,6 +44,7 @@ class BigCallWorkflow:
             except PayloadTooLarge as exc:
                 self._refused = f"{type(exc).__name__}: {exc}"
             await workflow.wait_condition(lambda: self.saga.aborted)
+            return None
 
         return await self.saga.run(body)
 

@@ -177,6 +177,28 @@ async def test_status_and_certify_name_a_saga_whose_workflow_task_keeps_failing(
     assert "this workflow task always fails" in finding["detail"]
 
 
+@pytest.mark.parametrize("size", SIZES[:2], ids=lambda s: f"{s / MB:g}MB")
+async def test_a_return_value_too_large_for_the_result_is_left_out_and_said(
+    temporal_client: Client, big_worker: Worker, journal: JournalStore, size: int
+) -> None:
+    sid = f"bigval-{uuid.uuid4().hex[:8]}"
+    handle = await temporal_client.start_workflow(
+        BigCallWorkflow.run,
+        BigCall(flag=sid, size=size, big="value"),
+        id=sid,
+        task_queue=big_worker.task_queue,
+    )
+    result = SagaResult.model_validate(await asyncio.wait_for(handle.result(), 60))
+    assert result.status is SagaState.COMPLETED, result
+    if size <= limits.MAX_VALUE_BYTES:
+        assert result.value == "v" * size and result.needs_attention is None
+    else:
+        assert result.value is None
+        assert result.needs_attention is not None
+        assert "its body's return value" in result.needs_attention
+    assert await phases(journal, sid) == [("set_flag", "INTENT"), ("set_flag", "EXECUTED")]
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s / MB:g}MB")
 async def test_an_agent_tool_call_with_a_big_argument_runs_or_is_refused_before_its_intent(
     temporal_client: Client,
