@@ -13,6 +13,7 @@ that task for ever, so the saga answers nothing again. So each value is measured
 * an update's or a signal's arguments, in every client of :class:`SizeLimits` (the plugin adds
   it): Temporal takes an update of any size, and the workflow task that would accept it fails;
 * a model's reply in an agent saga, in its activity (refused, not retried);
+* the value a saga's body returns, in ``saga.run`` (left out of the result, and said);
 * journal rows a run reads back (``open_saga``: a reset, a catch-up), paged so each answer fits;
 * a call's outcome in its activity's heartbeat details, left out when too large.
 
