@@ -9,6 +9,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
@@ -76,7 +77,7 @@ async def reset_to_first_task(client: Client, saga_id: str) -> None:
     )
 
 
-async def _status(handle: WorkflowHandle[object, object]) -> SagaStatus:
+async def _status(handle: WorkflowHandle[Any, Any]) -> SagaStatus:
     status: SagaStatus = await asyncio.wait_for(handle.query("status", result_type=SagaStatus), 15)
     return status
 
