@@ -418,3 +418,16 @@ class DecodeNotAllowed(SagacityError):
     """The codec server's caller is authenticated but not listed in ``SAGACITY_CODEC_DECODERS``."""
 
     code = "decode_not_allowed"
+
+
+class PayloadTooLarge(SagacityError):
+    """A value is too large for Temporal's history (2 MiB a payload, 4 MiB a request by default):
+    refused where it would enter it, before anything is journaled or run. Never retried: the
+    same value is as large the next time. The saga goes on, and can still be aborted."""
+
+    code = "payload_too_large"
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit

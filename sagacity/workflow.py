@@ -16,6 +16,7 @@ with :class:`Decision`.
 
 from sagacity.errors import (
     ApprovalRejected,
+    PayloadTooLarge,
     SagaAborted,
     SagaCancelled,
     SagacityError,
@@ -45,6 +46,7 @@ __all__ = [
     "ApprovalRejected",
     "Approve",
     "Decision",
+    "PayloadTooLarge",
     "Reject",
     "Resolve",
     "Resume",

@@ -36,8 +36,9 @@ from temporalio.openai_agents._invoke_model_activity import ActivityModelInput, 
 from temporalio.openai_agents._openai_runner import TemporalOpenAIRunner
 from temporalio.openai_agents._temporal_model_stub import _TemporalModelStub
 
-from sagacity.errors import ConversationTampered
+from sagacity.errors import ConversationTampered, PayloadTooLarge
 from sagacity.store.conversations import ConversationStore
+from sagacity.temporal import limits
 from sagacity.temporal.activities import SagaActivities
 
 __all__ = [
@@ -97,7 +98,15 @@ class ConversationActivities:
             raise _refused(exc) from exc
         model_input: ActivityModelInput = {**call.model_input, "input": items}
         response = await self.model.invoke_model_activity(model_input)
-        return ModelReply(response=response, version=version.hash)
+        reply = ModelReply(response=response, version=version.hash)
+        try:
+            # an answer over Temporal's limits is refused by the worker and retried for nothing
+            limits.check(
+                "the model's reply", activity.payload_converter().to_payload(reply).ByteSize()
+            )
+        except PayloadTooLarge as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
+        return reply
 
     @activity.defn(name=LOAD_CONVERSATION)
     async def load_conversation(self, load: ConversationLoad) -> list[Any]:

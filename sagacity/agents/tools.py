@@ -34,6 +34,7 @@ from pydantic import BaseModel
 
 from sagacity.errors import (
     ApprovalRejected,
+    PayloadTooLarge,
     SagaAborted,
     SagacityError,
     ToolArgumentsInvalid,
@@ -151,8 +152,8 @@ def function_tool_for(
             if on_failure is not None:
                 outcome = on_failure(ctx, error)
                 message = await outcome if inspect.isawaitable(outcome) else outcome
-            # arguments that are not JSON never reach the saga: no journal row, no failure
-            unparsed = isinstance(error, ToolArgumentsInvalid)
+            # arguments that are not JSON, or too large, never reach the journal: no row
+            unparsed = isinstance(error, ToolArgumentsInvalid | PayloadTooLarge)
             seq = None if unparsed else saga.last_call_seq(spec.name)
             shown = saga.journaled(seq)
             record(

@@ -27,12 +27,13 @@ from sagacity.cli._common import (
 from sagacity.cli._exit import hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import SagacityError
-from sagacity.evidence.certify import Certificate, certify, junit_xml
+from sagacity.evidence.certify import Certificate, certify, junit_xml, task_finding
 from sagacity.evidence.decisions import load_keyring
 from sagacity.inputs import check_name
-from sagacity.settings import load_settings
+from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.runs import RunChains
+from sagacity.temporal.task_health import failing_tasks
 
 __all__ = ["certify_command"]
 
@@ -46,6 +47,18 @@ def _since(text: str | None) -> datetime | None:
     except ValidationError:
         return datetime.now(UTC) - duration_or_exit("--since", text)
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+async def _name_failing_tasks(settings: Settings, certificates: list[Certificate]) -> None:
+    """Add a finding for each saga whose workflow task keeps failing, as Temporal tells it (not
+    asked when no TEMPORAL_ADDRESS is set: the journal's findings alone)."""
+    if not settings.temporal_address:
+        return
+    client = await temporal_client(settings)
+    failing = await failing_tasks(client, [c.saga_id for c in certificates])
+    for cert in certificates:
+        if cert.saga_id in failing:
+            cert.findings.append(task_finding(failing[cert.saga_id]))
 
 
 @hard_exit
@@ -77,7 +90,8 @@ def certify_command(
 ) -> None:
     """Fail (exit 1) while a saga has an effect live after a rollback or after its workflow
     closed unfinished (terminated, timed out), a failed compensation, a call of unknown outcome,
-    an approval past its SLA, or evidence that does not verify."""
+    an approval past its SLA, evidence that does not verify, or (with TEMPORAL_ADDRESS set) a
+    workflow task that keeps failing."""
     try:
         settings = load_settings()
         keyring = None if settings.keyring is None else load_keyring(settings.keyring)
@@ -109,7 +123,9 @@ def certify_command(
                 keyring=keyring,
                 runs=RunChains(lambda: temporal_client(settings)),
             )
-            return [c async for c in found]
+            certificates = [c async for c in found]
+        await _name_failing_tasks(settings, certificates)
+        return certificates
 
     certificates = run_or_exit(work())
     if junit is not None:

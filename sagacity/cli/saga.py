@@ -36,12 +36,9 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from temporalio.api.enums.v1 import EventType, PendingWorkflowTaskState, TaskQueueType
+from temporalio.api.enums.v1 import PendingWorkflowTaskState, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import (
-    DescribeTaskQueueRequest,
-    GetWorkflowExecutionHistoryReverseRequest,
-)
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -88,6 +85,7 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.task_health import causes, task_failure
 from sagacity.temporal.undo_attempts import failing, reason, with_attempts
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import Reversibility
@@ -439,46 +437,23 @@ async def _stuck(
 async def _task_failure(
     client: Client, handle: WorkflowHandle[Any, Any], described: WorkflowExecutionDescription
 ) -> Stuck | None:
-    """The newest ``WorkflowTaskFailed`` in the saga's history, as a typed error; None if none
-    since its last completed workflow task."""
-    history = await client.workflow_service.get_workflow_execution_history_reverse(
-        GetWorkflowExecutionHistoryReverseRequest(
-            namespace=client.namespace,
-            execution=described.raw_description.workflow_execution_info.execution,
-            maximum_page_size=50,
+    """The failure that holds the saga's workflow task, as a typed error; None if none since its
+    last completed workflow task."""
+    failing = await task_failure(client, handle.id, described=described)
+    if failing is None:
+        return None
+    kind, message = described.workflow_type, failing.message
+    if "not registered" in message:
+        return WorkflowNotRegistered(
+            f"no worker on task queue {described.task_queue!r} registers workflow type "
+            f"{kind!r} (saga {handle.id}): {message}"
         )
+    return WorkflowTaskFailing(
+        f"the workflow task of saga {handle.id} ({kind}) is failing: {message} ({failing.cause}, "
+        f"attempt {failing.attempt}; the worker retries it: fix the code and restart the worker, "
+        f"or end it with `temporal workflow terminate --workflow-id {handle.id}` and start it "
+        "again)"
     )
-    for event in history.history.events:
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            return None  # it failed before, but moved on since
-        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            continue
-        failure = event.workflow_task_failed_event_attributes.failure
-        message = _causes(await client.data_converter.decode_failure(failure))
-        kind = described.workflow_type
-        if "not registered" in message:
-            return WorkflowNotRegistered(
-                f"no worker on task queue {described.task_queue!r} registers workflow type "
-                f"{kind!r} (saga {handle.id}): {message}"
-            )
-        return WorkflowTaskFailing(
-            f"the workflow task of saga {handle.id} ({kind}) is failing: {message} "
-            "(the worker retries it: fix the code and restart the worker, or end it with "
-            f"`temporal workflow terminate --workflow-id {handle.id}` and start it again)"
-        )
-    return None
-
-
-def _causes(error: BaseException) -> str:
-    """An error and its causes on one line: "Failed decoding arguments" alone says too little."""
-    said: list[str] = []
-    cause: BaseException | None = error
-    while cause is not None and len(said) < 5:
-        text = " ".join(str(cause).split())
-        if text and text not in said:
-            said.append(text)
-        cause = cause.__cause__
-    return ": ".join(said)[:2000]
 
 
 def _report(found: Found, *, as_json: bool, quiet: bool = False) -> int:
@@ -699,7 +674,7 @@ async def _retrying(client: Client, handle: WorkflowHandle[Any, Any]) -> list[st
         if pending.activity_type.name == names.COMPENSATE:
             continue  # on the saga's own "compensating" line
         failure = await client.data_converter.decode_failure(pending.last_failure)
-        error = _causes(failure)
+        error = causes(failure)
         if isinstance(failure, ApplicationError) and failure.type:
             error = f"{failure.type}: {error}"
         lines.append(

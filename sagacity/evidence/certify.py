@@ -2,8 +2,10 @@
 
 A saga is certified when nothing about it needs a person: no effect left live after it rolled
 back or after its workflow closed unfinished (terminated, timed out), no compensation that
-failed for good, no call whose outcome is unknown, no approval waiting past its SLA, and its
-journal verifies against every anchor configured (chain, checkpoints, decision signatures). Each finding names its kind, the saga and the seq;
+failed for good, no call whose outcome is unknown, no approval waiting past its SLA, its journal
+verifies against every anchor configured (chain, checkpoints, decision signatures), and its
+workflow task does not keep failing (:func:`task_finding`, from Temporal). Each finding names its
+kind, the saga and the seq;
 :func:`junit_xml` writes them as JUnit XML, one test case per saga.
 """
 
@@ -23,8 +25,17 @@ from sagacity.journal import Entry, Phase, read_calls, rolled_back
 from sagacity.store.approvals import ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.runs import ChainRun, RunChains
+from sagacity.temporal.task_health import TaskFailing
 
-__all__ = ["Certificate", "Finding", "Kind", "certify", "effect_findings", "junit_xml"]
+__all__ = [
+    "Certificate",
+    "Finding",
+    "Kind",
+    "certify",
+    "effect_findings",
+    "junit_xml",
+    "task_finding",
+]
 
 #: approvals read per page while looking for overdue ones
 _PAGE = 500
@@ -45,6 +56,8 @@ class Kind(StrEnum):
     APPROVAL_OVERDUE = "approval_overdue"
     #: the chain does not verify, or an anchor (checkpoint, seal, signature) disagrees
     EVIDENCE = "evidence"
+    #: the saga's workflow task keeps failing: it cannot move on, abort or compensate
+    WORKFLOW_TASK_FAILING = "workflow_task_failing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +139,11 @@ def effect_findings(
                 )
             )
     return found
+
+
+def task_finding(failing: TaskFailing) -> Finding:
+    """A saga whose workflow task keeps failing (``task_health``), as a finding."""
+    return Finding(Kind.WORKFLOW_TASK_FAILING, failing.workflow_id, None, failing.describe())
 
 
 async def certify(

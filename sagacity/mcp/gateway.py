@@ -51,7 +51,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals import ApprovalService
-from sagacity.errors import ApprovalConflict, ApprovalNotFound, SagacityError
+from sagacity.errors import ApprovalConflict, ApprovalNotFound, PayloadTooLarge, SagacityError
 from sagacity.mcp.policy import Policy, Seen, ServerSpec, result_data, skeleton
 from sagacity.mcp.session import (
     MCP_SESSION_WORKFLOW,
@@ -60,6 +60,7 @@ from sagacity.mcp.session import (
     McpSessionRequest,
 )
 from sagacity.mcp.upstream import call_result
+from sagacity.temporal import limits
 from sagacity.temporal.models import (
     Abort,
     PendingApproval,
@@ -551,7 +552,19 @@ class Gateway:
             return await session.finish("commit")
         if name == spec.rollback_tool:
             return await session.finish("rollback")
+        await self._refuse_oversized(name, arguments)
         return await session.call(ctx, name, arguments)
+
+    async def _refuse_oversized(self, name: str, arguments: dict[str, Any]) -> None:
+        """An MCP error for arguments too large for Temporal's history, before anything is
+        sent: the update would wedge the session's saga (``sagacity.temporal.limits``)."""
+        size = await limits.encoded_size(
+            self.client.data_converter, McpCall(tool=name, arguments=arguments)
+        )
+        try:
+            limits.check(f"the arguments of {name!r}", size)
+        except PayloadTooLarge as exc:
+            raise MCPError(types.INVALID_PARAMS, f"{exc}; the session goes on") from None
 
     def http_app(self, host: str) -> ASGIApp:
         """The streamable HTTP app; a client's ``DELETE`` of its session ends that session's saga."""

@@ -36,7 +36,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from sagacity.errors import ApprovalRejected, SagacityError, SessionEnded, ToolFailed
+    from sagacity.errors import (
+        ApprovalRejected,
+        PayloadTooLarge,
+        SagacityError,
+        SessionEnded,
+        ToolFailed,
+    )
     from sagacity.temporal.models import Effect, SagaCarry, SagaOptions, SagaResult, SagaState
     from sagacity.temporal.saga import Saga
 
@@ -217,6 +223,13 @@ class McpSessionWorkflow:
     async def _run_call(self, index: int, call: McpCall) -> None:
         try:
             self._replies[index] = await self._saga.call(call.tool, **call.arguments)
+        except PayloadTooLarge as exc:
+            # refused before its INTENT (a client other than the gateway, which refuses it
+            # first): nothing ran, the session goes on
+            self._replies[index] = ApplicationError(
+                f"{call.tool} was not run: {exc}", type="McpCallRefused", non_retryable=True
+            )
+            return
         except ToolFailed as exc:
             if not exc.ran:
                 # refused before it ran: nothing to undo, the session goes on

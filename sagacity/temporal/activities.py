@@ -60,6 +60,7 @@ from sagacity.journal.results import read_input, read_result
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.halts import Halt, HaltStore
 from sagacity.store.journal import JournalStore
+from sagacity.temporal import limits
 from sagacity.temporal.checks import check_steps
 from sagacity.temporal.models import (
     AppendRequest,
@@ -152,7 +153,11 @@ class _Heartbeat:
         if self.outcome is not None:
             # encoded only when a beat is due: most calls write their row first
             status, payload = self.outcome
-            self.details = (to_json({"status": status, "payload": payload}),)
+            details = to_json({"status": status, "payload": payload})
+            # too large for a heartbeat, which Temporal would refuse: a retry finds no outcome
+            # (SUSPECT, or an idempotent tool run again) rather than a failed activity
+            if limits.json_size(details) <= limits.MAX_VALUE_BYTES:
+                self.details = (details,)
         activity.heartbeat(*self.details)
 
 
@@ -467,20 +472,8 @@ class SagaActivities:
         rows = await self._outlast(
             lambda: self.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
         )
-        return self._opened(
-            [
-                JournalRow(
-                    seq=e.seq,
-                    tool_name=e.tool_name,
-                    phase=e.phase,
-                    hash=e.hash,
-                    input=e.input,
-                    payload=e.payload,
-                )
-                for e in rows[: req.limit]
-            ],
-            more=len(rows) > req.limit,
-        )
+        page = _page(rows[: req.limit])
+        return self._opened(page, more=len(rows) > len(page))
 
     def _opened(self, rows: list[JournalRow], *, more: bool) -> SagaOpened:
         """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals and
@@ -1103,6 +1096,47 @@ def _too_big(*texts: str) -> int | None:
         return None
     size = sum(len(text.encode()) for text in texts)
     return size if size > MAX_RESULT_BYTES else None
+
+
+#: room in an ``open_saga`` answer for the rest of it (the tool catalog, the keyring, the policy)
+_PAGE_ROOM = 256 * 1024
+#: what an ``open_saga`` answer's rows may take together: a big call's INTENT and outcome rows
+#: may not fit in one (history refuses a larger answer, and the run would wedge reading them)
+_PAGE_BYTES = limits.MAX_VALUE_BYTES - _PAGE_ROOM
+
+
+def _page(entries: list[Entry]) -> list[JournalRow]:
+    """The first of ``entries`` that fit one answer to the workflow, at least one; an outcome row
+    too large alone goes without its input (the workflow reads an INTENT's) and, if still too
+    large, without its payload (``withheld``: the compensation reads it from the journal)."""
+    page: list[JournalRow] = []
+    used = 0
+    for e in entries:
+        row = JournalRow(
+            seq=e.seq,
+            tool_name=e.tool_name,
+            phase=e.phase,
+            hash=e.hash,
+            input=e.input,
+            payload=e.payload,
+        )
+        size = _row_bytes(row)
+        if size > _PAGE_BYTES and e.phase in (Phase.EXECUTED, Phase.FAILED):
+            row.input = ""
+            size = _row_bytes(row)
+            if size > _PAGE_BYTES:
+                row.payload, row.withheld = "", True
+                size = _row_bytes(row)
+        if page and used + size > _PAGE_BYTES:
+            break
+        page.append(row)
+        used += size
+    return page
+
+
+def _row_bytes(row: JournalRow) -> int:
+    """The bytes ``row`` takes in an answer (its texts are escaped again in the answer's JSON)."""
+    return len(row.model_dump_json().encode("utf-8", "surrogatepass"))
 
 
 def _seal_as(req: CallRequest, outcome: Phase) -> SagaState | None:

@@ -386,6 +386,9 @@ class JournalRow(BaseModel):
     hash: str
     input: str
     payload: str
+    #: the row's payload (a call's result) is too large to hand the workflow, and was left out:
+    #: the journal holds it (``input`` of an outcome row may be left out too, unread anyway)
+    withheld: bool = False
 
 
 class SagaOpened(Lean):

@@ -24,6 +24,7 @@ from sagacity.store.journal import JournalStore
 from sagacity.temporal import visibility
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
 from sagacity.temporal.codec import data_converter
+from sagacity.temporal.limits import SizeLimits
 from sagacity.temporal.rollback import RollbackActivities, RollbackWorkflow
 from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
 from sagacity.tools import CompensableTool, ToolRegistry
@@ -124,9 +125,12 @@ class SagacityPlugin(SimplePlugin):
                 keyring=keyring,
                 policy=policy,
             )
+        converter = data_converter(codec)
         super().__init__(
             "sagacity.SagacityPlugin",
-            data_converter=data_converter(codec),
+            data_converter=converter,
+            # an update too large for history would fail the workflow task that takes it
+            interceptors=[SizeLimits(converter)],
             activities=[*self._activities.all(), *rollback] if self._activities else None,
             # the steps workflow, and under its former type for sagas started under that; the
             # rollback of ended sagas

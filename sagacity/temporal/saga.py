@@ -47,7 +47,7 @@ from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
 from sagacity.journal.results import read_input, read_result
-from sagacity.temporal import names, visibility
+from sagacity.temporal import limits, names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
     STATUS_ROWS,
@@ -136,6 +136,9 @@ JOURNALED_RESULTS_PATCH = "sagacity-journaled-results"
 #: sagas from before this marker ran the calls queued behind the lock (parallel tool calls)
 #: when the saga began to compensate meanwhile, only to undo them
 QUEUED_CALLS_PATCH = "sagacity-no-calls-once-compensating"
+#: sagas from before this marker scheduled a call whatever the size of its arguments (one over
+#: Temporal's limits failed the workflow task for ever); marked only when a call is refused
+PAYLOAD_LIMIT_PATCH = "sagacity-payload-limit"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -572,6 +575,12 @@ class Saga:
                     adoptable=not failed,
                     by_ref=by_ref,
                 )
+                if row.withheld and not failed:  # too large to read back: undone from the journal
+                    self._originals[intent.seq] = Original(
+                        call_seq=intent.seq,
+                        input=_loads(intent.input) or {},
+                        result_in_journal=True,
+                    )
             elif row.phase is Phase.COMPENSATED:
                 undone = self._effect_for(row)
                 if undone is not None:
@@ -871,6 +880,11 @@ class Saga:
             input_json = to_json(args)
         except ValueError as exc:  # NaN or an infinity: no JSON, so no journal row
             raise ToolArgumentsInvalid(f"arguments for tool {tool!r}: {exc}") from None
+        size = limits.json_size(input_json)
+        if size > limits.MAX_VALUE_BYTES and workflow.patched(PAYLOAD_LIMIT_PATCH):
+            # the call's activity could never be scheduled: refused before INTENT rather than
+            # a workflow task that fails for ever (histories from before replay as they ran)
+            limits.check(f"the arguments of tool {tool!r}", size)
         while True:
             adopted = self._adopt(tool, args, input_json)
             if adopted is not None:
@@ -1824,6 +1838,7 @@ class Saga:
         if error is None:
             self._enter(SagaState.COMPLETED)
             self._flag_unknown_effects()
+            value = self._fitting(value)
             await self._seal()
             return self.result(value)
         self._error = error
@@ -1889,6 +1904,19 @@ class Saga:
                 err.type,
                 err.message,
             )
+
+    def _fitting(self, value: Any) -> Any:
+        """``value``, the body's return value, unless it is too large for the workflow's result:
+        then None, and ``needs_attention`` says so (the saga completed; its effects stand)."""
+        size = workflow.payload_converter().to_payload(value).ByteSize()
+        if size <= limits.MAX_VALUE_BYTES or not workflow.patched(PAYLOAD_LIMIT_PATCH):
+            return value
+        note = (
+            f"the saga completed, but its body's return value ({size:,} bytes) is too large for "
+            f"Temporal's history ({limits.MAX_VALUE_BYTES:,}): it is not in the result"
+        )
+        self.needs_attention = "; ".join(filter(None, (self.needs_attention, note)))
+        return None
 
     def _flag_unknown_effects(self) -> None:
         unknown = [e for e in self.executed if e.failed]

@@ -244,8 +244,20 @@ def shred_report(ctx: CompensationContext) -> None:
     EFFECTS.append(f"shredded {len(ctx.result)} with {ctx.input['api_token']}")
 
 
+@compensable(by="drop_upload")
+def upload(blob: str) -> str:
+    """Takes a big argument and returns a small reference to it."""
+    EFFECTS.append(f"uploaded {len(blob)}")
+    return f"blob-{len(blob)}"
+
+
+def drop_upload(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"dropped {ctx.result} ({len(ctx.input['blob'])})")
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
     big_report,
+    upload,
     count_stock,
     wire,
     issue_key,

@@ -12,6 +12,7 @@ def test_public_names() -> None:
         "ApprovalRejected",
         "Approve",
         "Decision",
+        "PayloadTooLarge",
         "Reject",
         "Resolve",
         "Resume",
