@@ -1,6 +1,7 @@
 """The gateway's words at the edges of a session: a request before ``initialize`` is told why it
 is refused; a client that leaves mid-call, or a gateway stopped with calls in flight, ends
-without a traceback in the log (over stdio and HTTP), and a stopped gateway exits 0 at once."""
+without a traceback in the log (over stdio and HTTP), and a stopped gateway exits 0 at once; a
+method its HTTP transport does not take is a 405 naming those it does."""
 
 from __future__ import annotations
 
@@ -116,3 +117,15 @@ async def test_an_http_gateway_left_mid_call_and_stopped_ends_cleanly(
             await asyncio.gather(left, waiting, return_exceptions=True)
     assert gateway.log.read_text().count("ended: the MCP session closed") == 2
     assert_quiet(gateway.log)
+
+
+async def test_a_method_the_http_gateway_does_not_take_is_405_with_allow(
+    mcp_stack: McpStack,
+) -> None:
+    policy = mcp_stack.write_policy("methods-http")
+    with http_gateway(mcp_stack, policy) as gateway:
+        async with httpx.AsyncClient(timeout=30) as client:
+            for method in ("PUT", "PATCH"):
+                answer = await client.request(method, gateway.url)
+                assert answer.status_code == 405, (method, answer.status_code)
+                assert "POST" in answer.headers.get("allow", ""), answer.headers
