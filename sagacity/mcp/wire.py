@@ -97,7 +97,8 @@ def refusal(raw: bytes) -> Refusal | None:
     if found is None:
         return None
     path, problem = found
-    problem = undecodable or problem
+    if undecodable is not None and "lone surrogate" in problem:
+        problem = undecodable  # the bad bytes, as they stood in the text
     if not isinstance(message, dict):
         return Refusal(jsonrpc_error(None, types.PARSE_ERROR, f"Parse error: {problem}"), True)
     request = "method" in message and "id" in message
