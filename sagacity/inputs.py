@@ -29,6 +29,7 @@ from sagacity.errors import InvalidInput
 __all__ = [
     "MAX_DEPTH",
     "NAME_MAX",
+    "NAME_PATTERN",
     "check_json",
     "check_name",
     "check_text",
@@ -40,6 +41,14 @@ __all__ = [
 MAX_DEPTH = 100
 #: longest name (tool, step id, resolver) accepted, in characters
 NAME_MAX = 200
+#: the names :func:`check_name` accepts, length aside, as a JSON Schema ``pattern`` (ECMA-262,
+#: read the same by Python's ``re``): no control character (Unicode category Cc), and one
+#: character at least that is neither a control nor whitespace (``str.isspace``)
+NAME_PATTERN = (
+    r"^[^\x00-\x1f\x7f-\x9f]*"
+    r"[^\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+    r"[^\x00-\x1f\x7f-\x9f]*$"
+)
 
 
 def load_json(data: bytes | str, *, what: str, max_depth: int = MAX_DEPTH) -> Any:

@@ -28,7 +28,15 @@ from temporalio.converter import PayloadCodec
 
 from sagacity.errors import DecodeNotAllowed, InvalidInput, PayloadUnreadable
 
-__all__ = ["MAX_BODY", "PREFIX", "CodecCors", "CodecServer", "PayloadsBody", "codec_router"]
+__all__ = [
+    "MAX_BODY",
+    "PREFIX",
+    "CodecCors",
+    "CodecServer",
+    "PayloadsBody",
+    "codec_router",
+    "declare_namespace",
+]
 
 PREFIX = "/codec"
 #: request bodies of the codec routes: a batch of payloads, each up to Temporal's 2 MB blob limit
@@ -48,13 +56,22 @@ class CodecServer:
     cors_origins: tuple[str, ...] = ()
 
 
+#: standard base64 with its padding, as ``_bytes`` reads it (JSON Schema ``pattern``)
+_BASE64: dict[str, Any] = {
+    "pattern": r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+    "contentEncoding": "base64",
+}
+
+
 class PayloadJson(BaseModel):
     """A Temporal payload in protobuf JSON: every value base64."""
 
     model_config = ConfigDict(extra="forbid")
 
-    metadata: dict[str, str] = Field(default_factory=dict)
-    data: str = ""
+    metadata: dict[str, Annotated[str, Field(json_schema_extra=_BASE64)]] = Field(
+        default_factory=dict
+    )
+    data: str = Field(default="", json_schema_extra=_BASE64)
 
 
 class PayloadsBody(BaseModel):
@@ -150,6 +167,15 @@ def codec_router(principal: Callable[..., Coroutine[Any, Any, str]]) -> APIRoute
         return _to_json(decoded)
 
     return router
+
+
+def declare_namespace(document: dict[str, Any], namespace: str) -> None:
+    """Name in ``document`` (the API's OpenAPI) the one ``X-Namespace`` the codec takes: any
+    other is refused, so a document without it would declare requests valid that are not."""
+    for route in ("encode", "decode"):
+        for parameter in document["paths"][f"{PREFIX}/{route}"]["post"]["parameters"]:
+            if parameter["name"] == "X-Namespace":
+                parameter["schema"] = {"type": "string", "enum": [namespace]}
 
 
 class CodecCors:

@@ -528,14 +528,16 @@ async def _checked_form(request: Request) -> dict[str, str] | None:
 
 
 def _same_origin(request: Request) -> bool:
-    """Whether the browser says the request comes from this site (absent headers: a non-browser
-    client, which has no cookie another site could ride on)."""
+    """Whether the browser says the request comes from this site: by ``Origin`` or ``Referer``,
+    else by ``Sec-Fetch-Site`` (a browser or extension that strips the first two still sends
+    it); none of them: a non-browser client, which has no cookie another site could ride on."""
     host = request.headers.get("host", "")
     for header in ("origin", "referer"):
         given = request.headers.get(header)
         if given:
             return urlsplit(given).netloc == host
-    return True
+    # same-site is another origin too (a sibling host), refused as its Origin would be
+    return request.headers.get("sec-fetch-site", "").lower() not in ("cross-site", "same-site")
 
 
 def _local(target: str) -> str:

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, model_validator
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sagacity.approvals import codec_server, console
@@ -35,6 +36,7 @@ from sagacity.approvals.codec_server import CodecCors, CodecServer, codec_router
 from sagacity.approvals.console import WebConsole, console_router
 from sagacity.approvals.oidc import OidcVerifier
 from sagacity.approvals.service import (
+    CURSOR_PATTERN,
     MAX_PAGE,
     ApprovalService,
     DecisionResult,
@@ -61,7 +63,7 @@ from sagacity.errors import (
     SuspectConflict,
     SuspectNotFound,
 )
-from sagacity.inputs import check_json, check_name
+from sagacity.inputs import NAME_PATTERN, check_json, check_name
 
 __all__ = ["MAX_BODY", "ErrorBody", "create_app", "openapi_document"]
 
@@ -75,7 +77,15 @@ _AGE_MAX_S = 100 * 365 * 24 * 3600
 #: served without a token: the API's own description
 _PUBLIC = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
+#: the methods a 405's Allow may name
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
 _log = logging.getLogger(__name__)
+
+#: what the document declares of a name the API checks with check_name (its length, its text)
+_NAME: dict[str, Any] = {"maxLength": _ID_MAX, "pattern": NAME_PATTERN}
+#: a reason's text as _plain() checks it: no control characters but tab and newline
+_PLAIN_PATTERN = r"^[^\x00-\x08\x0b-\x1f]*$"
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -137,7 +147,12 @@ class RejectBody(BaseModel):
 
     reason: Annotated[
         str,
-        Field(min_length=1, max_length=2000, description="journaled with REJECTED"),
+        Field(
+            min_length=1,
+            max_length=2000,
+            description="journaled with REJECTED; no control characters but tab and newline",
+            json_schema_extra={"pattern": _PLAIN_PATTERN},
+        ),
         AfterValidator(_plain),
     ]
 
@@ -145,7 +160,14 @@ class RejectBody(BaseModel):
 class ResolveBody(BaseModel):
     """What the principal found out about a SUSPECT call. The resolver is the token's principal."""
 
-    model_config = ConfigDict(extra="forbid")
+    # declared as checked below: a call that did not happen has no result
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "if": {"properties": {"happened": {"const": False}}, "required": ["happened"]},
+            "then": {"properties": {"result": {"type": "null"}}},
+        },
+    )
 
     happened: StrictBool = Field(
         description="true: the call took effect (EXECUTED is journaled, the saga goes on and "
@@ -168,7 +190,10 @@ class ResolveBody(BaseModel):
 
 SagaId = Annotated[
     str,
-    Path(description="the saga id (its Temporal workflow id)"),
+    Path(
+        description="the saga id (its Temporal workflow id): no control characters, not blank",
+        json_schema_extra=_NAME,
+    ),
     AfterValidator(_saga_id),
 ]
 Seq = Annotated[
@@ -246,9 +271,26 @@ def create_app(
     app.state.tokens = dict(tokens)
     app.state.oidc = oidc
     app.state.codec = codec
+    if codec is not None and codec.namespace:
+        _declare_namespace(app, codec.namespace)
     app.add_middleware(_Gate, max_body=max_body)
     app.add_middleware(CodecCors, origins=codec.cors_origins if codec else ())
     return app
+
+
+def _declare_namespace(app: FastAPI, namespace: str) -> None:
+    """The document ``app`` serves names its codec's namespace (the committed document is for
+    no configuration in particular, and cannot)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        first = app.openapi_schema is None
+        document = generate()
+        if first:
+            codec_server.declare_namespace(document, namespace)
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def openapi_document() -> dict[str, Any]:
@@ -424,9 +466,23 @@ class _ErrorResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def _error(status: int, body: ErrorBody) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def _error(status: int, body: ErrorBody, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """``body`` as the answer, with ``headers`` (a 405's ``Allow``; a 401 gets its challenge)."""
+    headers = {**(headers or {}), **({"WWW-Authenticate": "Bearer"} if status == 401 else {})}
     return _ErrorResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+def _allow(request: Request, headers: Mapping[str, str] | None) -> dict[str, str]:
+    """A 405's headers, its ``Allow`` naming every method the app's routes take at the path
+    (Starlette's names the first matching route's only: GET, not the POST beside it)."""
+    said = (headers or {}).get("Allow", "")
+    methods = {method.strip() for method in said.split(",") if method.strip()}
+    routes = [r for r in request.app.router.routes if not isinstance(r, Mount)]
+    for method in _METHODS:
+        probe = {**request.scope, "method": method}
+        if any(route.matches(probe)[0] is Match.FULL for route in routes):
+            methods.add(method)
+    return {**(headers or {}), "Allow": ", ".join(sorted(methods))}
 
 
 def _unauthorized() -> JSONResponse:
@@ -459,7 +515,8 @@ def _app() -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        if request.url.path not in _PUBLIC and _principal_of(request) is None:
+        public = request.url.path in _PUBLIC or console.is_public(request.url.path)
+        if not public and _principal_of(request) is None:
             return _unauthorized()
         if exc.status_code == 400:  # FastAPI could not parse the body
             why = {
@@ -470,7 +527,9 @@ def _app() -> FastAPI:
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
         detail = exc.detail if isinstance(exc.detail, str) else "refused"
         return _error(
-            exc.status_code, ErrorBody(error=code.get(exc.status_code, "http_error"), detail=detail)
+            exc.status_code,
+            ErrorBody(error=code.get(exc.status_code, "http_error"), detail=detail),
+            headers=_allow(request, exc.headers) if exc.status_code == 405 else exc.headers,
         )
 
     @app.exception_handler(SagacityError)
@@ -492,11 +551,16 @@ def _app() -> FastAPI:
         service: Service,
         _: Principal,
         saga_id: Annotated[
-            str | None, Query(description="only this saga's requests"), AfterValidator(_saga_id)
+            str | None,
+            Query(description="only this saga's requests", json_schema_extra=_NAME),
+            AfterValidator(_saga_id),
         ] = None,
         tool: Annotated[
             list[str] | None,
-            Query(description="only requests to call these tools (repeat the parameter)"),
+            Query(
+                description="only requests to call these tools (repeat the parameter)",
+                json_schema_extra={"items": {"type": "string", **_NAME}},
+            ),
             AfterValidator(_tool_names),
         ] = None,
         older_than_s: Annotated[
@@ -510,7 +574,10 @@ def _app() -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="requests per page")] = 50,
         after: Annotated[
             str | None,
-            Query(max_length=4096, description="the `next` of the previous page"),
+            Query(
+                description="the `next` of the previous page",
+                json_schema_extra={"pattern": CURSOR_PATTERN},
+            ),
         ] = None,
     ) -> Inbox:
         """Pending approval requests a page at a time, oldest first, with counts; only the

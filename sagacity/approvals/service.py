@@ -13,9 +13,8 @@ either way a refused decision changes nothing and raises an
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import builtins
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -52,6 +51,7 @@ from sagacity.store.journal import JournalStore
 from sagacity.temporal.models import Decision, PendingApproval, SagaState, SagaStatus
 
 __all__ = [
+    "CURSOR_PATTERN",
     "MAX_PAGE",
     "ApprovalService",
     "DecisionResult",
@@ -387,6 +387,11 @@ def _decision(**fields: Any) -> Decision:
 
 #: the most requests one inbox page holds
 MAX_PAGE = 500
+#: an inbox cursor (:attr:`Inbox.next`): ``MICROSECONDS.SEQ.SAGA_ID``, the last request's time
+#: (since 1970, UTC), journal seq and saga id, as a JSON Schema ``pattern`` (and Python's ``re``)
+CURSOR_PATTERN = r"^(-?[0-9]{1,18})\.([0-9]{1,19})\.([^\x00-\x1f\x7f-\x9f]{0,1000})$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SEQ_MAX = 2**63 - 1
 
 
 def inbox_filter(
@@ -409,28 +414,26 @@ def inbox_filter(
 
 def _encode_cursor(request: ApprovalRequest) -> str:
     at, saga_id, seq = request.cursor
-    text = f"{at.isoformat()}|{seq}|{saga_id}"
-    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii").rstrip("=")
+    return f"{(at - _EPOCH) // timedelta(microseconds=1)}.{seq}.{saga_id}"
 
 
 def _cursor(text: str | None) -> tuple[datetime, str, int] | None:
-    """The position an :attr:`Inbox.next` names; :class:`InvalidInput` for anything else."""
+    """The position an :attr:`Inbox.next` names; :class:`InvalidInput` for anything else.
+
+    Any text :data:`CURSOR_PATTERN` matches is a position: a time or seq past what the store
+    holds stands for its end (nothing lies beyond it), so no such cursor is refused.
+    """
     if text is None:
         return None
+    found = re.fullmatch(CURSOR_PATTERN, text)
+    if found is None:
+        raise InvalidInput("after: not a cursor this inbox gave out (use the page's next)")
+    micros, seq, saga_id = found.groups()
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
-        at, seq, saga_id = raw.split("|", 2)
-        when = datetime.fromisoformat(at)
-        # in UTC, as stored: a time near either end of the calendar does not convert
-        when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-        position = int(seq)
-        if not 0 <= position < 2**63:
-            raise ValueError(seq)
-        return when, saga_id, position
-    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
-        raise InvalidInput(
-            "after: not a cursor this inbox gave out (use the page's next)"
-        ) from None
+        when = _EPOCH + timedelta(microseconds=int(micros))
+    except OverflowError:
+        when = datetime.min if micros.startswith("-") else datetime.max
+    return when.replace(tzinfo=UTC), saga_id, min(int(seq), _SEQ_MAX)
 
 
 def _view(request: ApprovalRequest, live: Live, deciders: list[str] | None) -> PendingRequest:

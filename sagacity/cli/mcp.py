@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -204,6 +204,7 @@ async def _gateway(
     from sagacity.approvals import ApprovalService
     from sagacity.mcp.gateway import Elicitation, Gateway
     from sagacity.mcp.policy import check_against
+    from sagacity.mcp.serving import serve_http
     from sagacity.temporal.models import SagaOptions
     from sagacity.worker import connect_client
 
@@ -250,7 +251,7 @@ async def _gateway(
     )
     try:
         if transport is Transport.http:
-            await _serve_http(gateway.http_app(host), host, port)
+            await serve_http(gateway.http_app(host), host, port)
         else:
             await _serve(gateway.server(), transport, host, port)
     finally:
@@ -342,15 +343,6 @@ async def _serve(server: Any, transport: Transport, host: str, port: int) -> Non
 
         await serve_stdio(server)
         return
-    await _serve_http(server.streamable_http_app(host=host), host, port)
+    from sagacity.mcp.serving import serve_http
 
-
-async def _serve_http(app: Any, host: str, port: int) -> None:
-    import uvicorn
-
-    class Quiet(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield  # SIGTERM and SIGINT cancel the serving task instead (_until_signalled)
-
-    await Quiet(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()
+    await serve_http(server.streamable_http_app(host=host), host, port)

@@ -60,6 +60,7 @@ from sagacity.mcp.session import (
     McpSessionRequest,
 )
 from sagacity.mcp.upstream import call_result
+from sagacity.mcp.wire import explain_uninitialized
 from sagacity.temporal import limits
 from sagacity.temporal.models import (
     Abort,
@@ -283,6 +284,9 @@ class SagaSession:
             raise self._refusal(handle, name, err) from None
         try:
             return await update.result()
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            _raise_if_cancelled()
+            raise
         except (WorkflowUpdateFailedError, RPCError) as err:
             raise self._refusal(handle, name, err) from None
 
@@ -431,6 +435,15 @@ def _approved_input(pending: PendingApproval) -> str:
         )
     hidden = f" (hidden by redaction: {', '.join(pending.hidden)})" if pending.hidden else ""
     return f"Tool: {pending.tool_name}\nInput{hidden}: {text}"
+
+
+def _raise_if_cancelled() -> None:
+    """The SDK reports this task's own cancellation (its client gone, the gateway stopping) as
+    WorkflowUpdateRPCTimeoutOrCancelledError: raise it as the cancellation it is, which the MCP
+    library ends quietly instead of logging a handler's failure."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class _Refused(Exception):
@@ -607,7 +620,11 @@ def _server(
     ) -> types.CallToolResult:
         return await call(ctx, params.name, params.arguments or {})
 
-    return Server(name, instructions=instructions, on_list_tools=list_tools, on_call_tool=call_tool)
+    server = Server(
+        name, instructions=instructions, on_list_tools=list_tools, on_call_tool=call_tool
+    )
+    server.middleware.append(explain_uninitialized)
+    return server
 
 
 def _result_keys(result: types.CallToolResult) -> set[str]:

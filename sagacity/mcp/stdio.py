@@ -3,7 +3,9 @@
 The MCP library's ``stdio_server`` hands such a line to the server as an exception, which nothing
 answers: a client whose request is unreadable would wait forever. Here its input is checked first,
 and each unreadable request gets a JSON-RPC error through the library's own writer (the one task
-that writes stdout, so answers never tear), while the library still diverts fd 1.
+that writes stdout, so answers never tear), while the library still diverts fd 1. A line that is
+JSON only to Python's lenient reader (bytes that are not UTF-8, ``NaN``, lone surrogates) is
+refused too (:mod:`.wire`), never run with its bytes replaced.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
+
+from sagacity.mcp.wire import jsonrpc_error, refusal, usable_id
 
 __all__ = ["serve_stdio"]
 
@@ -47,7 +51,8 @@ def _wire_input() -> Iterator[TextIO]:
     os.close(null)
     try:
         # never closed: a worker thread can still be blocked reading it when serving ends
-        yield open(wire, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        # bytes that are not UTF-8 kept as they came (as lone surrogates), for refusal() to refuse
+        yield open(wire, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115
     finally:
         os.dup2(wire, 0)
 
@@ -67,9 +72,17 @@ class _CheckedLines(anyio.AsyncFile[str]):
 
     async def readline(self) -> str:
         while True:
-            line = await super().readline()
+            # abandoned when serving is cancelled (SIGTERM): a read blocked on a client that
+            # sends nothing must not hold the gateway's shutdown
+            line = await anyio.to_thread.run_sync(self.wrapped.readline, abandon_on_cancel=True)
             if not line:
                 return line  # end of input
+            refused = refusal(line.encode("utf-8", "surrogateescape"))
+            if refused is not None:
+                log.warning("refused a line it cannot read: %s", refused.reason)
+                if refused.request:
+                    await self._answer(refused.error)
+                continue
             try:
                 types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                 return line
@@ -77,16 +90,19 @@ class _CheckedLines(anyio.AsyncFile[str]):
                 pass
             if not line.strip():
                 continue  # a blank line is no message
-            refusal = _refusal(line)
-            if refusal is None:
+            answer = _refusal(line)
+            if answer is None:
                 log.warning(
                     "ignored an unreadable notification or response (JSON-RPC answers neither)"
                 )
                 continue
-            log.warning("answered a line it cannot read: %s", refusal.error.message)
-            await self._writing.wait()
-            assert self._send is not None
-            await self._send(SessionMessage(refusal))
+            log.warning("answered a line it cannot read: %s", answer.error.message)
+            await self._answer(answer)
+
+    async def _answer(self, error: types.JSONRPCError) -> None:
+        await self._writing.wait()
+        assert self._send is not None
+        await self._send(SessionMessage(error))
 
 
 def _refusal(line: str) -> types.JSONRPCError | None:
@@ -94,21 +110,21 @@ def _refusal(line: str) -> types.JSONRPCError | None:
     try:
         message = json.loads(line.rstrip("\n"))
     except RecursionError:  # the stdlib parser's depth guard
-        return _error(None, types.PARSE_ERROR, "Parse error: nested too deeply")
+        return jsonrpc_error(None, types.PARSE_ERROR, "Parse error: nested too deeply")
     except ValueError as exc:
-        return _error(None, types.PARSE_ERROR, f"Parse error: {exc}")
+        return jsonrpc_error(None, types.PARSE_ERROR, f"Parse error: {exc}")
     if not isinstance(message, dict):
-        return _error(None, types.INVALID_REQUEST, "Invalid Request: not a JSON object")
+        return jsonrpc_error(None, types.INVALID_REQUEST, "Invalid Request: not a JSON object")
     if "result" in message or "error" in message or ("method" in message and "id" not in message):
         return None  # a response or a notification
-    request_id = _usable_id(message.get("id"))
+    request_id = usable_id(message.get("id"))
     envelope = {key: value for key, value in message.items() if key != "params"}
     problem = _problem(json.dumps(envelope))
     if problem is not None:
-        return _error(request_id, types.INVALID_REQUEST, f"Invalid Request: {problem}")
+        return jsonrpc_error(request_id, types.INVALID_REQUEST, f"Invalid Request: {problem}")
     # a sound request whose params cannot be read (a lone surrogate, too deep, not an object):
     # JSON-RPC 2.0 names that -32602 Invalid params; -32600 is for the request object itself
-    return _error(request_id, types.INVALID_PARAMS, f"Invalid params: {_problem(line)}")
+    return jsonrpc_error(request_id, types.INVALID_PARAMS, f"Invalid params: {_problem(line)}")
 
 
 def _problem(text: str) -> str | None:
@@ -120,20 +136,3 @@ def _problem(text: str) -> str | None:
         where = ".".join(str(part) for part in first["loc"])
         return f"{where}: {first['msg']}" if where else first["msg"]
     return None
-
-
-def _usable_id(value: object) -> int | str | None:
-    """``value`` as the id of an answer; None (``"id": null``) when it cannot be one."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        return None
-    try:
-        str(value).encode()  # a lone surrogate could not be written back
-    except UnicodeEncodeError:
-        return None
-    return value
-
-
-def _error(request_id: int | str | None, code: int, message: str) -> types.JSONRPCError:
-    return types.JSONRPCError(
-        jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message)
-    )

@@ -78,6 +78,9 @@ class ProbeServer:
         probes = self
 
         class Handler(BaseHTTPRequestHandler):
+            #: answering HEAD: GET's status and headers, no body
+            head_only = False
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -88,12 +91,24 @@ class ProbeServer:
                 else:
                     self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
 
+            def do_HEAD(self) -> None:
+                self.head_only = True
+                self.do_GET()
+
+            def _refuse_method(self) -> None:
+                self._send(405, f"{self.command} is not allowed: GET only\n".encode())
+
+            do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
+
             def _send(self, status: int, body: bytes, ctype: str = "text/plain") -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
+                if status == 405:
+                    self.send_header("Allow", "GET, HEAD")
                 self.end_headers()
-                self.wfile.write(body)
+                if not self.head_only:
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:
                 pass  # probes every few seconds would drown the worker's own log

@@ -57,17 +57,32 @@ async def wait_for_phase(
         await asyncio.sleep(0.2)
 
 
+#: the prober's ``initialize`` (id 1)
+HELLO = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "prober", "version": "0"},
+    },
+}
+
+
 async def raw_stdio(
     stack: McpStack,
     policy: Path,
     lines: list[bytes],
     then: list[bytes] = [],  # noqa: B006 - read, never changed
     timeout: float = 30,
+    *,
+    hello: bool = True,
 ) -> list[dict[str, Any]]:
     """Speak JSON-RPC to ``sagacity mcp`` over stdio byte for byte, as a prober would (no MCP
-    client to tidy the input): initialize, then ``lines`` at once, then each of ``then`` once
-    the request before it is answered (ids from 2, in that order); the answers to the requests
-    with an id, in order, once each has come or ``timeout`` passed."""
+    client to tidy the input): initialize (unless not ``hello``), then ``lines`` at once, then
+    each of ``then`` once the request before it is answered (ids from 2, in that order); the
+    answers to the requests with an id, in order, once each has come or ``timeout`` passed."""
     log = (stack.folder / "prober.log").open("ab")
     proc = await asyncio.create_subprocess_exec(
         SAGACITY,
@@ -82,16 +97,6 @@ async def raw_stdio(
     )
     log.close()  # the child holds its own copy
     assert proc.stdin is not None and proc.stdout is not None
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "prober", "version": "0"},
-        },
-    }
     stdin = proc.stdin
     answers: dict[Any, dict[str, Any]] = {}
     wanted: set[Any] = {2 + n for n in range(len(lines) + len(then))}
@@ -99,8 +104,9 @@ async def raw_stdio(
 
     async def send() -> None:
         # beside the reading: a gateway blocked on a full stdout must not block us in turn
-        stdin.write(json.dumps(hello).encode() + b"\n")
-        stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        if hello:
+            stdin.write(json.dumps(HELLO).encode() + b"\n")
+            stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
         for line in lines:
             stdin.write(line.rstrip(b"\n") + b"\n")
             await stdin.drain()
