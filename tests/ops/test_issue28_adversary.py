@@ -7,20 +7,32 @@ fixed here; the rest pin a guarantee that held. Real Temporal, real Postgres."""
 from __future__ import annotations
 
 import asyncio
-
-import pytest
+import contextlib
 from typing import Any
 
+import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.worker import Worker
 
 from sagacity.journal import ROLLBACK, Phase
 from sagacity.store import JournalStore
-from sagacity.temporal.models import Approve, SagaResult, SagaState, SagaStatus
+from sagacity.temporal.models import Approve, SagaResult, SagaState, SagaStatus, Step
 from sagacity.temporal.rollback import RollbackResult, rollback_id
-from tests.approvals.conftest import Cli, StartOrder, approvals, shop, shop_session, start_order
-from tests.approvals.conftest import cli, journal, pool, worker
-from tests.temporal.conftest import awaiting_approval, wait_for
-from tests.temporal.test_operations import reset_after_first_call
+from tests.approvals.conftest import (
+    Cli,
+    StartOrder,
+    approvals,
+    cli,
+    journal,
+    pool,
+    shop,
+    shop_session,
+    start_order,
+    worker,
+)
+from tests.temporal import sample_tools
+from tests.temporal.conftest import awaiting_approval
+from tests.temporal.test_operations import new_id, reset_after_first_call, start_steps
 from workflows.order.shop import Shop
 
 __all__ = ["approvals", "cli", "journal", "pool", "shop", "shop_session", "start_order", "worker"]
@@ -36,7 +48,7 @@ async def _settle(handle: WorkflowHandle[Any, SagaResult], seconds: float = 20) 
             return
         try:
             status = await handle.query("status", result_type=SagaStatus)
-        except Exception:  # noqa: BLE001 - a query may race the run's first task
+        except Exception:
             status = None
         if status is not None and awaiting_approval(status):
             return
@@ -77,12 +89,11 @@ async def test_a_rolled_back_saga_reset_afterwards_makes_no_effect_nobody_undoes
         await again.signal(
             "approve", Approve(journal_seq=status.pending_approval.journal_seq, approver="alice")
         )
-    try:
+    with contextlib.suppress(Exception):
         await asyncio.wait_for(again.result(), 30)
-    except Exception:  # noqa: BLE001 - how the run ends is not the point; what it leaves is
-        pass
     rows = await journal.read(waiting.saga_id)
-    after = [r for r in rows if r.seq > [x.seq for x in rows if x.tool_name == ROLLBACK][0]]
+    said = next(x.seq for x in rows if x.tool_name == ROLLBACK)
+    after = [r for r in rows if r.seq > said]
     # no call after the rollback: the run over a rolled-back journal must not go on
     assert [r.tool_name for r in after if r.phase is Phase.INTENT] == []
     snap = await shop.snapshot()
@@ -131,3 +142,155 @@ async def test_a_reset_while_the_rollback_runs_is_not_rolled_back_under_it(
     rows = await journal.read(waiting.saga_id)
     assert not [r for r in rows if r.phase is Phase.COMPENSATED]
     assert (await cli("certify", "--saga", waiting.saga_id)).code == 0
+
+
+# -- permanent compensation errors ------------------------------------------------------------
+
+
+async def test_a_keyerror_of_the_undos_own_code_is_retried_not_made_permanent(
+    temporal_client: Client, worker: Worker, journal: JournalStore
+) -> None:
+    """Only a key missing from the context is permanent: a KeyError of the undo's own lookup
+    (a registry a later attempt finds filled) is retried, and the undo succeeds."""
+    key = new_id("late")
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [Step(tool="lookup_late", args={"key": key}), Step(tool="decline", args={"reason": "r"})],
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPENSATED, result
+    assert sample_tools.UNDO_TRIES[key] == 3
+    phases = [(r.tool_name, r.phase) for r in await journal.read(handle.id)]
+    assert ("lookup_late", Phase.COMPENSATED) in phases
+    assert ("lookup_late", Phase.COMPENSATION_FAILED) not in phases
+
+
+async def test_a_permanent_failure_among_several_effects_the_rest_still_undone_in_reverse(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
+) -> None:
+    """An undo that catches the context's KeyError and raises it again fails at once (one try);
+    the effects before and after it are still undone, newest first; the saga is flagged and
+    `saga status --wait` reports it ended unfinished (exit 1), not running or failing (4)."""
+    a, b, c = (new_id(x) for x in "abc")
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [
+            Step(tool="set_flag", args={"name": a}),
+            Step(tool="breakable", args={"key": b}),
+            Step(tool="set_flag", args={"name": c}),
+            Step(tool="decline", args={"reason": "r"}),
+        ],
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPENSATION_FAILED, result
+    mine = [e for e in sample_tools.EFFECTS if a in e or b in e or c in e]
+    assert mine == [
+        f"set {a}",
+        f"breakable {b}",
+        f"set {c}",
+        f"unset {c}",
+        f"unbreak tried {b}",  # once: no retry of a permanent failure
+        f"unset {a}",
+    ]
+    rows = [(r.tool_name, r.phase) for r in await journal.read(handle.id)]
+    assert rows[-3:] == [
+        ("set_flag", Phase.COMPENSATED),
+        ("breakable", Phase.COMPENSATION_FAILED),
+        ("set_flag", Phase.COMPENSATED),
+    ]
+    status = await cli("saga", "status", handle.id, "--wait")
+    assert status.code == 1, (status.stdout, status.stderr)
+    assert (await cli("certify", "--saga", handle.id)).code == 1
+
+
+# -- the journaled-results reader, through a rollback (which reads every result from the journal)
+
+
+async def _terminated_after_echo(
+    temporal_client: Client, worker: Worker, journal: JournalStore, value: Any
+) -> str:
+    """A Steps saga that echoed ``value``, set a flag and was terminated during its third call
+    (slow_note, INTENT journaled, no outcome: SUSPECT); its id."""
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [
+            Step(tool="echo", args={"value": value}),
+            Step(tool="set_flag", args={"name": new_id("f")}),
+            Step(tool="slow_note", args={"text": "t", "seconds": 30}),
+        ],
+    )
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 20
+    while not [r for r in await journal.read(handle.id) if r.tool_name == "slow_note"]:
+        assert loop.time() < end, "slow_note never started"
+        await asyncio.sleep(0.2)
+    await handle.terminate(reason="test")
+    return handle.id
+
+
+async def _rolled_back_echo(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli, value: Any
+) -> tuple[str, list[Any]]:
+    """Roll back a terminated saga that echoed ``value``: its id, and what unecho was given."""
+    saga_id = await _terminated_after_echo(temporal_client, worker, journal, value)
+    before = len(sample_tools.RECEIVED)
+    done = await cli("saga", "rollback", saga_id, "--wait", "--by", "o", "--reason", "r")
+    got = [v for name, v in sample_tools.RECEIVED[before:] if name == "unecho"]
+    return saga_id, [done.code, got]
+
+
+async def test_rollback_of_a_saga_with_a_suspect_call_leaves_it_to_a_human(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
+) -> None:
+    """A rollback undoes what surely happened and does not pretend about the SUSPECT call (the
+    stalled slow_note): certify still names it afterwards, for a human to resolve."""
+    saga_id, (code, got) = await _rolled_back_echo(
+        temporal_client, worker, journal, cli, {"plain": 1}
+    )
+    assert code == 0
+    assert got == [{"plain": 1}]
+    certified = await cli("certify", "--json", "--saga", saga_id)
+    assert certified.code == 1, certified.stdout
+    assert "slow_note" in certified.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="read_result takes a tool's own result shaped {'resolved_by': str, 'result': X} for "
+    "a human's resolution of a SUSPECT call: the undo run by a rollback (or after continue-as-"
+    "new) is given X (1) instead of the tool's real result; the row does not say which wrote it",
+)
+async def test_a_result_shaped_like_a_resolution_reaches_the_undo_as_it_was(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
+) -> None:
+    real = {"resolved_by": "x", "result": 1}
+    _, (code, got) = await _rolled_back_echo(temporal_client, worker, journal, cli, real)
+    assert code == 0
+    assert got == [real]
+
+
+async def test_a_result_holding_the_marker_as_data_is_flagged_not_rebuilt(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
+) -> None:
+    """A tool whose real result holds ``{"$redacted": …}`` as data (nothing was redacted): the
+    reader cannot tell it from a redacted result, so the undo does not run and the effect is
+    flagged for a human (exit 1) -- never given something that is not the result."""
+    real = {"note": {"$redacted": "literally"}}
+    saga_id, (code, got) = await _rolled_back_echo(temporal_client, worker, journal, cli, real)
+    assert got == []
+    assert code == 1
+    rows = [(r.tool_name, r.phase) for r in await journal.read(saga_id)]
+    assert ("echo", Phase.COMPENSATION_FAILED) in rows
+
+
+async def test_a_result_holding_the_marker_string_as_a_value_reaches_the_undo(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
+) -> None:
+    """The marker key as a plain string or beside other keys is data, not a marker."""
+    real = {"note": "$redacted", "m": {"$redacted": 1, "other": 2}, "resolved_by": "x"}
+    _, (code, got) = await _rolled_back_echo(temporal_client, worker, journal, cli, real)
+    assert code == 0
+    assert got == [real]

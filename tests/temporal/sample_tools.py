@@ -244,7 +244,54 @@ def shred_report(ctx: CompensationContext) -> None:
     EFFECTS.append(f"shredded {len(ctx.result)} with {ctx.input['api_token']}")
 
 
+#: attempts each key's undo of ``lookup_late`` has made (the undo works from its third)
+UNDO_TRIES: dict[str, int] = {}
+
+
+@compensable(by="unlookup_late")
+def lookup_late(key: str) -> dict[str, str]:
+    """Its undo fails twice on a KeyError of its own code (not the context's), then works."""
+    EFFECTS.append(f"lookup {key}")
+    return {"key": key}
+
+
+def unlookup_late(ctx: CompensationContext) -> None:
+    key = ctx.result["key"]
+    UNDO_TRIES[key] = UNDO_TRIES.get(key, 0) + 1
+    registry: dict[str, int] = {key: 1} if UNDO_TRIES[key] > 2 else {}
+    registry[key]  # a lookup in the undo's own data, which a retry may find
+    EFFECTS.append(f"unlookup {key}")
+
+
+@compensable(by="unbreak")
+def breakable(key: str) -> dict[str, str]:
+    """Its undo reads a field the result lacks, catches the KeyError and raises it again."""
+    EFFECTS.append(f"breakable {key}")
+    return {"key": key}
+
+
+def unbreak(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"unbreak tried {ctx.input['key']}")
+    try:
+        ctx.result["no_such_field"]
+    except KeyError:
+        raise
+
+
+@compensable(by="unecho")
+def echo(value: Any) -> Any:
+    """Returns its argument as its result, whatever shape it has."""
+    return value
+
+
+def unecho(ctx: CompensationContext) -> None:
+    RECEIVED.append(("unecho", ctx.result))
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
+    lookup_late,
+    breakable,
+    echo,
     big_report,
     count_stock,
     wire,
