@@ -10,12 +10,15 @@ import asyncio
 import contextlib
 from typing import Any
 
+import psycopg
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Worker
 
-from sagacity.journal import ROLLBACK, Phase
+from sagacity.journal import ROLLBACK, Entry, Phase
 from sagacity.store import JournalStore
+from sagacity.store.halts import HaltScope, HaltStore
+from sagacity.store.journal import HALTED_SQLSTATE
 from sagacity.temporal.models import Approve, SagaResult, SagaState, SagaStatus, Step
 from sagacity.temporal.rollback import RollbackResult, rollback_id
 from tests.approvals.conftest import (
@@ -30,12 +33,24 @@ from tests.approvals.conftest import (
     start_order,
     worker,
 )
+from tests.store.test_halt_trigger import count, db, first_row, halt, halts, insert
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval
 from tests.temporal.test_operations import new_id, reset_after_first_call, start_steps
 from workflows.order.shop import Shop
 
-__all__ = ["approvals", "cli", "journal", "pool", "shop", "shop_session", "start_order", "worker"]
+__all__ = [
+    "approvals",
+    "cli",
+    "db",
+    "halts",
+    "journal",
+    "pool",
+    "shop",
+    "shop_session",
+    "start_order",
+    "worker",
+]
 
 
 async def _settle(handle: WorkflowHandle[Any, SagaResult], seconds: float = 20) -> None:
@@ -294,3 +309,104 @@ async def test_a_result_holding_the_marker_string_as_a_value_reaches_the_undo(
     _, (code, got) = await _rolled_back_echo(temporal_client, worker, journal, cli, real)
     assert code == 0
     assert got == [real]
+
+
+# -- the halt trigger: no INTENT by the application role during a halt, whatever the statement
+
+
+_COLUMNS = "(saga_id, seq, tool_name, phase, input, payload, timestamp, hash)"
+
+
+def _values(row: Entry) -> tuple[Any, ...]:
+    return (
+        row.saga_id,
+        row.seq,
+        row.tool_name,
+        row.phase.value,
+        row.input,
+        row.payload,
+        row.timestamp.replace(tzinfo=None),
+        row.hash,
+    )
+
+
+async def _copy(conn: psycopg.AsyncConnection, row: Entry) -> None:
+    copying = f"COPY public.side_effect_journal {_COLUMNS} FROM STDIN"
+    async with conn.cursor() as cur, cur.copy(copying) as copy:
+        await copy.write_row(_values(row))
+
+
+async def _insert_select(conn: psycopg.AsyncConnection, row: Entry) -> None:
+    await conn.execute(
+        f"INSERT INTO public.side_effect_journal {_COLUMNS}"
+        " SELECT * FROM (VALUES (%s, %s::bigint, %s, %s, %s, %s, %s::timestamp, %s)) AS v",
+        _values(row),
+    )
+
+
+async def _multi_row(conn: psycopg.AsyncConnection, row: Entry) -> None:
+    """An EXECUTED row of another saga first, the INTENT second, in one statement."""
+    other = first_row(phase=Phase.EXECUTED)
+    await conn.execute(
+        f"INSERT INTO public.side_effect_journal {_COLUMNS}"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s), (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (*_values(other), *_values(row)),
+    )
+
+
+async def _writable_cte(conn: psycopg.AsyncConnection, row: Entry) -> None:
+    await conn.execute(
+        f"WITH w AS (INSERT INTO public.side_effect_journal {_COLUMNS}"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq)"
+        " SELECT count(*) FROM w",
+        _values(row),
+    )
+
+
+async def _other_task_queue(conn: psycopg.AsyncConnection, row: Entry) -> None:
+    """Naming a task queue of its own does not take a writer out of a halt of everything."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_catalog.set_config('sagacity.task_queue', 'elsewhere', true)")
+        await insert(conn, row)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [_copy, _insert_select, _multi_row, _writable_cte, _other_task_queue],
+    ids=["copy", "insert-select", "multi-row", "writable-cte", "other-task-queue"],
+)
+async def test_no_statement_of_the_app_role_writes_an_intent_during_a_halt(
+    db: tuple[str, str], halts: HaltStore, write: Any
+) -> None:
+    _, app = db
+    held = await halt(halts, HaltScope())
+    row = first_row()
+    async with await psycopg.AsyncConnection.connect(app, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as refused:
+            await write(conn, row)
+        assert refused.value.sqlstate == HALTED_SQLSTATE
+        assert refused.value.diag.message_detail == str(held.id)
+    assert await count(app, row.saga_id) == 0
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        # an EXECUTED row (which goes in during a halt) turned into an INTENT afterwards
+        "UPDATE public.side_effect_journal SET phase = 'INTENT' WHERE phase = 'EXECUTED'",
+        # a trigger of its own that runs after the gate and rewrites the row
+        "CREATE TRIGGER zz_after_gate BEFORE INSERT ON public.side_effect_journal"
+        " FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()",
+        "CREATE RULE sneak AS ON INSERT TO public.side_effect_journal DO INSTEAD NOTHING",
+    ],
+    ids=["update-phase", "own-trigger", "rule"],
+)
+async def test_the_app_role_cannot_make_an_intent_by_other_means(
+    db: tuple[str, str], halts: HaltStore, statement: str
+) -> None:
+    _, app = db
+    async with await psycopg.AsyncConnection.connect(app, autocommit=True) as conn:
+        await insert(conn, first_row(phase=Phase.EXECUTED))
+        await halt(halts, HaltScope())
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await conn.execute(statement)
