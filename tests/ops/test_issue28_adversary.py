@@ -410,3 +410,77 @@ async def test_the_app_role_cannot_make_an_intent_by_other_means(
         await halt(halts, HaltScope())
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             await conn.execute(statement)
+
+
+# -- a rollback whose undo keeps failing
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="while a rollback's undo keeps failing (attempt 4), `saga status --wait` of the saga "
+    "exits 1 at once, names the effects live and says to undo them with `sagacity saga "
+    "rollback` (which is refused: one runs); nothing names the running rollback or its error",
+)
+async def test_status_of_a_saga_whose_rollback_undo_keeps_failing_exits_4(
+    start_order: StartOrder, cli: Cli, shop: Shop, temporal_client: Client
+) -> None:
+    """A rollback runs "with the same guarantees as any compensation": one that keeps failing
+    is told apart from a slow one. `saga status --wait` of the rolled-back saga must say so
+    (exit 4 and the failing undo) rather than exit at once on the terminated run."""
+    waiting = await start_order()
+    await waiting.handle.terminate(reason="test")
+    await shop.arm_fault("cancel_order", "the order service is down", times=-1)
+    started = await cli("saga", "rollback", waiting.saga_id, "--attempts", "50")
+    assert started.code == 0, started.stderr
+    rollback = temporal_client.get_workflow_handle(rollback_id(waiting.saga_id))
+    try:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 40
+        while True:  # three failed attempts: 1 s and 2 s apart
+            pending = (await rollback.describe()).raw_description.pending_activities
+            if pending and pending[0].attempt >= 4:
+                break
+            assert loop.time() < end, pending
+            await asyncio.sleep(0.5)
+        status = await cli("saga", "status", waiting.saga_id, "--wait")
+        assert status.code == 4, (status.stdout, status.stderr)
+        assert "cancel" in status.stderr or "create_order" in status.stderr
+    finally:
+        await rollback.terminate(reason="test done")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="compensated twice: terminate does not stop the run's compensate activity; the "
+    "rollback plans the effect as live, takes the next seq for its ROLLBACK row, the in-flight "
+    "undo finishes and its COMPENSATED row is refused (seq taken), and the rollback runs the "
+    "undo again (EFFECTS has 'undone KEY' twice; the journal one COMPENSATED)",
+)
+async def test_a_saga_terminated_mid_undo_then_rolled_back_is_undone_once(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
+) -> None:
+    """Terminate a saga while its own compensation runs (the undo takes 3 s; terminate does not
+    stop the activity) and roll it back at once: the effect must be undone once, and the
+    journal must say so."""
+    key = new_id("slow")
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [Step(tool="slow_undo", args={"key": key}), Step(tool="decline", args={"reason": "r"})],
+    )
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 20
+    while not any(
+        p.activity_type.name == "sagacity.compensate"
+        for p in (await handle.describe()).raw_description.pending_activities
+    ):
+        assert loop.time() < end, "the compensation never started"
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)
+    await handle.terminate(reason="test: terminated mid-undo")
+    done = await cli("saga", "rollback", handle.id, "--wait", "--by", "o", "--reason", "r")
+    await asyncio.sleep(4)  # the terminated run's undo finishes meanwhile
+    undone = sample_tools.EFFECTS.count(f"undone {key}")
+    rows = [(r.tool_name, r.phase) for r in await journal.read(handle.id)]
+    assert undone == 1, (undone, done, rows)
+    assert rows.count(("slow_undo", Phase.COMPENSATED)) == 1, rows

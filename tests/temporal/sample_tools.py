@@ -288,7 +288,20 @@ def unecho(ctx: CompensationContext) -> None:
     RECEIVED.append(("unecho", ctx.result))
 
 
+@compensable(by="unslow_undo")
+def slow_undo(key: str) -> str:
+    """Its undo takes 3 s, long enough to terminate the saga while it runs."""
+    EFFECTS.append(f"slow_undo {key}")
+    return key
+
+
+async def unslow_undo(ctx: CompensationContext) -> None:
+    await asyncio.sleep(3)
+    EFFECTS.append(f"undone {ctx.input['key']}")
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
+    slow_undo,
     lookup_late,
     breakable,
     echo,
