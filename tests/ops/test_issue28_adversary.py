@@ -449,19 +449,13 @@ async def test_status_of_a_saga_whose_rollback_undo_keeps_failing_exits_4(
         await rollback.terminate(reason="test done")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compensated twice: terminate does not stop the run's compensate activity; the "
-    "rollback plans the effect as live, takes the next seq for its ROLLBACK row, the in-flight "
-    "undo finishes and its COMPENSATED row is refused (seq taken), and the rollback runs the "
-    "undo again (EFFECTS has 'undone KEY' twice; the journal one COMPENSATED)",
-)
 async def test_a_saga_terminated_mid_undo_then_rolled_back_is_undone_once(
     temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
 ) -> None:
     """Terminate a saga while its own compensation runs (the undo takes 3 s; terminate does not
     stop the activity) and roll it back at once: the effect must be undone once, and the
-    journal must say so."""
+    journal must say so. Before the fix the rollback took the seq the in-flight undo was to
+    journal at, that undo's COMPENSATED row was refused, and the rollback undid it again."""
     key = new_id("slow")
     handle = await start_steps(
         temporal_client,
