@@ -478,3 +478,30 @@ async def test_a_saga_terminated_mid_undo_then_rolled_back_is_undone_once(
     rows = [(r.tool_name, r.phase) for r in await journal.read(handle.id)]
     assert undone == 1, (undone, done, rows)
     assert rows.count(("slow_undo", Phase.COMPENSATED)) == 1, rows
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a rollback that ended unfinished (its workflow terminated while an undo kept "
+    "failing) can never be run again: `saga rollback` exits 2 'was rolled back already' (the "
+    "ROLLBACK row) and the workflow id is REJECT_DUPLICATE, while certify and status still name "
+    "the effects live and tell the operator to run `sagacity saga rollback`",
+)
+async def test_a_rollback_that_was_terminated_can_be_run_again(
+    start_order: StartOrder, cli: Cli, shop: Shop, temporal_client: Client
+) -> None:
+    waiting = await start_order()
+    await waiting.handle.terminate(reason="test")
+    await shop.arm_fault("cancel_order", "the order service is down", times=-1)
+    started = await cli("saga", "rollback", waiting.saga_id, "--attempts", "50")
+    assert started.code == 0, started.stderr
+    rollback = temporal_client.get_workflow_handle(rollback_id(waiting.saga_id))
+    await asyncio.sleep(2)
+    await rollback.terminate(reason="operator: the rollback is stuck, try again later")
+    await shop.arm_fault("cancel_order", "fixed", times=0)
+    certified = await cli("certify", "--saga", waiting.saga_id)
+    assert certified.code == 1  # both effects still live
+    again = await cli("saga", "rollback", waiting.saga_id, "--wait", "--by", "o", "--reason", "r")
+    assert again.code == 0, again.stderr
+    snap = await shop.snapshot()
+    assert (snap.held_reservations, snap.placed_orders) == (0, 0)
