@@ -19,7 +19,15 @@ from sagacity.journal import ROLLBACK, Entry, Phase
 from sagacity.store import JournalStore
 from sagacity.store.halts import HaltScope, HaltStore
 from sagacity.store.journal import HALTED_SQLSTATE
-from sagacity.temporal.models import Approve, SagaResult, SagaState, SagaStatus, Step
+from sagacity.temporal.models import (
+    Approve,
+    SagaOptions,
+    SagaResult,
+    SagaSpec,
+    SagaState,
+    SagaStatus,
+    Step,
+)
 from sagacity.temporal.rollback import RollbackResult, rollback_id
 from tests.approvals.conftest import (
     Cli,
@@ -505,3 +513,45 @@ async def test_a_rollback_that_was_terminated_can_be_run_again(
     assert again.code == 0, again.stderr
     snap = await shop.snapshot()
     assert (snap.held_reservations, snap.placed_orders) == (0, 0)
+
+
+async def test_a_saga_terminated_after_continue_as_new_is_certified_live_and_rolled_back(
+    temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
+) -> None:
+    """Terminate a saga a few runs into its chain (continue-as-new every 50 events): certify
+    judges the newest run (terminated), names every effect of every run live, and the rollback
+    undoes them all from the journal, newest first, once each."""
+    flags = [new_id(f"can{i}") for i in range(12)]
+    handle = await temporal_client.start_workflow(
+        "sagacity.Steps",
+        SagaSpec(
+            steps=[
+                *(Step(tool="set_flag", args={"name": f}) for f in flags),
+                Step(tool="slow_note", args={"text": "t", "seconds": 30}),
+            ],
+            options=SagaOptions(continue_as_new_events=50),
+        ),
+        id=new_id("can"),
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+    )
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 60
+    while not [r for r in await journal.read(handle.id) if r.tool_name == "slow_note"]:
+        assert loop.time() < end, "slow_note never started"
+        await asyncio.sleep(0.2)
+    newest = temporal_client.get_workflow_handle(handle.id)
+    described = await newest.describe()
+    assert described.run_id != handle.first_execution_run_id  # it did continue as new
+    await newest.terminate(reason="test")
+
+    certified = await cli("certify", "--json", "--saga", handle.id)
+    assert certified.code == 1
+    assert certified.stdout.count('"live_effect"') == len(flags), certified.stdout
+    done = await cli("saga", "rollback", handle.id, "--wait", "--by", "o", "--reason", "r")
+    assert done.code == 0, done.stderr
+    undone = [e for e in sample_tools.EFFECTS if e.startswith("unset can")]
+    assert undone == [f"unset {f}" for f in reversed(flags)]
+    # what is left is the SUSPECT call, a human's
+    after = await cli("certify", "--json", "--saga", handle.id)
+    assert after.code == 1 and '"live_effect"' not in after.stdout, after.stdout
