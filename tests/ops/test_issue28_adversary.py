@@ -43,9 +43,10 @@ from tests.approvals.conftest import (
 )
 from tests.store.test_halt_trigger import count, db, first_row, halt, halts, insert
 from tests.temporal import sample_tools
-from tests.temporal.conftest import awaiting_approval
+from tests.temporal.conftest import awaiting_approval, wait_for
 from tests.temporal.test_operations import new_id, reset_after_first_call, start_steps
 from workflows.order.shop import Shop
+from workflows.order.workflows import OrderRequest
 
 __all__ = [
     "approvals",
@@ -555,3 +556,46 @@ async def test_a_saga_terminated_after_continue_as_new_is_certified_live_and_rol
     # what is left is the SUSPECT call, a human's
     after = await cli("certify", "--json", "--saga", handle.id)
     assert after.code == 1 and '"live_effect"' not in after.stdout, after.stdout
+
+
+async def test_a_worker_killed_mid_rollback_the_next_one_finishes_it_once(
+    start_worker: Any, temporal_client: Client, task_queue: str, shop: Shop, cli: Cli
+) -> None:
+    """SIGKILL the worker process while the rollback's first undo runs (cancel_order stalled
+    3 s); a new worker finishes the rollback: each effect undone once, the world as before."""
+    first = await start_worker()
+    handle = await temporal_client.start_workflow(
+        "order.PlaceOrder",
+        OrderRequest(),
+        id=new_id("kill"),
+        task_queue=task_queue,
+        result_type=SagaResult,
+    )
+    await wait_for(handle, awaiting_approval, timeout=60)
+    await handle.terminate(reason="test")
+    await shop.arm_fault("cancel_order", "", times=1, delay_s=3)  # slow, not failing
+    started = await cli("saga", "rollback", handle.id, "--by", "o", "--reason", "r")
+    assert started.code == 0, started.stderr
+    rollback = temporal_client.get_workflow_handle(
+        rollback_id(handle.id), result_type=RollbackResult
+    )
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 30
+    while not (await rollback.describe()).raw_description.pending_activities or (
+        await shop.fault_remaining("cancel_order")
+    ):
+        assert loop.time() < end, "the undo never started"
+        await asyncio.sleep(0.1)
+    assert first.proc is not None
+    first.proc.kill()
+    first.proc.wait()
+    await start_worker()
+    result = await asyncio.wait_for(rollback.result(), 120)
+    assert result.ok and [u.tool_name for u in result.compensated] == [
+        "create_order",
+        "reserve_inventory",
+    ]
+    snap = await shop.snapshot()
+    assert (snap.available["p-1"], snap.held_reservations, snap.placed_orders) == (10, 0, 0)
+    assert (await cli("certify", "--saga", handle.id)).code == 0
+    assert (await cli("verify", handle.id)).code == 0
