@@ -489,16 +489,12 @@ async def test_a_saga_terminated_mid_undo_then_rolled_back_is_undone_once(
     assert rows.count(("slow_undo", Phase.COMPENSATED)) == 1, rows
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rollback that ended unfinished (its workflow terminated while an undo kept "
-    "failing) can never be run again: `saga rollback` exits 2 'was rolled back already' (the "
-    "ROLLBACK row) and the workflow id is REJECT_DUPLICATE, while certify and status still name "
-    "the effects live and tell the operator to run `sagacity saga rollback`",
-)
 async def test_a_rollback_that_was_terminated_can_be_run_again(
     start_order: StartOrder, cli: Cli, shop: Shop, temporal_client: Client
 ) -> None:
+    """A rollback whose workflow an operator terminated (its undo kept failing) left the effects
+    live: it can be started again once the cause is fixed. Before the fix `saga rollback` said
+    'was rolled back already' for ever, while certify and status named the effects live."""
     waiting = await start_order()
     await waiting.handle.terminate(reason="test")
     await shop.arm_fault("cancel_order", "the order service is down", times=-1)
@@ -514,6 +510,12 @@ async def test_a_rollback_that_was_terminated_can_be_run_again(
     assert again.code == 0, again.stderr
     snap = await shop.snapshot()
     assert (snap.held_reservations, snap.placed_orders) == (0, 0)
+    assert (await cli("certify", "--saga", waiting.saga_id)).code == 0
+    assert (await cli("verify", waiting.saga_id)).code == 0
+    # once it completed, it is one rollback per saga again
+    third = await cli("saga", "rollback", waiting.saga_id, "--wait")
+    assert third.code == 2
+    assert "was rolled back already" in third.stderr
 
 
 async def test_a_saga_terminated_after_continue_as_new_is_certified_live_and_rolled_back(
