@@ -602,3 +602,25 @@ async def test_a_worker_killed_mid_rollback_the_next_one_finishes_it_once(
     assert (snap.available["p-1"], snap.held_reservations, snap.placed_orders) == (10, 0, 0)
     assert (await cli("certify", "--saga", handle.id)).code == 0
     assert (await cli("verify", handle.id)).code == 0
+
+
+async def test_an_approval_of_a_terminated_saga_runs_nothing_and_the_rollback_closes_it(
+    start_order: StartOrder, cli: Cli, journal: JournalStore, approvals: Any, shop: Shop
+) -> None:
+    """The inbox still shows the request a terminated saga left open. Approving it must run and
+    journal nothing (no workflow will act on it); the rollback then closes it and undoes."""
+    waiting = await start_order()
+    await waiting.handle.terminate(reason="test")
+    before = await journal.read(waiting.saga_id)
+    approved = await cli("approvals", "approve", waiting.saga_id, str(waiting.seq), "--as", "bob")
+    assert approved.code == 1, approved.stderr
+    assert "has ended (terminated)" in approved.stderr
+    assert await journal.read(waiting.saga_id) == before
+    assert (await shop.snapshot()).outbox == 0
+
+    done = await cli("saga", "rollback", waiting.saga_id, "--wait", "--by", "o", "--reason", "r")
+    assert done.code == 0, done.stderr
+    assert await approvals.get(waiting.saga_id, waiting.seq) is None
+    again = await cli("approvals", "approve", waiting.saga_id, str(waiting.seq), "--as", "bob")
+    assert again.code != 0
+    assert (await cli("certify", "--saga", waiting.saga_id)).code == 0
