@@ -339,8 +339,7 @@ def journal_database(settings: Settings) -> str:
     database_url = settings.database_url or running_dev_database(settings.data_dir)
     if not database_url:
         raise SettingsError(
-            "no journal database: set SAGACITY_DATABASE_URL "
-            f"{dev_stack_hint(settings.data_dir)}"
+            f"no journal database: set SAGACITY_DATABASE_URL {dev_stack_hint(settings.data_dir)}"
         )
     return database_url
 

@@ -4,7 +4,8 @@
 saga whose workflow closed unfinished (terminated, timed out, failed around the engine) left
 live. It is refused (:class:`RollbackRefused`) for a saga still running (abort it instead), one
 its own engine ended (what that left live is a human's), one rolled back already or with a
-rollback running, and one that left nothing live.
+rollback running, and one that left nothing live. A rollback whose own workflow ended
+unfinished (terminated, failed) may be started again: it undoes what is still live.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sagacity.temporal.rollback import (
     RollbackResult,
     rollback_id,
 )
-from sagacity.temporal.runs import ChainRun, chain_run
+from sagacity.temporal.runs import UNFINISHED, ChainRun, chain_run
 
 __all__ = ["Ended", "RollbackRefused", "ended", "left_live", "start_rollback"]
 
@@ -97,13 +98,14 @@ async def start_rollback(
             f"saga {saga_id} {saga.run.how} as its own engine ended it: a rollback undoes what "
             "a saga whose workflow was terminated or timed out left live"
         )
-    if saga.rolled_back_by is not None:
+    again = saga.rolled_back_by is not None
+    if again and not await _rollback_ended_unfinished(client, saga_id):
         raise RollbackRefused(f"saga {saga_id} was rolled back already, by {saga.rolled_back_by}")
     if not saga.live:
         raise RollbackRefused(f"saga {saga_id} left no effect live: nothing to roll back")
     try:
         tries = {} if attempts is None else {"attempts": attempts}
-        request = RollbackRequest(saga_id=saga_id, by=by, reason=reason, **tries)
+        request = RollbackRequest(saga_id=saga_id, by=by, reason=reason, again=again, **tries)
     except ValueError as exc:
         raise InvalidInput(f"rollback of {saga_id}: {exc}") from None
     queue = saga.run.task_queue if saga.run is not None else None
@@ -114,8 +116,9 @@ async def start_rollback(
             id=rollback_id(saga_id),
             task_queue=queue or task_queue,
             result_type=RollbackResult,
-            # one rollback per saga, ever: a second is refused while the first runs or after
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # one rollback per saga: a second is refused while the first runs or after it
+            # completed; one that ended unfinished (terminated, failed) may be run again
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
         )
     except WorkflowAlreadyStartedError:
         raise RollbackRefused(
@@ -128,3 +131,15 @@ async def start_rollback(
             ) from None
         raise
     return saga, handle
+
+
+async def _rollback_ended_unfinished(client: Client, saga_id: str) -> bool:
+    """Whether the saga's rollback workflow closed without finishing (terminated, timed out,
+    failed): its journal says it was rolled back, but what it did not undo is still live."""
+    try:
+        described = await client.get_workflow_handle(rollback_id(saga_id)).describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return False  # Temporal no longer has it: the journal's word stands
+        raise
+    return described.status in UNFINISHED

@@ -297,9 +297,7 @@ class ApprovalService:
         if live.status is None:
             if live.workflow_status == "no_answer":
                 raise SagaUnavailable(f"saga {saga_id!r} did not answer: {live.detail}")
-            raise ApprovalConflict(
-                "not_waiting", f"saga {saga_id!r} has ended ({live.ended})"
-            )
+            raise ApprovalConflict("not_waiting", f"saga {saga_id!r} has ended ({live.ended})")
         pending = self._check(saga_id, live.status, decision)
         tool = pending.tool_name
         decision = self._signed(saga_id, decision, pending)

@@ -128,9 +128,7 @@ async def saga_view(
     live = await live_status(client, saga_id, rpc_timeout)
     status = _running(saga_id, live, closed_ok=True)
     if status is None:
-        return SagaView(
-            saga_id=saga_id, workflow_status=live.workflow_status, outcome=live.outcome
-        )
+        return SagaView(saga_id=saga_id, workflow_status=live.workflow_status, outcome=live.outcome)
     suspect = None
     if status.suspect is not None:
         entry = None if journal is None else await journal.get(saga_id, status.suspect.call_seq)

@@ -18,19 +18,27 @@ import json
 from typing import Annotated, NoReturn
 
 import typer
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.approvals.rollbacks import left_live, start_rollback
 from sagacity.cli._common import signing_identity, temporal_client
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import InvalidInput, SagacityError
+from sagacity.evidence.certify import Finding
 from sagacity.inputs import check_name
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
-from sagacity.temporal.rollback import ALREADY_ROLLED_BACK, NOTHING_LIVE, RollbackResult
+from sagacity.temporal.models import Compensating
+from sagacity.temporal.rollback import (
+    ALREADY_ROLLED_BACK,
+    NOTHING_LIVE,
+    RollbackResult,
+    rollback_id,
+)
+from sagacity.temporal.undo_attempts import attempts, failing, reason
 
 __all__ = ["live_lines", "rollback"]
 
@@ -138,13 +146,49 @@ def _print(result: RollbackResult, *, as_json: bool) -> None:
         typer.echo(f"  stays live (no compensation declared): {live}")
 
 
-async def live_lines(client: Client, settings: Settings, saga_id: str) -> list[str]:
-    """A line for each effect the saga left live, for ``saga status`` (none when the journal is
-    out of reach: the status says what it can without)."""
+async def live_lines(
+    client: Client, settings: Settings, saga_id: str
+) -> tuple[list[str], str | None]:
+    """A line for each effect the saga left live, for ``saga status``, and a line for its
+    rollback when one runs; second, the reason line when that rollback's undo keeps failing
+    (nothing when the journal is out of reach: the status says what it can without)."""
     if not settings.database_url:
-        return []
+        return [], None
     try:
         async with await JournalStore.open(settings.database_url, min_size=1, max_size=1) as j:
-            return [f"  live: {f.detail}" for f in await left_live(client, j, saga_id)]
+            live = await left_live(client, j, saga_id)
+            lines = [f"  live: {f.detail}" for f in live]
+            undoing = await _rollback_undo(client, j, saga_id, live)
     except (SagacityError, RPCError):
-        return []
+        return [], None
+    if undoing is None:
+        return lines, None
+    lines.append(
+        f"  a rollback of it runs (workflow {rollback_id(saga_id)}), compensating "
+        f"{undoing.tool_name} (call seq {undoing.call_seq}), attempt {undoing.attempt}"
+    )
+    return lines, reason(saga_id, undoing) if failing(undoing) else None
+
+
+async def _rollback_undo(
+    client: Client, journal: JournalStore, saga_id: str, live: list[Finding]
+) -> Compensating | None:
+    """The compensation the saga's running rollback is at, with its attempts; None when no
+    rollback of it runs or it is between undos. It undoes newest first: the newest live one."""
+    seqs = [f.seq for f in live if f.seq is not None]
+    if not seqs:
+        return None
+    try:
+        described = await client.get_workflow_handle(rollback_id(saga_id)).describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    if described.status is not WorkflowExecutionStatus.RUNNING:
+        return None
+    intent = await journal.get(saga_id, max(seqs))
+    if intent is None:
+        return None
+    return await attempts(
+        client, Compensating(tool_name=intent.tool_name, call_seq=intent.seq), described
+    )

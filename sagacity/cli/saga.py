@@ -649,11 +649,17 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
             handle = client.get_workflow_handle(saga)
             try:
                 found = await (_settle(client, handle) if wait else _status(client, handle))
-            except SagacityError:
+            except SagacityError as exc:
                 # a workflow that closed unfinished (terminated, timed out) left these live
-                for line in await live_lines(client, settings, saga):
+                lines, undo_failing = await live_lines(client, settings, saga)
+                for line in lines:
                     typer.echo(line, err=True)
-                raise
+                if undo_failing is None:
+                    raise
+                # a rollback of it runs, and its undo keeps failing: told apart, as a saga's
+                typer.echo(f"error: {exc}", err=True)
+                typer.echo(undo_failing, err=True)
+                return UNDO_FAILING
             code = _report(found, as_json=as_json)
             if isinstance(found, SagaStatus) and not as_json:
                 for line in await _retrying(client, handle):

@@ -982,9 +982,16 @@ class SagaActivities:
                         return written
                     await self._unless_held(req)
                     await self._undo(req, tool)
-                    row = await self._append_at(
-                        done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
-                    )
+                    try:
+                        row = await self._append_at(
+                            done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
+                        )
+                    except SeqConflict:
+                        # the undo ran, so the journal must say so: another writer took the seq
+                        # (a rollback of this saga's terminated run, while this undo ran), and
+                        # the row goes after the tail, where that rollback's own attempt at
+                        # this undo looks for it (under this lock) before running it again
+                        row = await self._outlast(lambda: self.journal.append(done))
                     return [_ref(row, sealed=self._checkpoint(row, req.seal_as))]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)

@@ -75,6 +75,9 @@ class RollbackRequest(BaseModel):
     reason: str = Field(min_length=1, max_length=2000)
     #: attempts at each compensation before COMPENSATION_FAILED, as a saga's option says
     attempts: int = Field(default=SagaOptions().compensation_attempts, ge=1, le=1000)
+    #: a rollback run again after one that ended unfinished (its ROLLBACK row is journaled):
+    #: it undoes what is still live rather than refusing
+    again: bool = False
 
 
 class Undo(BaseModel):
@@ -173,7 +176,9 @@ class RollbackWorkflow:
     async def run(self, request: RollbackRequest) -> RollbackResult:
         saga_id = request.saga_id
         plan = await self._plan(saga_id)
-        if plan.rolled_back_by is not None:
+        # `again` is only ever set on rollbacks started after this field existed: the ones
+        # already running take the same path as before
+        if plan.rolled_back_by is not None and not request.again:
             raise ApplicationError(
                 f"saga {saga_id} was rolled back already, by {plan.rolled_back_by}",
                 type=ALREADY_ROLLED_BACK,

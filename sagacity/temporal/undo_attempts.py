@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 from sagacity.temporal import names
 from sagacity.temporal.models import Compensating, SagaStatus
 
-__all__ = ["FAILING_AFTER", "failing", "reason", "with_attempts"]
+__all__ = ["FAILING_AFTER", "attempts", "failing", "reason", "with_attempts"]
 
 #: failed attempts after which a compensation that is still retried is reported as failing
 FAILING_AFTER = 3
@@ -34,6 +34,15 @@ async def with_attempts(
         return status
     if described is None:
         described = await client.get_workflow_handle(status.saga_id).describe()
+    found = await attempts(client, undoing, described)
+    return status if found is None else status.model_copy(update={"compensating": found})
+
+
+async def attempts(
+    client: Client, undoing: Compensating, described: WorkflowExecutionDescription
+) -> Compensating | None:
+    """``undoing`` with the attempt and last error of the compensate activity the workflow
+    ``described`` has pending (a saga's, or a rollback's); None when it has none."""
     for pending in described.raw_description.pending_activities:
         if pending.activity_type.name != names.COMPENSATE:
             continue
@@ -51,8 +60,8 @@ async def with_attempts(
             "last_error": last_error[:_ERROR_CHARS] if last_error else None,
             "next_attempt_at": due,
         }
-        return status.model_copy(update={"compensating": undoing.model_copy(update=update)})
-    return status
+        return undoing.model_copy(update=update)
+    return None
 
 
 def failing(undoing: Compensating | None) -> bool:

@@ -255,7 +255,67 @@ def drop_upload(ctx: CompensationContext) -> None:
     EFFECTS.append(f"dropped {ctx.result} ({len(ctx.input['blob'])})")
 
 
+#: attempts each key's undo of ``lookup_late`` has made (the undo works from its third)
+UNDO_TRIES: dict[str, int] = {}
+
+
+@compensable(by="unlookup_late")
+def lookup_late(key: str) -> dict[str, str]:
+    """Its undo fails twice on a KeyError of its own code (not the context's), then works."""
+    EFFECTS.append(f"lookup {key}")
+    return {"key": key}
+
+
+def unlookup_late(ctx: CompensationContext) -> None:
+    key = ctx.result["key"]
+    UNDO_TRIES[key] = UNDO_TRIES.get(key, 0) + 1
+    registry: dict[str, int] = {key: 1} if UNDO_TRIES[key] > 2 else {}
+    registry[key]  # a lookup in the undo's own data, which a retry may find
+    EFFECTS.append(f"unlookup {key}")
+
+
+@compensable(by="unbreak")
+def breakable(key: str) -> dict[str, str]:
+    """Its undo reads a field the result lacks, catches the KeyError and raises it again."""
+    EFFECTS.append(f"breakable {key}")
+    return {"key": key}
+
+
+def unbreak(ctx: CompensationContext) -> None:
+    EFFECTS.append(f"unbreak tried {ctx.input['key']}")
+    try:
+        ctx.result["no_such_field"]
+    except KeyError:
+        raise
+
+
+@compensable(by="unecho")
+def echo(value: Any) -> Any:
+    """Returns its argument as its result, whatever shape it has."""
+    return value
+
+
+def unecho(ctx: CompensationContext) -> None:
+    RECEIVED.append(("unecho", ctx.result))
+
+
+@compensable(by="unslow_undo")
+def slow_undo(key: str) -> str:
+    """Its undo takes 3 s, long enough to terminate the saga while it runs."""
+    EFFECTS.append(f"slow_undo {key}")
+    return key
+
+
+async def unslow_undo(ctx: CompensationContext) -> None:
+    await asyncio.sleep(3)
+    EFFECTS.append(f"undone {ctx.input['key']}")
+
+
 TOOLS: list[CompensableTool[..., Any]] = [
+    slow_undo,
+    lookup_late,
+    breakable,
+    echo,
     big_report,
     upload,
     count_stock,
