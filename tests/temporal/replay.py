@@ -26,6 +26,7 @@ from sagacity.temporal.saga import (
     ABORT_ROW_PATCH,
     ADOPT_REDACTED_PATCH,
     BOUND_ROWS_PATCH,
+    DECIDE_RECORDED_PATCH,
     HALT_CHECK_PATCH,
     OPEN_PATCH,
 )
@@ -46,6 +47,7 @@ PATCHED = [
     LEASE_AT_GATE_PATCH,
     BOUND_ROWS_PATCH,
     HALT_CHECK_PATCH,
+    DECIDE_RECORDED_PATCH,
 ]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves
