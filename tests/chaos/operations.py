@@ -397,6 +397,7 @@ class OpsDriver:
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.details[:1] == ("already_decided",):
+                out.updates["repeated"] += 1  # refused, and recorded as such
                 return True  # an earlier try that timed out got there
             out.problems.append(f"the planned decision was refused: {cause}")
             return False

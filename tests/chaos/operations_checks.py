@@ -201,22 +201,26 @@ def shop_violations(sid: str, rows: list[Entry], result: SagaResult, shop: ShopR
 
 
 def refusal_violations(out: OpsOutcome) -> list[str]:
-    """Every bad signal that reached the saga is recorded as refused, and nothing else is."""
-    sid, sent = out.plan.saga_id, out.signals
-    if not (sent["malformed"] or sent["misdirected"] or sent["unsure"]):
+    """Every bad signal and refused ``decide`` update that reached the saga is recorded as
+    refused, and nothing else is."""
+    sid, sent, updates = out.plan.saga_id, out.signals, out.updates
+    # refused updates are recorded too: the bad ones, and a planned decision sent again
+    refused_updates = updates["refused"] + updates["repeated"]
+    if not (sent["malformed"] or sent["misdirected"] or sent["unsure"] or refused_updates):
         return []
     if out.final is None:
         return [f"{sid}: ended, but its status could not be queried"]
     refused = out.final.refused_decisions
-    malformed = sum("malformed" in r for r in refused)
+    malformed = sum("malformed" in r and "signal:" in r for r in refused)
     other = len(refused) - malformed
     found = []
     if not sent["malformed"] <= malformed <= sent["malformed"] + sent["unsure"]:
         found.append(f"{sid}: {sent['malformed']} malformed signals sent, {malformed} recorded")
-    if not sent["misdirected"] <= other <= sent["misdirected"] + sent["unsure"]:
+    expected = sent["misdirected"] + refused_updates
+    if not expected <= other <= expected + sent["unsure"] + updates["unanswered"]:
         found.append(
-            f"{sid}: {sent['misdirected']} misdirected decisions sent, {other} other refusals "
-            f"recorded: {refused}"
+            f"{sid}: {sent['misdirected']} misdirected decisions and {refused_updates} refused "
+            f"updates sent, {other} other refusals recorded: {refused}"
         )
     return found
 
