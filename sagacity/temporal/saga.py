@@ -1354,7 +1354,8 @@ class Saga:
     async def _on_update(self, name: str, args: Sequence[RawValue]) -> Any:
         if name != "decide":
             assert self._other_updates is not None  # the validator let only these through
-            return await self._other_updates(name, args)
+            answer = self._other_updates(name, args)
+            return await answer if inspect.isawaitable(answer) else answer
         if not workflow.patched(DECIDE_RECORDED_PATCH):
             # before the marker the validator judged the decision (a refusal left no trace in
             # history): a decide update recorded then was taken
