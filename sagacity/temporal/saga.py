@@ -403,7 +403,8 @@ class Saga:
         if carry is not None:
             self._take_carry(carry)
         # the saga's signals and its update take their payloads raw, decoded by its own code
-        # (see _on_signal); a handler the workflow itself registered by name comes first
+        # (see _on_signal); a handler the workflow itself registered by name comes first, and
+        # the saga takes the workflow's dynamic handlers (names it does not take are refused)
         self._signals: dict[str, Callable[..., None]] = {
             "abort": self._on_abort,
             "approve": self._on_approve,
@@ -412,8 +413,6 @@ class Saga:
             "halt": self._on_halt,
             "resume": self._on_resume,
         }
-        self._other_signals = workflow.get_dynamic_signal_handler()
-        self._other_updates = workflow.get_dynamic_update_handler()
         workflow.set_dynamic_signal_handler(self._on_signal)
         workflow.set_dynamic_update_handler(self._on_update, validator=self._validate_update)
         workflow.set_query_handler("status", self.status)
@@ -1322,18 +1321,13 @@ class Saga:
         if decision is not None:
             self._take(decision, decision.input_hash)
 
-    async def _on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+    def _on_signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Every signal the workflow has no handler of its own for: the saga's are decoded here,
         so one the data converter cannot read is refused and recorded like any bad decision;
-        others go to the workflow's own dynamic handler, or are refused and recorded."""
+        so is a signal of another name (a misspelt decision is not lost in silence)."""
         handler = self._signals.get(name)
         if handler is None:
-            if self._other_signals is not None:
-                forwarded = self._other_signals(name, args)
-                if inspect.isawaitable(forwarded):
-                    await forwarded
-            else:
-                self._refuse("?", f"unknown signal {name[:100]!r}")
+            self._refuse("?", f"unknown signal {name[:100]!r}")
             return
         payloads = decode.read(args)
         if isinstance(payloads, decode.Unreadable):
@@ -1344,18 +1338,14 @@ class Saga:
     def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
         # a decision is judged in the handler, where its refusal is recorded (a validator's
         # rejection leaves no trace in history); an update of no known name is rejected here
-        if name != "decide" and self._other_updates is None:
+        if name != "decide":
             raise ApplicationError(
                 f"this saga has no update {name[:100]!r} (it takes 'decide')",
                 type="UnknownUpdate",
                 non_retryable=True,
             )
 
-    async def _on_update(self, name: str, args: Sequence[RawValue]) -> Any:
-        if name != "decide":
-            assert self._other_updates is not None  # the validator let only these through
-            answer = self._other_updates(name, args)
-            return await answer if inspect.isawaitable(answer) else answer
+    async def _on_update(self, name: str, args: Sequence[RawValue]) -> str:
         if not workflow.patched(DECIDE_RECORDED_PATCH):
             # before the marker the validator judged the decision (a refusal left no trace in
             # history): a decide update recorded then was taken
