@@ -27,6 +27,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
 from sagacity.errors import DecodeNotAllowed, InvalidInput, PayloadUnreadable
+from sagacity.temporal.codec import unreadable
 
 __all__ = [
     "MAX_BODY",
@@ -163,6 +164,9 @@ def codec_router(principal: Callable[..., Coroutine[Any, Any, str]]) -> APIRoute
             decoded = await server.codec.decode(payloads)
         except PayloadUnreadable as exc:
             raise InvalidInput(str(exc)) from None
+        why = next(filter(None, map(unreadable, decoded)), None)
+        if why is not None:
+            raise InvalidInput(why)
         _log.info("codec: %s decoded %d payload(s) of namespace %s", who, len(payloads), namespace)
         return _to_json(decoded)
 

@@ -11,7 +11,11 @@ Payloads without that encoding are decoded as they are: histories written before
 (the replay corpus in ``tests/temporal/histories``) and signals sent in clear with the plain
 ``temporal`` CLI still read. A payload naming a key this process does not hold raises
 :class:`~sagacity.errors.CodecKeyMissing`: the workflow task fails, visibly, and Temporal retries
-it until a worker with the key takes it.
+it until a worker with the key takes it. A payload that does not open with the key it names
+(altered, or sealed by someone without the key) is handed on marked :data:`UNREADABLE`, with
+why: converting it raises :class:`~sagacity.errors.PayloadUnreadable`, and a saga refuses and
+records a decision that carries one (its handlers read their payloads themselves), where a codec
+that raised would fail every workflow task of the saga the payload was sent to.
 """
 
 from __future__ import annotations
@@ -23,15 +27,18 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
+    EncodingPayloadConverter,
     PayloadCodec,
 )
 
@@ -40,17 +47,22 @@ from sagacity.errors import CodecKeyMissing, PayloadUnreadable
 __all__ = [
     "ENCODING",
     "KEY_ID",
+    "UNREADABLE",
     "AesGcmCodec",
     "CodecKey",
     "data_converter",
     "new_codec_key",
     "parse_keys",
+    "unreadable",
 ]
 
 #: the ``encoding`` metadata of an encrypted payload (the name Temporal's samples and UI use)
 ENCODING = b"binary/encrypted"
 #: the metadata naming the key a payload is encrypted with
 KEY_ID = "encryption-key-id"
+#: the ``encoding`` of what the codec hands on for a payload it cannot open (its metadata says why)
+UNREADABLE = b"binary/sagacity-unreadable"
+_REASON = "sagacity-unreadable-reason"
 _NONCE_BYTES = 12
 _KEY_BYTES = 32
 _ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -130,7 +142,8 @@ class AesGcmCodec(PayloadCodec):
         return sealed
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        """Encrypted payloads opened; any other payload as it is (see the module's docstring)."""
+        """Encrypted payloads opened (marked :data:`UNREADABLE` when one does not open); any
+        other payload as it is (see the module's docstring)."""
         return [self._open(p) if p.metadata.get("encoding") == ENCODING else p for p in payloads]
 
     def _open(self, payload: Payload) -> Payload:
@@ -145,17 +158,38 @@ class AesGcmCodec(PayloadCodec):
             )
         nonce, data = payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:]
         try:
-            opened = cipher.decrypt(nonce, data, ENCODING + key_id)
-        except InvalidTag:
-            raise PayloadUnreadable(
+            return Payload.FromString(cipher.decrypt(nonce, data, ENCODING + key_id))
+        except (InvalidTag, DecodeError):
+            why = (
                 f"a payload encrypted with codec key {name!r} does not decrypt: it was altered, "
                 "or another key carries that id"
-            ) from None
-        return Payload.FromString(opened)
+            )
+            return Payload(metadata={"encoding": UNREADABLE, _REASON: why.encode()})
+
+
+def unreadable(payload: Payload) -> str | None:
+    """Why the codec could not open ``payload``, or None when it is not marked so."""
+    if payload.metadata.get("encoding") != UNREADABLE:
+        return None
+    return payload.metadata.get(_REASON, b"").decode(errors="replace") or "unreadable"
+
+
+class _UnreadableConverter(EncodingPayloadConverter):
+    """Reads what the codec marked :data:`UNREADABLE`: it raises why; it writes nothing."""
+
+    @property
+    def encoding(self) -> str:
+        return UNREADABLE.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        raise PayloadUnreadable(unreadable(payload))
 
 
 #: Temporal's pydantic converters, built once for the process (see :class:`PayloadConverter`)
-_CONVERTERS = tuple(PydanticPayloadConverter().converters.values())
+_CONVERTERS = (*PydanticPayloadConverter().converters.values(), _UnreadableConverter())
 
 
 class PayloadConverter(CompositePayloadConverter):

@@ -506,6 +506,11 @@ class SagaCarry(BaseModel):
     refused: list[str] = Field(default_factory=list)
     decided: list[int] = Field(default_factory=list)
     abort: Abort | None = None
+    #: how ``abort`` came: as a signal (its sender is checked), by a Temporal cancel, or for an
+    #: operator's halt (whose signature proves who halted); none of them: the workflow's own code
+    abort_signalled: bool = False
+    cancelled: bool = False
+    abort_halt: HaltNotice | None = None
     #: set when the saga was compensating: why, and what is undone, failed or left so far
     error: ErrorInfo | None = None
     compensated: EffectRefs = Field(default_factory=EffectRefs)

@@ -22,15 +22,15 @@ import asyncio
 import inspect
 import json
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, ParamSpec, TypeVar, get_args, get_origin, overload
+from typing import Any, Literal, NoReturn, ParamSpec, TypeVar, get_args, get_origin, overload
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from sagacity.errors import (
@@ -47,7 +47,7 @@ from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
 from sagacity.journal.results import read_input, read_result
-from sagacity.temporal import limits, names, visibility
+from sagacity.temporal import decode, limits, names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
     STATUS_ROWS,
@@ -139,6 +139,9 @@ QUEUED_CALLS_PATCH = "sagacity-no-calls-once-compensating"
 #: sagas from before this marker scheduled a call whatever the size of its arguments (one over
 #: Temporal's limits failed the workflow task for ever); marked only when a call is refused
 PAYLOAD_LIMIT_PATCH = "sagacity-payload-limit"
+#: sagas from before this marker judged a ``decide`` update in its validator: a refused one was
+#: not recorded in ``refused_decisions``; now the handler judges it, records a refusal and fails
+DECIDE_RECORDED_PATCH = "sagacity-decide-recorded"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -178,6 +181,23 @@ def _error_type(err: ActivityError) -> str:
 def _error_message(err: ActivityError) -> str:
     cause = err.cause if err.cause is not None else err
     return str(getattr(cause, "message", None) or cause)
+
+
+def _validated(model: type[M], payloads: tuple[Any, ...]) -> M | str:
+    """A signal's or update's one payload as ``model``, or what is wrong with it."""
+    if len(payloads) != 1:
+        return f"{len(payloads)} arguments, not 1"
+    try:
+        return model.model_validate(payloads[0])
+    except ValidationError as exc:
+        return _problems(exc)
+
+
+def _sender(payloads: tuple[Any, ...]) -> str:
+    """Who a decision's payload names as its sender, when it names one legibly; else ``?``."""
+    fields = payloads[0] if len(payloads) == 1 and isinstance(payloads[0], dict) else {}
+    who = fields.get("approver") or fields.get("resolver") or fields.get("by")
+    return who[:200] if isinstance(who, str) and who.isprintable() else "?"
 
 
 def _problems(exc: ValidationError) -> str:
@@ -398,13 +418,19 @@ class Saga:
         self._open_gate: JournalRow | None = None
         if carry is not None:
             self._take_carry(carry)
-        workflow.set_signal_handler("abort", self._on_abort)
-        workflow.set_signal_handler("approve", self._on_approve)
-        workflow.set_signal_handler("reject", self._on_reject)
-        workflow.set_signal_handler("resolve", self._on_resolve)
-        workflow.set_signal_handler("halt", self._on_halt)
-        workflow.set_signal_handler("resume", self._on_resume)
-        workflow.set_update_handler("decide", self._on_decide, validator=self._validate_decision)
+        # the saga's signals and its update take their payloads raw, decoded by its own code
+        # (see _on_signal); a handler the workflow itself registered by name comes first, and
+        # the saga takes the workflow's dynamic handlers (names it does not take are refused)
+        self._signals: dict[str, Callable[..., None]] = {
+            "abort": self._on_abort,
+            "approve": self._on_approve,
+            "reject": self._on_reject,
+            "resolve": self._on_resolve,
+            "halt": self._on_halt,
+            "resume": self._on_resume,
+        }
+        workflow.set_dynamic_signal_handler(self._on_signal)
+        workflow.set_dynamic_update_handler(self._on_update, validator=self._validate_update)
         workflow.set_query_handler("status", self.status)
 
     # -- continue-as-new ---------------------------------------------------------------------
@@ -420,6 +446,9 @@ class Saga:
         self._refused = list(carry.refused)
         self._decided = set(carry.decided)
         self._abort = carry.abort
+        self._abort_signalled = carry.abort_signalled
+        self._cancelled = carry.cancelled
+        self._abort_halt = carry.abort_halt
         self._error = carry.error
         self._originals = {o.call_seq: o for o in carry.originals}
 
@@ -440,6 +469,9 @@ class Saga:
             refused=self._refused,
             decided=sorted(self._decided),
             abort=self._abort,
+            abort_signalled=self._abort_signalled,
+            cancelled=self._cancelled,
+            abort_halt=self._abort_halt,
             error=self._error,
             compensated=EffectRefs.of(self._compensated),
             compensation_failed=EffectRefs.of(self._compensation_failed),
@@ -1319,27 +1351,22 @@ class Saga:
         return None
 
     def _refuse(self, who: str, why: str) -> None:
-        # a signal is in history, so this note survives replay; the sender is not told
-        self._refused.append(f"{who}: {why}")
-        workflow.logger.warning("saga %s refused a signal: %s", self.saga_id, why)
+        # a signal (or an update the validator let through) is in history, so this note
+        # survives replay; a signal's sender is not told. Kept as UTF-8 can carry it: the status
+        # query that shows it must encode
+        self._refused.append(decode.encodable(f"{who}: {why}"))
+        workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, why)
 
     def _parse(self, signal: str, model: type[M], payloads: tuple[Any, ...]) -> M | None:
         """A signal's one payload, validated strictly; a bad one is refused and recorded.
 
         Never raised: a raising handler would fail every workflow task and wedge the saga.
         """
-        payload = payloads[0] if len(payloads) == 1 else None
-        fields = payload if isinstance(payload, dict) else {}
-        who = fields.get("approver") or fields.get("resolver") or fields.get("by")
-        named = who[:200] if isinstance(who, str) and who.isprintable() else "?"
-        if len(payloads) != 1:
-            self._refuse(named, f"malformed {signal!r} signal: {len(payloads)} arguments, not 1")
+        parsed = _validated(model, payloads)
+        if isinstance(parsed, str):
+            self._refuse(_sender(payloads), f"malformed {signal!r} signal: {parsed}"[:1000])
             return None
-        try:
-            return model.model_validate(payload)
-        except ValidationError as exc:
-            self._refuse(named, f"malformed {signal!r} signal: {_problems(exc)}"[:1000])
-            return None
+        return parsed
 
     def _take(self, decision: Approve | Reject, given_hash: str | None) -> None:
         if self._pending is None and self._opening == decision.journal_seq:
@@ -1361,33 +1388,60 @@ class Saga:
         if decision is not None:
             self._take(decision, decision.input_hash)
 
-    def _validate_decision(self, *payloads: Any) -> None:
-        # a rejected update leaves no history event and validators must not change state: the
-        # caller is told (kind in the error's details) and the refusal is logged, not kept
-        if len(payloads) != 1:
+    def _on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal the workflow has no handler of its own for: the saga's are decoded here,
+        so one the data converter cannot read is refused and recorded like any bad decision;
+        so is a signal of another name (a misspelt decision is not lost in silence)."""
+        handler = self._signals.get(name)
+        if handler is None:
+            self._refuse("?", f"unknown signal {name[:100]!r}")
+            return
+        payloads = decode.read(args)
+        if isinstance(payloads, decode.Unreadable):
+            self._refuse("?", f"malformed {name!r} signal: {payloads.why}")
+            return
+        handler(*payloads)
+
+    def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
+        # a decision is judged in the handler, where its refusal is recorded (a validator's
+        # rejection leaves no trace in history); an update of no known name is rejected here
+        if name != "decide":
             raise ApplicationError(
-                f"malformed decision: {len(payloads)} arguments, not 1",
-                "invalid",
-                type="ApprovalRefused",
+                f"this saga has no update {name[:100]!r} (it takes 'decide')",
+                type="UnknownUpdate",
                 non_retryable=True,
             )
-        try:
-            decision = Decision.model_validate(payloads[0])
-        except ValidationError as exc:
-            raise ApplicationError(
-                f"malformed decision: {_problems(exc)}"[:1000],
-                "invalid",
-                type="ApprovalRefused",
-                non_retryable=True,
-            ) from None
+
+    async def _on_update(self, name: str, args: Sequence[RawValue]) -> str:
+        if not workflow.patched(DECIDE_RECORDED_PATCH):
+            # before the marker the validator judged the decision (a refusal left no trace in
+            # history): a decide update recorded then was taken
+            return await self._on_decide(self._read_decision(args))
+        decision = self._read_decision(args)
         refusal = self._refusal(decision.as_signal(), decision.input_hash)
         if refusal is not None:
-            kind, message = refusal
-            workflow.logger.warning("saga %s refused a decision: %s", self.saga_id, message)
-            raise ApplicationError(message, kind, type="ApprovalRefused", non_retryable=True)
+            self._refuse_update(decision.approver, *refusal)
+        return await self._on_decide(decision)
 
-    async def _on_decide(self, *payloads: Any) -> str:
-        decision = Decision.model_validate(payloads[0])  # the validator passed it
+    def _read_decision(self, args: Sequence[RawValue]) -> Decision:
+        """The update's one payload as a :class:`Decision`; else refused, recorded and raised."""
+        payloads = decode.read(args)
+        if isinstance(payloads, decode.Unreadable):
+            self._refuse_update("?", "invalid", f"malformed decision: {payloads.why}")
+        decision = _validated(Decision, tuple(payloads))
+        if isinstance(decision, str):
+            why = f"malformed decision: {decision}"[:1000]
+            self._refuse_update(_sender(tuple(payloads)), "invalid", why)
+        return decision
+
+    def _refuse_update(self, who: str, kind: RefusalKind, why: str) -> NoReturn:
+        """Record a refused decision, and tell the update's caller: typed, not to be retried."""
+        self._refuse(who, why)
+        raise ApplicationError(
+            decode.encodable(why), kind, type="ApprovalRefused", non_retryable=True
+        )
+
+    async def _on_decide(self, decision: Decision) -> str:
         self._decision = decision.as_signal()
         seq = decision.journal_seq
         await workflow.wait_condition(lambda: self.head.seq > seq)

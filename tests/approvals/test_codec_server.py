@@ -72,12 +72,16 @@ async def test_encode_for_any_principal_decode_for_decoders_only(api: httpx.Asyn
 
 async def test_bad_bodies_get_a_4xx_after_the_token(api: httpx.AsyncClient) -> None:
     other_key = as_json(await AesGcmCodec([CodecKey("k9", os.urandom(32))]).encode([Payload()]))
+    # sealed under the server's key id by someone without the key: it does not decrypt
+    (forged,) = await CODEC.encode([Payload()])
+    forged.data = os.urandom(len(forged.data))
     cases: list[tuple[dict[str, Any], dict[str, str], int, str]] = [
         ({"content": b"{not json"}, {}, 401, "unauthorized"),
         ({"content": b"{not json"}, ALICE, 422, "invalid_request"),
         ({"json": {"payloads": [{"data": "not base64!"}]}}, ALICE, 422, "invalid_request"),
         ({"json": {"payloads": [], "extra": 1}}, ALICE, 422, "invalid_request"),
         ({"json": other_key}, ALICE, 422, "invalid_request"),
+        ({"json": as_json([forged])}, ALICE, 422, "invalid_request"),
         ({"json": {"payloads": []}}, {**ALICE, "X-Namespace": "other"}, 422, "invalid_request"),
         ({"content": b"x" * (9 * 1024 * 1024)}, ALICE, 413, "payload_too_large"),
     ]

@@ -203,12 +203,14 @@ async def test_with_a_keyring_unsigned_or_forged_decisions_are_refused_and_a_sig
     assert update.code != 0
     assert "unsigned" in update.stderr + update.stdout
 
-    refused = await refusals(handle, len(forged))
-    assert [r.split(": ", 1)[0] for r in refused] == ["alice"] * len(forged)
+    # the four signals, then the update: each refused and recorded
+    refused = await refusals(handle, len(forged) + 1)
+    assert [r.split(": ", 1)[0] for r in refused] == ["alice"] * (len(forged) + 1)
     assert "unsigned: a keyring is configured" in refused[0]
     assert "not in the keyring" in refused[1]
     assert "may not sign for 'alice'" in refused[2]
     assert "does not verify" in refused[3]
+    assert "unsigned: a keyring is configured" in refused[4]
     # nothing changed: the saga still waits, no decision row, the email not sent
     status = await handle.query("status", result_type=SagaStatus)
     assert status.state is SagaState.AWAITING_APPROVAL

@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import psycopg
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -30,6 +31,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
@@ -211,6 +213,22 @@ class OpsOutcome:
     hold: Hold | None = None
 
 
+def undecodable(seq: int) -> list[RawValue]:
+    """Decisions naming the request at ``seq`` that Temporal's data converter cannot decode
+    (the approver: JSON nested 10,000 deep, a lone surrogate, bytes that are not UTF-8), as a
+    client of another language sends them as easily as good ones."""
+    approvers = (b"[" * 10_000 + b"]" * 10_000, b'"\\udc00x"', b'"\xff\xfe"')
+    return [
+        RawValue(
+            Payload(
+                metadata={"encoding": b"json/plain"},
+                data=b'{"journal_seq": %d, "approve": true, "approver": %s}' % (seq, approver),
+            )
+        )
+        for approver in approvers
+    ]
+
+
 def bad_signal(rng: random.Random, seq: int) -> tuple[str, Any, str]:
     """A signal the saga must refuse and record: (name, payload, kind). ``seq`` is the request
     awaiting a decision (or a plausible one): bad payloads that name it must still change nothing.
@@ -230,6 +248,7 @@ def bad_signal(rng: random.Random, seq: int) -> tuple[str, Any, str]:
         ("abort", "stop now", "malformed"),
         ("resolve", {"call_seq": 1, "resolver": MALLORY, "happened": "yes"}, "malformed"),
         ("resolve", None, "malformed"),
+        *(("approve", bad, "malformed") for bad in undecodable(seq)),
         ("approve", {"journal_seq": NO_SUCH_SEQ, "approver": MALLORY}, "misdirected"),
         ("reject", {"journal_seq": NO_SUCH_SEQ, "approver": MALLORY}, "misdirected"),
         (
@@ -252,6 +271,7 @@ def bad_update(rng: random.Random, seq: int) -> Any:
         {"journal_seq": NO_SUCH_SEQ, "approver": MALLORY, "approve": True},
         ["approve", seq],
         "approve",
+        *undecodable(seq),
     ]
     return rng.choice(choices)
 
@@ -517,6 +537,7 @@ class OpsDriver:
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             if isinstance(cause, ApplicationError) and cause.details[:1] == ("already_decided",):
+                out.updates["repeated"] += 1  # refused, and recorded as such
                 return True  # an earlier try that timed out got there
             out.problems.append(f"the planned decision was refused: {cause}")
             return False

@@ -216,33 +216,37 @@ def shop_violations(sid: str, rows: list[Entry], result: SagaResult, shop: ShopR
 
 
 def refusal_violations(out: OpsOutcome) -> list[str]:
-    """Every bad signal that reached the saga is recorded as refused, and nothing else is.
+    """Every bad signal and refused ``decide`` update that reached the saga is recorded as
+    refused, and nothing else is.
 
-    Raw decisions (bytes no client writes) may be recorded as malformed or as misdirected (they
-    name no request of the saga's), but each must be recorded; a bad update may be recorded too.
+    Raw decisions (bytes no client writes, naming no request of the saga's) may be recorded as
+    malformed or as misdirected, but each must be recorded.
     """
-    sid, sent = out.plan.saga_id, out.signals
-    if not (sent["malformed"] or sent["misdirected"] or sent["unsure"] or sent["raw"]):
+    sid, sent, updates = out.plan.saga_id, out.signals, out.updates
+    # refused updates are recorded too: the bad ones, and a planned decision sent again
+    refused_updates = updates["refused"] + updates["repeated"]
+    raw, unsure = sent["raw"], sent["unsure"]
+    if not (sent["malformed"] or sent["misdirected"] or unsure or raw or refused_updates):
         return []
     if out.final is None:
         return [f"{sid}: ended, but its status could not be queried"]
     refused = out.final.refused_decisions
-    malformed = sum("malformed" in r for r in refused)
+    malformed = sum("malformed" in r and "signal:" in r for r in refused)
     other = len(refused) - malformed
-    raw, unsure, updates = sent["raw"], sent["unsure"], sum(out.updates.values())
     found = []
-    if not sent["malformed"] <= malformed <= sent["malformed"] + raw + unsure + updates:
+    if not sent["malformed"] <= malformed <= sent["malformed"] + unsure + raw:
         found.append(f"{sid}: {sent['malformed']} malformed signals sent, {malformed} recorded")
-    if not sent["misdirected"] <= other <= sent["misdirected"] + raw + unsure + updates:
+    expected = sent["misdirected"] + refused_updates
+    if not expected <= other <= expected + unsure + raw + updates["unanswered"]:
         found.append(
-            f"{sid}: {sent['misdirected']} misdirected decisions sent, {other} other refusals "
-            f"recorded: {refused}"
+            f"{sid}: {sent['misdirected']} misdirected decisions and {refused_updates} refused "
+            f"updates sent, {other} other refusals recorded: {refused}"
         )
-    if len(refused) < sent["malformed"] + sent["misdirected"] + raw:
+    if len(refused) < sent["malformed"] + expected + raw:
         found.append(
             f"{sid}: {raw} decisions sent as raw bytes (deep JSON, lone surrogates, invalid "
-            f"UTF-8) and {len(refused) - sent['malformed'] - sent['misdirected']} of them "
-            "recorded in refused_decisions"
+            f"UTF-8) and {len(refused) - sent['malformed'] - expected} of them recorded in "
+            "refused_decisions"
         )
     return found
 

@@ -44,6 +44,7 @@ from typing import Any, cast
 
 import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -53,6 +54,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateStage,
 )
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -786,6 +788,8 @@ async def order_malformed_signals(rig: Rig) -> dict[str, WorkflowHistory]:
         ("approve", {"journal_seq": seq + 7, "approver": "eve"}),  # well-formed, wrong seq
         ("abort", {"reason": 5}),
         ("resolve", ["not", "an", "object"]),
+        # bytes the data converter cannot decode (not UTF-8): read by the saga, refused
+        ("approve", RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b'"\xff"'))),
     ]
     for name, payload in bad:
         await handle.signal(name, payload)
@@ -797,7 +801,8 @@ async def order_malformed_signals(rig: Rig) -> dict[str, WorkflowHistory]:
         pass
     else:
         raise RecordingError("the malformed update was taken")
-    status: SagaStatus = await wait_for(handle, lambda s: len(s.refused_decisions) == len(bad))
+    # the refused update is recorded too
+    status: SagaStatus = await wait_for(handle, lambda s: len(s.refused_decisions) == len(bad) + 1)
     expect(status.state is SagaState.AWAITING_APPROVAL, str(status.state))
     await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
     await result(handle, SagaState.COMPLETED)

@@ -26,6 +26,7 @@ from sagacity.temporal.saga import (
     ABORT_ROW_PATCH,
     ADOPT_REDACTED_PATCH,
     BOUND_ROWS_PATCH,
+    DECIDE_RECORDED_PATCH,
     HALT_CHECK_PATCH,
     JOURNALED_RESULTS_PATCH,
     OPEN_PATCH,
@@ -48,6 +49,7 @@ PATCHED = [
     BOUND_ROWS_PATCH,
     HALT_CHECK_PATCH,
     JOURNALED_RESULTS_PATCH,
+    DECIDE_RECORDED_PATCH,
 ]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves

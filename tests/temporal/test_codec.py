@@ -24,7 +24,15 @@ from temporalio.worker import Worker
 from sagacity.errors import CodecKeyMissing, PayloadUnreadable
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.store import ApprovalStore, JournalStore
-from sagacity.temporal.codec import KEY_ID, AesGcmCodec, CodecKey, data_converter, parse_keys
+from sagacity.temporal.codec import (
+    KEY_ID,
+    AesGcmCodec,
+    CodecKey,
+    PayloadConverter,
+    data_converter,
+    parse_keys,
+    unreadable,
+)
 from sagacity.temporal.models import Approve, SagaResult, SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
@@ -166,8 +174,11 @@ async def test_keys_rotate_and_tampering_is_refused() -> None:
     relabelled.CopyFrom(sealed[0])
     relabelled.metadata[KEY_ID] = b"key-b"
     for bad in (flipped, relabelled):
-        with pytest.raises(PayloadUnreadable):
-            await rotated.decode([bad])
+        # handed on marked, so that a saga can refuse a decision that carries it; read, it raises
+        (marked,) = await rotated.decode([bad])
+        assert "does not decrypt" in (unreadable(marked) or "")
+        with pytest.raises(PayloadUnreadable, match="does not decrypt"):
+            PayloadConverter().from_payloads([marked])
     for text in (
         "a",
         "a=",

@@ -375,11 +375,13 @@ async def test_malformed_signals_are_refused_and_the_saga_stays_decidable(
         )
     assert "input_hsh" in str(refused.value.cause)
 
-    status = await wait_for(handle, lambda s: len(s.refused_decisions) == len(bad))
+    # the refused update is recorded too
+    status = await wait_for(handle, lambda s: len(s.refused_decisions) == len(bad) + 1)
     assert status.state is SagaState.AWAITING_APPROVAL
     assert all("malformed" in r for r in status.refused_decisions)
     assert "approved_by" in status.refused_decisions[0]
     assert "input_hsh" in status.refused_decisions[2]
+    assert "input_hsh" in status.refused_decisions[-1]
 
     # still decidable: the right decision goes through
     await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
