@@ -45,6 +45,7 @@ from sagacity.approvals.service import (
     inbox_filter,
 )
 from sagacity.approvals.suspects import Resolution, SagaView
+from sagacity.asgi import BodyTooLarge, read_body, replaying
 from sagacity.errors import (
     ApprovalConflict,
     ApprovalNotFound,
@@ -412,28 +413,14 @@ def _capped(app: ASGIApp, max_body: int) -> ASGIApp:
         if declared.isdigit() and int(declared) > max_body:
             await too_large(scope, receive, send)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left
-            body += message.get("body", b"")
-            if len(body) > max_body:
-                await too_large(scope, receive, send)
-                return
-            if not message.get("more_body", False):
-                break
-        whole: Message = {"type": "http.request", "body": bytes(body), "more_body": False}
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return whole
-
-        await app(scope, replay, send)
+        try:
+            body = await read_body(receive, max_body)
+        except BodyTooLarge:
+            await too_large(scope, receive, send)
+            return
+        if body is None:
+            return  # the client left
+        await app(scope, replaying(body, receive), send)
 
     return capped
 

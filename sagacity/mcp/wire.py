@@ -29,7 +29,9 @@ import mcp_types as types
 from mcp.server import ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sagacity.asgi import read_body, replaying
 
 __all__ = [
     "Refusal",
@@ -163,15 +165,10 @@ def strict_http(app: ASGIApp) -> ASGIApp:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
-        refused = refusal(bytes(body))
+        body = await read_body(receive)
+        if body is None:
+            return  # the client left
+        refused = refusal(body)
         if refused is not None:
             log.warning("refused an HTTP message it cannot read: %s", refused.reason)
             text = refused.error.model_dump_json(by_alias=True, exclude_unset=True).encode()
@@ -187,17 +184,7 @@ def strict_http(app: ASGIApp) -> ASGIApp:
             )
             await send({"type": "http.response.body", "body": text})
             return
-        whole: Message = {"type": "http.request", "body": bytes(body), "more_body": False}
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return whole
-
-        await app(scope, replay, send)
+        await app(scope, replaying(body, receive), send)
 
     return checked
 
