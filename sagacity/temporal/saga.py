@@ -46,7 +46,7 @@ from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, a
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
-from sagacity.journal.results import read_input, read_result
+from sagacity.journal.results import read_input, read_result, resolution_payload
 from sagacity.temporal import limits, names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
@@ -1108,7 +1108,7 @@ class Saga:
                 tool_name=tool,
                 phase=Phase.EXECUTED,
                 input=input_json,
-                payload=to_json({"resolved_by": resolution.resolver, "result": resolution.result}),
+                payload=resolution_payload(resolution.resolver, resolution.result),
             )
             status, error = CallStatus.EXECUTED, None
         else:
@@ -1142,7 +1142,7 @@ class Saga:
             return resolved.outcome
         journaled = resolved.outcome.journaled
         if journaled is not None and isinstance(journaled.result, dict):
-            # the row holds {"resolved_by", "result"}: what it shows of the result
+            # the row holds {"$resolution", "resolved_by", "result"}: what it shows of the result
             journaled = Journaled(input=journaled.input, result=journaled.result.get("result"))
         return CallOutcome(
             status=status,

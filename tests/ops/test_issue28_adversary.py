@@ -281,15 +281,12 @@ async def test_rollback_of_a_saga_with_a_suspect_call_leaves_it_to_a_human(
     assert "slow_note" in certified.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read_result takes a tool's own result shaped {'resolved_by': str, 'result': X} for "
-    "a human's resolution of a SUSPECT call: the undo run by a rollback (or after continue-as-"
-    "new) is given X (1) instead of the tool's real result; the row does not say which wrote it",
-)
 async def test_a_result_shaped_like_a_resolution_reaches_the_undo_as_it_was(
     temporal_client: Client, worker: Worker, journal: JournalStore, cli: Cli
 ) -> None:
+    """A tool's own result shaped like an unsigned resolution of a SUSPECT call is its result:
+    only a row the resolution wrote (marked ``$resolution``, or signed) is read as one. Before
+    the fix the undo was given 1."""
     real = {"resolved_by": "x", "result": 1}
     _, (code, got) = await _rolled_back_echo(temporal_client, worker, journal, cli, real)
     assert code == 0
