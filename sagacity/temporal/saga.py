@@ -45,7 +45,7 @@ from sagacity.errors import (
 from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, allowed, signed_row
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
-from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
+from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, SUPERSEDED, Phase
 from sagacity.journal.results import read_input, read_result, resolution_payload
 from sagacity.temporal import limits, names, visibility
 from sagacity.temporal.models import (
@@ -139,6 +139,9 @@ QUEUED_CALLS_PATCH = "sagacity-no-calls-once-compensating"
 #: sagas from before this marker scheduled a call whatever the size of its arguments (one over
 #: Temporal's limits failed the workflow task for ever); marked only when a call is refused
 PAYLOAD_LIMIT_PATCH = "sagacity-payload-limit"
+#: sagas from before this marker went on past a rollback's row (a reset of a rolled-back run):
+#: they made calls again, on effects the rollback had undone
+ROLLED_BACK_PATCH = "sagacity-rolled-back-ends"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -591,6 +594,28 @@ class Saga:
                 self._open_gate = row
             elif row.phase in (Phase.APPROVED, Phase.REJECTED) and row.tool_name == APPROVAL_GATE:
                 self._open_gate = None
+            elif row.tool_name == ROLLBACK and workflow.patched(ROLLED_BACK_PATCH):
+                self._rolled_back(row)
+
+    def _rolled_back(self, row: JournalRow) -> None:
+        """An operator rolled the saga back (``sagacity saga rollback``) after an earlier run
+        ended unfinished, and this run (a reset) reads it: it makes no call and ends aborted,
+        naming the rollback; undoing is the rollback's, which owns the effects it found live."""
+        body = _loads(row.payload)
+        who = str(body.get("by") or "?") if isinstance(body, dict) else "?"
+        who = "".join(c for c in who[:200] if c.isprintable())  # a valid reason, whatever it held
+        if self._abort is None or self._abort.by != ROLLBACK:
+            self._abort = Abort(
+                reason=f"the saga was rolled back by {who} (journal seq {row.seq}); a "
+                "rolled-back saga makes no further call",
+                by=ROLLBACK,
+            )
+
+    @property
+    def _left_to_rollback(self) -> bool:
+        """Whether this run ends because the saga was rolled back: its live effects are the
+        rollback's to undo, not this run's (two undos of one effect could both run)."""
+        return self._abort is not None and self._abort.by == ROLLBACK
 
     def _from_rows(
         self, intent: JournalRow, executed: JournalRow | None, body: Any, withheld: bool = False
@@ -1843,7 +1868,11 @@ class Saga:
             return self.result(value)
         self._error = error
         self._ending = True
-        compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
+        compensated: list[Effect] = []
+        failed: list[Effect] = []
+        live = list(self.executed)
+        if not self._left_to_rollback:
+            compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
         if failed:
             self._enter(SagaState.COMPENSATION_FAILED)
             self.needs_attention = (
@@ -1853,7 +1882,13 @@ class Saga:
         else:
             self._enter(SagaState.ABORTED if self.aborted else SagaState.COMPENSATED)
             unknown = [e for e in live if e.failed]
-            if unknown:
+            if self._left_to_rollback and live:
+                self.needs_attention = (
+                    "the saga was rolled back; the rollback undoes what is still live (run "
+                    "`sagacity saga rollback` again if it ended unfinished): "
+                    + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in live)
+                )
+            elif unknown:
                 self.needs_attention = (
                     f"{len(unknown)} failed call(s) may have taken effect and cannot be "
                     "compensated; check them: "
