@@ -97,21 +97,27 @@ def resolution_payload(resolver: str, result: Any) -> str:
     return to_json({RESOLUTION: True, "resolved_by": resolver, "result": result})
 
 
-def _resolution(body: Any) -> bool:
-    """Whether a parsed EXECUTED payload records a human's resolution (see the module doc)."""
+def _resolution(body: Any, legacy: bool) -> bool:
+    """Whether a parsed EXECUTED payload records a human's resolution (see the module doc;
+    ``legacy``: the unsigned shape without the reserved key too, as readers before it took it)."""
     if not (isinstance(body, dict) and isinstance(body.get("resolved_by"), str)):
         return False
     if "result" not in body or set(body) - _SIGNED - {RESOLUTION} != {"resolved_by", "result"}:
         return False
     # before the reserved key: a signed row only (its signature fields are all there)
-    return body.get(RESOLUTION) is True or (RESOLUTION not in body and set(body) >= _SIGNED)
+    signed = set(body) >= _SIGNED
+    return body.get(RESOLUTION) is True or (RESOLUTION not in body and (legacy or signed))
 
 
-def read_result(payload: str | None, *, journaled: bool = True) -> JournaledResult:
+def read_result(
+    payload: str | None, *, journaled: bool = True, legacy: bool = False
+) -> JournaledResult:
     """The result an EXECUTED row's ``payload`` holds, or why it holds none that is real.
 
     ``journaled=False``: ``payload`` is the outcome as the worker wrote it, before redaction,
-    whose values are all real (a marker in it is the tool's own data).
+    whose values are all real (a marker in it is the tool's own data). ``legacy``: read an
+    unsigned ``{"resolved_by", "result"}`` as a resolution, as workflows recorded before the
+    reserved key did (their replay must see what they saw).
     """
     if not payload:
         return JournaledResult()
@@ -120,7 +126,7 @@ def read_result(payload: str | None, *, journaled: bool = True) -> JournaledResu
     except ValueError as exc:
         return JournaledResult(missing=f"the journaled result is not JSON ({exc})", shown=payload)
     resolved_by = None
-    if _resolution(body):
+    if _resolution(body, legacy):
         resolved_by, body = body["resolved_by"], body["result"]
     elif isinstance(body, dict) and set(body) == {"unserializable_result", "error"}:
         return JournaledResult(

@@ -142,6 +142,9 @@ PAYLOAD_LIMIT_PATCH = "sagacity-payload-limit"
 #: sagas from before this marker went on past a rollback's row (a reset of a rolled-back run):
 #: they made calls again, on effects the rollback had undone
 ROLLED_BACK_PATCH = "sagacity-rolled-back-ends"
+#: sagas from before this marker read an unsigned {"resolved_by", "result"} row another run
+#: wrote as a resolution; resolutions now carry "$resolution", and that shape is a tool's result
+RESOLUTION_MARK_PATCH = "sagacity-resolution-marked"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -625,6 +628,10 @@ class Saga:
         ``read_result``). ``body``: the result as sagas from before the patch took it (the
         EXECUTED row's payload as it stands; None for a FAILED call, or none read)."""
         read = read_result(executed.payload) if executed is not None else None
+        if executed is not None and read is not None and read.resolved_by is None:
+            legacy = read_result(executed.payload, legacy=True)
+            if legacy.resolved_by is not None and not workflow.patched(RESOLUTION_MARK_PATCH):
+                read = legacy  # histories from before the marker replay as they ran
         lacking = withheld or (read is not None and not read.available)
         lacking = lacking or read_input(intent.input).missing is not None
         unwrapped = read is not None and read.resolved_by is not None

@@ -84,3 +84,12 @@ def test_a_redacted_input_is_not_the_real_one() -> None:
     assert read_input("").value == {}
     read = read_input('{"amount": 5, "api_token": {"$redacted": "removed"}}')
     assert read.missing is not None and "input/api_token" in read.missing
+
+
+def test_a_replay_from_before_the_reserved_key_reads_the_unsigned_shape_as_it_did() -> None:
+    # workflows recorded before "$resolution" took this row for a resolution; their replay must
+    old = json.dumps({"resolved_by": "alice", "result": THING})
+    assert (read_result(old, legacy=True).value, read_result(old).value) == (
+        THING,
+        json.loads(old),
+    )
