@@ -36,6 +36,7 @@ from sagacity.journal.canonical import input_hash, to_json
 from sagacity.journal.chain import format_timestamp
 from sagacity.journal.entry import Entry
 from sagacity.journal.phases import APPROVAL_GATE
+from sagacity.journal.results import RESOLUTION
 
 __all__ = [
     "ANY_PRINCIPAL",
@@ -602,7 +603,7 @@ class DecisionCheck:
         phase, seq = str(entry.phase), entry.seq
         if "signature" not in body:
             # the rows a human's resolution wrote (a tool's own result may hold any keys)
-            human = set(body) == {"resolved_by", "result"} or (
+            human = set(body) - {RESOLUTION} == {"resolved_by", "result"} or (
                 body.get("type") == "SuspectResolved" and body.get("effect") == "none"
             )
             if human:

@@ -5,15 +5,19 @@ or of a result too big for the workflow, the rows another run wrote, reconcile's
 an EXECUTED row's payload through :func:`read_result`, which knows each shape a row takes:
 
 * the tool's result as it returned it (also when a retry or a later run wrote or reads the row);
-* a human's resolution of a SUSPECT call, ``{"resolved_by": …, "result": …}`` (with the fields
-  of its signature when signed): the result is the one the human gave;
+* a human's resolution of a SUSPECT call, ``{"$resolution": true, "resolved_by": …, "result":
+  …}`` (with the fields of its signature when signed): the result is the one the human gave.
+  Rows written before the reserved key existed hold ``{"resolved_by": …, "result": …}``: read
+  as a resolution only when signed (a tool's result does not carry a signature over its own
+  INTENT); unsigned, that shape is the tool's own result (:func:`resolution_payload`);
 * a result the journal could not hold: ``{"unserializable_result": …, "error": …}`` (not JSON)
   or ``{"unjournalable_result": …}`` (refused by the database);
 * a result with redacted fields, ``{"$redacted": …}`` markers in place of their values.
 
 The last two do not hold the tool's real result: :attr:`JournaledResult.missing` says why, and
 nothing built from them may stand in for it. A tool's own result shaped exactly like one of
-these envelopes is read as the envelope: the row does not say which wrote it.
+the last two envelopes, or holding ``"$resolution": true`` beside ``resolved_by`` and
+``result``, is read as the envelope: the row does not say which wrote it.
 """
 
 from __future__ import annotations
@@ -21,12 +25,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sagacity.journal.canonical import parse_json
+from sagacity.journal.canonical import parse_json, to_json
 
-__all__ = ["MARKER", "JournaledResult", "is_marker", "marker_paths", "read_input", "read_result"]
+__all__ = [
+    "MARKER",
+    "RESOLUTION",
+    "JournaledResult",
+    "is_marker",
+    "marker_paths",
+    "read_input",
+    "read_result",
+    "resolution_payload",
+]
 
 #: The key of the object that replaces a redacted value.
 MARKER = "$redacted"
+
+#: The reserved key that marks a row as a human's resolution of a SUSPECT call.
+RESOLUTION = "$resolution"
 
 #: what a signed resolution's row holds beside ``resolved_by`` and ``result`` (``signed_row``)
 _SIGNED = frozenset(
@@ -75,11 +91,33 @@ def marker_paths(value: Any) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def read_result(payload: str | None, *, journaled: bool = True) -> JournaledResult:
+def resolution_payload(resolver: str, result: Any) -> str:
+    """The payload of the EXECUTED row that records ``resolver``'s word that a SUSPECT call
+    happened, with ``result``: marked by :data:`RESOLUTION`, so no tool's result reads as one."""
+    return to_json({RESOLUTION: True, "resolved_by": resolver, "result": result})
+
+
+def _resolution(body: Any, legacy: bool) -> bool:
+    """Whether a parsed EXECUTED payload records a human's resolution (see the module doc;
+    ``legacy``: the unsigned shape without the reserved key too, as readers before it took it)."""
+    if not (isinstance(body, dict) and isinstance(body.get("resolved_by"), str)):
+        return False
+    if "result" not in body or set(body) - _SIGNED - {RESOLUTION} != {"resolved_by", "result"}:
+        return False
+    # before the reserved key: a signed row only (its signature fields are all there)
+    signed = set(body) >= _SIGNED
+    return body.get(RESOLUTION) is True or (RESOLUTION not in body and (legacy or signed))
+
+
+def read_result(
+    payload: str | None, *, journaled: bool = True, legacy: bool = False
+) -> JournaledResult:
     """The result an EXECUTED row's ``payload`` holds, or why it holds none that is real.
 
     ``journaled=False``: ``payload`` is the outcome as the worker wrote it, before redaction,
-    whose values are all real (a marker in it is the tool's own data).
+    whose values are all real (a marker in it is the tool's own data). ``legacy``: read an
+    unsigned ``{"resolved_by", "result"}`` as a resolution, as workflows recorded before the
+    reserved key did (their replay must see what they saw).
     """
     if not payload:
         return JournaledResult()
@@ -88,12 +126,7 @@ def read_result(payload: str | None, *, journaled: bool = True) -> JournaledResu
     except ValueError as exc:
         return JournaledResult(missing=f"the journaled result is not JSON ({exc})", shown=payload)
     resolved_by = None
-    if (
-        isinstance(body, dict)
-        and isinstance(body.get("resolved_by"), str)
-        and "result" in body
-        and set(body) - _SIGNED == {"resolved_by", "result"}
-    ):
+    if _resolution(body, legacy):
         resolved_by, body = body["resolved_by"], body["result"]
     elif isinstance(body, dict) and set(body) == {"unserializable_result", "error"}:
         return JournaledResult(

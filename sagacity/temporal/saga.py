@@ -45,8 +45,8 @@ from sagacity.errors import (
 from sagacity.evidence.decisions import Keyring, Policy, Signature, Statement, allowed, signed_row
 from sagacity.evidence.redaction import could_be
 from sagacity.journal.canonical import to_json
-from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
-from sagacity.journal.results import read_input, read_result
+from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, SUPERSEDED, Phase
+from sagacity.journal.results import read_input, read_result, resolution_payload
 from sagacity.temporal import decode, limits, names, visibility
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
@@ -142,6 +142,12 @@ PAYLOAD_LIMIT_PATCH = "sagacity-payload-limit"
 #: sagas from before this marker judged a ``decide`` update in its validator: a refused one was
 #: not recorded in ``refused_decisions``; now the handler judges it, records a refusal and fails
 DECIDE_RECORDED_PATCH = "sagacity-decide-recorded"
+#: sagas from before this marker went on past a rollback's row (a reset of a rolled-back run):
+#: they made calls again, on effects the rollback had undone
+ROLLED_BACK_PATCH = "sagacity-rolled-back-ends"
+#: sagas from before this marker read an unsigned {"resolved_by", "result"} row another run
+#: wrote as a resolution; resolutions now carry "$resolution", and that shape is a tool's result
+RESOLUTION_MARK_PATCH = "sagacity-resolution-marked"
 
 #: how long a held saga waits before it looks at its halt again, doubling up to the maximum
 _HALT_RECHECK = timedelta(seconds=30)
@@ -623,6 +629,28 @@ class Saga:
                 self._open_gate = row
             elif row.phase in (Phase.APPROVED, Phase.REJECTED) and row.tool_name == APPROVAL_GATE:
                 self._open_gate = None
+            elif row.tool_name == ROLLBACK and workflow.patched(ROLLED_BACK_PATCH):
+                self._rolled_back(row)
+
+    def _rolled_back(self, row: JournalRow) -> None:
+        """An operator rolled the saga back (``sagacity saga rollback``) after an earlier run
+        ended unfinished, and this run (a reset) reads it: it makes no call and ends aborted,
+        naming the rollback; undoing is the rollback's, which owns the effects it found live."""
+        body = _loads(row.payload)
+        who = str(body.get("by") or "?") if isinstance(body, dict) else "?"
+        who = "".join(c for c in who[:200] if c.isprintable())  # a valid reason, whatever it held
+        if self._abort is None or self._abort.by != ROLLBACK:
+            self._abort = Abort(
+                reason=f"the saga was rolled back by {who} (journal seq {row.seq}); a "
+                "rolled-back saga makes no further call",
+                by=ROLLBACK,
+            )
+
+    @property
+    def _left_to_rollback(self) -> bool:
+        """Whether this run ends because the saga was rolled back: its live effects are the
+        rollback's to undo, not this run's (two undos of one effect could both run)."""
+        return self._abort is not None and self._abort.by == ROLLBACK
 
     def _from_rows(
         self, intent: JournalRow, executed: JournalRow | None, body: Any, withheld: bool = False
@@ -632,6 +660,10 @@ class Saga:
         ``read_result``). ``body``: the result as sagas from before the patch took it (the
         EXECUTED row's payload as it stands; None for a FAILED call, or none read)."""
         read = read_result(executed.payload) if executed is not None else None
+        if executed is not None and read is not None and read.resolved_by is None:
+            legacy = read_result(executed.payload, legacy=True)
+            if legacy.resolved_by is not None and not workflow.patched(RESOLUTION_MARK_PATCH):
+                read = legacy  # histories from before the marker replay as they ran
         lacking = withheld or (read is not None and not read.available)
         lacking = lacking or read_input(intent.input).missing is not None
         unwrapped = read is not None and read.resolved_by is not None
@@ -1140,7 +1172,7 @@ class Saga:
                 tool_name=tool,
                 phase=Phase.EXECUTED,
                 input=input_json,
-                payload=to_json({"resolved_by": resolution.resolver, "result": resolution.result}),
+                payload=resolution_payload(resolution.resolver, resolution.result),
             )
             status, error = CallStatus.EXECUTED, None
         else:
@@ -1174,7 +1206,7 @@ class Saga:
             return resolved.outcome
         journaled = resolved.outcome.journaled
         if journaled is not None and isinstance(journaled.result, dict):
-            # the row holds {"resolved_by", "result"}: what it shows of the result
+            # the row holds {"$resolution", "resolved_by", "result"}: what it shows of the result
             journaled = Journaled(input=journaled.input, result=journaled.result.get("result"))
         return CallOutcome(
             status=status,
@@ -1897,7 +1929,11 @@ class Saga:
             return self.result(value)
         self._error = error
         self._ending = True
-        compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
+        compensated: list[Effect] = []
+        failed: list[Effect] = []
+        live = list(self.executed)
+        if not self._left_to_rollback:
+            compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
         if failed:
             self._enter(SagaState.COMPENSATION_FAILED)
             self.needs_attention = (
@@ -1907,7 +1943,13 @@ class Saga:
         else:
             self._enter(SagaState.ABORTED if self.aborted else SagaState.COMPENSATED)
             unknown = [e for e in live if e.failed]
-            if unknown:
+            if self._left_to_rollback and live:
+                self.needs_attention = (
+                    "the saga was rolled back; the rollback undoes what is still live (run "
+                    "`sagacity saga rollback` again if it ended unfinished): "
+                    + ", ".join(f"{e.tool_name} (seq {e.call_seq})" for e in live)
+                )
+            elif unknown:
                 self.needs_attention = (
                     f"{len(unknown)} failed call(s) may have taken effect and cannot be "
                     "compensated; check them: "

@@ -155,5 +155,5 @@ async def test_resolutions_racing_to_the_saga_one_is_taken_the_other_refused(
     assert taken[0].outcome == "EXECUTED"
     row = (await journal.read(suspect.saga_id))[suspect.seq]  # the row after the INTENT
     assert row.phase.value == "EXECUTED"
-    assert json.loads(row.payload) == {"resolved_by": winner, "result": order}
+    assert json.loads(row.payload) == {"$resolution": True, "resolved_by": winner, "result": order}
     await suspect.handle.terminate("test done")

@@ -80,7 +80,7 @@ VECTORS = {
         4,
         "EXECUTED",
         "create_order",
-        {"resolved_by": WHO, "result": {"order_id": "o-17"}},
+        {"$resolution": True, "resolved_by": WHO, "result": {"order_id": "o-17"}},
     ),
 }
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sagacity.journal import read_result
-from sagacity.journal.results import read_input
+from sagacity.journal.results import read_input, resolution_payload
 
 THING = {"thing_id": "T-42"}
 LOOKALIKE = {"resolved_by": "alice", "result": 1, "more": 2}
@@ -30,8 +30,15 @@ SIGNED = {
         ("null", None, None),
         ("", None, None),
         (json.dumps([1, "two"]), [1, "two"], None),
-        (json.dumps({"resolved_by": "alice", "result": THING}), THING, "alice"),
+        (resolution_payload("alice", THING), THING, "alice"),
         (json.dumps({"resolved_by": "alice", "result": THING, **SIGNED}), THING, "alice"),
+        # the unsigned shape without the reserved key: a tool's own result (or a resolution
+        # written before the key existed, which the row cannot tell apart)
+        (
+            json.dumps({"resolved_by": "alice", "result": THING}),
+            {"resolved_by": "alice", "result": THING},
+            None,
+        ),
         # a tool's own result that only looks a little like a resolution is the tool's
         (json.dumps(LOOKALIKE), LOOKALIKE, None),
     ],
@@ -69,7 +76,7 @@ def test_the_worker_s_own_outcome_is_not_taken_for_redacted() -> None:
     payload = json.dumps({"$redacted": "the tool's own"})
     assert read_result(payload, journaled=False).value == {"$redacted": "the tool's own"}
     # but a resolution's envelope is still unwrapped
-    assert read_result(json.dumps({"resolved_by": "bob", "result": 7}), journaled=False).value == 7
+    assert read_result(resolution_payload("bob", 7), journaled=False).value == 7
 
 
 def test_a_redacted_input_is_not_the_real_one() -> None:
@@ -77,3 +84,12 @@ def test_a_redacted_input_is_not_the_real_one() -> None:
     assert read_input("").value == {}
     read = read_input('{"amount": 5, "api_token": {"$redacted": "removed"}}')
     assert read.missing is not None and "input/api_token" in read.missing
+
+
+def test_a_replay_from_before_the_reserved_key_reads_the_unsigned_shape_as_it_did() -> None:
+    # workflows recorded before "$resolution" took this row for a resolution; their replay must
+    old = json.dumps({"resolved_by": "alice", "result": THING})
+    assert (read_result(old, legacy=True).value, read_result(old).value) == (
+        THING,
+        json.loads(old),
+    )

@@ -140,6 +140,7 @@ async def test_suspect_calls_are_resolved_from_the_probe_and_the_saga_goes_on(
     rows = await journal.read(happened.saga_id)
     assert rows[seq].phase is Phase.EXECUTED
     assert json.loads(rows[seq].payload) == {
+        "$resolution": True,
         "resolved_by": "probe:create_order",
         "result": {"order_id": order_id, "product_id": "p-1", "quantity": 2},
     }

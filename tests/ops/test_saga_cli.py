@@ -415,7 +415,11 @@ async def test_a_suspect_call_is_marked_then_resolved_from_the_cli(
 
     rows = await journal.read(saga)
     assert rows[seq].phase is Phase.EXECUTED
-    assert json.loads(rows[seq].payload) == {"resolved_by": "dave", "result": order}
+    assert json.loads(rows[seq].payload) == {
+        "$resolution": True,
+        "resolved_by": "dave",
+        "result": order,
+    }
     waiting = await wait_for(suspect.handle, awaiting_approval, timeout=60)
     assert waiting.pending_approval is not None
     assert "ord-by-hand" in waiting.pending_approval.input_json  # the next step got dave's result

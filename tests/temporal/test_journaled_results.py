@@ -1,6 +1,7 @@
 """Results read back from the journal: a compensation gets the tool's real result or does not run.
 
-A SUSPECT call resolved as happened is journaled ``{"resolved_by": …, "result": …}``; every path
+A SUSPECT call resolved as happened is journaled ``{"$resolution": true, "resolved_by": …,
+"result": …}``; every path
 that rebuilds a call's result from the journal (a compensation after continue-as-new, the rows a
 reset run reads back, the adoption of an effect a run left live, reconcile's probes) must hand on
 the result the human gave, not that envelope. A result the journal holds redacted (too big for
@@ -248,7 +249,11 @@ async def test_a_resolved_suspect_is_undone_with_its_result_after_continue_as_ne
     assert result.status is SagaState.COMPENSATED, result
     assert len(await run_chain(temporal_client, sid)) >= 4  # continued as new 3 times or more
     rows = await journal.read(sid)
-    assert json.loads(rows[1].payload) == {"resolved_by": "alice", "result": RESOLVED}
+    assert json.loads(rows[1].payload) == {
+        "$resolution": True,
+        "resolved_by": "alice",
+        "result": RESOLVED,
+    }
     # the thing was undone in a later run, from the journal: with the result alice gave
     assert UNDONE == [("unmake_thing", RESOLVED)]
     assert sample_tools.EFFECTS[-1] == "unset f0"
