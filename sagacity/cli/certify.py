@@ -58,7 +58,7 @@ async def _name_failing_tasks(settings: Settings, certificates: list[Certificate
     failing = await failing_tasks(client, [c.saga_id for c in certificates])
     for cert in certificates:
         if cert.saga_id in failing:
-            cert.findings.append(task_finding(failing[cert.saga_id]))
+            cert.findings.append(task_finding(cert.saga_id, failing[cert.saga_id].describe()))
 
 
 @hard_exit

@@ -16,6 +16,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 from xml.etree import ElementTree
 
 from sagacity.evidence.anchors import verify_journal
@@ -24,18 +25,43 @@ from sagacity.evidence.decisions import Keyring
 from sagacity.journal import Entry, Phase, read_calls, rolled_back
 from sagacity.store.approvals import ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.runs import ChainRun, RunChains
-from sagacity.temporal.task_health import TaskFailing
 
 __all__ = [
     "Certificate",
     "Finding",
     "Kind",
+    "RunLookup",
+    "RunState",
     "certify",
     "effect_findings",
     "junit_xml",
     "task_finding",
 ]
+
+
+class RunState(Protocol):
+    """How a saga's run chain stands in Temporal (``sagacity.temporal.runs.ChainRun``): read here
+    without the Temporal glue, which the evidence layer stands apart from."""
+
+    @property
+    def unfinished(self) -> bool:
+        """The newest run closed, and not by completing (terminated, timed out, ...)."""
+
+    @property
+    def completed(self) -> bool:
+        """The newest run completed, and the saga showed it completed."""
+
+    @property
+    def how(self) -> str:
+        """The run's status in words."""
+
+
+class RunLookup(Protocol):
+    """Where each saga's run chain is read (``sagacity.temporal.runs.RunChains``)."""
+
+    async def run(self, workflow_id: str, first_run_id: str) -> RunState | None:
+        """The newest run of the chain that began with ``first_run_id``; None when unknown."""
+
 
 #: approvals read per page while looking for overdue ones
 _PAGE = 500
@@ -90,7 +116,7 @@ class Certificate:
 
 
 def effect_findings(
-    saga_id: str, rows: Sequence[Entry], run: ChainRun | None = None
+    saga_id: str, rows: Sequence[Entry], run: RunState | None = None
 ) -> list[Finding]:
     """Live effects and failed compensations, read from a saga's rows and its run chain.
 
@@ -141,9 +167,9 @@ def effect_findings(
     return found
 
 
-def task_finding(failing: TaskFailing) -> Finding:
-    """A saga whose workflow task keeps failing (``task_health``), as a finding."""
-    return Finding(Kind.WORKFLOW_TASK_FAILING, failing.workflow_id, None, failing.describe())
+def task_finding(saga_id: str, why: str) -> Finding:
+    """A saga whose workflow task keeps failing, and why (Temporal tells it), as a finding."""
+    return Finding(Kind.WORKFLOW_TASK_FAILING, saga_id, None, why)
 
 
 async def certify(
@@ -155,7 +181,7 @@ async def certify(
     approval_sla: timedelta = timedelta(hours=24),
     checkpoints: CheckpointDir | None = None,
     keyring: Keyring | None = None,
-    runs: RunChains | None = None,
+    runs: RunLookup | None = None,
     now: datetime | None = None,
 ) -> AsyncIterator[Certificate]:
     """One certificate per saga in scope: ``saga_ids``, or every saga with a row since ``since``

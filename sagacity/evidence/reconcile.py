@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sagacity.evidence.certify import Finding, Kind, effect_findings
+from sagacity.evidence.certify import Finding, Kind, RunLookup, effect_findings
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.journal import Call, Phase, read_calls, read_result
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.runs import RunChains
 from sagacity.tools import Found, Probe, ProbeContext, ToolRegistry
 
 __all__ = ["Check", "Reconciliation", "Verdict", "reconcile"]
@@ -117,7 +116,7 @@ async def reconcile(
     journal: JournalStore,
     tools: ToolRegistry,
     saga_ids: Sequence[str],
-    runs: RunChains | None = None,
+    runs: RunLookup | None = None,
 ) -> AsyncIterator[Reconciliation]:
     """Each saga's calls, probed where their tool has a probe, in journal order; with ``runs``
     (where to read how each saga's run chain stands), what one that closed unfinished left live."""
