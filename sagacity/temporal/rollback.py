@@ -25,6 +25,7 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import SUPERSEDED
 from sagacity.store.journal import JournalStore
 from sagacity.temporal import names
+from sagacity.temporal.failures import error_message, error_type, halt_notice
 from sagacity.temporal.models import (
     AppendRequest,
     ApprovalClose,
@@ -34,7 +35,6 @@ from sagacity.temporal.models import (
     RowRef,
     SagaOptions,
 )
-from sagacity.temporal.saga import _error_message, _error_type, _halt_notice
 from sagacity.tools import ToolRegistry
 
 __all__ = [
@@ -285,13 +285,13 @@ class RollbackWorkflow:
                     ),
                 )
             except ActivityError as err:
-                if _halt_notice(err) is not None:
+                if halt_notice(err) is not None:
                     # a halt holds compensations: wait for its lifting, or look again later (a
                     # lost signal only delays it), as a held saga does
                     resumed = await self._resumed(within=recheck)
                     recheck = _HALT_RECHECK if resumed else min(recheck * 2, _HALT_RECHECK_MAX)
                     continue
-                message = _error_message(err)
+                message = error_message(err)
                 workflow.logger.error(
                     "rollback of saga %s: compensation of %s (call seq %d) failed: %s",
                     saga_id,
@@ -300,7 +300,7 @@ class RollbackWorkflow:
                     message,
                 )
                 failed = {
-                    "type": _error_type(err),
+                    "type": error_type(err),
                     "message": message,
                     "attempts": options.compensation_attempts,
                 }

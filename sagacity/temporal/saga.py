@@ -48,6 +48,7 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, SUPERSEDED, Phase
 from sagacity.journal.results import read_input, read_result, resolution_payload
 from sagacity.temporal import decode, limits, names, visibility
+from sagacity.temporal.failures import error_message, error_type, halt_notice
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
     STATUS_ROWS,
@@ -177,18 +178,6 @@ class _Desync(Exception):
     """An activity found the journal ahead of this run: re-read it, then try again."""
 
 
-def _error_type(err: ActivityError) -> str:
-    cause = err.cause
-    if isinstance(cause, ApplicationError) and cause.type:
-        return cause.type
-    return type(cause).__name__ if cause is not None else type(err).__name__
-
-
-def _error_message(err: ActivityError) -> str:
-    cause = err.cause if err.cause is not None else err
-    return str(getattr(cause, "message", None) or cause)
-
-
 def _validated(model: type[M], payloads: tuple[Any, ...]) -> M | str:
     """A signal's or update's one payload as ``model``, or what is wrong with it."""
     if len(payloads) != 1:
@@ -210,18 +199,6 @@ def _problems(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in e['loc']) or '(payload)'}: {e['msg']}" for e in exc.errors()
     )
-
-
-def _halt_notice(err: ActivityError) -> HaltNotice | None:
-    """The halt that refused an activity, or None when it failed otherwise."""
-    if _error_type(err) != "Halted":
-        return None
-    cause = err.cause
-    details = cause.details if isinstance(cause, ApplicationError) else ()
-    try:
-        return HaltNotice.model_validate(details[0] if details else {}, strict=False)
-    except ValidationError:
-        return HaltNotice(halt_id=0)  # a halt this worker cannot read: held all the same
 
 
 def _halt_abort(notice: HaltNotice) -> Abort:
@@ -560,7 +537,7 @@ class Saga:
                 # the id names another run chain's journal, or this run's head is not in it:
                 # nothing can safely run, so the workflow fails, naming why
                 raise ApplicationError(
-                    _error_message(err), type=_error_type(err), non_retryable=True
+                    error_message(err), type=error_type(err), non_retryable=True
                 ) from None
             if self._catalog is None or self._brief:  # a described catalog is kept
                 self._catalog, self._brief = {s.name: s for s in opened.tools}, opened.brief
@@ -998,7 +975,7 @@ class Saga:
                     outcome = await self._shielded(self._start_call(spec, request))
                     break
                 except ActivityError as err:
-                    notice = _halt_notice(err)
+                    notice = halt_notice(err)
                     if notice is None:
                         raise
                     halted = err
@@ -1012,7 +989,7 @@ class Saga:
                         await self._close_request(approval_seq)
                     self._raise_if_aborted()
         except ActivityError as err:
-            kind = _error_type(err)
+            kind = error_type(err)
             if kind == "SuspectCall":
                 cause = err.cause
                 details = cause.details if isinstance(cause, ApplicationError) else ()
@@ -1020,7 +997,7 @@ class Saga:
                 # the INTENT's input as journaled, which status shows (older workers sent none)
                 shown = str(details[1]) if len(details) > 1 else input_json
                 return await self._resolve_suspect(
-                    tool, seq, intent_hash, input_json, _error_message(err), approval_seq, shown
+                    tool, seq, intent_hash, input_json, error_message(err), approval_seq, shown
                 )
             if kind in _AHEAD:
                 raise _Desync from err
@@ -1068,7 +1045,7 @@ class Saga:
         No INTENT: the tool never started. An outcome row: it stands. INTENT alone: the tool
         may have taken effect, so the call is FAILED with its effect unknown (and compensated).
         """
-        error = ErrorInfo(type=_error_type(err), message=_error_message(err))
+        error = ErrorInfo(type=error_type(err), message=error_message(err))
         row = RowDraft(
             tool_name=tool,
             phase=Phase.FAILED,
@@ -1238,10 +1215,10 @@ class Saga:
                 ApprovalOpened,
             )
         except ActivityError as err:
-            if _error_type(err) != "ToolArgumentsInvalid":
+            if error_type(err) != "ToolArgumentsInvalid":
                 raise
             # the call cannot run, so no approver is asked: nothing was journaled for it
-            error = ErrorInfo(type=_error_type(err), message=_error_message(err))
+            error = ErrorInfo(type=error_type(err), message=error_message(err))
             self.failures.append(error)
             raise ToolFailed(spec.name, error.type, error.message, ran=False) from None
         finally:
@@ -1589,7 +1566,7 @@ class Saga:
                 retry_policy=_JOURNAL_RETRY,
             )
         except ActivityError as err:
-            self._refuse(sender, f"halt {notice.halt_id} refused: {_error_message(err)}")
+            self._refuse(sender, f"halt {notice.halt_id} refused: {error_message(err)}")
             return
         if found.notice is None:
             self._refuse(sender, f"halt {notice.halt_id} refused: {found.refusal}")
@@ -1726,7 +1703,7 @@ class Saga:
                 )
             )
         except ActivityError as err:
-            if _error_type(err) in _AHEAD:
+            if error_type(err) in _AHEAD:
                 raise _Desync from err
             raise
         return result
@@ -1825,11 +1802,11 @@ class Saga:
                     )
                 )
             except ActivityError as err:
-                notice = _halt_notice(err)
+                notice = halt_notice(err)
                 if notice is not None:
                     await self._held(notice, forward=False)
                     continue
-                if _error_type(err) in _AHEAD:
+                if error_type(err) in _AHEAD:
                     # another run wrote past this one; if it undid this effect, it is done
                     self.executed.append(effect)
                     await self._catch_up()
@@ -1847,7 +1824,7 @@ class Saga:
     async def _journal_compensation_failed(
         self, effect: Effect, input_json: str, err: ActivityError
     ) -> None:
-        message = _error_message(err)
+        message = error_message(err)
         cause = err.cause
         # an undo that failed for good says on which attempt (no patch needed: the append's
         # input is not part of the history's commands, and a replay takes its recorded one)
@@ -1865,7 +1842,7 @@ class Saga:
                     ),
                     payload=to_json(
                         {
-                            "type": _error_type(err),
+                            "type": error_type(err),
                             "message": message,
                             "attempts": failed_on or self.options.compensation_attempts,
                         }

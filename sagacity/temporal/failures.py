@@ -1,0 +1,36 @@
+"""What a failed activity says, as the saga and the rollback workflows read it: type, message, halt."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from sagacity.temporal.models import HaltNotice
+
+__all__ = ["error_message", "error_type", "halt_notice"]
+
+
+def error_type(err: ActivityError) -> str:
+    """The failure's type: the application error's own, else the cause's class name."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.type
+    return type(cause).__name__ if cause is not None else type(err).__name__
+
+
+def error_message(err: ActivityError) -> str:
+    """The failure's message, without Temporal's wrapping."""
+    cause = err.cause if err.cause is not None else err
+    return str(getattr(cause, "message", None) or cause)
+
+
+def halt_notice(err: ActivityError) -> HaltNotice | None:
+    """The halt that refused an activity, or None when it failed otherwise."""
+    if error_type(err) != "Halted":
+        return None
+    cause = err.cause
+    details = cause.details if isinstance(cause, ApplicationError) else ()
+    try:
+        return HaltNotice.model_validate(details[0] if details else {}, strict=False)
+    except ValidationError:
+        return HaltNotice(halt_id=0)  # a halt this worker cannot read: held all the same
