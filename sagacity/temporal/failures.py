@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from sagacity.temporal.models import HaltNotice
+from sagacity.temporal.models import HaltNotice, undo_attempt
 
-__all__ = ["error_message", "error_type", "halt_notice"]
+__all__ = ["compensation_failure", "error_message", "error_type", "halt_notice"]
 
 
 def error_type(err: ActivityError) -> str:
@@ -34,3 +34,15 @@ def halt_notice(err: ActivityError) -> HaltNotice | None:
         return HaltNotice.model_validate(details[0] if details else {}, strict=False)
     except ValidationError:
         return HaltNotice(halt_id=0)  # a halt this worker cannot read: held all the same
+
+
+def compensation_failure(err: ActivityError, attempts: int) -> dict[str, object]:
+    """A COMPENSATION_FAILED row's payload: the failure, and the attempt it failed on (the one a
+    permanent failure names, else ``attempts``, the bound it ran out of)."""
+    cause = err.cause
+    failed_on = undo_attempt(cause.details) if isinstance(cause, ApplicationError) else None
+    return {
+        "type": error_type(err),
+        "message": error_message(err),
+        "attempts": failed_on or attempts,
+    }

@@ -25,7 +25,7 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import SUPERSEDED
 from sagacity.store.journal import JournalStore
 from sagacity.temporal import names
-from sagacity.temporal.failures import error_message, error_type, halt_notice
+from sagacity.temporal.failures import compensation_failure, halt_notice
 from sagacity.temporal.models import (
     AppendRequest,
     ApprovalClose,
@@ -291,19 +291,14 @@ class RollbackWorkflow:
                     resumed = await self._resumed(within=recheck)
                     recheck = _HALT_RECHECK if resumed else min(recheck * 2, _HALT_RECHECK_MAX)
                     continue
-                message = error_message(err)
+                failed = compensation_failure(err, options.compensation_attempts)
                 workflow.logger.error(
                     "rollback of saga %s: compensation of %s (call seq %d) failed: %s",
                     saga_id,
                     undo.tool_name,
                     undo.call_seq,
-                    message,
+                    failed["message"],
                 )
-                failed = {
-                    "type": error_type(err),
-                    "message": message,
-                    "attempts": options.compensation_attempts,
-                }
                 await self._append(
                     saga_id,
                     [

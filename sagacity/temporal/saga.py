@@ -48,7 +48,12 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, SUPERSEDED, Phase
 from sagacity.journal.results import read_input, read_result, resolution_payload
 from sagacity.temporal import decode, limits, names, visibility
-from sagacity.temporal.failures import error_message, error_type, halt_notice
+from sagacity.temporal.failures import (
+    compensation_failure,
+    error_message,
+    error_type,
+    halt_notice,
+)
 from sagacity.temporal.models import (
     RESULT_EFFECTS,
     STATUS_ROWS,
@@ -94,7 +99,6 @@ from sagacity.temporal.models import (
     ToolSpec,
     failure_payload,
     resolution_statement,
-    undo_attempt,
 )
 from sagacity.tools import CompensableTool, MethodTool, Reversibility
 
@@ -1824,11 +1828,9 @@ class Saga:
     async def _journal_compensation_failed(
         self, effect: Effect, input_json: str, err: ActivityError
     ) -> None:
-        message = error_message(err)
-        cause = err.cause
         # an undo that failed for good says on which attempt (no patch needed: the append's
         # input is not part of the history's commands, and a replay takes its recorded one)
-        failed_on = undo_attempt(cause.details) if isinstance(cause, ApplicationError) else None
+        failed = compensation_failure(err, self.options.compensation_attempts)
         await self._append(
             [
                 RowDraft(
@@ -1840,13 +1842,7 @@ class Saga:
                         if effect.by_ref and effect.call_seq not in self._originals
                         else None
                     ),
-                    payload=to_json(
-                        {
-                            "type": error_type(err),
-                            "message": message,
-                            "attempts": failed_on or self.options.compensation_attempts,
-                        }
-                    ),
+                    payload=to_json(failed),
                 )
             ]
         )
@@ -1855,7 +1851,7 @@ class Saga:
             self.saga_id,
             effect.tool_name,
             effect.call_seq,
-            message,
+            failed["message"],
         )
 
     # -- running a whole saga ----------------------------------------------------------------
