@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
-SAGACITY = Path(__file__).resolve().parents[2] / "sagacity"
+ROOT = Path(__file__).resolve().parents[2]
+SAGACITY = ROOT / "sagacity"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 MODULE_LINES = 800
 CLASS_LINES = 400
@@ -79,6 +81,16 @@ def imports(path: Path, *, anywhere: bool) -> set[str]:
 
 def test_every_room_has_a_floor() -> None:
     assert {room(path) for path in modules()} == set(FLOORS)
+
+
+def test_the_picture_shows_the_floors_the_code_keeps() -> None:
+    drawn = {}
+    for line in ARCHITECTURE.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit():
+            for name in cells[1].split(","):
+                drawn[name.strip().strip("`")] = int(cells[0])
+    assert drawn == {("sagacity" if name == "__init__" else name): n for name, n in FLOORS.items()}
 
 
 def test_rooms_import_only_rooms_below_them() -> None:
