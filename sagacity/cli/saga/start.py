@@ -1,8 +1,8 @@
 """``saga start``: start a saga from an Order, a steps file or any workflow's JSON input.
 
 Prints the saga id on stdout (so ``SAGA=$(sagacity saga start …)`` works) and its progress on
-stderr. Input is checked whole before anything starts: a steps file's unknown fields, names and
-``$ref`` s to earlier steps; bad input is one line, exit 2.
+stderr. Input is checked whole before anything starts (a steps file's fields, its names, and
+that each ``$ref`` names an earlier step): bad input is one line, exit 2.
 """
 
 from __future__ import annotations
