@@ -26,9 +26,10 @@ from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
-import sagacity.devstack as devstack_module
 from sagacity import devkeys
 from sagacity.devstack import DevStack, Endpoints
+from sagacity.devstack.postgres import EmbeddedPostgres
+from sagacity.devstack.temporal import TemporalDevServer
 from sagacity.evidence.decisions import Signer, Statement, load_keyring
 from sagacity.evidence.keys import key_id, load_public_key
 from sagacity.evidence.trust import load_trust
@@ -160,7 +161,7 @@ async def test_configured_endpoints_start_nothing(
         raise AssertionError("the dev stack tried to start a process")
 
     monkeypatch.setattr(subprocess, "Popen", refuse)
-    monkeypatch.setattr(devstack_module._EmbeddedPostgres, "start", refuse)
+    monkeypatch.setattr(EmbeddedPostgres, "start", refuse)
 
     stack = DevStack(load_settings())
     async with stack as endpoints:
@@ -231,8 +232,8 @@ async def test_a_temporal_state_file_from_before_the_search_attributes_is_given_
     """The dev server registers ``--search-attribute``s only as it creates its state file."""
     db_file = tmp_path / "temporal.db"
 
-    async def server(log: str) -> devstack_module._TemporalDevServer:
-        started = devstack_module._TemporalDevServer(
+    async def server(log: str) -> TemporalDevServer:
+        started = TemporalDevServer(
             db_file=db_file, namespace="default", port=None, log_path=tmp_path / log
         )
         started.spawn()

@@ -19,7 +19,7 @@ RUNS_THE_BUNDLED_EXAMPLES = {
     "cli/_demo.py",
     "cli/_demo_recovery.py",
     "cli/_demo_worker.py",
-    "cli/saga.py",
+    "cli/saga/start.py",
 }
 
 
