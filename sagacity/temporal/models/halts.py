@@ -1,4 +1,4 @@
-"""An operator's halt as a saga meets it, the lookup that proves it, and the resume that lifts it."""
+"""An operator's halt as a saga meets it, the lookup that proves it, the resume that lifts it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The journal as workflow code sees it: rows, heads, and the requests that open, append and seal."""
+"""The journal as workflow code sees it: rows, heads, the requests that open, append and seal."""
 
 from __future__ import annotations
 
