@@ -15,8 +15,6 @@ from sagacity.temporal.models.state import SagaState
 
 #: rows (and effects) the ``status`` query returns, newest last; the journal has them all
 STATUS_ROWS = 200
-
-
 #: compensated effects a :class:`SagaResult` lists (payloads have a size limit)
 RESULT_EFFECTS = 1000
 
