@@ -143,10 +143,8 @@ class JournalStore:
         return store
 
     async def close(self) -> None:
-        """Close the pool if :meth:`open` made it; a pool passed in belongs to the caller.
-
-        The connections :meth:`exclusive` used are closed either way.
-        """
+        """Close the connections :meth:`exclusive` used, and the pool if :meth:`open` made it
+        (a pool passed in belongs to the caller)."""
         await self._undo.close()
         if self._owns_pool:
             await self._pool.close()
