@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,8 +24,10 @@ from sagacity.journal import (
     seal,
     utc_micros,
 )
-from sagacity.store.db import Pool, naive_utc, new_pool, open_pool, translate_errors
+from sagacity.store.db import Pool, naive_utc, open_pool, translate_errors
+from sagacity.store.owners import SagaOwner, SagaOwners
 from sagacity.store.placement import pool_schema, qualify
+from sagacity.store.undo_locks import UndoLocks
 
 _COLUMNS = "saga_id, seq, tool_name, phase, input, payload, timestamp, hash"
 
@@ -63,22 +64,6 @@ SELECT EXISTS (SELECT FROM ins), prev.hash FROM prev
 #: DETAIL (schema 0009)
 HALTED_SQLSTATE = "SGHLT"
 
-# Claim a saga for a run chain (first_run_id), or read who holds it: (workflow_id, first_run_id,
-# claimed now, rows existed). Nothing when the holder committed after the statement began.
-_CLAIM = """
-WITH ins AS (
-    INSERT INTO {sagacity_saga_owner} (saga_id, workflow_id, first_run_id)
-    VALUES (%(saga_id)s, %(workflow)s, %(run)s)
-    ON CONFLICT (saga_id) DO NOTHING
-    RETURNING workflow_id, first_run_id
-)
-SELECT workflow_id, first_run_id, true,
-       EXISTS (SELECT FROM {side_effect_journal} WHERE saga_id = %(saga_id)s)
-FROM ins
-UNION ALL
-SELECT workflow_id, first_run_id, false, false
-FROM {sagacity_saga_owner} WHERE saga_id = %(saga_id)s AND NOT EXISTS (SELECT FROM ins)
-"""
 
 _GET = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s AND seq = %s"
 _HEAD = (
@@ -90,13 +75,6 @@ _AFTER = (
 )
 _SELECT_ALL = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} ORDER BY saga_id, seq"
 _NAMES_TOOL = "SELECT EXISTS (SELECT FROM {side_effect_journal} WHERE tool_name = %s)"
-_CHAINS = (
-    "SELECT saga_id, workflow_id, first_run_id FROM {sagacity_saga_owner} WHERE saga_id = ANY(%s)"
-)
-_OWNERS = (
-    "SELECT saga_id, workflow_id FROM {sagacity_saga_owner}"
-    " WHERE saga_id = ANY(%s) OR workflow_id = ANY(%s) ORDER BY saga_id"
-)
 
 # Summaries of the sagas with any row in [since, until), most recently active first.
 _LIST_SAGAS = """
@@ -124,38 +102,6 @@ _BACKOFF_BASE = 0.001
 _BACKOFF_CAP = 0.05
 
 
-# First key space of the advisory locks that make one compensation attempt at a time.
-_UNDO_LOCK_SPACE = 0x5A6B
-
-# Which of the given calls' compensation locks (:meth:`JournalStore.exclusive`) a session holds:
-# a session advisory lock on one bigint key shows in pg_locks as its high and low halves.
-_UNDOING = """
-SELECT k.seq
-FROM ROWS FROM (pg_catalog.unnest(%s::bigint[]), pg_catalog.unnest(%s::text[])) AS k(seq, key)
-WHERE EXISTS (
-    SELECT FROM pg_catalog.pg_locks AS l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_catalog.pg_database
-                        WHERE datname = pg_catalog.current_database())
-      AND ((l.classid::bigint << 32) | l.objid::bigint)
-          = pg_catalog.hashtextextended(k.key, 0)
-)
-ORDER BY k.seq
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class SagaOwner:
-    """The workflow run chain a saga's journal belongs to, and whether this claim made it."""
-
-    saga_id: str
-    workflow_id: str
-    first_run_id: str
-    claimed_now: bool
-    #: with ``claimed_now``: whether the saga already had rows (written before owners existed)
-    had_rows: bool = False
-
-
 @dataclass(frozen=True, slots=True)
 class SagaSummary:
     """One saga as :meth:`JournalStore.list_sagas` reports it; ``head_*`` is its last row."""
@@ -180,12 +126,8 @@ class JournalStore:
         self._pool = pool
         self._max_retries = max_retries
         self._owns_pool = False
-        # :meth:`exclusive` holds a connection for as long as its body runs, and the body uses
-        # the journal meanwhile: on the main pool, many at once would take every connection
-        # and wait for one forever. They get a small pool of their own, opened on first use.
-        self._lock_connections = lock_connections
-        self._lock_pool: Pool | None = None
-        self._lock_pool_opening = asyncio.Lock()
+        self._owners = SagaOwners(pool)
+        self._undo = UndoLocks(pool, connections=lock_connections)
         self._schema: str | None = None
 
     @property
@@ -201,13 +143,9 @@ class JournalStore:
         return store
 
     async def close(self) -> None:
-        """Close the pool if :meth:`open` made it; a pool passed in belongs to the caller.
-
-        The connections :meth:`exclusive` used are closed either way.
-        """
-        if self._lock_pool is not None:
-            await self._lock_pool.close()
-            self._lock_pool = None
+        """Close the connections :meth:`exclusive` used, and the pool if :meth:`open` made it
+        (a pool passed in belongs to the caller)."""
+        await self._undo.close()
         if self._owns_pool:
             await self._pool.close()
 
@@ -216,23 +154,6 @@ class JournalStore:
         if self._schema is None:
             self._schema = await pool_schema(self._pool, conn)
         return self._schema
-
-    async def _locks(self) -> Pool:
-        async with self._lock_pool_opening:
-            if self._lock_pool is None:
-                conninfo, kwargs = self._pool.conninfo, self._pool.kwargs
-                if not isinstance(conninfo, str) or not isinstance(kwargs, dict | None):
-                    raise TypeError("exclusive() needs a pool made from a connection string")
-                pool = new_pool(
-                    conninfo,
-                    kwargs=kwargs,
-                    min_size=0,
-                    max_size=self._lock_connections,
-                    timeout=self._pool.timeout,
-                )
-                await pool.open()
-                self._lock_pool = pool
-            return self._lock_pool
 
     async def __aenter__(self) -> Self:
         return self
@@ -373,20 +294,18 @@ class JournalStore:
                 return [_entry(row) for row in await cur.fetchall()]
 
     async def claim(self, saga_id: str, *, workflow_id: str, first_run_id: str) -> SagaOwner:
-        """Claim ``saga_id`` for a workflow run chain, or return the chain that holds it.
+        """Claim ``saga_id`` for a run chain, or say which holds it (:meth:`SagaOwners.claim`)."""
+        return await self._owners.claim(saga_id, workflow_id=workflow_id, first_run_id=first_run_id)
 
-        One round trip on the way every saga starts: the claim also says whether rows exist.
-        """
-        params = {"saga_id": saga_id, "workflow": workflow_id, "run": first_run_id}
-        with translate_errors(f"claim saga {saga_id!r}"):
-            async with self._pool.connection() as conn:
-                row = None
-                while row is None:
-                    # nothing: the holder committed after this statement's snapshot was taken,
-                    # and the next statement sees it
-                    cur = await conn.execute(qualify(_CLAIM, await self._in(conn)), params)
-                    row = await cur.fetchone()
-                return SagaOwner(saga_id, row[0], row[1], claimed_now=row[2], had_rows=row[3])
+    async def owners(
+        self, *, saga_ids: Sequence[str] = (), workflow_ids: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Who claimed these sagas, and what these workflows claimed (:meth:`SagaOwners.owners`)."""
+        return await self._owners.owners(saga_ids=saga_ids, workflow_ids=workflow_ids)
+
+    async def chains(self, saga_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """The run chain that owns each of these claimed sagas (:meth:`SagaOwners.chains`)."""
+        return await self._owners.chains(saga_ids)
 
     async def names_tool(self, tool_name: str, *, timeout_s: float = 2.0) -> bool | None:
         """Whether any row names ``tool_name``; None when the scan took longer than
@@ -404,74 +323,13 @@ class JournalStore:
                     return None
         return bool(row and row[0])
 
-    async def owners(
-        self, *, saga_ids: Sequence[str] = (), workflow_ids: Sequence[str] = ()
-    ) -> list[tuple[str, str]]:
-        """``(saga_id, workflow_id)`` of the claimed sagas among ``saga_ids``, and of those the
-        workflows ``workflow_ids`` claimed, ordered by saga id."""
-        with translate_errors("read saga owners"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(
-                    qualify(_OWNERS, await self._in(conn)), (list(saga_ids), list(workflow_ids))
-                )
-                return [(str(r[0]), str(r[1])) for r in await cur.fetchall()]
-
-    async def chains(self, saga_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """The run chain that owns each claimed saga among ``saga_ids``: ``(workflow_id,
-        first_run_id)`` by saga id (sagas journaled by no workflow are absent)."""
-        with translate_errors("read saga owners"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(qualify(_CHAINS, await self._in(conn)), (list(saga_ids),))
-                return {str(r[0]): (str(r[1]), str(r[2])) for r in await cur.fetchall()}
-
-    @contextlib.asynccontextmanager
-    async def exclusive(self, saga_id: str, seq: int) -> AsyncIterator[bool]:
-        """Hold a lock on (saga, seq) while the body runs; yields False if another holder has it.
-
-        A session advisory lock on a pooled connection kept for the body: released when the body
-        ends, or by the server when the holder's connection dies with its process.
-        """
-        where = f"lock saga {saga_id!r} seq {seq}"
-        key = _undo_key(saga_id, seq)
-        with translate_errors(where):
-            locks = await self._locks()
-            conn = await locks.getconn()
-        locked = False
-        try:
-            with translate_errors(where):
-                cur = await conn.execute(
-                    "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended(%s, 0))",
-                    (key,),
-                )
-                row = await cur.fetchone()
-            locked = bool(row and row[0])
-            yield locked
-            if locked:
-                with translate_errors(where):
-                    await conn.execute(
-                        "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))",
-                        (key,),
-                    )
-                locked = False
-        finally:
-            if locked:
-                # the body raised while holding the lock: closing the session releases it,
-                # rather than handing a locked session to the pool's next user
-                await conn.close()
-            await locks.putconn(conn)
+    def exclusive(self, saga_id: str, seq: int) -> AbstractAsyncContextManager[bool]:
+        """The undo lock on (saga, seq), held for the body (:meth:`UndoLocks.exclusive`)."""
+        return self._undo.exclusive(saga_id, seq)
 
     async def undoing(self, saga_id: str, seqs: Sequence[int]) -> list[int]:
-        """Those of the calls at ``seqs`` whose compensation is running now: an attempt holds
-        its :meth:`exclusive` lock (from just before it checks the halts until its row is
-        written, or its worker's connection is gone)."""
-        if not seqs:
-            return []
-        with translate_errors(f"read the compensations running in saga {saga_id!r}"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(
-                    _UNDOING, (list(seqs), [_undo_key(saga_id, seq) for seq in seqs])
-                )
-                return [int(row[0]) for row in await cur.fetchall()]
+        """The calls at ``seqs`` whose compensation runs now (:meth:`UndoLocks.undoing`)."""
+        return await self._undo.undoing(saga_id, seqs)
 
     async def read(self, saga_id: str) -> list[Entry]:
         """All of the saga's rows in seq order, in one query (use :meth:`stream` for long sagas)."""
@@ -587,11 +445,6 @@ class JournalStore:
             await cur.execute(qualify(template, await self._in(conn)), params)
             async for row in cur:
                 yield row
-
-
-def _undo_key(saga_id: str, seq: int) -> str:
-    """What the compensation lock of the call at ``seq`` is keyed by (hashed to a bigint)."""
-    return f"{_UNDO_LOCK_SPACE}:{saga_id}:{seq}"
 
 
 def _now() -> datetime:

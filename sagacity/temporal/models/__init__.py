@@ -1,0 +1,151 @@
+"""Data that crosses Temporal: workflow inputs and results, activity requests, signals, queries.
+
+Code outside this package imports every name from here. The modules hold them by what they
+are for: ``options`` (starting a saga), ``journal`` (rows and heads), ``calls``, ``effects``
+(and their compensation), ``approvals``, ``decisions`` (what humans send), ``halts``,
+``carry`` (continue-as-new), ``status`` (what a saga shows), on ``state`` and ``lean``. They
+are payloads recorded in workflow histories: their fields and defaults are a wire format
+(``docs/versioning.md``).
+"""
+
+from sagacity.temporal.models.approvals import (
+    ApprovalClose,
+    ApprovalOpen,
+    ApprovalOpened,
+    PendingApproval,
+)
+from sagacity.temporal.models.calls import (
+    CallOutcome,
+    CallRequest,
+    CallStatus,
+    ErrorInfo,
+    Journaled,
+    Resolved,
+    ResolveRequest,
+    Suspect,
+    failure_payload,
+)
+from sagacity.temporal.models.carry import (
+    SagaCarry,
+    SagaProgress,
+)
+from sagacity.temporal.models.decisions import (
+    Abort,
+    Approve,
+    Decision,
+    DecisionKind,
+    Identity,
+    InputHash,
+    Reason,
+    Reject,
+    Resolve,
+    resolution_statement,
+)
+from sagacity.temporal.models.effects import (
+    CompensateRequest,
+    Compensating,
+    Effect,
+    EffectRefs,
+    Original,
+    undo_attempt,
+    undo_attempt_detail,
+)
+from sagacity.temporal.models.halts import (
+    MAX_HALT_SCOPE_CHARS,
+    HaltLookedUp,
+    HaltLookup,
+    HaltNotice,
+    Resume,
+)
+from sagacity.temporal.models.journal import (
+    AppendRequest,
+    Head,
+    JournalRow,
+    RowDraft,
+    RowRef,
+    SagaOpen,
+    SagaOpened,
+    SealRequest,
+    ToolSpec,
+)
+from sagacity.temporal.models.lean import (
+    Lean,
+)
+from sagacity.temporal.models.options import (
+    SagaOptions,
+    SagaSpec,
+    Step,
+    StepsCheck,
+    StepsChecked,
+)
+from sagacity.temporal.models.state import (
+    TERMINAL_STATES,
+    SagaState,
+)
+from sagacity.temporal.models.status import (
+    RESULT_EFFECTS,
+    STATUS_ROWS,
+    SagaResult,
+    SagaStatus,
+)
+
+__all__ = [
+    "MAX_HALT_SCOPE_CHARS",
+    "RESULT_EFFECTS",
+    "STATUS_ROWS",
+    "TERMINAL_STATES",
+    "Abort",
+    "AppendRequest",
+    "ApprovalClose",
+    "ApprovalOpen",
+    "ApprovalOpened",
+    "Approve",
+    "CallOutcome",
+    "CallRequest",
+    "CallStatus",
+    "CompensateRequest",
+    "Compensating",
+    "Decision",
+    "DecisionKind",
+    "Effect",
+    "EffectRefs",
+    "ErrorInfo",
+    "HaltLookedUp",
+    "HaltLookup",
+    "HaltNotice",
+    "Head",
+    "Identity",
+    "InputHash",
+    "JournalRow",
+    "Journaled",
+    "Lean",
+    "Original",
+    "PendingApproval",
+    "Reason",
+    "Reject",
+    "Resolve",
+    "ResolveRequest",
+    "Resolved",
+    "Resume",
+    "RowDraft",
+    "RowRef",
+    "SagaCarry",
+    "SagaOpen",
+    "SagaOpened",
+    "SagaOptions",
+    "SagaProgress",
+    "SagaResult",
+    "SagaSpec",
+    "SagaState",
+    "SagaStatus",
+    "SealRequest",
+    "Step",
+    "StepsCheck",
+    "StepsChecked",
+    "Suspect",
+    "ToolSpec",
+    "failure_payload",
+    "resolution_statement",
+    "undo_attempt",
+    "undo_attempt_detail",
+]

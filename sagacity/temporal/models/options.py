@@ -1,0 +1,62 @@
+"""How a saga is started: its options, and a declarative saga's steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from sagacity.temporal.models.carry import SagaProgress
+
+
+class SagaOptions(BaseModel):
+    """Per-saga behaviour, chosen by whoever starts the saga."""
+
+    #: how long an IRREVERSIBLE call waits for a decision before it is rejected as ``timeout``
+    approval_deadline_s: float = 7 * 24 * 3600
+    #: who may approve: tool name (or ``"*"``) to identities; ``None`` lets any named approver decide
+    approvers: dict[str, list[str]] | None = None
+    #: attempts at each compensation before COMPENSATION_FAILED is journaled; with the backoff
+    #: below (doubling, capped) the default keeps trying for about 8 minutes, longer than a
+    #: database restart, so an outage alone never ends in COMPENSATION_FAILED
+    compensation_attempts: int = Field(default=20, ge=1)
+    compensation_backoff_s: float = Field(default=1.0, gt=0)
+    compensation_max_interval_s: float = Field(default=30.0, gt=0)
+    #: attempts at an idempotent tool that keeps raising, before FAILED is journaled
+    idempotent_attempts: int = Field(default=3, ge=1)
+    #: overrides every tool's heartbeat timeout: how soon a dead worker's call is noticed
+    heartbeat_timeout_s: float | None = Field(default=None, gt=0)
+    #: continue as new once history has this many events (besides whenever Temporal suggests
+    #: it), so a saga of any length never reaches Temporal's history limit
+    continue_as_new_events: int = Field(default=10_000, ge=50)
+
+
+class Step(BaseModel):
+    """One step of a declarative saga. ``args`` values may be ``{"$ref": "step_id[.field…]"}``."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.id or self.tool
+
+
+class StepsCheck(BaseModel):
+    """A declarative saga's steps, for the worker to check before any of them runs."""
+
+    steps: list[Step]
+
+
+class StepsChecked(BaseModel):
+    """What is wrong with the steps (empty: they can run), each naming the step and the fix."""
+
+    problems: list[str] = Field(default_factory=list)
+
+
+class SagaSpec(BaseModel):
+    steps: list[Step]
+    options: SagaOptions = Field(default_factory=SagaOptions)
+    #: set by the saga itself when it continues as new; None when a client starts it
+    progress: SagaProgress | None = None
