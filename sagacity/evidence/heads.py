@@ -246,12 +246,15 @@ class Freshness:
 
 
 def _span(delta: timedelta) -> str:
+    """``delta`` in its two largest units ("2d3h", "5m10s"): an age a reader weighs at a glance,
+    not one that changes with the second the check ran."""
     seconds = int(delta.total_seconds())
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, seconds = divmod(rest, 60)
     parts = [(days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")]
-    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
+    first = next((i for i, (n, _) in enumerate(parts) if n), len(parts))
+    return "".join(f"{n}{unit}" for n, unit in parts[first : first + 2] if n) or "0s"
 
 
 def witnessed_freshness(opened: OpenedHead, whose: str = "") -> Freshness | None:
