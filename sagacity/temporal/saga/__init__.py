@@ -1,0 +1,13 @@
+"""The workflow-side saga engine: decides seqs, gates, and what to compensate; activities do the I/O.
+
+:class:`Saga` (``saga.py``) is the face a workflow uses; its parts each keep one concern:
+``view`` (the journal read back), ``calls`` (the call path), ``suspect`` (calls with no
+outcome), ``gate`` (approvals), ``controls`` (abort, cancel), ``halts`` (operators' halts),
+``undo`` (compensation), ``ending`` (seal and result), ``carry`` (continue-as-new), over the
+state they share (``core``) and their journal writes (``journal``). ``patches`` names every
+patch marker the engine checks; ``tooltyping`` turns typed calls into journaled JSON.
+"""
+
+from sagacity.temporal.saga.saga import Saga
+
+__all__ = ["Saga"]
