@@ -9,6 +9,7 @@ from __future__ import annotations
 from sagacity.temporal.models import EffectRefs, SagaCarry
 from sagacity.temporal.saga.controls import Controls
 from sagacity.temporal.saga.core import SagaCore
+from sagacity.temporal.saga.ending import Ending
 from sagacity.temporal.saga.gate import Gate
 from sagacity.temporal.saga.signals import Refusals
 from sagacity.temporal.saga.undo import Undo
@@ -16,7 +17,13 @@ from sagacity.temporal.saga.view import View
 
 
 def carry_of(
-    core: SagaCore, refusals: Refusals, controls: Controls, gate: Gate, view: View, undo: Undo
+    core: SagaCore,
+    refusals: Refusals,
+    controls: Controls,
+    gate: Gate,
+    view: View,
+    undo: Undo,
+    ending: Ending,
 ) -> SagaCarry:
     """The state the next run needs to go on as this one: head, effects, failures, decisions."""
     return SagaCarry(
@@ -33,7 +40,7 @@ def carry_of(
         abort_signalled=controls.abort_signalled,
         cancelled=controls.cancelled,
         abort_halt=controls.abort_halt,
-        error=undo.error,
+        error=ending.error,
         compensated=EffectRefs.of(undo.compensated),
         compensation_failed=EffectRefs.of(undo.compensation_failed),
         live=EffectRefs.of(undo.live),

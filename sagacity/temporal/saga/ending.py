@@ -6,6 +6,7 @@ follow, written by the activity of the last row when the worker can, else by one
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio import workflow
@@ -17,6 +18,7 @@ from sagacity.temporal.models import (
     Effect,
     ErrorInfo,
     RowRef,
+    SagaCarry,
     SagaOpened,
     SagaResult,
     SagaState,
@@ -34,9 +36,11 @@ def _listed(effects: list[Effect]) -> str:
 class Ending:
     """Whether and how the worker seals, what is sealed so far, and the saga's end and result."""
 
-    def __init__(self, core: SagaCore, controls: Controls) -> None:
+    def __init__(self, core: SagaCore, controls: Controls, carry: SagaCarry | None) -> None:
         self._core = core
         self._controls = controls
+        #: why the saga compensates, once it does (carried by continue-as-new)
+        self.error: ErrorInfo | None = carry.error if carry else None
         #: whether the worker seals ended sagas, and does so in the activity that writes the last
         #: row, as ``open_saga`` recorded it in the history
         self._seals = False
@@ -112,41 +116,42 @@ class Ending:
 
     # -- the end -------------------------------------------------------------------------------
 
-    def failure(self, swallowed: bool) -> ErrorInfo | None:
-        """Why a saga whose body returned fails: an abort, or (``swallowed``: when a swallowed
-        tool failure counts) the first tool failure; None when it completes."""
-        controls = self._controls
-        if controls.abort is not None:
-            return ErrorInfo(
+    async def finish(
+        self,
+        value: Any,
+        error: ErrorInfo | None,
+        swallowed: bool,
+        compensate: Callable[[], Awaitable[tuple[list[Effect], list[Effect], list[Effect]]]],
+    ) -> SagaResult:
+        """End the saga its body left with ``value`` or ``error``: COMPLETED, or compensated.
+
+        An abort fails it too, and so does a tool failure the body caught and carried on from
+        (``swallowed``). A saga rolled back by an operator leaves its effects to the rollback.
+        """
+        core, controls = self._core, self._controls
+        if error is None and controls.abort is not None:
+            error = ErrorInfo(
                 type="SagaCancelled" if controls.cancelled else "SagaAborted",
                 message=f"aborted: {controls.abort.reason}",
             )
-        failures = self._core.failures
-        if failures and swallowed:
-            first = failures[0]
-            return ErrorInfo(
+        if error is None and core.failures and swallowed:
+            first = core.failures[0]
+            error = ErrorInfo(
                 type=first.type, message=f"a tool failure was swallowed: {first.message}"
             )
-        return None
-
-    async def completed(self, value: Any) -> SagaResult:
-        """End the saga COMPLETED with its body's ``value``."""
-        self._core.enter(SagaState.COMPLETED)
-        self._flag_unknown_effects()
-        value = self._fitting(value)
-        await self._seal()
-        return self.result(value)
-
-    async def undone(
-        self,
-        value: Any,
-        error: ErrorInfo,
-        compensated: list[Effect],
-        failed: list[Effect],
-        live: list[Effect],
-    ) -> SagaResult:
-        """End the saga after its compensation: what failed, and what is still live."""
-        core, controls = self._core, self._controls
+        if error is None:
+            core.enter(SagaState.COMPLETED)
+            self._flag_unknown_effects()
+            value = self._fitting(value)
+            await self._seal()
+            return self.result(value)
+        self.error = error
+        core.ending = True
+        compensated: list[Effect] = []
+        failed: list[Effect] = []
+        live = list(core.executed)
+        if not controls.left_to_rollback:
+            compensated, failed, live = await compensate()
         if failed:
             core.enter(SagaState.COMPENSATION_FAILED)
             core.needs_attention = (

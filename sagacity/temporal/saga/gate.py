@@ -12,8 +12,6 @@ from datetime import timedelta
 from typing import Any, Literal, NoReturn
 
 from temporalio import workflow
-
-# Sequence and RawValue at run time: Temporal reads the update handler's annotations
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -278,6 +276,8 @@ class Gate:
             )
 
     async def on_update(self, name: str, args: Sequence[RawValue]) -> str:
+        # Temporal reads this method's annotations (Sequence[RawValue]: the payloads come raw),
+        # so both names are imported at run time
         if not workflow.patched(DECIDE_RECORDED_PATCH):
             # before the marker the validator judged the decision (a refusal left no trace in
             # history): a decide update recorded then was taken

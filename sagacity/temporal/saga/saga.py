@@ -66,9 +66,9 @@ class Saga:
     ) -> None:
         saga_id = carry.saga_id if carry else saga_id or workflow.info().workflow_id
         core = self._core = SagaCore.start(saga_id, options or SagaOptions(), carry)
-        refusals = self._refusals = Refusals(saga_id, list(carry.refused) if carry else [])
+        refusals = self._refusals = Refusals(saga_id, carry)
         controls = self._controls = Controls(core, refusals, carry)
-        self._ending = Ending(core, controls)
+        self._ending = Ending(core, controls, carry)
         # the view settles what an earlier run left open through the call path, and unpacks the
         # carried effects into the compensation's lists: both are built after it
         self._view = View(
@@ -170,7 +170,13 @@ class Saga:
         ``Saga(carry=...)`` in the new run continue the same journal.
         """
         return carry_of(
-            self._core, self._refusals, self._controls, self._gate, self._view, self._undo
+            self._core,
+            self._refusals,
+            self._controls,
+            self._gate,
+            self._view,
+            self._undo,
+            self._ending,
         )
 
     def continue_as_new_suggested(self) -> bool:
@@ -319,7 +325,7 @@ class Saga:
         the middle of compensating resumes there, without running ``body``. The run that ends
         the saga seals its journal's final head.
         """
-        error: ErrorInfo | None = self._undo.error
+        error: ErrorInfo | None = self._ending.error
         value: Any = None
         try:
             await self.tools()  # claim the journal before anything else
@@ -330,18 +336,12 @@ class Saga:
             error = ErrorInfo(type=type(exc).__name__, message=str(exc))
         except asyncio.CancelledError:
             self._controls.cancel_requested()
-        if error is None:
-            error = self._ending.failure(compensate_swallowed_failures)
-        if error is None:
-            return await self._ending.completed(value)
-        self._undo.error = error
-        self._core.ending = True
-        compensated: list[Effect] = []
-        failed: list[Effect] = []
-        live = list(self._core.executed)
-        if not self._controls.left_to_rollback:
-            compensated, failed, live = await self.compensate(continue_as_new=continue_as_new)
-        return await self._ending.undone(value, error, compensated, failed, live)
+        return await self._ending.finish(
+            value,
+            error,
+            compensate_swallowed_failures,
+            lambda: self.compensate(continue_as_new=continue_as_new),
+        )
 
     def result(
         self,

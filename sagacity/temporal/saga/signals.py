@@ -11,11 +11,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-
-# RawValue at run time: Temporal reads the dynamic handler's annotations to pass payloads raw
 from temporalio.common import RawValue
 
 from sagacity.temporal import decode
+from sagacity.temporal.models import SagaCarry
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,9 +45,9 @@ def problems(exc: ValidationError) -> str:
 class Refusals:
     """The decisions and signals the saga refused, as ``refused_decisions`` shows them."""
 
-    def __init__(self, saga_id: str, refused: list[str]) -> None:
+    def __init__(self, saga_id: str, carry: SagaCarry | None) -> None:
         self._saga_id = saga_id
-        self.refused = refused
+        self.refused: list[str] = list(carry.refused) if carry else []
 
     def refuse(self, who: str, why: str) -> None:
         # a signal (or an update the validator let through) is in history, so this note
@@ -77,6 +76,8 @@ class Signals:
         """Every signal the workflow has no handler of its own for: the saga's are decoded here,
         so one the data converter cannot read is refused and recorded like any bad decision;
         so is a signal of another name (a misspelt decision is not lost in silence)."""
+        # Temporal reads this method's annotations (Sequence[RawValue]: the payloads come raw),
+        # so both names are imported at run time
         handler = self._handlers.get(name)
         if handler is None:
             self._refusals.refuse("?", f"unknown signal {name[:100]!r}")

@@ -21,7 +21,6 @@ from sagacity.temporal.failures import compensation_failure, error_type, halt_no
 from sagacity.temporal.models import (
     CompensateRequest,
     Effect,
-    ErrorInfo,
     RowDraft,
     RowRef,
     SagaCarry,
@@ -55,9 +54,8 @@ class Undo:
         self._ending = ending
         self._view = view
         self._journal = journal
-        # set once the saga compensates: why, and how far it got (carried by continue-as-new)
+        # how far an earlier run's compensation got (continue-as-new), until the catalog is known
         self._carried = carry
-        self.error: ErrorInfo | None = carry.error if carry else None
         self.compensated: list[Effect] = []
         self.compensation_failed: list[Effect] = []
         self.live: list[Effect] = []
