@@ -144,7 +144,7 @@ class Ending:
             self._flag_unknown_effects()
             value = self._fitting(value)
             await self._seal()
-            return self.result(value)
+            return self.result(value, None, [], [], [])
         self.error = error
         core.ending = True
         compensated: list[Effect] = []
@@ -172,7 +172,7 @@ class Ending:
                     "compensated; check them: " + _listed(unknown)
                 )
         await self._seal()
-        return self.result(value, error=error, compensated=compensated, failed=failed, live=live)
+        return self.result(value, error, compensated, failed, live)
 
     def _fitting(self, value: Any) -> Any:
         """``value``, the body's return value, unless it is too large for the workflow's result:
@@ -199,22 +199,21 @@ class Ending:
     def result(
         self,
         value: Any,
-        *,
-        error: ErrorInfo | None = None,
-        compensated: list[Effect] | None = None,
-        failed: list[Effect] | None = None,
-        live: list[Effect] | None = None,
+        error: ErrorInfo | None,
+        compensated: list[Effect],
+        failed: list[Effect],
+        live: list[Effect],
     ) -> SagaResult:
+        """The saga's result as it stands: ``value`` and what its compensation did."""
         core = self._core
-        compensated = compensated or []
         return SagaResult(
             saga_id=core.saga_id,
             status=core.state,
             value=value,
             error=error,
             compensated=compensated[:RESULT_EFFECTS],
-            compensation_failed=failed or [],
-            live_effects=live or [],
+            compensation_failed=failed,
+            live_effects=live,
             needs_attention=core.needs_attention,
             head=core.head,
             compensated_count=len(compensated),

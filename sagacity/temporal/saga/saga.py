@@ -353,9 +353,7 @@ class Saga:
         live: list[Effect] | None = None,
     ) -> SagaResult:
         """The saga's result as it stands, with ``value`` and what its compensation did."""
-        return self._ending.result(
-            value, error=error, compensated=compensated, failed=failed, live=live
-        )
+        return self._ending.result(value, error, compensated or [], failed or [], live or [])
 
     def status(self) -> SagaStatus:
         """The ``status`` query: state, head, newest rows and effects, and what waits on whom."""
