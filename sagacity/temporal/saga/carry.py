@@ -7,25 +7,12 @@ travel by reference and become effects once the catalog is known (``Undo.unpack`
 from __future__ import annotations
 
 from sagacity.temporal.models import EffectRefs, SagaCarry
-from sagacity.temporal.saga.controls import Controls
-from sagacity.temporal.saga.core import SagaCore
-from sagacity.temporal.saga.ending import Ending
-from sagacity.temporal.saga.gate import Gate
-from sagacity.temporal.saga.signals import Refusals
-from sagacity.temporal.saga.undo import Undo
-from sagacity.temporal.saga.view import View
+from sagacity.temporal.saga.parts import SagaParts
 
 
-def carry_of(
-    core: SagaCore,
-    refusals: Refusals,
-    controls: Controls,
-    gate: Gate,
-    view: View,
-    undo: Undo,
-    ending: Ending,
-) -> SagaCarry:
+def carry_of(parts: SagaParts) -> SagaCarry:
     """The state the next run needs to go on as this one: head, effects, failures, decisions."""
+    core, controls, view, undo = parts.core, parts.controls, parts.view, parts.undo
     return SagaCarry(
         saga_id=core.saga_id,
         head=core.head,
@@ -34,13 +21,13 @@ def carry_of(
         adoptable=view.adoptable(),
         failures=core.failures,
         needs_attention=core.needs_attention,
-        refused=refusals.refused,
-        decided=sorted(gate.decided),
+        refused=parts.refusals.refused,
+        decided=sorted(parts.gate.decided),
         abort=controls.abort,
         abort_signalled=controls.abort_signalled,
         cancelled=controls.cancelled,
         abort_halt=controls.abort_halt,
-        error=ending.error,
+        error=parts.ending.error,
         compensated=EffectRefs.of(undo.compensated),
         compensation_failed=EffectRefs.of(undo.compensation_failed),
         live=EffectRefs.of(undo.live),

@@ -21,8 +21,6 @@ from temporalio.exceptions import ActivityError
 
 from sagacity.errors import SagacityError
 from sagacity.temporal.models import (
-    STATUS_ROWS,
-    Compensating,
     Effect,
     ErrorInfo,
     Head,
@@ -35,19 +33,9 @@ from sagacity.temporal.models import (
     SagaStatus,
     ToolSpec,
 )
-from sagacity.temporal.saga.calls import Calls
 from sagacity.temporal.saga.carry import carry_of
-from sagacity.temporal.saga.controls import Controls
-from sagacity.temporal.saga.core import SagaCore
-from sagacity.temporal.saga.ending import Ending
-from sagacity.temporal.saga.gate import Gate
-from sagacity.temporal.saga.halts import Halts
-from sagacity.temporal.saga.journal import Journal
-from sagacity.temporal.saga.signals import Refusals, Signals
-from sagacity.temporal.saga.suspect import Suspects
+from sagacity.temporal.saga.parts import SagaParts
 from sagacity.temporal.saga.tooltyping import named_call, origin, typed_result
-from sagacity.temporal.saga.undo import Undo
-from sagacity.temporal.saga.view import View
 from sagacity.tools import CompensableTool, MethodTool
 
 P = ParamSpec("P")
@@ -65,101 +53,71 @@ class Saga:
         carry: SagaCarry | None = None,
     ) -> None:
         saga_id = carry.saga_id if carry else saga_id or workflow.info().workflow_id
-        core = self._core = SagaCore.start(saga_id, options or SagaOptions(), carry)
-        refusals = self._refusals = Refusals(saga_id, carry)
-        controls = self._controls = Controls(core, refusals, carry)
-        self._ending = Ending(core, controls, carry)
-        # the view settles what an earlier run left open through the call path, and unpacks the
-        # carried effects into the compensation's lists: both are built after it
-        self._view = View(
-            core,
-            controls,
-            self._ending,
-            carry,
-            unpack=lambda: self._undo.unpack(),
-            settle=lambda: self._calls.settle_left_open(),
-        )
-        journal = Journal(core, controls, self._view.catch_up)
-        gate = self._gate = Gate(core, refusals, controls, journal, carry)
-        halts = self._halts = Halts(core, refusals, controls, gate)
-        suspects = self._suspects = Suspects(core, refusals, controls, journal)
-        self._undo = Undo(core, controls, halts, self._ending, self._view, journal, carry)
-        self._calls = Calls(
-            core, controls, halts, self._ending, self._view, journal, gate, suspects
-        )
+        parts = self._parts = SagaParts.build(saga_id, options or SagaOptions(), carry)
         # the saga's signals and its update take their payloads raw, decoded by its own code
         # (see Signals); a handler the workflow itself registered by name comes first, and
         # the saga takes the workflow's dynamic handlers (names it does not take are refused)
-        signals = Signals(
-            refusals,
-            {
-                "abort": controls.on_abort,
-                "approve": gate.on_approve,
-                "reject": gate.on_reject,
-                "resolve": suspects.on_resolve,
-                "halt": halts.on_halt,
-                "resume": halts.on_resume,
-            },
+        workflow.set_dynamic_signal_handler(parts.signals.on_signal)
+        workflow.set_dynamic_update_handler(
+            parts.gate.on_update, validator=parts.gate.validate_update
         )
-        workflow.set_dynamic_signal_handler(signals.on_signal)
-        workflow.set_dynamic_update_handler(gate.on_update, validator=gate.validate_update)
         workflow.set_query_handler("status", self.status)
 
     # -- what the workflow reads -------------------------------------------------------------
 
     @property
     def saga_id(self) -> str:
-        return self._core.saga_id
+        return self._parts.core.saga_id
 
     @property
     def options(self) -> SagaOptions:
-        return self._core.options
+        return self._parts.core.options
 
     @property
     def state(self) -> SagaState:
-        return self._core.state
+        return self._parts.core.state
 
     @property
     def head(self) -> Head:
-        return self._core.head
+        return self._parts.core.head
 
     @property
     def rows(self) -> list[RowRef]:
         """The newest rows (at most STATUS_ROWS)."""
-        return self._core.rows
+        return self._parts.core.rows
 
     @property
     def executed(self) -> list[Effect]:
-        return self._core.executed
+        return self._parts.core.executed
 
     @property
     def failures(self) -> list[ErrorInfo]:
         """Tool failures seen, even those the caller caught and carried on from."""
-        return self._core.failures
+        return self._parts.core.failures
 
     @property
     def needs_attention(self) -> str | None:
-        return self._core.needs_attention
+        return self._parts.core.needs_attention
 
     @property
     def aborted(self) -> bool:
-        return self._controls.aborted
+        return self._parts.controls.aborted
 
     @property
     def cancelled(self) -> bool:
         """Whether a Temporal cancel request reached the saga (it aborts, then compensates)."""
-        return self._controls.cancelled
+        return self._parts.controls.cancelled
 
     def abort(self, reason: str, *, by: str) -> None:
         """Abort from the workflow's own code, as the ``abort`` signal from ``by`` would: a call
         waiting for approval is rejected, and the saga compensates. A second abort changes
         nothing."""
-        self._controls.request_abort(reason, by)
+        self._parts.controls.request_abort(reason, by)
 
     async def shielded(self, awaitable: Awaitable[T]) -> T:
         """Await a started activity that a Temporal cancel must not interrupt: the cancel
         aborts the saga instead (it then ends ABORTED, its effects compensated)."""
-        return await self._controls.shielded(awaitable)
+        return await self._parts.controls.shielded(awaitable)
 
     # -- continue-as-new ---------------------------------------------------------------------
 
@@ -169,19 +127,11 @@ class Saga:
         Take it between calls, never while one runs: ``workflow.continue_as_new`` with it and
         ``Saga(carry=...)`` in the new run continue the same journal.
         """
-        return carry_of(
-            self._core,
-            self._refusals,
-            self._controls,
-            self._gate,
-            self._view,
-            self._undo,
-            self._ending,
-        )
+        return carry_of(self._parts)
 
     def continue_as_new_suggested(self) -> bool:
         """Whether history is long enough that the workflow should continue as new now."""
-        return self._core.continue_as_new_suggested()
+        return self._parts.core.continue_as_new_suggested()
 
     # -- tool calls ----------------------------------------------------------------------------
 
@@ -191,7 +141,7 @@ class Saga:
         ``described``: with each tool's description and parameter schema, what an agent shows
         its model. A saga opens with the brief catalog, so asking costs one more local activity.
         """
-        return await self._view.tools(described=described)
+        return await self._parts.view.tools(described=described)
 
     @overload
     async def call(
@@ -276,19 +226,19 @@ class Saga:
         last: bool,
     ) -> Any:
         name, named = named_call(tool, args, kwargs)
-        async with self._core.lock:
-            result = await self._calls.call(name, named, origin(tool), last=last)
+        async with self._parts.core.lock:
+            result = await self._parts.calls.call(name, named, origin(tool), last=last)
         return typed_result(tool, result)
 
     def last_call_seq(self, tool: str) -> int | None:
         """The seq of the row that opened ``tool``'s newest call (INTENT; AWAITING_APPROVAL or
         REJECTED when it never ran), or None."""
-        return self._view.last_call_seq(tool)
+        return self._parts.view.last_call_seq(tool)
 
     def journaled(self, call_seq: int | None) -> Journaled | None:
         """How the journal holds the call at ``call_seq`` when redaction changed it (None when it
         did not): what to show of a call that just returned, its secrets redacted."""
-        return self._view.journaled(call_seq)
+        return self._parts.view.journaled(call_seq)
 
     # -- compensation and the end --------------------------------------------------------------
 
@@ -300,13 +250,13 @@ class Saga:
         With ``continue_as_new`` (which must raise ``workflow.continue_as_new``), a long
         compensation hands its state to a new run whenever history grows long.
         """
-        core = self._core
+        core = self._parts.core
         core.compensating = True  # before the lock: calls queued ahead of it do not start
         async with core.lock:
             core.enter(SagaState.COMPENSATING)
             catalog = await self.tools()
             hand_over = (lambda: continue_as_new(self.carry())) if continue_as_new else None
-            return await self._undo.compensate(catalog, hand_over)
+            return await self._parts.undo.compensate(catalog, hand_over)
 
     async def run(
         self,
@@ -325,7 +275,7 @@ class Saga:
         the middle of compensating resumes there, without running ``body``. The run that ends
         the saga seals its journal's final head.
         """
-        error: ErrorInfo | None = self._ending.error
+        error: ErrorInfo | None = self._parts.ending.error
         value: Any = None
         try:
             await self.tools()  # claim the journal before anything else
@@ -335,8 +285,8 @@ class Saga:
             # an activity that exhausted its retries is a failure too: compensate what ran
             error = ErrorInfo(type=type(exc).__name__, message=str(exc))
         except asyncio.CancelledError:
-            self._controls.cancel_requested()
-        return await self._ending.finish(
+            self._parts.controls.cancel_requested()
+        return await self._parts.ending.finish(
             value,
             error,
             compensate_swallowed_failures,
@@ -353,27 +303,8 @@ class Saga:
         live: list[Effect] | None = None,
     ) -> SagaResult:
         """The saga's result as it stands, with ``value`` and what its compensation did."""
-        return self._ending.result(value, error, compensated or [], failed or [], live or [])
+        return self._parts.ending.result(value, error, compensated or [], failed or [], live or [])
 
     def status(self) -> SagaStatus:
         """The ``status`` query: state, head, newest rows and effects, and what waits on whom."""
-        core, undoing = self._core, self._undo.undoing
-        return SagaStatus(
-            saga_id=core.saga_id,
-            state=core.state,
-            head=core.head,
-            rows=core.rows,
-            executed=core.executed[-STATUS_ROWS:],
-            executed_count=len(core.executed),
-            running=core.running,
-            pending_approval=self._gate.pending,
-            suspect=self._suspects.suspect,
-            refused_decisions=self._refusals.refused,
-            needs_attention=core.needs_attention,
-            halted=self._halts.halt,
-            compensating=(
-                Compensating(tool_name=undoing.tool_name, call_seq=undoing.call_seq)
-                if undoing is not None
-                else None
-            ),
-        )
+        return self._parts.status()
