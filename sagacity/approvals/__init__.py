@@ -1,6 +1,6 @@
 """Human decisions: approve IRREVERSIBLE calls, resolve SUSPECT ones, from code, CLI or HTTP.
 
-The gate itself lives in the saga engine (:mod:`sagacity.temporal.saga`); this package sits on it.
+The gate itself lives in the saga engine (:mod:`sagacity.temporal.saga.gate`); this package sits on it.
 """
 
 from sagacity.approvals.service import (

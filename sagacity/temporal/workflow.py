@@ -23,7 +23,8 @@ from sagacity.temporal.models import (
     StepsCheck,
     StepsChecked,
 )
-from sagacity.temporal.saga import OPEN_PATCH, Saga
+from sagacity.temporal.saga import Saga
+from sagacity.temporal.saga.patches import OPEN_PATCH
 
 #: the Temporal workflow type of :class:`StepsWorkflow`
 STEPS_WORKFLOW = "sagacity.Steps"
@@ -66,7 +67,7 @@ async def validate(spec: SagaSpec, saga: Saga) -> None:
     the check aborts ``saga`` like a cancel at any later moment: the saga still ends ABORTED
     (``SagaCancelled``) with its result, instead of the workflow ending cancelled.
     """
-    checked: StepsChecked = await saga._shielded(
+    checked: StepsChecked = await saga.shielded(
         workflow.start_local_activity(
             names.VALIDATE_STEPS,
             StepsCheck(steps=spec.steps),

@@ -22,7 +22,7 @@ from sagacity.mcp.session import LEASE_AT_GATE_PATCH
 from sagacity.observability import ObservabilityInterceptor
 from sagacity.settings import Settings
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.saga import (
+from sagacity.temporal.saga.patches import (
     ABORT_ROW_PATCH,
     ADOPT_REDACTED_PATCH,
     BOUND_ROWS_PATCH,
