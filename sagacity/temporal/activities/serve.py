@@ -1,27 +1,18 @@
-"""Activities: where tool calls, compensations and journal writes actually happen.
-
-A tool call is one activity that writes INTENT, runs the tool and writes the outcome. Writing
-both rows inside the call's own activity keeps INTENT-before-execution while costing one
-activity per call instead of three (see bench/). Every append is at a seq the workflow chose,
-so a retried or replayed activity finds its own row and moves on instead of writing twice.
-"""
+"""The activities one worker serves: its parts, composed under their Temporal names."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import inspect
 import json
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -34,11 +25,9 @@ from sagacity.errors import (
     NoEffect,
     PermanentCompensationError,
     ResultUnavailable,
-    SagacityError,
     SagaIdTaken,
     SeqConflict,
     SeqTaken,
-    StoreUnavailable,
     SuspectCall,
     ToolArgumentsInvalid,
     ToolTimeout,
@@ -48,7 +37,6 @@ from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import (
     Keyring,
     Policy,
-    Signature,
     Statement,
     allowed,
     payload_object,
@@ -58,10 +46,15 @@ from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
 from sagacity.journal import Draft, Entry, JournaledResult, Phase, input_hash, to_json
 from sagacity.journal.results import read_input, read_result
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore
-from sagacity.store.halts import Halt, HaltStore
+from sagacity.store.halts import HaltStore
 from sagacity.store.journal import JournalStore
-from sagacity.temporal import limits
-from sagacity.temporal.checks import check_steps
+from sagacity.temporal.activities.heartbeat import current_beat
+from sagacity.temporal.activities.notices import halted, not_this_saga, notice
+from sagacity.temporal.activities.outcomes import outcome_from_row, ref
+from sagacity.temporal.activities.paging import page_of
+from sagacity.temporal.activities.state import DEFAULT_OUTAGE_WINDOW, ActivityState
+from sagacity.temporal.activities.tools import ToolActivities, bound, catalog
+from sagacity.temporal.activities.typed import non_retryable, scrubbed, typed
 from sagacity.temporal.models import (
     AppendRequest,
     ApprovalClose,
@@ -74,8 +67,6 @@ from sagacity.temporal.models import (
     ErrorInfo,
     HaltLookedUp,
     HaltLookup,
-    HaltNotice,
-    Journaled,
     JournalRow,
     Resolve,
     Resolved,
@@ -86,9 +77,6 @@ from sagacity.temporal.models import (
     SagaOpened,
     SagaState,
     SealRequest,
-    StepsCheck,
-    StepsChecked,
-    ToolSpec,
     failure_payload,
     resolution_statement,
     undo_attempt_detail,
@@ -98,13 +86,11 @@ from sagacity.temporal.names import (
     CALL_TOOL,
     CLOSE_APPROVAL,
     COMPENSATE,
-    DESCRIBE_TOOLS,
     OPEN_APPROVAL,
     OPEN_SAGA,
     READ_HALT,
     RESOLVE_CALL,
     SEAL_SAGA,
-    VALIDATE_STEPS,
     VERIFICATION_REFUSED,
 )
 from sagacity.tools import (
@@ -116,115 +102,11 @@ from sagacity.tools import (
     set_current_call,
 )
 
-
-def _ref(entry: Entry, *, sealed: bool = False) -> RowRef:
-    return RowRef(
-        seq=entry.seq, tool_name=entry.tool_name, phase=entry.phase, hash=entry.hash, sealed=sealed
-    )
-
-
-def _non_retryable(exc: SagacityError, *details: Any) -> ApplicationError:
-    return ApplicationError(str(exc), *details, type=type(exc).__name__, non_retryable=True)
-
-
 _log = logging.getLogger(__name__)
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-#: how long journal reads and writes inside an activity wait out a database outage by default
-DEFAULT_OUTAGE_WINDOW = timedelta(minutes=10)
-
-
-class _Heartbeat:
-    """An attempt's heartbeats, always carrying the details an earlier attempt left.
-
-    Temporal keeps only the latest details: a beat without them would erase an outcome a
-    previous attempt could not write, and its retry would take a known result for SUSPECT.
-    """
-
-    def __init__(self) -> None:
-        self.details: tuple[Any, ...] = tuple(activity.info().heartbeat_details)
-        #: an outcome this attempt has but has not written yet: (status, payload), the payload
-        #: unredacted, so a retry can hand the workflow the tool's real result
-        self.outcome: tuple[str, str] | None = None
-
-    def beat(self) -> None:
-        if self.outcome is not None:
-            # encoded only when a beat is due: most calls write their row first
-            status, payload = self.outcome
-            details = to_json({"status": status, "payload": payload})
-            # too large for a heartbeat, which Temporal would refuse: a retry finds no outcome
-            # (SUSPECT, or an idempotent tool run again) rather than a failed activity
-            if limits.json_size(details) <= limits.MAX_VALUE_BYTES:
-                self.details = (details,)
-        activity.heartbeat(*self.details)
-
-
-_BEAT: ContextVar[_Heartbeat | None] = ContextVar("sagacity_beat", default=None)
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[_Heartbeat]:
-    """Heartbeat while the body runs, so a dead worker is noticed within the heartbeat timeout."""
-    timeout = activity.info().heartbeat_timeout
-    interval = max(timeout.total_seconds() / 3, 0.1) if timeout else 10.0
-    beats = _Heartbeat()
-
-    async def beat() -> None:
-        # the first beat waits a third of the timeout: a fast call sends none at all
-        while True:
-            await asyncio.sleep(interval)
-            beats.beat()
-
-    task = asyncio.create_task(beat())
-    token = _BEAT.set(beats)
-    try:
-        yield beats
-    finally:
-        _BEAT.reset(token)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-#: errors no retry can fix: the activity fails at once, typed, and the workflow decides
-#: the error types a saga takes for Sagacity's own verdicts (``saga.py``: a halt's refusal, a
-#: SUSPECT call, a journal ahead of it); a tool's or a compensation's error never leaves the
-#: activity under one of them, or a tool could hold its saga, or abort it in an operator's name
-_RESERVED_TYPES = frozenset({"Halted", "SuspectCall", "JournalAhead", "SeqConflict", "SeqTaken"})
-
-
-def _tool_type(kind: str) -> str:
-    return f"Tool{kind}" if kind in _RESERVED_TYPES else kind
-
-
-#: how much of an unexpected fault's text a refused call's error keeps
-_FAULT_CHARS = 300
-
-_FINAL = (InvalidEntry, SeqConflict, SagaIdTaken, UnknownTool, ToolArgumentsInvalid, SuspectCall)
 
 #: a compensation's errors that no retry can fix: declared so, or a programming error in the
 #: undo itself (a missing key of its context is a PermanentCompensationError too)
 _PERMANENT_UNDO = (PermanentCompensationError, TypeError, AttributeError, NameError)
-
-
-def _typed(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-    """Errors no retry can fix leave an activity at once, named by their type."""
-
-    @functools.wraps(fn)
-    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            if activity.info().is_local:
-                return await fn(*args, **kwargs)
-            # heartbeat from the start: an attempt waiting on the database is alive, and must
-            # not be timed out into a second attempt that runs beside it
-            async with _heartbeating():
-                return await fn(*args, **kwargs)
-        except _FINAL as exc:
-            raise _non_retryable(exc) from exc
-
-    return run
 
 
 class SagaActivities:
@@ -242,44 +124,38 @@ class SagaActivities:
         keyring: Keyring | None = None,
         policy: Policy | None = None,
     ) -> None:
-        self.journal = journal
-        self.approvals = approvals
-        self.tools = tools
-        self.redactor = redactor or Redactor()
-        self.checkpoints = checkpoints
-        self.outage_window = outage_window
+        self.state = ActivityState(
+            journal=journal,
+            approvals=approvals,
+            tools=tools,
+            redactor=redactor or Redactor(),
+            checkpoints=checkpoints,
+            outage_window=outage_window,
+            keyring=keyring,
+            policy=policy or Policy(),
+            halts=HaltStore(journal.pool),
+        )
         #: the namespaces whose sagas show their state in search attributes (registered there)
-        self.visible_in: set[str] = set()
-        self.keyring = keyring
-        self.policy = policy or Policy()
-        self.halts = HaltStore(journal.pool)
+        self.visible_in = self.state.visible_in
+        catalog = ToolActivities(self.state)
+        # each activity is its part's, under the Temporal name the part gives it
+        self.describe_tools = catalog.describe_tools
+        self.validate_steps = catalog.validate_steps
 
-    async def _outlast(self, op: Callable[[], Awaitable[T]]) -> T:
-        """Run a database operation, waiting out an outage of up to ``outage_window``.
-
-        The attempt stays alive meanwhile (heartbeats carry its details), so an outage costs
-        neither a retry nor a false SUSPECT.
-        """
-        deadline = time.monotonic() + self.outage_window.total_seconds()
-        pause = 0.5
-        while True:
-            try:
-                return await op()
-            except StoreUnavailable as exc:
-                beats = _BEAT.get()
-                if beats is not None:
-                    beats.beat()  # whatever this attempt knows reaches the next one
-                if time.monotonic() + pause > deadline:
-                    raise
-                _log.warning("journal database unavailable, retrying in %.1fs: %s", pause, exc)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
-
-    def _draft(
-        self, saga_id: str, tool_name: str, phase: Phase, input: str = "", payload: str = ""
-    ) -> Draft:
-        """A row as it will be stored: secrets redacted before anything reaches Postgres."""
-        return self.redactor.draft(Draft(saga_id, tool_name, phase, input, payload)).value
+    def all(self) -> list[Callable[..., Awaitable[Any]]]:
+        return [
+            self.describe_tools,
+            self.open_saga,
+            self.call_tool,
+            self.compensate,
+            self.append,
+            self.open_approval,
+            self.close_approval,
+            self.resolve_call,
+            self.seal_saga,
+            self.validate_steps,
+            self.read_halt,
+        ]
 
     async def _append_at(
         self,
@@ -299,13 +175,13 @@ class SagaActivities:
         """
         task_queue = activity.info().task_queue if guarded else None
         try:
-            entry = await self._outlast(
-                lambda: self.journal.append_at(
+            entry = await self.state.outlast(
+                lambda: self.state.journal.append_at(
                     draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
                 )
             )
         except Halted as exc:
-            raise await self._halted(exc) from None
+            raise await halted(self.state, exc) from None
         except SeqTaken:
             raise
         except SeqConflict as exc:
@@ -316,31 +192,22 @@ class SagaActivities:
 
     async def _at_tail(self, entry: Entry) -> None:
         """A row found already written is ours only if nothing was written after it."""
-        head = await self._outlast(lambda: self.journal.head(entry.saga_id))
+        head = await self.state.outlast(lambda: self.state.journal.head(entry.saga_id))
         if head is not None and head.seq > entry.seq:
             raise JournalAhead(
                 f"saga {entry.saga_id!r}: seq {entry.seq} was written before this run "
                 f"(the journal goes on to seq {head.seq})"
             )
 
-    async def _halted(self, exc: Halted, *, intent_written: bool = False) -> ApplicationError:
-        """The error a saga holds on: the halt's id, kind and policy, and who halted why."""
-        halt = await self._outlast(lambda: self.halts.get(exc.halt_id))
-        notice = _notice(halt, exc.halt_id, intent_written=intent_written)
-        message = f"{exc}: {notice.describe()}"
-        return ApplicationError(
-            message, notice.model_dump(mode="json"), type="Halted", non_retryable=True
-        )
-
     @activity.defn(name=READ_HALT)
-    @_typed
+    @typed
     async def read_halt(self, req: HaltLookup) -> HaltLookedUp:
         """Whether a ``halt`` signal is real and aborts the saga: the halt store's word on that
         halt when it holds it (in force, or lifted), else the signal's own signature checked
         with the worker's keyring; either way its policy must be ``compensate`` and its scope
         take in the saga. Judged here, so replay follows the recorded answer."""
         told = req.told
-        stored = await self._outlast(lambda: self.halts.get(told.halt_id))
+        stored = await self.state.outlast(lambda: self.state.halts.get(told.halt_id))
         if stored is not None and not stored.active:
             return HaltLookedUp(refusal=f"halt {told.halt_id} is lifted")
         task_queue = activity.info().task_queue
@@ -348,34 +215,34 @@ class SagaActivities:
             # the store's own scope decides (the notice drops one too long to pass on)
             covered = stored.scope.tool is None and stored.scope.covers(req.saga_id, "", task_queue)
             if stored.policy != "compensate" or not covered:
-                return HaltLookedUp(refusal=_not_this_saga(told.halt_id))
-            return HaltLookedUp(notice=_notice(stored, told.halt_id))
+                return HaltLookedUp(refusal=not_this_saga(told.halt_id))
+            return HaltLookedUp(notice=notice(stored, told.halt_id))
         statement = told.statement()
-        if self.keyring is None:
+        if self.state.keyring is None:
             why: str | None = "no keyring to check its signature with"
         elif statement is None:
             why = "it names no scope"
         else:
-            why = self.keyring.refusal(statement, told.signature)
+            why = self.state.keyring.refusal(statement, told.signature)
         if why is not None:
             return HaltLookedUp(
                 refusal=f"the halt store holds no such halt, and the signal proves nothing ({why})"
             )
         if told.policy != "compensate" or not told.covers(req.saga_id, task_queue):
-            return HaltLookedUp(refusal=_not_this_saga(told.halt_id))
+            return HaltLookedUp(refusal=not_this_saga(told.halt_id))
         return HaltLookedUp(notice=told)
 
     def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> bool:
         """Sign ``entry`` as the head, or seal it as the end; whether a seal was written."""
         # the head also lives outside Postgres, signed, so a rewrite or a cut tail shows; a seal
         # is a checkpoint too, that also says no row may follow
-        if self.checkpoints is None:
+        if self.state.checkpoints is None:
             return False
         try:
             if seal_as is None:
-                self.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
+                self.state.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
                 return False
-            self.checkpoints.seal(entry.saga_id, entry.seq, entry.hash, seal_as.value)
+            self.state.checkpoints.seal(entry.saga_id, entry.seq, entry.hash, seal_as.value)
         except EvidenceUnavailable as exc:
             # the row is written; failing now would make its retry guess what happened. The
             # next row's checkpoint covers this head too.
@@ -385,62 +252,12 @@ class SagaActivities:
             return False
         return True
 
-    def all(self) -> list[Callable[..., Awaitable[Any]]]:
-        return [
-            self.describe_tools,
-            self.open_saga,
-            self.call_tool,
-            self.compensate,
-            self.append,
-            self.open_approval,
-            self.close_approval,
-            self.resolve_call,
-            self.seal_saga,
-            self.validate_steps,
-            self.read_halt,
-        ]
-
-    @activity.defn(name=DESCRIBE_TOOLS)
-    async def describe_tools(self) -> list[ToolSpec]:
-        """The tool catalog, described (sagas started before ``open_saga`` existed open with it;
-        an agent asks for it to tell the model what each tool does)."""
-        return self._catalog()
-
-    def _catalog(self, *, brief: bool = False) -> list[ToolSpec]:
-        """Every tool's spec; ``brief``: without descriptions and schemas, which only an agent
-        needs (every saga's history keeps the catalog it opened with)."""
-        return [
-            ToolSpec(
-                name=t.name,
-                description="" if brief else t.tool.description,
-                reversibility=t.tool.reversibility,
-                idempotent=t.tool.options.idempotent,
-                has_compensation=t.compensation is not None,
-                params_schema={} if brief else t.params_schema,
-                timeout_s=t.tool.options.timeout.total_seconds(),
-                heartbeat_timeout_s=t.tool.options.heartbeat_timeout.total_seconds(),
-                origin=t.tool.origin,
-            )
-            for t in self.tools
-        ]
-
-    @activity.defn(name=VALIDATE_STEPS)
-    async def validate_steps(self, req: StepsCheck) -> StepsChecked:
-        """Check a declarative saga's steps against this worker's tools: every problem, before
-        any step runs (the journal is not touched)."""
-        try:
-            return StepsChecked(problems=check_steps(req.steps, self.tools))
-        except Exception:
-            # a fault in the check must not hold every saga: the steps run, checked as they go
-            _log.exception("the steps check failed; the saga's steps run unchecked")
-            return StepsChecked()
-
     @activity.defn(name=OPEN_SAGA)
-    @_typed
+    @typed
     async def open_saga(self, req: SagaOpen) -> SagaOpened:
         """Claim the saga's journal for this run chain; the catalog and the rows it lacks."""
-        owner = await self._outlast(
-            lambda: self.journal.claim(
+        owner = await self.state.outlast(
+            lambda: self.state.journal.claim(
                 req.saga_id, workflow_id=req.workflow_id, first_run_id=req.first_run_id
             )
         )
@@ -454,7 +271,9 @@ class SagaActivities:
             if not owner.had_rows:
                 return self._opened([], more=False)  # a new saga
             # rows with no owner: written before ownership was recorded, by another run
-            first = await self._outlast(lambda: self.journal.after(req.saga_id, 0, limit=1))
+            first = await self.state.outlast(
+                lambda: self.state.journal.after(req.saga_id, 0, limit=1)
+            )
             written = (
                 f" (first row written {first[0].timestamp:%Y-%m-%d %H:%M:%S} UTC)" if first else ""
             )
@@ -463,62 +282,68 @@ class SagaActivities:
                 "start this saga under a new id"
             )
         if req.after_seq > 0:
-            held = await self._outlast(lambda: self.journal.get(req.saga_id, req.after_seq))
+            held = await self.state.outlast(
+                lambda: self.state.journal.get(req.saga_id, req.after_seq)
+            )
             if held is None or held.hash != req.after_hash:
                 raise SeqConflict(
                     f"saga {req.saga_id!r}: the journal does not hold this run's head "
                     f"(seq {req.after_seq}, {req.after_hash[:12]}…)"
                 )
-        rows = await self._outlast(
-            lambda: self.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
+        rows = await self.state.outlast(
+            lambda: self.state.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
         )
-        page = _page(rows[: req.limit])
+        page = page_of(rows[: req.limit])
         return self._opened(page, more=len(rows) > len(page))
 
     def _opened(self, rows: list[JournalRow], *, more: bool) -> SagaOpened:
         """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals and
         whether the saga shows its state in search attributes."""
         return SagaOpened(
-            tools=self._catalog(brief=True),
+            tools=catalog(self.state.tools, brief=True),
             rows=rows,
             more=more,
-            seals=self.checkpoints is not None,
-            seals_in_calls=self.checkpoints is not None,
+            seals=self.state.checkpoints is not None,
+            seals_in_calls=self.state.checkpoints is not None,
             seals_reported=True,
             brief=True,
-            keyring=self.keyring,
-            policy=self.policy if self.policy != Policy() else None,
-            visible=activity.info().namespace in self.visible_in,
+            keyring=self.state.keyring,
+            policy=self.state.policy if self.state.policy != Policy() else None,
+            visible=activity.info().namespace in self.state.visible_in,
         )
 
     @activity.defn(name=APPEND)
-    @_typed
+    @typed
     async def append(self, req: AppendRequest) -> list[RowRef]:
         drafts = []
         for r in req.rows:
             text = r.input
             if r.input_of is not None:
-                source = await self._outlast(
-                    functools.partial(self.journal.get, req.saga_id, r.input_of)
+                source = await self.state.outlast(
+                    functools.partial(self.state.journal.get, req.saga_id, r.input_of)
                 )
                 text = source.input if source is not None else ""
-            drafts.append(self._draft(req.saga_id, r.tool_name, r.phase, text, r.payload))
+            drafts.append(self.state.draft(req.saga_id, r.tool_name, r.phase, text, r.payload))
         try:
-            entries = await self._outlast(
-                lambda: self.journal.append_batch_at(drafts, seq=req.seq, prev_hash=req.prev_hash)
+            entries = await self.state.outlast(
+                lambda: self.state.journal.append_batch_at(
+                    drafts, seq=req.seq, prev_hash=req.prev_hash
+                )
             )
         except SeqConflict as exc:
             raise JournalAhead(str(exc)) from exc
         await self._at_tail(entries[-1])
         self._checkpoint(entries[-1])
-        return [_ref(e) for e in entries]
+        return [ref(e) for e in entries]
 
     @activity.defn(name=OPEN_APPROVAL)
-    @_typed
+    @typed
     async def open_approval(self, req: ApprovalOpen) -> ApprovalOpened:
         # an approver is never asked about a call that cannot run: refused before the request
-        self._bound(req.tool_name, json.loads(req.input_json) if req.input_json else {})
-        draft = self._draft(req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json)
+        bound(self.state, req.tool_name, json.loads(req.input_json) if req.input_json else {})
+        draft = self.state.draft(
+            req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json
+        )
         entry = await self._append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
         await self._at_tail(entry)
         # the request holds the input as journaled (redacted), so what an approver is shown,
@@ -537,9 +362,9 @@ class SagaActivities:
             if req.deadline_s is None
             else entry.timestamp + timedelta(seconds=req.deadline_s),
         )
-        await self._outlast(lambda: self.approvals.put(request))
+        await self.state.outlast(lambda: self.state.approvals.put(request))
         return ApprovalOpened(
-            rows=[_ref(entry)],
+            rows=[ref(entry)],
             input=request.input,
             input_hash=request.input_hash,
             raw_input_hash=input_hash(req.input_json),
@@ -547,17 +372,17 @@ class SagaActivities:
         )
 
     @activity.defn(name=CLOSE_APPROVAL)
-    @_typed
+    @typed
     async def close_approval(self, req: ApprovalClose) -> bool:
-        deleted: bool = await self._outlast(
-            lambda: self.approvals.delete(req.saga_id, req.journal_seq)
+        deleted: bool = await self.state.outlast(
+            lambda: self.state.approvals.delete(req.saga_id, req.journal_seq)
         )
         return deleted
 
     @activity.defn(name=CALL_TOOL)
-    @_typed
+    @typed
     async def call_tool(self, req: CallRequest) -> CallOutcome:
-        intent = self._draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
+        intent = self.state.draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
         if activity.info().attempt > 1:
             earlier = await self._resume(req, intent)
             if earlier is not None:
@@ -591,48 +416,23 @@ class SagaActivities:
         """Refuse a call whose tool is unknown or whose arguments do not fit its signature,
         before its INTENT: the journal never shows a call that was not attempted."""
         try:
-            self._bound(req.tool_name, req.args)
+            bound(self.state, req.tool_name, req.args)
         except (UnknownTool, ToolArgumentsInvalid):
             # its approval, if any, is spent: the approved call cannot run
             await self._consume_approval(req)
             raise
 
-    def _bound(self, tool_name: str, args: dict[str, Any]) -> tuple[RegisteredTool, dict[str, Any]]:
-        """The tool and the keyword arguments to call it with. Any fault in checking them (a
-        tool's schema whose ``$ref`` points nowhere, say) refuses the call as
-        :class:`ToolArgumentsInvalid`, which is never retried: a retry would meet the same
-        fault, and the saga would wait on the call forever instead of compensating."""
-        tool = self.tools.get(tool_name)
-        try:
-            return tool, tool.bind(args)
-        except ToolArgumentsInvalid:
-            raise
-        except Exception as exc:
-            _log.error("checking the arguments of tool %r failed", tool_name, exc_info=exc)
-            # the fault's own text may quote a whole schema: kept short, and its chain dropped,
-            # so the failure fits in the workflow's history
-            kind = type(exc).__name__
-            # a private wrapper (jsonschema's) names the error it wraps in its own text
-            text = str(exc) if kind.startswith("_") else f"{kind}: {exc}"
-            fault = self.redactor.scrub(tool_name, text)
-            if len(fault) > _FAULT_CHARS:
-                fault = fault[:_FAULT_CHARS] + "…"
-            raise ToolArgumentsInvalid(
-                f"arguments for tool {tool_name!r} could not be checked ({fault}): "
-                "fix the tool's declaration"
-            ) from None
-
     async def _consume_approval(self, req: CallRequest) -> None:
         # consumed once the call has its outcome, so a failure here can never turn a call that
         # did not run into a SUSPECT one; the verification ran before INTENT
         if req.approval_seq is not None:
-            await self._outlast(
-                functools.partial(self.approvals.delete, req.saga_id, req.approval_seq)
+            await self.state.outlast(
+                functools.partial(self.state.approvals.delete, req.saga_id, req.approval_seq)
             )
 
     async def _resume(self, req: CallRequest, intent: Draft) -> CallOutcome | None:
         """On a retry: finish what an earlier attempt started, never repeat an unsafe call."""
-        intent_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq))
+        intent_row = await self.state.outlast(lambda: self.state.journal.get(req.saga_id, req.seq))
         if intent_row is None:
             return None  # the earlier attempt died before INTENT: nothing happened yet
         if not (intent_row.same_content(intent) or _redacted_otherwise(intent_row, intent, req)):
@@ -640,14 +440,16 @@ class SagaActivities:
                 f"saga {req.saga_id!r} seq {req.seq} holds {intent_row.tool_name} "
                 f"{intent_row.phase}, not this call's INTENT"
             )
-        outcome_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq + 1))
+        outcome_row = await self.state.outlast(
+            lambda: self.state.journal.get(req.saga_id, req.seq + 1)
+        )
         if outcome_row is not None:
             await self._at_tail(outcome_row)
             # the attempt that wrote it may have died before its checkpoint or seal
             sealed = self._checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
             await self._consume_approval(req)
             # the attempt that wrote it is gone: the result is what the journal holds
-            return _outcome_from_row(
+            return outcome_from_row(
                 intent_row, outcome_row, input_json=req.input_json, sealed=sealed
             )
         await self._at_tail(intent_row)
@@ -658,16 +460,17 @@ class SagaActivities:
             outcome = await self._record(req, intent_row, recorded["status"], recorded["payload"])
             await self._consume_approval(req)
             return outcome
-        spec = self.tools.get(req.tool_name) if req.tool_name in self.tools else None
+        spec = self.state.tools.get(req.tool_name) if req.tool_name in self.state.tools else None
         if spec is not None and spec.tool.options.idempotent:
             # a retry is a new start of the tool: a halt since the first attempt holds it too
             task_queue = activity.info().task_queue
-            halt = await self._outlast(
-                lambda: self.halts.covering(req.saga_id, req.tool_name, task_queue)
+            halt = await self.state.outlast(
+                lambda: self.state.halts.covering(req.saga_id, req.tool_name, task_queue)
             )
             if halt is not None:
                 self._checkpoint(intent_row)  # held with no outcome: as for a SUSPECT call below
-                raise await self._halted(
+                raise await halted(
+                    self.state,
                     Halted(
                         f"saga {req.saga_id!r}: the retry of {req.tool_name!r} (seq {req.seq}) "
                         f"did not start: halt {halt.id} covers it",
@@ -680,7 +483,7 @@ class SagaActivities:
         # human resolves it (or, above, a halt is lifted): checkpoint it, so the transparency log
         # admits it as attested
         self._checkpoint(intent_row)
-        raise _non_retryable(
+        raise non_retryable(
             SuspectCall(
                 f"INTENT seq {req.seq} of {req.tool_name!r} has no outcome: the worker died "
                 "mid-call and the tool is not idempotent; a human must say whether it took effect"
@@ -692,7 +495,9 @@ class SagaActivities:
     async def _verify_approval(self, req: CallRequest) -> CallOutcome | None:
         assert req.approval_seq is not None
         approval_seq = req.approval_seq
-        stored = await self._outlast(lambda: self.approvals.get(req.saga_id, approval_seq))
+        stored = await self.state.outlast(
+            lambda: self.state.approvals.get(req.saga_id, approval_seq)
+        )
         if req.approved_input_hash is not None:
             # the request must be intact, and the call about to run the one it was made for;
             # binding the unredacted input keeps a change of redaction rules from refusing it
@@ -703,7 +508,7 @@ class SagaActivities:
                 and stored.input_hash == req.approved_request_hash
             )
         else:  # requested before the unredacted hash was recorded
-            about_to_run = self.redactor.text(req.tool_name, req.input_json).value
+            about_to_run = self.state.redactor.text(req.tool_name, req.input_json).value
             same_call = stored is not None and stored.input == about_to_run
             intact = stored is not None and stored.input_hash == input_hash(about_to_run)
         if stored is None:
@@ -717,7 +522,7 @@ class SagaActivities:
             if refused is None:
                 return None
             reason = f"the approval does not hold: {refused}"
-        rejected = self._draft(
+        rejected = self.state.draft(
             req.saga_id,
             req.tool_name,
             Phase.REJECTED,
@@ -729,16 +534,16 @@ class SagaActivities:
         return CallOutcome(
             status=CallStatus.REFUSED,
             error=ErrorInfo(type="ApprovalRefused", message=f"{VERIFICATION_REFUSED}: {reason}"),
-            rows=[_ref(row)],
+            rows=[ref(row)],
         )
 
     def _decision_refused(self, req: CallRequest) -> str | None:
         """Why the approval the call runs under does not hold here, whatever the workflow took:
         the policy, and with a keyring a signature by a key allowed to sign for the approver."""
         approver = req.approver or ""
-        if not allowed(self.policy.approvers, approver, req.tool_name):
+        if not allowed(self.state.policy.approvers, approver, req.tool_name):
             return f"{approver!r} may not approve {req.tool_name!r}"
-        if self.keyring is None:
+        if self.state.keyring is None:
             return None
         statement = Statement(
             saga_id=req.saga_id,
@@ -747,11 +552,11 @@ class SagaActivities:
             decision="approve",
             principal=approver,
         )
-        return self.keyring.refusal(statement, req.approval_signature)
+        return self.state.keyring.refusal(statement, req.approval_signature)
 
     async def _run(self, req: CallRequest, intent_row: Entry) -> CallOutcome:
         try:
-            tool, kwargs = self._bound(req.tool_name, req.args)
+            tool, kwargs = bound(self.state, req.tool_name, req.args)
         except (UnknownTool, ToolArgumentsInvalid) as exc:
             # refused before the tool was called: certainly no effect
             return await self._failed(req, intent_row, exc, effect_unknown=False)
@@ -765,7 +570,7 @@ class SagaActivities:
                 and activity.info().attempt < _idempotent_attempts()
             ):
                 # Temporal retries an idempotent tool; FAILED is written on the last try
-                raise self._scrubbed(req.tool_name, exc) from None
+                raise scrubbed(self.state.redactor, req.tool_name, exc) from None
             return await self._failed(req, intent_row, exc, effect_unknown=not clean)
         try:
             payload = to_json(_json_data(result))
@@ -790,25 +595,6 @@ class SagaActivities:
         # the row's draft scrubs the message, and the outcome is read back from the row
         return await self._record(req, intent_row, CallStatus.FAILED, payload)
 
-    def _scrubbed(self, tool_name: str, exc: Exception) -> ApplicationError:
-        """``exc`` as it may leave the activity for Temporal's history and logs: its text
-        scrubbed, its type (unless Sagacity's own, see ``_RESERVED_TYPES``) and retryability
-        kept, its chain (unscrubbed text) dropped."""
-        # an ApplicationError's str() starts with its type, which the new error carries anyway
-        text = exc.message if isinstance(exc, ApplicationError) else str(exc)
-        message = self.redactor.scrub(tool_name, text or type(exc).__name__)
-        if isinstance(exc, ApplicationError):
-            return ApplicationError(
-                message,
-                *self.redactor.scrub_value(tool_name, exc.details),
-                type=_tool_type(exc.type or type(exc).__name__),
-                non_retryable=exc.non_retryable,
-                next_retry_delay=exc.next_retry_delay,
-            )
-        return ApplicationError(
-            message, type=_tool_type(type(exc).__name__), non_retryable=isinstance(exc, _FINAL)
-        )
-
     async def _invoke(self, req: CallRequest, tool: RegisteredTool, kwargs: dict[str, Any]) -> Any:
         token = set_current_call(CallInfo(req.saga_id, req.seq, activity.info().attempt))
         timeout = tool.tool.options.timeout.total_seconds()
@@ -831,8 +617,8 @@ class SagaActivities:
     ) -> CallOutcome:
         status = CallStatus(status)
         phase = Phase.EXECUTED if status is CallStatus.EXECUTED else Phase.FAILED
-        draft = self._draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
-        beats = _BEAT.get()
+        draft = self.state.draft(req.saga_id, req.tool_name, phase, req.input_json, payload)
+        beats = current_beat()
         if beats is not None:
             # from now on every heartbeat carries the outcome (sent at once if the write has to
             # wait): a retry writes it from there instead of calling the tool again or calling
@@ -850,28 +636,32 @@ class SagaActivities:
             kept = to_json({"unjournalable_result": str(exc)[:500]})
             return await self._record(req, intent_row, status, kept)
         sealed = self._checkpoint(row, _seal_as(req, phase))
-        return _outcome_from_row(
+        return outcome_from_row(
             intent_row, row, input_json=req.input_json, payload=payload, sealed=sealed
         )
 
     @activity.defn(name=RESOLVE_CALL)
-    @_typed
+    @typed
     async def resolve_call(self, req: ResolveRequest) -> Resolved:
         """Record an outcome for a call that has none (a human's word, or effect unknown).
 
         An attempt the worker lost track of may still have finished and written EXECUTED or
         FAILED; that row is the truth, and the statement is not written over it.
         """
-        intent_row = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq))
+        intent_row = await self.state.outlast(
+            lambda: self.state.journal.get(req.saga_id, req.call_seq)
+        )
         if intent_row is None:
             raise SuspectCall(f"no INTENT at seq {req.call_seq} to resolve")
         if req.approval_seq is not None:
             # the approved call started: its request is spent, whatever the resolution says
             approval_seq = req.approval_seq
-            await self._outlast(lambda: self.approvals.delete(req.saga_id, approval_seq))
-        existing = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
+            await self.state.outlast(lambda: self.state.approvals.delete(req.saga_id, approval_seq))
+        existing = await self.state.outlast(
+            lambda: self.state.journal.get(req.saga_id, req.call_seq + 1)
+        )
         if existing is not None:
-            outcome = _outcome_from_row(intent_row, existing, input_json=req.row.input)
+            outcome = outcome_from_row(intent_row, existing, input_json=req.row.input)
             return Resolved(outcome=outcome, recorded=False)
         row_draft = req.row
         refused = self._resolution_refused(req, intent_row)
@@ -887,11 +677,11 @@ class SagaActivities:
             )
         elif req.resolution is not None:
             row_draft = self._signed_resolution(req.resolution, intent_row, row_draft)
-        draft = self._draft(
+        draft = self.state.draft(
             req.saga_id, intent_row.tool_name, row_draft.phase, row_draft.input, row_draft.payload
         )
         row = await self._append_at(draft, seq=req.call_seq + 1, prev_hash=intent_row.hash)
-        outcome = _outcome_from_row(
+        outcome = outcome_from_row(
             intent_row, row, input_json=row_draft.input, payload=row_draft.payload
         )
         return Resolved(outcome=outcome, recorded=True)
@@ -901,9 +691,9 @@ class SagaActivities:
         (``docs/decisions.md``); as it is without a keyring to name the signer by."""
         signature = resolution.signature
         body = payload_object(row.payload)
-        if self.keyring is None or signature is None or body is None:
+        if self.state.keyring is None or signature is None or body is None:
             return row
-        entry = self.keyring.find(signature.key_id)
+        entry = self.state.keyring.find(signature.key_id)
         statement = resolution_statement(intent_row.saga_id, intent_row.hash, resolution)
         payload = signed_row(statement, signature, entry.name if entry else "", **body)
         return row.model_copy(update={"payload": payload})
@@ -914,15 +704,15 @@ class SagaActivities:
         resolution = req.resolution
         if resolution is None:
             return None
-        if not allowed(self.policy.resolvers, resolution.resolver, intent_row.tool_name):
+        if not allowed(self.state.policy.resolvers, resolution.resolver, intent_row.tool_name):
             return f"{resolution.resolver!r} may not resolve {intent_row.tool_name!r} calls"
-        if self.keyring is None:
+        if self.state.keyring is None:
             return None
         statement = resolution_statement(req.saga_id, intent_row.hash, resolution)
-        return self.keyring.refusal(statement, resolution.signature)
+        return self.state.keyring.refusal(statement, resolution.signature)
 
     @activity.defn(name=SEAL_SAGA)
-    @_typed
+    @typed
     async def seal_saga(self, req: SealRequest) -> bool:
         """Seal the saga's final head with a signed checkpoint; whether a seal was written.
 
@@ -930,9 +720,9 @@ class SagaActivities:
         or another row there (``SeqConflict``), and nothing is sealed. Without a checkpoint
         writer there is nothing to sign with. Sealing again, after a retry, is harmless.
         """
-        if self.checkpoints is None:
+        if self.state.checkpoints is None:
             return False
-        head = await self._outlast(lambda: self.journal.head(req.saga_id))
+        head = await self.state.outlast(lambda: self.state.journal.head(req.saga_id))
         if head is not None and head.seq > req.head.seq:
             raise JournalAhead(
                 f"saga {req.saga_id!r} ended at seq {req.head.seq}, but the journal goes on to "
@@ -944,7 +734,7 @@ class SagaActivities:
                 f"({req.head.hash[:12]}…), which the journal does not end with: not sealed"
             )
         try:
-            self.checkpoints.seal(req.saga_id, head.seq, head.hash, req.state.value)
+            self.state.checkpoints.seal(req.saga_id, head.seq, head.hash, req.state.value)
         except EvidenceUnavailable as exc:
             # as for any checkpoint: the saga's end stands, and an operator must be told
             _log.error("seal of saga %s at seq %d not written: %s", req.saga_id, head.seq, exc)
@@ -952,7 +742,7 @@ class SagaActivities:
         return True
 
     @activity.defn(name=COMPENSATE)
-    @_typed
+    @typed
     async def compensate(self, req: CompensateRequest) -> list[RowRef]:
         """Undo one effect, once: whichever attempt holds the undo lock runs it.
 
@@ -962,8 +752,8 @@ class SagaActivities:
         """
         if req.by_ref or req.result_by_ref:
             req = await self._from_journal(req)
-        done = self._draft(req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json)
-        tool = self.tools.get(req.tool_name)
+        done = self.state.draft(req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json)
+        tool = self.state.tools.get(req.tool_name)
         if tool.compensation is None:
             raise UnknownTool(f"tool {req.tool_name!r} has no compensation")
         first_try = activity.info().attempt == 1
@@ -974,7 +764,7 @@ class SagaActivities:
                 if written is not None:
                     return written
             first_try = False
-            async with self.journal.exclusive(req.saga_id, req.call_seq) as mine:
+            async with self.state.journal.exclusive(req.saga_id, req.call_seq) as mine:
                 if mine:
                     # the lock holder that finished before us may have written it
                     written = await self._compensated(req, done)
@@ -991,32 +781,35 @@ class SagaActivities:
                         # (a rollback of this saga's terminated run, while this undo ran), and
                         # the row goes after the tail, where that rollback's own attempt at
                         # this undo looks for it (under this lock) before running it again
-                        row = await self._outlast(lambda: self.journal.append(done))
-                    return [_ref(row, sealed=self._checkpoint(row, req.seal_as))]
+                        row = await self.state.outlast(lambda: self.state.journal.append(done))
+                    return [ref(row, sealed=self._checkpoint(row, req.seal_as))]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
 
     async def _unless_held(self, req: CompensateRequest) -> None:
         """Raise ``Halted`` when a freezing halt or a quarantine covers this compensation."""
         task_queue = activity.info().task_queue
-        halt = await self._outlast(
-            lambda: self.halts.holding(req.saga_id, req.tool_name, task_queue)
+        halt = await self.state.outlast(
+            lambda: self.state.halts.holding(req.saga_id, req.tool_name, task_queue)
         )
         if halt is not None:
-            raise await self._halted(
+            raise await halted(
+                self.state,
                 Halted(
                     f"saga {req.saga_id!r}: the compensation of {req.tool_name!r} (call seq "
                     f"{req.call_seq}) did not start: halt {halt.id} holds it",
                     halt.id,
-                )
+                ),
             )
 
     async def _from_journal(self, req: CompensateRequest) -> CompensateRequest:
         """An effect carried by reference: its input (unless only its result is) and result, as
         the journal holds them (read by ``read_result``). ``ResultUnavailable`` when the journal
         holds no real one: redacted, or never journaled."""
-        intent = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq))
-        outcome = await self._outlast(lambda: self.journal.get(req.saga_id, req.call_seq + 1))
+        intent = await self.state.outlast(lambda: self.state.journal.get(req.saga_id, req.call_seq))
+        outcome = await self.state.outlast(
+            lambda: self.state.journal.get(req.saga_id, req.call_seq + 1)
+        )
         if intent is None or intent.phase is not Phase.INTENT or intent.tool_name != req.tool_name:
             raise SeqConflict(
                 f"saga {req.saga_id!r} seq {req.call_seq} is not an INTENT of {req.tool_name!r}"
@@ -1031,7 +824,7 @@ class SagaActivities:
         if missing is not None:
             # an undo given markers (or nothing) in place of what the call used would act on
             # data that never existed: it does not run, and the saga is flagged for a human
-            raise _non_retryable(
+            raise non_retryable(
                 ResultUnavailable(
                     f"the compensation of {req.tool_name!r} (call seq {req.call_seq}) did not "
                     f"run: {missing}; a human must undo the effect"
@@ -1047,7 +840,7 @@ class SagaActivities:
         )
 
     async def _compensated(self, req: CompensateRequest, done: Draft) -> list[RowRef] | None:
-        existing = await self._outlast(lambda: self.journal.get(req.saga_id, req.seq))
+        existing = await self.state.outlast(lambda: self.state.journal.get(req.saga_id, req.seq))
         if existing is None:
             return None
         if not existing.same_content(done):
@@ -1057,7 +850,7 @@ class SagaActivities:
             )
         await self._at_tail(existing)
         # the attempt that wrote it may have died before its checkpoint or seal
-        return [_ref(existing, sealed=self._checkpoint(existing, req.seal_as))]
+        return [ref(existing, sealed=self._checkpoint(existing, req.seal_as))]
 
     async def _undo(self, req: CompensateRequest, tool: RegisteredTool) -> None:
         assert tool.compensation is not None
@@ -1078,7 +871,7 @@ class SagaActivities:
         except Exception as exc:
             # journaled by the workflow as COMPENSATION_FAILED once the retries run out, or at
             # once when no retry can help
-            error = self._scrubbed(req.tool_name, exc)
+            error = scrubbed(self.state.redactor, req.tool_name, exc)
             if not (error.non_retryable or isinstance(exc, _PERMANENT_UNDO)):
                 raise error from None
             raise ApplicationError(
@@ -1089,61 +882,9 @@ class SagaActivities:
                 non_retryable=True,
             ) from None
 
-
-#: the most result a call hands its workflow, in JSON bytes: Temporal refuses an activity's
-#: answer over 2 MiB (and would retry the call's activity for ever), and the answer may carry
-#: the result twice (as returned and as journaled, when redaction changed it)
-MAX_RESULT_BYTES = 512 * 1024
-
-
-def _too_big(*texts: str) -> int | None:
-    """The bytes ``texts`` (a result, and the call's journaled view when redaction changed it)
-    take when that is too much to hand the workflow; None when they fit."""
-    if sum(map(len, texts)) * 4 <= MAX_RESULT_BYTES:  # UTF-8 takes at most 4 bytes a character
-        return None
-    size = sum(len(text.encode()) for text in texts)
-    return size if size > MAX_RESULT_BYTES else None
-
-
-#: room in an ``open_saga`` answer for the rest of it (the tool catalog, the keyring, the policy)
-_PAGE_ROOM = 256 * 1024
-#: what an ``open_saga`` answer's rows may take together: a big call's INTENT and outcome rows
-#: may not fit in one (history refuses a larger answer, and the run would wedge reading them)
-_PAGE_BYTES = limits.MAX_VALUE_BYTES - _PAGE_ROOM
-
-
-def _page(entries: list[Entry]) -> list[JournalRow]:
-    """The first of ``entries`` that fit one answer to the workflow, at least one; an outcome row
-    too large alone goes without its input (the workflow reads an INTENT's) and, if still too
-    large, without its payload (``withheld``: the compensation reads it from the journal)."""
-    page: list[JournalRow] = []
-    used = 0
-    for e in entries:
-        row = JournalRow(
-            seq=e.seq,
-            tool_name=e.tool_name,
-            phase=e.phase,
-            hash=e.hash,
-            input=e.input,
-            payload=e.payload,
-        )
-        size = _row_bytes(row)
-        if size > _PAGE_BYTES and e.phase in (Phase.EXECUTED, Phase.FAILED):
-            row.input = ""
-            size = _row_bytes(row)
-            if size > _PAGE_BYTES:
-                row.payload, row.withheld = "", True
-                size = _row_bytes(row)
-        if page and used + size > _PAGE_BYTES:
-            break
-        page.append(row)
-        used += size
-    return page
-
-
-def _row_bytes(row: JournalRow) -> int:
-    """The bytes ``row`` takes in an answer (its texts are escaped again in the answer's JSON)."""
-    return len(row.model_dump_json().encode("utf-8", "surrogatepass"))
+    def _scrubbed(self, tool_name: str, exc: Exception) -> ApplicationError:
+        """How a tool's or an undo's error ``exc`` leaves this worker's activities."""
+        return scrubbed(self.state.redactor, tool_name, exc)
 
 
 def _seal_as(req: CallRequest, outcome: Phase) -> SagaState | None:
@@ -1166,107 +907,6 @@ def _idempotent_attempts() -> int:
     """The attempt bound travels in the activity's retry policy; default when absent."""
     policy = activity.info().retry_policy
     return policy.maximum_attempts if policy and policy.maximum_attempts else 3
-
-
-def _outcome_from_row(
-    intent_row: Entry,
-    row: Entry,
-    *,
-    input_json: str | None = None,
-    payload: str | None = None,
-    sealed: bool = False,
-) -> CallOutcome:
-    """The call's outcome from its rows; ``payload``: the unredacted outcome, whose result the
-    workflow gets; ``input_json``: the unredacted input. Where redaction changed either, the
-    outcome also says how the journal holds the call (``journaled``). ``sealed``: the outcome
-    row was sealed as the saga's end."""
-    refs = [_ref(intent_row), _ref(row, sealed=sealed)]
-    body = json.loads(row.payload) if row.payload else None
-    executed = row.phase is Phase.EXECUTED
-    journaled = None
-    if (input_json is not None and intent_row.input != input_json) or (
-        executed and payload is not None and row.payload != payload
-    ):
-        journaled = Journaled(
-            input=json.loads(intent_row.input) if intent_row.input else {},
-            result=body if executed else None,
-        )
-    if executed:
-        shown_input = intent_row.input or ""
-        view = () if journaled is None else (shown_input, row.payload or "")
-        result_json = payload or row.payload or "null"
-        size = _too_big(result_json, *view)
-        if size is not None:
-            # the call took effect: EXECUTED, but failed with a clear error instead of an
-            # answer Temporal refuses; the saga compensates it with the journal's result
-            if journaled is not None:
-                # the journaled input too, when it alone would not fit beside the answer
-                fits = len(shown_input) <= MAX_RESULT_BYTES
-                journaled = Journaled(input=journaled.input if fits else {})
-            return CallOutcome(
-                status=CallStatus.EXECUTED,
-                rows=refs,
-                journaled=journaled,
-                result_withheld=True,
-                error=ErrorInfo(
-                    type="ResultTooLarge",
-                    message=f"{row.tool_name} returned {len(result_json.encode()):,} bytes of "
-                    f"JSON ({size:,} with the call's redacted view), more than a saga hands its "
-                    f"workflow ({MAX_RESULT_BYTES:,}); the call took effect (EXECUTED, "
-                    "its result in the journal) and is compensated with that result. Return a "
-                    "reference (an id, a URL) to big data instead",
-                ),
-            )
-        # the result the worker wrote (``payload``) is real, but may be a resolution's or say
-        # the journal never held it; the row's alone may also be redacted
-        read = read_result(payload, journaled=False) if payload else read_result(row.payload)
-        return CallOutcome(
-            status=CallStatus.EXECUTED,
-            result=read.value if read.available else read.shown,
-            rows=refs,
-            journaled=journaled,
-            # no real result to undo with: the compensation asks the journal, which says why
-            result_withheld=not read.available,
-        )
-    body = body if isinstance(body, dict) else {"message": row.payload}
-    error = ErrorInfo(type=str(body.get("type", "Error")), message=str(body.get("message", "")))
-    # rows written before the field existed: the spec's rule, a FAILED call's effect is unknown
-    unknown = body.get("effect", "unknown") != "none"
-    return CallOutcome(
-        status=CallStatus.FAILED,
-        error=error,
-        rows=refs,
-        effect_unknown=unknown,
-        journaled=journaled,
-    )
-
-
-def _not_this_saga(halt_id: int) -> str:
-    return f"halt {halt_id} does not abort this saga (its policy or scope says otherwise)"
-
-
-def _notice(halt: Halt | None, halt_id: int, *, intent_written: bool = False) -> HaltNotice:
-    """A halt as a saga meets it, with its scope and signature, which prove it to the saga."""
-    if halt is None:
-        return HaltNotice(halt_id=halt_id, intent_written=intent_written)
-    try:
-        signature = None if halt.signature is None else Signature.model_validate(halt.signature)
-    except ValidationError:
-        signature = None  # changed after it was signed: the halt stands, unproven
-    try:
-        return HaltNotice(
-            halt_id=halt_id,
-            kind=halt.kind,
-            policy=halt.policy,
-            reason=halt.reason,
-            operator=halt.operator,
-            intent_written=intent_written,
-            scope=halt.scope.as_json(),
-            signature=signature,
-        )
-    except ValidationError:
-        # a row edited past what a halt may say: held all the same, under its id
-        return HaltNotice(halt_id=halt_id, intent_written=intent_written)
 
 
 def _json_data(value: Any) -> Any:
