@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import inspect
 import json
-import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -18,14 +17,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import (
-    EvidenceUnavailable,
     Halted,
     InvalidEntry,
     JournalAhead,
     NoEffect,
     PermanentCompensationError,
     ResultUnavailable,
-    SagaIdTaken,
     SeqConflict,
     SeqTaken,
     SuspectCall,
@@ -49,14 +46,13 @@ from sagacity.store.approvals import ApprovalRequest, ApprovalStore
 from sagacity.store.halts import HaltStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.activities.heartbeat import current_beat
-from sagacity.temporal.activities.notices import halted, not_this_saga, notice
+from sagacity.temporal.activities.notices import halted
 from sagacity.temporal.activities.outcomes import outcome_from_row, ref
-from sagacity.temporal.activities.paging import page_of
 from sagacity.temporal.activities.state import DEFAULT_OUTAGE_WINDOW, ActivityState
-from sagacity.temporal.activities.tools import ToolActivities, bound, catalog
+from sagacity.temporal.activities.tools import ToolActivities, bound
 from sagacity.temporal.activities.typed import non_retryable, scrubbed, typed
+from sagacity.temporal.activities.writes import JournalWrites
 from sagacity.temporal.models import (
-    AppendRequest,
     ApprovalClose,
     ApprovalOpen,
     ApprovalOpened,
@@ -65,32 +61,22 @@ from sagacity.temporal.models import (
     CallStatus,
     CompensateRequest,
     ErrorInfo,
-    HaltLookedUp,
-    HaltLookup,
-    JournalRow,
     Resolve,
     Resolved,
     ResolveRequest,
     RowDraft,
     RowRef,
-    SagaOpen,
-    SagaOpened,
     SagaState,
-    SealRequest,
     failure_payload,
     resolution_statement,
     undo_attempt_detail,
 )
 from sagacity.temporal.names import (
-    APPEND,
     CALL_TOOL,
     CLOSE_APPROVAL,
     COMPENSATE,
     OPEN_APPROVAL,
-    OPEN_SAGA,
-    READ_HALT,
     RESOLVE_CALL,
-    SEAL_SAGA,
     VERIFICATION_REFUSED,
 )
 from sagacity.tools import (
@@ -101,8 +87,6 @@ from sagacity.tools import (
     reset_current_call,
     set_current_call,
 )
-
-_log = logging.getLogger(__name__)
 
 #: a compensation's errors that no retry can fix: declared so, or a programming error in the
 #: undo itself (a missing key of its context is a PermanentCompensationError too)
@@ -138,9 +122,14 @@ class SagaActivities:
         #: the namespaces whose sagas show their state in search attributes (registered there)
         self.visible_in = self.state.visible_in
         catalog = ToolActivities(self.state)
+        self._writes = JournalWrites(self.state)
         # each activity is its part's, under the Temporal name the part gives it
         self.describe_tools = catalog.describe_tools
         self.validate_steps = catalog.validate_steps
+        self.open_saga = self._writes.open_saga
+        self.append = self._writes.append
+        self.seal_saga = self._writes.seal_saga
+        self.read_halt = self._writes.read_halt
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:
         return [
@@ -157,185 +146,6 @@ class SagaActivities:
             self.read_halt,
         ]
 
-    async def _append_at(
-        self,
-        draft: Draft,
-        *,
-        seq: int,
-        prev_hash: str,
-        exclusive: bool = False,
-        anchor: bool = True,
-        guarded: bool = False,
-    ) -> Entry:
-        """Append at ``seq``; a different row there means the journal moved on without us.
-
-        ``anchor``: checkpoint the new head (off for a row the same activity follows with
-        another, or seals itself). ``guarded``: a call's INTENT, refused while a halt covers
-        it (raised as a non-retryable ``Halted`` the saga waits on).
-        """
-        task_queue = activity.info().task_queue if guarded else None
-        try:
-            entry = await self.state.outlast(
-                lambda: self.state.journal.append_at(
-                    draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
-                )
-            )
-        except Halted as exc:
-            raise await halted(self.state, exc) from None
-        except SeqTaken:
-            raise
-        except SeqConflict as exc:
-            raise JournalAhead(str(exc)) from exc
-        if anchor:
-            self._checkpoint(entry)
-        return entry
-
-    async def _at_tail(self, entry: Entry) -> None:
-        """A row found already written is ours only if nothing was written after it."""
-        head = await self.state.outlast(lambda: self.state.journal.head(entry.saga_id))
-        if head is not None and head.seq > entry.seq:
-            raise JournalAhead(
-                f"saga {entry.saga_id!r}: seq {entry.seq} was written before this run "
-                f"(the journal goes on to seq {head.seq})"
-            )
-
-    @activity.defn(name=READ_HALT)
-    @typed
-    async def read_halt(self, req: HaltLookup) -> HaltLookedUp:
-        """Whether a ``halt`` signal is real and aborts the saga: the halt store's word on that
-        halt when it holds it (in force, or lifted), else the signal's own signature checked
-        with the worker's keyring; either way its policy must be ``compensate`` and its scope
-        take in the saga. Judged here, so replay follows the recorded answer."""
-        told = req.told
-        stored = await self.state.outlast(lambda: self.state.halts.get(told.halt_id))
-        if stored is not None and not stored.active:
-            return HaltLookedUp(refusal=f"halt {told.halt_id} is lifted")
-        task_queue = activity.info().task_queue
-        if stored is not None:
-            # the store's own scope decides (the notice drops one too long to pass on)
-            covered = stored.scope.tool is None and stored.scope.covers(req.saga_id, "", task_queue)
-            if stored.policy != "compensate" or not covered:
-                return HaltLookedUp(refusal=not_this_saga(told.halt_id))
-            return HaltLookedUp(notice=notice(stored, told.halt_id))
-        statement = told.statement()
-        if self.state.keyring is None:
-            why: str | None = "no keyring to check its signature with"
-        elif statement is None:
-            why = "it names no scope"
-        else:
-            why = self.state.keyring.refusal(statement, told.signature)
-        if why is not None:
-            return HaltLookedUp(
-                refusal=f"the halt store holds no such halt, and the signal proves nothing ({why})"
-            )
-        if told.policy != "compensate" or not told.covers(req.saga_id, task_queue):
-            return HaltLookedUp(refusal=not_this_saga(told.halt_id))
-        return HaltLookedUp(notice=told)
-
-    def _checkpoint(self, entry: Entry, seal_as: SagaState | None = None) -> bool:
-        """Sign ``entry`` as the head, or seal it as the end; whether a seal was written."""
-        # the head also lives outside Postgres, signed, so a rewrite or a cut tail shows; a seal
-        # is a checkpoint too, that also says no row may follow
-        if self.state.checkpoints is None:
-            return False
-        try:
-            if seal_as is None:
-                self.state.checkpoints.record(entry.saga_id, entry.seq, entry.hash)
-                return False
-            self.state.checkpoints.seal(entry.saga_id, entry.seq, entry.hash, seal_as.value)
-        except EvidenceUnavailable as exc:
-            # the row is written; failing now would make its retry guess what happened. The
-            # next row's checkpoint covers this head too.
-            _log.error(
-                "checkpoint of saga %s seq %d not written: %s", entry.saga_id, entry.seq, exc
-            )
-            return False
-        return True
-
-    @activity.defn(name=OPEN_SAGA)
-    @typed
-    async def open_saga(self, req: SagaOpen) -> SagaOpened:
-        """Claim the saga's journal for this run chain; the catalog and the rows it lacks."""
-        owner = await self.state.outlast(
-            lambda: self.state.journal.claim(
-                req.saga_id, workflow_id=req.workflow_id, first_run_id=req.first_run_id
-            )
-        )
-        if owner.first_run_id != req.first_run_id:
-            raise SagaIdTaken(
-                f"saga id {req.saga_id!r} already names the journal of workflow "
-                f"{owner.workflow_id!r} (first run {owner.first_run_id}); one id names one "
-                "journal: start this saga under a new id"
-            )
-        if owner.claimed_now and req.after_seq == 0:
-            if not owner.had_rows:
-                return self._opened([], more=False)  # a new saga
-            # rows with no owner: written before ownership was recorded, by another run
-            first = await self.state.outlast(
-                lambda: self.state.journal.after(req.saga_id, 0, limit=1)
-            )
-            written = (
-                f" (first row written {first[0].timestamp:%Y-%m-%d %H:%M:%S} UTC)" if first else ""
-            )
-            raise SagaIdTaken(
-                f"saga id {req.saga_id!r} already names a journal{written}; "
-                "start this saga under a new id"
-            )
-        if req.after_seq > 0:
-            held = await self.state.outlast(
-                lambda: self.state.journal.get(req.saga_id, req.after_seq)
-            )
-            if held is None or held.hash != req.after_hash:
-                raise SeqConflict(
-                    f"saga {req.saga_id!r}: the journal does not hold this run's head "
-                    f"(seq {req.after_seq}, {req.after_hash[:12]}…)"
-                )
-        rows = await self.state.outlast(
-            lambda: self.state.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
-        )
-        page = page_of(rows[: req.limit])
-        return self._opened(page, more=len(rows) > len(page))
-
-    def _opened(self, rows: list[JournalRow], *, more: bool) -> SagaOpened:
-        """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals and
-        whether the saga shows its state in search attributes."""
-        return SagaOpened(
-            tools=catalog(self.state.tools, brief=True),
-            rows=rows,
-            more=more,
-            seals=self.state.checkpoints is not None,
-            seals_in_calls=self.state.checkpoints is not None,
-            seals_reported=True,
-            brief=True,
-            keyring=self.state.keyring,
-            policy=self.state.policy if self.state.policy != Policy() else None,
-            visible=activity.info().namespace in self.state.visible_in,
-        )
-
-    @activity.defn(name=APPEND)
-    @typed
-    async def append(self, req: AppendRequest) -> list[RowRef]:
-        drafts = []
-        for r in req.rows:
-            text = r.input
-            if r.input_of is not None:
-                source = await self.state.outlast(
-                    functools.partial(self.state.journal.get, req.saga_id, r.input_of)
-                )
-                text = source.input if source is not None else ""
-            drafts.append(self.state.draft(req.saga_id, r.tool_name, r.phase, text, r.payload))
-        try:
-            entries = await self.state.outlast(
-                lambda: self.state.journal.append_batch_at(
-                    drafts, seq=req.seq, prev_hash=req.prev_hash
-                )
-            )
-        except SeqConflict as exc:
-            raise JournalAhead(str(exc)) from exc
-        await self._at_tail(entries[-1])
-        self._checkpoint(entries[-1])
-        return [ref(e) for e in entries]
-
     @activity.defn(name=OPEN_APPROVAL)
     @typed
     async def open_approval(self, req: ApprovalOpen) -> ApprovalOpened:
@@ -344,8 +154,8 @@ class SagaActivities:
         draft = self.state.draft(
             req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json
         )
-        entry = await self._append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
-        await self._at_tail(entry)
+        entry = await self._writes.append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
+        await self._writes.at_tail(entry)
         # the request holds the input as journaled (redacted), so what an approver is shown,
         # what the hash covers and what the chain covers are one text. A redacted field is a
         # keyed fingerprint there, so the hash binds its value (no one can find it by trying
@@ -395,7 +205,7 @@ class SagaActivities:
         try:
             # the outcome's checkpoint covers INTENT through the chain; a worker that dies
             # mid-call leaves it to the transparency log's next pass
-            intent_row = await self._append_at(
+            intent_row = await self._writes.append_at(
                 intent,
                 seq=req.seq,
                 prev_hash=req.prev_hash,
@@ -444,15 +254,15 @@ class SagaActivities:
             lambda: self.state.journal.get(req.saga_id, req.seq + 1)
         )
         if outcome_row is not None:
-            await self._at_tail(outcome_row)
+            await self._writes.at_tail(outcome_row)
             # the attempt that wrote it may have died before its checkpoint or seal
-            sealed = self._checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
+            sealed = self._writes.checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
             await self._consume_approval(req)
             # the attempt that wrote it is gone: the result is what the journal holds
             return outcome_from_row(
                 intent_row, outcome_row, input_json=req.input_json, sealed=sealed
             )
-        await self._at_tail(intent_row)
+        await self._writes.at_tail(intent_row)
         details = activity.info().heartbeat_details
         if details:
             # the tool returned, but its outcome row was not written: write it now
@@ -468,7 +278,9 @@ class SagaActivities:
                 lambda: self.state.halts.covering(req.saga_id, req.tool_name, task_queue)
             )
             if halt is not None:
-                self._checkpoint(intent_row)  # held with no outcome: as for a SUSPECT call below
+                self._writes.checkpoint(
+                    intent_row
+                )  # held with no outcome: as for a SUSPECT call below
                 raise await halted(
                     self.state,
                     Halted(
@@ -482,7 +294,7 @@ class SagaActivities:
         # this call's own INTENT (same content, at the tail) stays without an outcome until a
         # human resolves it (or, above, a halt is lifted): checkpoint it, so the transparency log
         # admits it as attested
-        self._checkpoint(intent_row)
+        self._writes.checkpoint(intent_row)
         raise non_retryable(
             SuspectCall(
                 f"INTENT seq {req.seq} of {req.tool_name!r} has no outcome: the worker died "
@@ -529,7 +341,7 @@ class SagaActivities:
             req.input_json,
             to_json({"reason": f"{VERIFICATION_REFUSED}: {reason}"}),
         )
-        row = await self._append_at(rejected, seq=req.seq, prev_hash=req.prev_hash)
+        row = await self._writes.append_at(rejected, seq=req.seq, prev_hash=req.prev_hash)
         await self._consume_approval(req)
         return CallOutcome(
             status=CallStatus.REFUSED,
@@ -625,7 +437,7 @@ class SagaActivities:
             # the call SUSPECT
             beats.outcome = (status.value, payload)
         try:
-            row = await self._append_at(
+            row = await self._writes.append_at(
                 draft, seq=req.seq + 1, prev_hash=intent_row.hash, anchor=False
             )
         except InvalidEntry as exc:
@@ -635,7 +447,7 @@ class SagaActivities:
             # is journaled all the same, so it is compensated
             kept = to_json({"unjournalable_result": str(exc)[:500]})
             return await self._record(req, intent_row, status, kept)
-        sealed = self._checkpoint(row, _seal_as(req, phase))
+        sealed = self._writes.checkpoint(row, _seal_as(req, phase))
         return outcome_from_row(
             intent_row, row, input_json=req.input_json, payload=payload, sealed=sealed
         )
@@ -680,7 +492,7 @@ class SagaActivities:
         draft = self.state.draft(
             req.saga_id, intent_row.tool_name, row_draft.phase, row_draft.input, row_draft.payload
         )
-        row = await self._append_at(draft, seq=req.call_seq + 1, prev_hash=intent_row.hash)
+        row = await self._writes.append_at(draft, seq=req.call_seq + 1, prev_hash=intent_row.hash)
         outcome = outcome_from_row(
             intent_row, row, input_json=row_draft.input, payload=row_draft.payload
         )
@@ -710,36 +522,6 @@ class SagaActivities:
             return None
         statement = resolution_statement(req.saga_id, intent_row.hash, resolution)
         return self.state.keyring.refusal(statement, resolution.signature)
-
-    @activity.defn(name=SEAL_SAGA)
-    @typed
-    async def seal_saga(self, req: SealRequest) -> bool:
-        """Seal the saga's final head with a signed checkpoint; whether a seal was written.
-
-        The journal must end at the head the workflow holds: a row after it (``JournalAhead``),
-        or another row there (``SeqConflict``), and nothing is sealed. Without a checkpoint
-        writer there is nothing to sign with. Sealing again, after a retry, is harmless.
-        """
-        if self.state.checkpoints is None:
-            return False
-        head = await self.state.outlast(lambda: self.state.journal.head(req.saga_id))
-        if head is not None and head.seq > req.head.seq:
-            raise JournalAhead(
-                f"saga {req.saga_id!r} ended at seq {req.head.seq}, but the journal goes on to "
-                f"seq {head.seq}: not sealed"
-            )
-        if head is None or (head.seq, head.hash) != (req.head.seq, req.head.hash):
-            raise SeqConflict(
-                f"saga {req.saga_id!r} ended at seq {req.head.seq} "
-                f"({req.head.hash[:12]}…), which the journal does not end with: not sealed"
-            )
-        try:
-            self.state.checkpoints.seal(req.saga_id, head.seq, head.hash, req.state.value)
-        except EvidenceUnavailable as exc:
-            # as for any checkpoint: the saga's end stands, and an operator must be told
-            _log.error("seal of saga %s at seq %d not written: %s", req.saga_id, head.seq, exc)
-            return False
-        return True
 
     @activity.defn(name=COMPENSATE)
     @typed
@@ -773,7 +555,7 @@ class SagaActivities:
                     await self._unless_held(req)
                     await self._undo(req, tool)
                     try:
-                        row = await self._append_at(
+                        row = await self._writes.append_at(
                             done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
                         )
                     except SeqConflict:
@@ -782,7 +564,7 @@ class SagaActivities:
                         # the row goes after the tail, where that rollback's own attempt at
                         # this undo looks for it (under this lock) before running it again
                         row = await self.state.outlast(lambda: self.state.journal.append(done))
-                    return [ref(row, sealed=self._checkpoint(row, req.seal_as))]
+                    return [ref(row, sealed=self._writes.checkpoint(row, req.seal_as))]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
 
@@ -848,9 +630,9 @@ class SagaActivities:
                 f"saga {req.saga_id!r} seq {req.seq} holds {existing.tool_name} "
                 f"{existing.phase}, not this compensation"
             )
-        await self._at_tail(existing)
+        await self._writes.at_tail(existing)
         # the attempt that wrote it may have died before its checkpoint or seal
-        return [ref(existing, sealed=self._checkpoint(existing, req.seal_as))]
+        return [ref(existing, sealed=self._writes.checkpoint(existing, req.seal_as))]
 
     async def _undo(self, req: CompensateRequest, tool: RegisteredTool) -> None:
         assert tool.compensation is not None
