@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -34,17 +33,14 @@ from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import (
     Keyring,
     Policy,
-    Statement,
-    allowed,
-    payload_object,
-    signed_row,
 )
-from sagacity.evidence.redaction import Redactor, could_be, hidden_paths
-from sagacity.journal import Draft, Entry, JournaledResult, Phase, input_hash, to_json
+from sagacity.evidence.redaction import Redactor, could_be
+from sagacity.journal import Draft, Entry, JournaledResult, Phase, to_json
 from sagacity.journal.results import read_input, read_result
-from sagacity.store.approvals import ApprovalRequest, ApprovalStore
+from sagacity.store.approvals import ApprovalStore
 from sagacity.store.halts import HaltStore
 from sagacity.store.journal import JournalStore
+from sagacity.temporal.activities.approvals import Approvals
 from sagacity.temporal.activities.heartbeat import current_beat
 from sagacity.temporal.activities.notices import halted
 from sagacity.temporal.activities.outcomes import outcome_from_row, ref
@@ -53,31 +49,23 @@ from sagacity.temporal.activities.tools import ToolActivities, bound
 from sagacity.temporal.activities.typed import non_retryable, scrubbed, typed
 from sagacity.temporal.activities.writes import JournalWrites
 from sagacity.temporal.models import (
-    ApprovalClose,
-    ApprovalOpen,
-    ApprovalOpened,
     CallOutcome,
     CallRequest,
     CallStatus,
     CompensateRequest,
     ErrorInfo,
-    Resolve,
     Resolved,
     ResolveRequest,
     RowDraft,
     RowRef,
     SagaState,
     failure_payload,
-    resolution_statement,
     undo_attempt_detail,
 )
 from sagacity.temporal.names import (
     CALL_TOOL,
-    CLOSE_APPROVAL,
     COMPENSATE,
-    OPEN_APPROVAL,
     RESOLVE_CALL,
-    VERIFICATION_REFUSED,
 )
 from sagacity.tools import (
     CallInfo,
@@ -123,6 +111,7 @@ class SagaActivities:
         self.visible_in = self.state.visible_in
         catalog = ToolActivities(self.state)
         self._writes = JournalWrites(self.state)
+        self._approvals = Approvals(self.state, self._writes)
         # each activity is its part's, under the Temporal name the part gives it
         self.describe_tools = catalog.describe_tools
         self.validate_steps = catalog.validate_steps
@@ -130,6 +119,8 @@ class SagaActivities:
         self.append = self._writes.append
         self.seal_saga = self._writes.seal_saga
         self.read_halt = self._writes.read_halt
+        self.open_approval = self._approvals.open_approval
+        self.close_approval = self._approvals.close_approval
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:
         return [
@@ -146,49 +137,6 @@ class SagaActivities:
             self.read_halt,
         ]
 
-    @activity.defn(name=OPEN_APPROVAL)
-    @typed
-    async def open_approval(self, req: ApprovalOpen) -> ApprovalOpened:
-        # an approver is never asked about a call that cannot run: refused before the request
-        bound(self.state, req.tool_name, json.loads(req.input_json) if req.input_json else {})
-        draft = self.state.draft(
-            req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json
-        )
-        entry = await self._writes.append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
-        await self._writes.at_tail(entry)
-        # the request holds the input as journaled (redacted), so what an approver is shown,
-        # what the hash covers and what the chain covers are one text. A redacted field is a
-        # keyed fingerprint there, so the hash binds its value (no one can find it by trying
-        # values without the key); the workflow holds the unredacted input's hash besides
-        # (raw_input_hash), which binds fields a rule removes
-        request = ApprovalRequest(
-            saga_id=req.saga_id,
-            journal_seq=req.seq,
-            tool_name=req.tool_name,
-            input=entry.input,
-            input_hash=input_hash(entry.input),
-            created_at=entry.timestamp,
-            expires_at=None
-            if req.deadline_s is None
-            else entry.timestamp + timedelta(seconds=req.deadline_s),
-        )
-        await self.state.outlast(lambda: self.state.approvals.put(request))
-        return ApprovalOpened(
-            rows=[ref(entry)],
-            input=request.input,
-            input_hash=request.input_hash,
-            raw_input_hash=input_hash(req.input_json),
-            hidden=list(hidden_paths(request.input)),
-        )
-
-    @activity.defn(name=CLOSE_APPROVAL)
-    @typed
-    async def close_approval(self, req: ApprovalClose) -> bool:
-        deleted: bool = await self.state.outlast(
-            lambda: self.state.approvals.delete(req.saga_id, req.journal_seq)
-        )
-        return deleted
-
     @activity.defn(name=CALL_TOOL)
     @typed
     async def call_tool(self, req: CallRequest) -> CallOutcome:
@@ -199,7 +147,7 @@ class SagaActivities:
                 return earlier
         await self._bindable(req)
         if req.approval_seq is not None:
-            refusal = await self._verify_approval(req)
+            refusal = await self._approvals.verify(req)
             if refusal is not None:
                 return refusal
         try:
@@ -219,7 +167,7 @@ class SagaActivities:
             assert earlier is not None, "INTENT exists, so resume decides"
             return earlier
         outcome = await self._run(req, intent_row)
-        await self._consume_approval(req)
+        await self._approvals.consume(req)
         return outcome
 
     async def _bindable(self, req: CallRequest) -> None:
@@ -229,16 +177,8 @@ class SagaActivities:
             bound(self.state, req.tool_name, req.args)
         except (UnknownTool, ToolArgumentsInvalid):
             # its approval, if any, is spent: the approved call cannot run
-            await self._consume_approval(req)
+            await self._approvals.consume(req)
             raise
-
-    async def _consume_approval(self, req: CallRequest) -> None:
-        # consumed once the call has its outcome, so a failure here can never turn a call that
-        # did not run into a SUSPECT one; the verification ran before INTENT
-        if req.approval_seq is not None:
-            await self.state.outlast(
-                functools.partial(self.state.approvals.delete, req.saga_id, req.approval_seq)
-            )
 
     async def _resume(self, req: CallRequest, intent: Draft) -> CallOutcome | None:
         """On a retry: finish what an earlier attempt started, never repeat an unsafe call."""
@@ -257,7 +197,7 @@ class SagaActivities:
             await self._writes.at_tail(outcome_row)
             # the attempt that wrote it may have died before its checkpoint or seal
             sealed = self._writes.checkpoint(outcome_row, _seal_as(req, outcome_row.phase))
-            await self._consume_approval(req)
+            await self._approvals.consume(req)
             # the attempt that wrote it is gone: the result is what the journal holds
             return outcome_from_row(
                 intent_row, outcome_row, input_json=req.input_json, sealed=sealed
@@ -268,7 +208,7 @@ class SagaActivities:
             # the tool returned, but its outcome row was not written: write it now
             recorded = json.loads(str(details[0]))
             outcome = await self._record(req, intent_row, recorded["status"], recorded["payload"])
-            await self._consume_approval(req)
+            await self._approvals.consume(req)
             return outcome
         spec = self.state.tools.get(req.tool_name) if req.tool_name in self.state.tools else None
         if spec is not None and spec.tool.options.idempotent:
@@ -303,68 +243,6 @@ class SagaActivities:
             intent_row.hash,
             intent_row.input,  # as journaled: what the saga's status shows of the call
         )
-
-    async def _verify_approval(self, req: CallRequest) -> CallOutcome | None:
-        assert req.approval_seq is not None
-        approval_seq = req.approval_seq
-        stored = await self.state.outlast(
-            lambda: self.state.approvals.get(req.saga_id, approval_seq)
-        )
-        if req.approved_input_hash is not None:
-            # the request must be intact, and the call about to run the one it was made for;
-            # binding the unredacted input keeps a change of redaction rules from refusing it
-            same_call = input_hash(req.input_json) == req.approved_input_hash
-            intact = (
-                stored is not None
-                and stored.input_hash == input_hash(stored.input)
-                and stored.input_hash == req.approved_request_hash
-            )
-        else:  # requested before the unredacted hash was recorded
-            about_to_run = self.state.redactor.text(req.tool_name, req.input_json).value
-            same_call = stored is not None and stored.input == about_to_run
-            intact = stored is not None and stored.input_hash == input_hash(about_to_run)
-        if stored is None:
-            reason = "no approval request is stored for this call"
-        elif not (same_call and intact):
-            reason = "the input about to run does not match the approved request's hash"
-        elif stored.tool_name != req.tool_name:
-            reason = "the approved request names another tool"
-        else:
-            refused = self._decision_refused(req)
-            if refused is None:
-                return None
-            reason = f"the approval does not hold: {refused}"
-        rejected = self.state.draft(
-            req.saga_id,
-            req.tool_name,
-            Phase.REJECTED,
-            req.input_json,
-            to_json({"reason": f"{VERIFICATION_REFUSED}: {reason}"}),
-        )
-        row = await self._writes.append_at(rejected, seq=req.seq, prev_hash=req.prev_hash)
-        await self._consume_approval(req)
-        return CallOutcome(
-            status=CallStatus.REFUSED,
-            error=ErrorInfo(type="ApprovalRefused", message=f"{VERIFICATION_REFUSED}: {reason}"),
-            rows=[ref(row)],
-        )
-
-    def _decision_refused(self, req: CallRequest) -> str | None:
-        """Why the approval the call runs under does not hold here, whatever the workflow took:
-        the policy, and with a keyring a signature by a key allowed to sign for the approver."""
-        approver = req.approver or ""
-        if not allowed(self.state.policy.approvers, approver, req.tool_name):
-            return f"{approver!r} may not approve {req.tool_name!r}"
-        if self.state.keyring is None:
-            return None
-        statement = Statement(
-            saga_id=req.saga_id,
-            seq=req.approval_seq or 0,
-            input_hash=req.approved_request_hash or "",
-            decision="approve",
-            principal=approver,
-        )
-        return self.state.keyring.refusal(statement, req.approval_signature)
 
     async def _run(self, req: CallRequest, intent_row: Entry) -> CallOutcome:
         try:
@@ -476,7 +354,7 @@ class SagaActivities:
             outcome = outcome_from_row(intent_row, existing, input_json=req.row.input)
             return Resolved(outcome=outcome, recorded=False)
         row_draft = req.row
-        refused = self._resolution_refused(req, intent_row)
+        refused = self._approvals.resolution_refused(req, intent_row)
         if refused is not None:
             # the human's word does not hold here: the outcome stays unknown, so the call is
             # compensated, and the row says why
@@ -488,7 +366,7 @@ class SagaActivities:
                 payload=failure_payload(error, effect_unknown=True),
             )
         elif req.resolution is not None:
-            row_draft = self._signed_resolution(req.resolution, intent_row, row_draft)
+            row_draft = self._approvals.signed_resolution(req.resolution, intent_row, row_draft)
         draft = self.state.draft(
             req.saga_id, intent_row.tool_name, row_draft.phase, row_draft.input, row_draft.payload
         )
@@ -497,31 +375,6 @@ class SagaActivities:
             intent_row, row, input_json=row_draft.input, payload=row_draft.payload
         )
         return Resolved(outcome=outcome, recorded=True)
-
-    def _signed_resolution(self, resolution: Resolve, intent_row: Entry, row: RowDraft) -> RowDraft:
-        """``row`` with the resolution's signature, so the journal proves who resolved the call
-        (``docs/decisions.md``); as it is without a keyring to name the signer by."""
-        signature = resolution.signature
-        body = payload_object(row.payload)
-        if self.state.keyring is None or signature is None or body is None:
-            return row
-        entry = self.state.keyring.find(signature.key_id)
-        statement = resolution_statement(intent_row.saga_id, intent_row.hash, resolution)
-        payload = signed_row(statement, signature, entry.name if entry else "", **body)
-        return row.model_copy(update={"payload": payload})
-
-    def _resolution_refused(self, req: ResolveRequest, intent_row: Entry) -> str | None:
-        """Why a human's resolution may not be written: the policy, or (with a keyring) its
-        signature over this very INTENT row."""
-        resolution = req.resolution
-        if resolution is None:
-            return None
-        if not allowed(self.state.policy.resolvers, resolution.resolver, intent_row.tool_name):
-            return f"{resolution.resolver!r} may not resolve {intent_row.tool_name!r} calls"
-        if self.state.keyring is None:
-            return None
-        statement = resolution_statement(req.saga_id, intent_row.hash, resolution)
-        return self.state.keyring.refusal(statement, resolution.signature)
 
     @activity.defn(name=COMPENSATE)
     @typed
