@@ -39,7 +39,7 @@ from temporalio.openai_agents._temporal_model_stub import _TemporalModelStub
 from sagacity.errors import ConversationTampered, PayloadTooLarge
 from sagacity.store.conversations import ConversationStore
 from sagacity.temporal import limits
-from sagacity.temporal.activities import SagaActivities
+from sagacity.temporal.activities import journal_among
 
 __all__ = [
     "CONVERSATION_PATCH",
@@ -132,18 +132,11 @@ def conversation_activities(
 
     def add(existing: Sequence[Callable[..., Any]] | None) -> Sequence[Callable[..., Any]]:
         existing = list(existing or [])
-        sagas = next(
-            (
-                owner
-                for fn in existing
-                if isinstance(owner := getattr(fn, "__self__", None), SagaActivities)
-            ),
-            None,
-        )
-        if sagas is None:
+        journal = journal_among(existing)
+        if journal is None:
             return existing
         acts = ConversationActivities(
-            ConversationStore(sagas.journal.pool), ModelActivity(model_provider)
+            ConversationStore(journal.pool), ModelActivity(model_provider)
         )
         return [*existing, acts.invoke_model, acts.load_conversation]
 

@@ -7,9 +7,9 @@ that task for ever, so the saga answers nothing again. So each value is measured
 
 * a call's arguments, in ``saga.call`` before the call's INTENT row (and in the MCP gateway before
   its update is sent): over :data:`MAX_VALUE_BYTES`, refused with :class:`PayloadTooLarge`;
-* a call's result, in the call's activity: over ``activities.MAX_RESULT_BYTES`` it stays in the
-  journal and the workflow gets a reference (the call failed ``ResultTooLarge``, compensated with
-  the journal's copy);
+* a call's result, in the call's activity: over ``activities.outcomes.MAX_RESULT_BYTES`` it stays
+  in the journal and the workflow gets a reference (the call failed ``ResultTooLarge``,
+  compensated with the journal's copy);
 * an update's or a signal's arguments, in every client of :class:`SizeLimits` (the plugin adds
   it): Temporal takes an update of any size, and the workflow task that would accept it fails;
 * a model's reply in an agent saga, in its activity (refused, not retried);
