@@ -29,7 +29,7 @@ from sagacity.temporal.models import (
     ToolSpec,
 )
 
-# Activities inside wait out a database outage (``SagaActivities.outage_window``, 10 minutes by
+# Activities inside wait out a database outage (``ActivityState.outage_window``, 10 minutes by
 # default); their own time limit leaves room for it. A dead worker is noticed by heartbeats.
 OUTAGE_ALLOWANCE = timedelta(minutes=15)
 JOURNAL_TIMEOUT = OUTAGE_ALLOWANCE
