@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio import activity, workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from sagacity.journal import APPROVAL_GATE, ROLLBACK, Phase, rollback_plan, rolled_back_by
@@ -34,6 +33,13 @@ from sagacity.temporal.models import (
     RowDraft,
     RowRef,
     SagaOptions,
+)
+from sagacity.temporal.waits import (
+    HALT_RECHECK,
+    HALT_RECHECK_MAX,
+    JOURNAL_RETRY,
+    OUTAGE_ALLOWANCE,
+    compensation_retry,
 )
 from sagacity.tools import ToolRegistry
 
@@ -54,14 +60,6 @@ PLAN_ROLLBACK = "sagacity.plan_rollback"
 #: ``ApplicationError`` types the workflow fails with when it has nothing to do
 ALREADY_ROLLED_BACK = "AlreadyRolledBack"
 NOTHING_LIVE = "NothingLive"
-
-_JOURNAL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
-)
-# as the saga's: time to wait out a database outage inside the activity
-_OUTAGE_ALLOWANCE = timedelta(minutes=15)
-_HALT_RECHECK = timedelta(seconds=30)
-_HALT_RECHECK_MAX = timedelta(hours=1)
 
 
 def rollback_id(saga_id: str) -> str:
@@ -213,8 +211,8 @@ class RollbackWorkflow:
                 names.CLOSE_APPROVAL,
                 ApprovalClose(saga_id=saga_id, journal_seq=plan.open_request[0]),
                 result_type=bool,
-                start_to_close_timeout=_OUTAGE_ALLOWANCE,
-                retry_policy=_JOURNAL_RETRY,
+                start_to_close_timeout=OUTAGE_ALLOWANCE,
+                retry_policy=JOURNAL_RETRY,
             )
         result = RollbackResult(saga_id=saga_id, stays_live=plan.stays_live)
         for undo in plan.undo:
@@ -229,8 +227,8 @@ class RollbackWorkflow:
             PLAN_ROLLBACK,
             saga_id,
             result_type=RollbackPlanned,
-            start_to_close_timeout=_OUTAGE_ALLOWANCE,
-            retry_policy=_JOURNAL_RETRY,
+            start_to_close_timeout=OUTAGE_ALLOWANCE,
+            retry_policy=JOURNAL_RETRY,
         )
         return planned
 
@@ -250,15 +248,15 @@ class RollbackWorkflow:
                 saga_id=saga_id, seq=self._head.seq + 1, prev_hash=self._head.hash, rows=rows
             ),
             result_type=list[RowRef],
-            start_to_close_timeout=_OUTAGE_ALLOWANCE,
-            retry_policy=_JOURNAL_RETRY,
+            start_to_close_timeout=OUTAGE_ALLOWANCE,
+            retry_policy=JOURNAL_RETRY,
         )
         self._head = Head(seq=written[-1].seq, hash=written[-1].hash)
 
     async def _compensate(self, saga_id: str, undo: Undo, attempts: int) -> bool:
         """Undo one effect as the saga would; False when every attempt failed (journaled)."""
         options = SagaOptions(compensation_attempts=attempts)
-        recheck = _HALT_RECHECK
+        recheck = HALT_RECHECK
         while True:
             request = CompensateRequest(
                 saga_id=saga_id,
@@ -275,21 +273,16 @@ class RollbackWorkflow:
                     names.COMPENSATE,
                     request,
                     result_type=list[RowRef],
-                    start_to_close_timeout=timedelta(seconds=undo.timeout_s) + _OUTAGE_ALLOWANCE,
+                    start_to_close_timeout=timedelta(seconds=undo.timeout_s) + OUTAGE_ALLOWANCE,
                     heartbeat_timeout=timedelta(seconds=undo.heartbeat_timeout_s),
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(seconds=options.compensation_backoff_s),
-                        backoff_coefficient=2.0,
-                        maximum_interval=timedelta(seconds=options.compensation_max_interval_s),
-                        maximum_attempts=options.compensation_attempts,
-                    ),
+                    retry_policy=compensation_retry(options),
                 )
             except ActivityError as err:
                 if halt_notice(err) is not None:
                     # a halt holds compensations: wait for its lifting, or look again later (a
                     # lost signal only delays it), as a held saga does
                     resumed = await self._resumed(within=recheck)
-                    recheck = _HALT_RECHECK if resumed else min(recheck * 2, _HALT_RECHECK_MAX)
+                    recheck = HALT_RECHECK if resumed else min(recheck * 2, HALT_RECHECK_MAX)
                     continue
                 failed = compensation_failure(err, options.compensation_attempts)
                 workflow.logger.error(

@@ -6,10 +6,11 @@ an outcome and stops the saga as SUSPECT; a human resolves it. The saga ends, bu
 stays in ``sagacity_approval_request``, so ``sagacity approvals list`` (and the HTTP API) go on
 offering a decision on a call that already has its outcome.
 
-Where: ``sagacity/temporal/activities.py`` consumes the request only in ``call_tool`` (after the
-outcome row, or in ``_resume`` when it finds one); a call that raises ``SuspectCall`` leaves it,
-and the workflow's ``Saga._resolve_suspect`` (``sagacity/temporal/saga.py``), which journals the
-human's outcome through ``resolve_call``, never closes it.
+Where: the activities (``sagacity/temporal/activities/calls.py``, through ``Approvals.consume``)
+consumed the request only in ``call_tool`` (after the outcome row, or on resuming when it finds
+one); a call that raises ``SuspectCall`` left it, and the workflow's ``Suspects.resolve``
+(``sagacity/temporal/saga/suspect.py``), which journals the human's outcome through
+``resolve_call``, never closed it.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SAGACITY = ROOT / "sagacity"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -83,14 +85,44 @@ def test_every_room_has_a_floor() -> None:
     assert {room(path) for path in modules()} == set(FLOORS)
 
 
-def test_the_picture_shows_the_floors_the_code_keeps() -> None:
-    drawn = {}
-    for line in ARCHITECTURE.read_text().splitlines():
+def drawn(heading: str) -> dict[str, int]:
+    """The floors the table under ``heading`` in docs/architecture.md draws, by name."""
+    section = ARCHITECTURE.read_text().split(f"{heading}\n", 1)[1].split("\n#", 1)[0]
+    floors = {}
+    for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         if len(cells) == 3 and cells[0].isdigit():
             for name in cells[1].split(","):
-                drawn[name.strip().strip("`")] = int(cells[0])
-    assert drawn == {("sagacity" if name == "__init__" else name): n for name, n in FLOORS.items()}
+                floors[name.strip().strip("`")] = int(cells[0])
+    return floors
+
+
+def test_the_picture_shows_the_floors_the_code_keeps() -> None:
+    assert drawn("## The house: rooms on floors") == {
+        ("sagacity" if name == "__init__" else name): n for name, n in FLOORS.items()
+    }
+
+
+@pytest.mark.parametrize(
+    ("package", "heading"),
+    [
+        ("temporal/saga", "### The saga's parts"),
+        ("temporal/activities", "### The activities' parts"),
+    ],
+)
+def test_parts_import_only_parts_below_them_as_drawn(package: str, heading: str) -> None:
+    floors = drawn(heading)
+    folder = SAGACITY / package
+    parts = {path.stem: path for path in folder.glob("*.py")}
+    assert set(floors) == set(parts), "every part is drawn, and only parts that exist"
+    prefix = dotted(folder) + "."
+    upward = {
+        (name, imported.removeprefix(prefix))
+        for name, path in parts.items()
+        for imported in imports(path, anywhere=True)
+        if imported.startswith(prefix) and floors[imported.removeprefix(prefix)] >= floors[name]
+    }
+    assert upward == set()
 
 
 def test_rooms_import_only_rooms_below_them() -> None:

@@ -18,10 +18,9 @@ from temporalio.worker import Worker
 from sagacity import CompensationContext, compensable
 from sagacity.evidence.redaction import MARKER, FingerprintKey, Redactor
 from sagacity.store import ApprovalStore, JournalStore
-from sagacity.temporal.activities import SagaActivities
+from sagacity.temporal.activities.typed import scrubbed as scrub_error
 from sagacity.temporal.models import Approve, Reject, SagaState, SagaStatus, Step
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.tools import ToolRegistry
 from tests.ops.conftest import Cli
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, wait_for
@@ -152,10 +151,7 @@ async def test_runs_get_real_values_while_every_view_holds_fingerprints(
     assert sample_tools.ACCOUNT_TOKEN not in final.model_dump_json()
 
 
-def test_exception_details_leave_a_worker_scrubbed(
-    journal: JournalStore, approvals: ApprovalStore, redactor: Redactor
-) -> None:
-    activities = SagaActivities(journal, approvals, ToolRegistry([]), redactor=redactor)
+def test_exception_details_leave_a_worker_scrubbed(redactor: Redactor) -> None:
     raised = ApplicationError(
         "denied",
         {"api_key": "sk-live-123", "url": "https://bob:hunter2@example.com/?token=t-1"},
@@ -163,7 +159,7 @@ def test_exception_details_leave_a_worker_scrubbed(
         type="Denied",
         non_retryable=True,
     )
-    scrubbed = activities._scrubbed("charge", raised)
+    scrubbed = scrub_error(redactor, "charge", raised)
 
     text = json.dumps(scrubbed.details)
     assert not any(s in text for s in ("sk-live-123", "hunter2", "t-1", "abc.def")), text

@@ -34,7 +34,7 @@ from sagacity.store.halts import _FOLD, GATE_LOCK, HaltScope, HaltStore
 from sagacity.store.placement import qualify
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.plugin import SagacityPlugin
-from sagacity.temporal.saga.halts import _HALT_RECHECK_MAX
+from sagacity.temporal.waits import HALT_RECHECK_MAX as _HALT_RECHECK_MAX
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.ops.conftest import Cli
 from tests.temporal.conftest import wait_for

@@ -6,8 +6,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from temporalio.exceptions import ApplicationError
-
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.evidence.redaction import Redactor
@@ -19,7 +17,6 @@ from sagacity.temporal.activities.calls import Calls
 from sagacity.temporal.activities.compensation import Compensation
 from sagacity.temporal.activities.state import DEFAULT_OUTAGE_WINDOW, ActivityState
 from sagacity.temporal.activities.tools import ToolActivities
-from sagacity.temporal.activities.typed import scrubbed
 from sagacity.temporal.activities.writes import JournalWrites
 from sagacity.tools import ToolRegistry
 
@@ -86,7 +83,3 @@ class SagaActivities:
             self.validate_steps,
             self.read_halt,
         ]
-
-    def _scrubbed(self, tool_name: str, exc: Exception) -> ApplicationError:
-        """How a tool's or an undo's error ``exc`` leaves this worker's activities."""
-        return scrubbed(self.state.redactor, tool_name, exc)

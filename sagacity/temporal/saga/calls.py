@@ -31,7 +31,7 @@ from sagacity.temporal.models import (
     failure_payload,
 )
 from sagacity.temporal.saga.controls import Controls
-from sagacity.temporal.saga.core import AHEAD, OUTAGE_ALLOWANCE, Desync, SagaCore, loads
+from sagacity.temporal.saga.core import AHEAD, Desync, SagaCore, loads
 from sagacity.temporal.saga.ending import Ending
 from sagacity.temporal.saga.gate import Gate
 from sagacity.temporal.saga.halts import Halts
@@ -39,6 +39,7 @@ from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.patches import PAYLOAD_LIMIT_PATCH, QUEUED_CALLS_PATCH
 from sagacity.temporal.saga.suspect import Suspects
 from sagacity.temporal.saga.view import View
+from sagacity.temporal.waits import OUTAGE_ALLOWANCE
 from sagacity.tools import Reversibility
 
 #: activity error types of a call the worker refused before its INTENT: the tool never ran

@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.temporal import visibility
@@ -29,14 +28,6 @@ from sagacity.temporal.models import (
     ToolSpec,
 )
 
-# Activities inside wait out a database outage (``SagaActivities.outage_window``, 10 minutes by
-# default); their own time limit leaves room for it. A dead worker is noticed by heartbeats.
-OUTAGE_ALLOWANCE = timedelta(minutes=15)
-JOURNAL_TIMEOUT = OUTAGE_ALLOWANCE
-# Journal writes wait out a database outage rather than drop a row.
-JOURNAL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
-)
 # activity error types that mean "the journal holds rows this run has not seen"
 AHEAD = frozenset({"JournalAhead", "SeqConflict", "SeqTaken"})
 

@@ -25,8 +25,9 @@ from sagacity.temporal.models import (
     SealRequest,
 )
 from sagacity.temporal.saga.controls import Controls
-from sagacity.temporal.saga.core import JOURNAL_RETRY, JOURNAL_TIMEOUT, SagaCore
+from sagacity.temporal.saga.core import SagaCore
 from sagacity.temporal.saga.patches import PAYLOAD_LIMIT_PATCH
+from sagacity.temporal.waits import JOURNAL_RETRY, JOURNAL_TIMEOUT
 
 
 def _listed(effects: list[Effect]) -> str:

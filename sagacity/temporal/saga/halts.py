@@ -8,7 +8,6 @@ look at the halt.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -18,15 +17,11 @@ from sagacity.temporal import names
 from sagacity.temporal.failures import error_message
 from sagacity.temporal.models import HaltLookedUp, HaltLookup, HaltNotice, Resume, SagaState
 from sagacity.temporal.saga.controls import Controls, halt_abort
-from sagacity.temporal.saga.core import JOURNAL_RETRY, JOURNAL_TIMEOUT, SagaCore
+from sagacity.temporal.saga.core import SagaCore
 from sagacity.temporal.saga.gate import Gate
 from sagacity.temporal.saga.patches import HALT_CHECK_PATCH
 from sagacity.temporal.saga.signals import Refusals
-
-#: how long a held saga waits before it looks at its halt again, doubling up to the maximum
-_HALT_RECHECK = timedelta(seconds=30)
-# one look costs about a dozen history events: hourly, a held saga's history lasts half a year
-_HALT_RECHECK_MAX = timedelta(hours=1)
+from sagacity.temporal.waits import HALT_RECHECK, HALT_RECHECK_MAX, JOURNAL_RETRY, JOURNAL_TIMEOUT
 
 
 class Halts:
@@ -123,7 +118,7 @@ class Halts:
         try:
             await controls.wait(
                 lambda: self._resumes != seen or (forward and controls.aborted),
-                timeout=min(_HALT_RECHECK * 2**looks, _HALT_RECHECK_MAX),
+                timeout=min(HALT_RECHECK * 2**looks, HALT_RECHECK_MAX),
             )
         except TimeoutError:
             pass

@@ -24,7 +24,8 @@ from sagacity.temporal.models import (
     RowRef,
 )
 from sagacity.temporal.saga.controls import Controls
-from sagacity.temporal.saga.core import AHEAD, JOURNAL_RETRY, JOURNAL_TIMEOUT, Desync, SagaCore
+from sagacity.temporal.saga.core import AHEAD, Desync, SagaCore
+from sagacity.temporal.waits import JOURNAL_RETRY, JOURNAL_TIMEOUT
 
 T = TypeVar("T")
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from sagacity.journal.canonical import to_json
@@ -28,11 +27,12 @@ from sagacity.temporal.models import (
     ToolSpec,
 )
 from sagacity.temporal.saga.controls import Controls
-from sagacity.temporal.saga.core import AHEAD, OUTAGE_ALLOWANCE, SagaCore
+from sagacity.temporal.saga.core import AHEAD, SagaCore
 from sagacity.temporal.saga.ending import Ending
 from sagacity.temporal.saga.halts import Halts
 from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.view import View
+from sagacity.temporal.waits import OUTAGE_ALLOWANCE, compensation_retry
 
 
 class Undo:
@@ -137,12 +137,7 @@ class Undo:
                         result_type=list[RowRef],
                         start_to_close_timeout=timedelta(seconds=spec.timeout_s) + OUTAGE_ALLOWANCE,
                         heartbeat_timeout=core.heartbeat_timeout(spec),
-                        retry_policy=RetryPolicy(
-                            initial_interval=timedelta(seconds=options.compensation_backoff_s),
-                            backoff_coefficient=2.0,
-                            maximum_interval=timedelta(seconds=options.compensation_max_interval_s),
-                            maximum_attempts=options.compensation_attempts,
-                        ),
+                        retry_policy=compensation_retry(options),
                     )
                 )
             except ActivityError as err:

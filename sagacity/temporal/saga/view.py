@@ -36,7 +36,7 @@ from sagacity.temporal.models import (
     ToolSpec,
 )
 from sagacity.temporal.saga.controls import Controls
-from sagacity.temporal.saga.core import JOURNAL_RETRY, JOURNAL_TIMEOUT, SagaCore, loads
+from sagacity.temporal.saga.core import SagaCore, loads
 from sagacity.temporal.saga.ending import Ending
 from sagacity.temporal.saga.patches import (
     ADOPT_REDACTED_PATCH,
@@ -45,6 +45,7 @@ from sagacity.temporal.saga.patches import (
     RESOLUTION_MARK_PATCH,
     ROLLED_BACK_PATCH,
 )
+from sagacity.temporal.waits import JOURNAL_RETRY, JOURNAL_TIMEOUT
 from sagacity.tools import Reversibility
 
 #: the phases a call's first row can have: it ran, it waited for a human, or it was refused
