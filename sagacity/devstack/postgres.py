@@ -16,6 +16,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import psutil
+
 from sagacity.devstack.host import pid_alive
 from sagacity.errors import DevStackError
 from sagacity.store.migrate import APP_ROLE
@@ -124,7 +126,10 @@ class EmbeddedPostgres:
 
         with PostgresServer._lock:
             self._prune_dead_holders()
-        self._server.cleanup()
+        # the postmaster may die while the wheel stops it (killed, say, which `sagacity dev`
+        # reports): then there is nothing left to stop
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self._server.cleanup()
         self._server = None
 
     def pg_ctl_stop(self, mode: PostgresStopMode) -> None:
