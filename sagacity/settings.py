@@ -94,7 +94,8 @@ class Settings(BaseSettings):
     max_concurrent_activities: int = Field(default=100, ge=1)
     outage_window: timedelta = Field(
         default=timedelta(minutes=10),
-        description="how long a worker's journal reads and writes wait out a database outage",
+        description="how long a worker's journal reads and writes (and `saga rollback --wait`) "
+        "wait out a database outage",
     )
     # the long-lived worker (sagacity/worker.py) and its observability
     graceful_shutdown: timedelta = Field(

@@ -8,29 +8,35 @@ Exit 0: every live effect compensated (without ``--wait``: the rollback started)
 compensation failed every attempt (journaled COMPENSATION_FAILED, for a human) or an effect
 nothing can undo stays live; 2: refused (the saga still runs, was rolled back already or has a
 rollback running, left nothing live, is unknown) or bad usage (no Temporal to reach included),
-one line on stderr.
+one line on stderr; 3: the journal database cannot be read (unreachable, or it refuses: not
+migrated, no privilege), so nothing was started or undone, one line on stderr saying why. With
+``--wait`` an unreachable journal is waited out first, for up to ``SAGACITY_OUTAGE_WINDOW``
+(the workers' own allowance, 10 minutes by default), one line on stderr per wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, NoReturn
+import time
+from datetime import timedelta
+from typing import Annotated, Any, NoReturn
 
 import typer
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from sagacity.approvals.rollbacks import left_live, start_rollback
+from sagacity.approvals.rollbacks import Ended, left_live, start_rollback
 from sagacity.cli._common import signing_identity, temporal_client
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
-from sagacity.errors import InvalidInput, SagacityError
+from sagacity.errors import InvalidInput, SagacityError, StoreUnavailable
 from sagacity.evidence.certify import Finding
 from sagacity.inputs import check_name
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
+from sagacity.store.db import unreachable
 from sagacity.temporal.models import Compensating
 from sagacity.temporal.rollback import (
     ALREADY_ROLLED_BACK,
@@ -40,7 +46,13 @@ from sagacity.temporal.rollback import (
 )
 from sagacity.temporal.undo_attempts import attempts, failing, reason
 
-__all__ = ["live_lines", "rollback"]
+__all__ = ["JOURNAL_UNREACHABLE", "live_lines", "rollback"]
+
+#: exit status when the journal cannot be read: not "an undo failed" (1), since none was tried;
+#: as for ``saga status`` of a saga that cannot move on and ``doctor`` without its database
+JOURNAL_UNREACHABLE = 3
+#: the longest pause between two tries at an unreachable journal (from 1 s, doubling)
+RETRY_MAX_S = 5.0
 
 
 @hard_exit
@@ -57,7 +69,12 @@ def rollback(
         ),
     ] = None,
     wait: Annotated[
-        bool, typer.Option("--wait", help="Wait for every compensation; the exit code says.")
+        bool,
+        typer.Option(
+            "--wait",
+            help="Wait for every compensation; the exit code says. Waits out an unreachable "
+            "journal database first, for up to SAGACITY_OUTAGE_WINDOW.",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     attempts: Annotated[
@@ -86,16 +103,16 @@ def rollback(
             client = await temporal_client(settings)
         except SagacityError as exc:  # as every `saga` command: no Temporal is bad usage
             raise InvalidInput(str(exc)) from None
-        async with await JournalStore.open(url, min_size=1, max_size=2) as journal:
-            ended, handle = await start_rollback(
-                client,
-                journal,
-                saga,
-                by=who,
-                reason=reason,
-                task_queue=settings.task_queue,
-                attempts=attempts,
-            )
+        ended, handle = await _started(
+            client,
+            url,
+            saga,
+            patience=settings.outage_window if wait else None,
+            by=who,
+            reason=reason,
+            task_queue=settings.task_queue,
+            attempts=attempts,
+        )
         typer.echo(f"rolling back saga {saga} as {who} (workflow {handle.id}):", err=True)
         for finding in ended.live:
             typer.echo(f"  live: {finding.detail}", err=True)
@@ -120,10 +137,56 @@ def rollback(
         code = asyncio.run(work())
     except InvalidInput as exc:
         _refused(str(exc))
+    except StoreUnavailable as exc:
+        typer.echo(f"error: {_one_line(exc)}", err=True)
+        code = JOURNAL_UNREACHABLE
     except (SagacityError, RPCError) as exc:
         typer.echo(f"error: {exc}", err=True)
         code = 1
     exit_now(code)
+
+
+async def _started(
+    client: Client, url: str, saga: str, *, patience: timedelta | None, **start: Any
+) -> tuple[Ended, WorkflowHandle[Any, RollbackResult]]:
+    """:func:`start_rollback` on the journal at ``url``; an unreachable journal is waited out
+    for up to ``patience`` (None: not at all), one line on stderr per wait. Nothing is started
+    before the journal has been read, so trying again from the start is safe.
+    :class:`StoreUnavailable` saying nothing was rolled back when the journal stays
+    unreachable or refuses."""
+    deadline = time.monotonic() + (patience or timedelta(0)).total_seconds()
+    pause = 1.0
+    while True:
+        try:
+            async with await JournalStore.open(url, min_size=1, max_size=2) as journal:
+                return await start_rollback(client, journal, saga, **start)
+        except StoreUnavailable as exc:
+            if not unreachable(exc):
+                raise StoreUnavailable(f"{exc}; nothing was rolled back") from exc
+            if patience is None:
+                raise StoreUnavailable(
+                    f"the journal database is unreachable: {_one_line(exc)}; nothing was rolled "
+                    "back: run it again once the database is back, or with --wait to wait it out"
+                ) from exc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreUnavailable(
+                    f"the journal database stayed unreachable for {patience.total_seconds():.0f}"
+                    f" s (SAGACITY_OUTAGE_WINDOW): {_one_line(exc)}; nothing was rolled back"
+                ) from exc
+            nap = min(pause, left)
+            typer.echo(
+                f"the journal database is unreachable, trying again in {round(nap, 1):g} s (for up to "
+                f"{left:.0f} s more): {_one_line(exc)}",
+                err=True,
+            )
+            await asyncio.sleep(nap)
+            pause = min(pause * 2, RETRY_MAX_S)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (libpq's end with a hint on a line of its own)."""
+    return " ".join(str(exc).split())
 
 
 def _refused(message: str) -> NoReturn:

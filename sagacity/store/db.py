@@ -162,6 +162,14 @@ def translate_errors(action: str) -> Iterator[None]:
         raise StoreUnavailable(f"{action}: {type(exc).__name__}: {exc}") from exc
 
 
+def unreachable(exc: StoreUnavailable) -> bool:
+    """Whether ``exc`` says connecting failed or the connection was lost (the server down,
+    restarting or refusing the login; no connection for the pool to give): an outage, which
+    waiting may outlast; not a statement refused by a server that answers (tables missing,
+    privileges lacking), which waiting does not change."""
+    return isinstance(exc.__cause__, psycopg.OperationalError)
+
+
 def naive_utc(ts: datetime) -> datetime:
     """``ts`` as the naive UTC value a ``TIMESTAMP`` column holds (naive input is taken as UTC).
 

@@ -76,7 +76,7 @@ NO_SUCH_SEQ = 9999
 NOTE_SIZE = 500_000
 #: HALT_COMPENSATING: how long the courier's undo runs, the halt coming meanwhile
 UNDO_STALL_S = 4.0
-#: how long ``sagacity saga rollback --wait`` may take
+#: how long ``sagacity saga rollback --wait`` may take, a Postgres outage it waits out included
 ROLLBACK_S = 120.0
 
 

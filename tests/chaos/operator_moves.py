@@ -135,7 +135,11 @@ class Rollback:
 async def terminate_and_roll_back(
     client: Client, saga_id: str, env: dict[str, str], *, timeout: float
 ) -> Rollback:
-    """Terminate the saga (its workflow code never learns it), then roll it back by the CLI."""
+    """Terminate the saga (its workflow code never learns it), then roll it back by the CLI.
+
+    A Postgres outage meanwhile is the command's to wait out (``--wait``, within
+    ``SAGACITY_OUTAGE_WINDOW``): it goes on once the journal is back, so the check that it
+    exits 0 with nothing live stands; exit 3 would say the journal stayed unreachable."""
     await client.get_workflow_handle(saga_id).terminate(
         reason="chaos: terminated by an operator", rpc_timeout=timedelta(seconds=5)
     )
