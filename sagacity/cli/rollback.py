@@ -20,14 +20,15 @@ import asyncio
 import json
 import time
 from datetime import timedelta
-from typing import Annotated, Any, NoReturn
+from collections.abc import Awaitable, Callable
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from sagacity.approvals.rollbacks import Ended, left_live, start_rollback
+from sagacity.approvals.rollbacks import left_live, start_rollback
 from sagacity.cli._common import signing_identity, temporal_client
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
@@ -53,6 +54,8 @@ __all__ = ["JOURNAL_UNREACHABLE", "live_lines", "rollback"]
 JOURNAL_UNREACHABLE = 3
 #: the longest pause between two tries at an unreachable journal (from 1 s, doubling)
 RETRY_MAX_S = 5.0
+
+T = TypeVar("T")
 
 
 @hard_exit
@@ -103,15 +106,18 @@ def rollback(
             client = await temporal_client(settings)
         except SagacityError as exc:  # as every `saga` command: no Temporal is bad usage
             raise InvalidInput(str(exc)) from None
-        ended, handle = await _started(
-            client,
+        ended, handle = await _with_journal(
             url,
-            saga,
+            lambda journal: start_rollback(
+                client,
+                journal,
+                saga,
+                by=who,
+                reason=reason,
+                task_queue=settings.task_queue,
+                attempts=attempts,
+            ),
             patience=settings.outage_window if wait else None,
-            by=who,
-            reason=reason,
-            task_queue=settings.task_queue,
-            attempts=attempts,
         )
         typer.echo(f"rolling back saga {saga} as {who} (workflow {handle.id}):", err=True)
         for finding in ended.live:
@@ -146,20 +152,20 @@ def rollback(
     exit_now(code)
 
 
-async def _started(
-    client: Client, url: str, saga: str, *, patience: timedelta | None, **start: Any
-) -> tuple[Ended, WorkflowHandle[Any, RollbackResult]]:
-    """:func:`start_rollback` on the journal at ``url``; an unreachable journal is waited out
-    for up to ``patience`` (None: not at all), one line on stderr per wait. Nothing is started
-    before the journal has been read, so trying again from the start is safe.
-    :class:`StoreUnavailable` saying nothing was rolled back when the journal stays
+async def _with_journal(
+    url: str, use: Callable[[JournalStore], Awaitable[T]], *, patience: timedelta | None
+) -> T:
+    """``use`` a journal opened at ``url``, all again from the start while the database is
+    unreachable, for up to ``patience`` (None: not at all), with one line on stderr per wait:
+    the rollback writes nothing before it has read the journal, so a try that failed changed
+    nothing. :class:`StoreUnavailable` saying nothing was rolled back when the journal stays
     unreachable or refuses."""
     deadline = time.monotonic() + (patience or timedelta(0)).total_seconds()
     pause = 1.0
     while True:
         try:
             async with await JournalStore.open(url, min_size=1, max_size=2) as journal:
-                return await start_rollback(client, journal, saga, **start)
+                return await use(journal)
         except StoreUnavailable as exc:
             if not unreachable(exc):
                 raise StoreUnavailable(f"{exc}; nothing was rolled back") from exc
@@ -176,8 +182,8 @@ async def _started(
                 ) from exc
             nap = min(pause, left)
             typer.echo(
-                f"the journal database is unreachable, trying again in {round(nap, 1):g} s (for up to "
-                f"{left:.0f} s more): {_one_line(exc)}",
+                f"the journal database is unreachable, trying again in {round(nap, 1):g} s "
+                f"(for up to {left:.0f} s more): {_one_line(exc)}",
                 err=True,
             )
             await asyncio.sleep(nap)
