@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import timedelta
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Annotated, NoReturn, TypeVar
 
 import typer
