@@ -152,6 +152,19 @@ async def dev_stack(settings: Settings) -> AsyncIterator[DevStack]:
         await stack.stop()
 
 
+def own_postgres(settings: Settings, data_dir: Path) -> DevStack:
+    """An embedded Postgres of a test's own under ``data_dir`` (no Temporal), not yet started:
+    for tests that stop and start it, which the session's would not survive (it is shared with
+    every test process started from this checkout)."""
+    own = Settings(
+        database_url=None,
+        temporal_address=None,
+        data_dir=data_dir,
+        temporal_namespace=settings.temporal_namespace,
+    )
+    return DevStack(own, temporal=False)
+
+
 @pytest.fixture(scope="session")
 def endpoints(dev_stack: DevStack) -> Endpoints:
     return dev_stack.endpoints

@@ -26,6 +26,7 @@ from sagacity.store import ApprovalStore, JournalStore
 from sagacity.store.databases import ensure_database
 from sagacity.store.migrate import migrate
 from tests.approvals.conftest import Cli, StartOrder
+from tests.conftest import own_postgres
 from tests.temporal.conftest import serving
 from workflows.order import app as order_app
 from workflows.order.shop import Shop
@@ -38,18 +39,12 @@ WAITING = "the journal database is unreachable, trying again in "
 
 
 @pytest.fixture(scope="module")
-async def own_postgres(settings: Settings) -> AsyncIterator[DevStack]:
+async def journal_server(settings: Settings) -> AsyncIterator[DevStack]:
     """An embedded Postgres for this module alone, so that stopping it disturbs no other test."""
     # under the data folder, not pytest's temp root: the wheel opens each parent to its user
     folder = settings.data_dir.expanduser().resolve() / "scratch" / f"rb-{uuid4().hex[:8]}"
     folder.mkdir(parents=True)
-    private = Settings(
-        database_url=None,
-        temporal_address=None,
-        data_dir=folder,
-        temporal_namespace=settings.temporal_namespace,
-    )
-    stack = DevStack(private, temporal=False)
+    stack = own_postgres(settings, folder)
     try:
         await stack.start()
         yield stack
@@ -59,9 +54,9 @@ async def own_postgres(settings: Settings) -> AsyncIterator[DevStack]:
 
 
 @pytest.fixture
-async def own_journal(own_postgres: DevStack) -> AsyncIterator[JournalStore]:
+async def own_journal(journal_server: DevStack) -> AsyncIterator[JournalStore]:
     """A fresh, migrated journal on that Postgres."""
-    url = await ensure_database(own_postgres.endpoints.database_url, f"rb_{uuid4().hex[:12]}")
+    url = await ensure_database(journal_server.endpoints.database_url, f"rb_{uuid4().hex[:12]}")
     await migrate(url)
     async with await JournalStore.open(url) as journal:
         yield journal
@@ -87,7 +82,7 @@ async def worker(
 async def test_an_unreachable_journal_exits_3_and_wait_outlasts_it(
     start_order: StartOrder,
     cli: Cli,
-    own_postgres: DevStack,
+    journal_server: DevStack,
     own_journal: JournalStore,
     shop: Shop,
 ) -> None:
@@ -96,7 +91,7 @@ async def test_an_unreachable_journal_exits_3_and_wait_outlasts_it(
     journal_env = {"SAGACITY_DATABASE_URL": own_journal.pool.conninfo}
     saga = waiting.saga_id
 
-    await own_postgres.stop_postgres()
+    await journal_server.stop_postgres()
     try:
         # without --wait: at once, its own exit and one line, never "an undo failed" (1)
         fast = await cli("saga", "rollback", saga, extra_env=journal_env)
@@ -125,7 +120,7 @@ async def test_an_unreachable_journal_exits_3_and_wait_outlasts_it(
         )
         await asyncio.sleep(DOWN_S)
     finally:
-        await own_postgres.start_postgres()
+        await journal_server.start_postgres()
     done = await waited
     assert done.code == 0, done.stderr
     assert any(line.startswith(WAITING) for line in done.stderr.splitlines()), done.stderr

@@ -29,6 +29,7 @@ from sagacity.store import JournalStore, Pool, open_pool
 from sagacity.store.databases import drop_database, ensure_database
 from sagacity.store.db import translate_errors
 from sagacity.store.migrate import migrate
+from tests.conftest import own_postgres
 from workflows.order.shop import SEED, Shop
 
 #: How long the long outage lasts: longer than a pool's wait for a connection (10 s), and between
@@ -50,13 +51,7 @@ def outage_dir(settings: Settings) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 async def pg(settings: Settings, outage_dir: Path) -> AsyncIterator[DevStack]:
     """A private embedded Postgres (no Temporal): these tests may restart it at will."""
-    own = Settings(
-        database_url=None,
-        temporal_address=None,
-        data_dir=outage_dir,
-        temporal_namespace=settings.temporal_namespace,
-    )
-    stack = DevStack(own, temporal=False)
+    stack = own_postgres(settings, outage_dir)
     await stack.start()
     try:
         yield stack
