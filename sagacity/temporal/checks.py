@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from temporalio.exceptions import ApplicationError
 
 from sagacity.temporal.models import Step
 from sagacity.tools import RegisteredTool, ToolRegistry, declared_result
@@ -303,3 +304,17 @@ def _overlaps(loc: tuple[Any, ...], path: Path) -> bool:
     """Whether an error at ``loc`` may be about the $ref placeholder at ``path``."""
     shorter = min(len(loc), len(path))
     return loc[:shorter] == path[:shorter]
+
+
+def steps_refused(problems: Sequence[str]) -> ApplicationError:
+    """The typed, non-retryable ``StepsInvalid`` that fails a saga whose steps cannot run,
+    listing every problem."""
+    count = len(problems)
+    listed = "".join(f"\n- {p}" for p in problems)
+    return ApplicationError(
+        f"the steps cannot run ({count} problem{'s' if count > 1 else ''}); "
+        f"no step ran and nothing was journaled:{listed}",
+        list(problems),
+        type="StepsInvalid",
+        non_retryable=True,
+    )

@@ -11,10 +11,10 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import ToolArgumentsInvalid
 from sagacity.temporal import names
+from sagacity.temporal.checks import steps_refused
 from sagacity.temporal.models import (
     SagaCarry,
     SagaProgress,
@@ -32,6 +32,9 @@ STEPS_WORKFLOW = "sagacity.Steps"
 LEGACY_STEPS_WORKFLOW = "sagacity.Saga"
 #: Patch marker (see docs/versioning.md): sagas started before it ran their steps unchecked
 VALIDATE_PATCH = "sagacity-validate-steps"
+#: sagas from before this marker checked their steps in a local activity of its own, then
+#: opened the journal in another (two markers for their patches, two for the activities)
+STEPS_OPEN_PATCH = "sagacity-steps-checked-at-open"
 
 
 def resolve_refs(value: Any, results: dict[str, Any]) -> Any:
@@ -76,15 +79,7 @@ async def validate(spec: SagaSpec, saga: Saga) -> None:
         )
     )
     if checked.problems:
-        count = len(checked.problems)
-        listed = "".join(f"\n- {p}" for p in checked.problems)
-        raise ApplicationError(
-            f"the steps cannot run ({count} problem{'s' if count > 1 else ''}); "
-            f"no step ran and nothing was journaled:{listed}",
-            checked.problems,
-            type="StepsInvalid",
-            non_retryable=True,
-        )
+        raise steps_refused(checked.problems)
 
 
 # Outside the sandbox: every line this workflow runs is Sagacity's own, deterministic by review
@@ -104,14 +99,17 @@ class StepsWorkflow:
     @workflow.run
     async def run(self, spec: SagaSpec) -> SagaResult:
         progress = spec.progress
-        if progress is None and workflow.patched(VALIDATE_PATCH):
+        saga = self.saga
+        # a run continued as new goes on with steps already checked
+        if progress is None and workflow.patched(STEPS_OPEN_PATCH):
+            # one local activity checks the steps and opens the journal (one marker)
+            await saga.open(check=spec.steps)
+        elif progress is None and workflow.patched(VALIDATE_PATCH):
             # the saga's own patch is decided here, before the check's local activity: asked
             # after it, a replay of a history whose first workflow task ended there (a query
             # does that) finds no marker in that task and takes the old branch
             workflow.patched(OPEN_PATCH)
-            # a run continued as new goes on with steps already checked
-            await validate(spec, self.saga)
-        saga = self.saga
+            await validate(spec, saga)
         # what later steps' $refs get (secrets and all), and how the journal shows the results
         # redaction changed, which the saga's result shows instead
         results: dict[str, Any] = dict(progress.results) if progress else {}

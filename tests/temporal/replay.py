@@ -31,7 +31,12 @@ from sagacity.temporal.saga.patches import (
     JOURNALED_RESULTS_PATCH,
     OPEN_PATCH,
 )
-from sagacity.temporal.workflow import VALIDATE_PATCH, SagaWorkflow, StepsWorkflow
+from sagacity.temporal.workflow import (
+    STEPS_OPEN_PATCH,
+    VALIDATE_PATCH,
+    SagaWorkflow,
+    StepsWorkflow,
+)
 from sagacity.worker import load_apps
 
 HISTORIES = Path(__file__).with_name("histories")
@@ -50,6 +55,7 @@ PATCHED = [
     HALT_CHECK_PATCH,
     JOURNALED_RESULTS_PATCH,
     DECIDE_RECORDED_PATCH,
+    STEPS_OPEN_PATCH,
 ]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves

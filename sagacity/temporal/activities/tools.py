@@ -10,11 +10,11 @@ from temporalio import activity
 from sagacity.errors import ToolArgumentsInvalid
 from sagacity.temporal.activities.state import ActivityState
 from sagacity.temporal.checks import check_steps
-from sagacity.temporal.models import StepsCheck, StepsChecked, ToolSpec
+from sagacity.temporal.models import Step, StepsCheck, StepsChecked, ToolSpec
 from sagacity.temporal.names import DESCRIBE_TOOLS, VALIDATE_STEPS
 from sagacity.tools import RegisteredTool, ToolRegistry
 
-__all__ = ["ToolActivities", "bound", "catalog"]
+__all__ = ["ToolActivities", "bound", "catalog", "steps_problems"]
 
 _log = logging.getLogger(__name__)
 
@@ -37,13 +37,19 @@ class ToolActivities:
     @activity.defn(name=VALIDATE_STEPS)
     async def validate_steps(self, req: StepsCheck) -> StepsChecked:
         """Check a declarative saga's steps against this worker's tools: every problem, before
-        any step runs (the journal is not touched)."""
-        try:
-            return StepsChecked(problems=check_steps(req.steps, self.state.tools))
-        except Exception:
-            # a fault in the check must not hold every saga: the steps run, checked as they go
-            _log.exception("the steps check failed; the saga's steps run unchecked")
-            return StepsChecked()
+        any step runs (the journal is not touched). Sagas started before ``open_saga`` checked
+        the steps itself run it."""
+        return StepsChecked(problems=steps_problems(self.state, req.steps))
+
+
+def steps_problems(state: ActivityState, steps: list[Step]) -> list[str]:
+    """What is wrong with a declarative saga's ``steps`` on this worker (empty: they can run)."""
+    try:
+        return check_steps(steps, state.tools)
+    except Exception:
+        # a fault in the check must not hold every saga: the steps run, checked as they go
+        _log.exception("the steps check failed; the saga's steps run unchecked")
+        return []
 
 
 def catalog(tools: ToolRegistry, *, brief: bool = False) -> list[ToolSpec]:

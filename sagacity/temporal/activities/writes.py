@@ -22,7 +22,7 @@ from sagacity.temporal.activities.notices import halted, not_this_saga, notice
 from sagacity.temporal.activities.outcomes import ref
 from sagacity.temporal.activities.paging import page_of
 from sagacity.temporal.activities.state import ActivityState
-from sagacity.temporal.activities.tools import catalog
+from sagacity.temporal.activities.tools import catalog, steps_problems
 from sagacity.temporal.activities.typed import typed
 from sagacity.temporal.models import (
     AppendRequest,
@@ -52,7 +52,15 @@ class JournalWrites:
     @activity.defn(name=OPEN_SAGA)
     @typed
     async def open_saga(self, req: SagaOpen) -> SagaOpened:
-        """Claim the saga's journal for this run chain; the catalog and the rows it lacks."""
+        """Claim the saga's journal for this run chain; the catalog and the rows it lacks.
+
+        A new declarative saga's steps are checked first: if any cannot run, nothing is claimed
+        and the problems are the answer, so the id stays free for the corrected steps.
+        """
+        if req.steps is not None:
+            problems = steps_problems(self.state, req.steps)
+            if problems:
+                return SagaOpened(tools=[], rows=[], problems=problems)
         owner = await self.state.outlast(
             lambda: self.state.journal.claim(
                 req.saga_id, workflow_id=req.workflow_id, first_run_id=req.first_run_id

@@ -1,9 +1,10 @@
 """Data that crosses Temporal: workflow inputs and results, activity requests, signals, queries.
 
 Code outside this package imports every name from here. The modules hold them by what they
-are for: ``options`` (starting a saga), ``journal`` (rows and heads), ``calls``, ``effects``
-(and their compensation), ``approvals``, ``decisions`` (what humans send), ``halts``,
-``carry`` (continue-as-new), ``status`` (what a saga shows), on ``state`` and ``lean``. They
+are for: ``options`` (starting a saga), ``steps`` (a declarative saga's, and their check),
+``journal`` (rows and heads), ``calls``, ``effects`` (and their compensation), ``approvals``,
+``decisions`` (what humans send), ``halts``, ``carry`` (continue-as-new), ``status`` (what a
+saga shows), on ``state`` and ``lean``. They
 are payloads recorded in workflow histories: their fields and defaults are a wire format
 (``docs/versioning.md``).
 """
@@ -74,9 +75,6 @@ from sagacity.temporal.models.lean import (
 from sagacity.temporal.models.options import (
     SagaOptions,
     SagaSpec,
-    Step,
-    StepsCheck,
-    StepsChecked,
 )
 from sagacity.temporal.models.state import (
     TERMINAL_STATES,
@@ -87,6 +85,11 @@ from sagacity.temporal.models.status import (
     STATUS_ROWS,
     SagaResult,
     SagaStatus,
+)
+from sagacity.temporal.models.steps import (
+    Step,
+    StepsCheck,
+    StepsChecked,
 )
 
 __all__ = [

@@ -11,6 +11,7 @@ from sagacity.journal.chain import GENESIS_HASH
 from sagacity.journal.phases import Phase
 from sagacity.temporal.models.lean import Lean
 from sagacity.temporal.models.state import SagaState
+from sagacity.temporal.models.steps import Step
 from sagacity.tools import Reversibility
 
 
@@ -96,6 +97,9 @@ class SagaOpen(Lean):
     after_hash: str = GENESIS_HASH
     #: rows returned at most; ``more`` says whether the journal goes on
     limit: int = 500
+    #: a new declarative saga's steps, checked against the worker's tools first: any problem,
+    #: and nothing is claimed (absent in older histories: they checked with a local activity)
+    steps: list[Step] | None = None
 
 
 class SagaOpened(Lean):
@@ -121,6 +125,9 @@ class SagaOpened(Lean):
     #: the namespace has the visibility search attributes, so the saga shows its state in them
     #: (absent in older histories and on namespaces without them: no upserts)
     visible: bool = False
+    #: what is wrong with the ``steps`` asked to be checked; any, and nothing else is answered
+    #: (the journal is not claimed)
+    problems: list[str] = Field(default_factory=list)
 
 
 class SealRequest(BaseModel):

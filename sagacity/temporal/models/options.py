@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from sagacity.temporal.models.carry import SagaProgress
+from sagacity.temporal.models.steps import Step
 
 
 class SagaOptions(BaseModel):
@@ -29,30 +28,6 @@ class SagaOptions(BaseModel):
     #: continue as new once history has this many events (besides whenever Temporal suggests
     #: it), so a saga of any length never reaches Temporal's history limit
     continue_as_new_events: int = Field(default=10_000, ge=50)
-
-
-class Step(BaseModel):
-    """One step of a declarative saga. ``args`` values may be ``{"$ref": "step_id[.field…]"}``."""
-
-    tool: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    id: str | None = None
-
-    @property
-    def key(self) -> str:
-        return self.id or self.tool
-
-
-class StepsCheck(BaseModel):
-    """A declarative saga's steps, for the worker to check before any of them runs."""
-
-    steps: list[Step]
-
-
-class StepsChecked(BaseModel):
-    """What is wrong with the steps (empty: they can run), each naming the step and the fix."""
-
-    problems: list[str] = Field(default_factory=list)
 
 
 class SagaSpec(BaseModel):

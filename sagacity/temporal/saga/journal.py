@@ -34,7 +34,7 @@ class Journal:
     """Writes rows after the saga's head; ``catch_up`` re-reads the journal when it is ahead."""
 
     def __init__(
-        self, core: SagaCore, controls: Controls, catch_up: Callable[[], Awaitable[None]]
+        self, core: SagaCore, controls: Controls, catch_up: Callable[[], Awaitable[object]]
     ) -> None:
         self._core = core
         self._controls = controls

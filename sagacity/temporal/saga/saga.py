@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from sagacity.errors import SagacityError
+from sagacity.temporal.checks import steps_refused
 from sagacity.temporal.models import (
     Effect,
     ErrorInfo,
@@ -31,6 +32,7 @@ from sagacity.temporal.models import (
     SagaResult,
     SagaState,
     SagaStatus,
+    Step,
     ToolSpec,
 )
 from sagacity.temporal.saga.carry import carry_of
@@ -142,6 +144,17 @@ class Saga:
         its model. A saga opens with the brief catalog, so asking costs one more local activity.
         """
         return await self._parts.view.tools(described=described)
+
+    async def open(self, *, check: list[Step] | None = None) -> None:
+        """Claim the saga's journal now, as its first call would otherwise.
+
+        ``check``: steps the worker checks against its tools in the same local activity, before
+        it claims anything; if any cannot run, nothing is claimed or journaled (the id stays
+        free) and a non-retryable ``StepsInvalid`` listing every problem is raised.
+        """
+        problems = await self._parts.view.catch_up(check=check)
+        if problems:
+            raise steps_refused(problems)
 
     @overload
     async def call(

@@ -33,6 +33,7 @@ from sagacity.temporal.models import (
     SagaOpen,
     SagaOpened,
     SagaState,
+    Step,
     ToolSpec,
 )
 from sagacity.temporal.saga.controls import Controls
@@ -114,8 +115,13 @@ class View:
             return
         await self.catch_up()
 
-    async def catch_up(self) -> None:
-        """Claim the journal and read what this run has not seen; settle what it left open."""
+    async def catch_up(self, *, check: list[Step] | None = None) -> list[str]:
+        """Claim the journal and read what this run has not seen; settle what it left open.
+
+        ``check``: a new declarative saga's steps, checked by the worker in the same local
+        activity before it claims anything; what is wrong with them is returned, and then
+        nothing was claimed or read. Otherwise returns no problems.
+        """
         core = self._core
         info = workflow.info()
         while True:
@@ -129,6 +135,7 @@ class View:
                             first_run_id=info.first_execution_run_id,
                             after_seq=core.head.seq,
                             after_hash=core.head.hash,
+                            steps=check,
                         ),
                         result_type=SagaOpened,
                         start_to_close_timeout=JOURNAL_TIMEOUT,
@@ -141,6 +148,9 @@ class View:
                 raise ApplicationError(
                     error_message(err), type=error_type(err), non_retryable=True
                 ) from None
+            if opened.problems:
+                return opened.problems
+            check = None  # checked: the next page's request asks only for rows
             if core.catalog is None or core.brief:  # a described catalog is kept
                 core.catalog, core.brief = {s.name: s for s in opened.tools}, opened.brief
             self._ending.opened(opened)
@@ -160,6 +170,7 @@ class View:
             else:
                 core.enter(core.state)
         await self._settle()
+        return []
 
     def _fold(self, rows: list[JournalRow]) -> None:
         """Take rows an earlier run (or a lost attempt) wrote into this run's view."""
