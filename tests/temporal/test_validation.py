@@ -6,12 +6,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from sagacity.store import ApprovalStore, JournalStore
-from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.models import SagaOpened, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases
@@ -228,3 +229,30 @@ async def test_an_irreversible_call_with_invalid_arguments_asks_no_approver(
         ("set_flag", "COMPENSATED"),
     ]
     assert sample_tools.EFFECTS == ["set w", "note ten", "unnote ten", "unset w"]
+
+
+async def test_a_new_saga_checks_its_steps_and_opens_in_one_local_activity(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    """The steps check rides on the journal's opening: one local activity and one patch marker
+    in a new saga's history, whose catalog holds only the tools its steps name (the worker
+    serves many more)."""
+    sid, result = await run(
+        temporal_client,
+        worker,
+        [Step(tool="set_flag", args={"name": "one"}), Step(tool="send_note", args={"text": "x"})],
+    )
+    assert result.status is SagaState.COMPLETED, result.error
+    history = await temporal_client.get_workflow_handle(sid).fetch_history()
+    markers = [
+        e.marker_recorded_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    assert [m.marker_name for m in markers] == ["core_patch", "core_local_activity"]
+    (opened,) = await temporal_client.data_converter.decode(
+        markers[1].details["result"].payloads, [SagaOpened]
+    )
+    assert sorted(t.name for t in opened.tools) == ["send_note", "set_flag"]
+    assert len(sample_tools.TOOLS) > 2  # the worker serves more than the steps name
+    assert (await phases(journal, sid))[0] == ("set_flag", "INTENT")

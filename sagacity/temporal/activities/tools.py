@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from temporalio import activity
@@ -52,9 +53,12 @@ def steps_problems(state: ActivityState, steps: list[Step]) -> list[str]:
         return []
 
 
-def catalog(tools: ToolRegistry, *, brief: bool = False) -> list[ToolSpec]:
-    """Every tool's spec; ``brief``: without descriptions and schemas, which only an agent
-    needs (every saga's history keeps the catalog it opened with)."""
+def catalog(
+    tools: ToolRegistry, *, brief: bool = False, only: Collection[str] | None = None
+) -> list[ToolSpec]:
+    """Every tool's spec (``only``: of the tools named there); ``brief``: without descriptions
+    and schemas, which only an agent needs (every saga's history keeps the catalog it opened
+    with)."""
     return [
         ToolSpec(
             name=t.name,
@@ -68,6 +72,7 @@ def catalog(tools: ToolRegistry, *, brief: bool = False) -> list[ToolSpec]:
             origin=t.tool.origin,
         )
         for t in tools
+        if only is None or t.name in only
     ]
 
 

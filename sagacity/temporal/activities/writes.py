@@ -74,7 +74,7 @@ class JournalWrites:
             )
         if owner.claimed_now and req.after_seq == 0:
             if not owner.had_rows:
-                return self._opened([], more=False)  # a new saga
+                return self._opened(req, [], more=False)  # a new saga
             # rows with no owner: written before ownership was recorded, by another run
             first = await self.state.outlast(
                 lambda: self.state.journal.after(req.saga_id, 0, limit=1)
@@ -99,13 +99,18 @@ class JournalWrites:
             lambda: self.state.journal.after(req.saga_id, req.after_seq, limit=req.limit + 1)
         )
         page = page_of(rows[: req.limit])
-        return self._opened(page, more=len(rows) > len(page))
+        return self._opened(req, page, more=len(rows) > len(page))
 
-    def _opened(self, rows: list[JournalRow], *, more: bool) -> SagaOpened:
+    def _opened(self, req: SagaOpen, rows: list[JournalRow], *, more: bool) -> SagaOpened:
         """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals and
-        whether the saga shows its state in search attributes."""
+        whether the saga shows its state in search attributes.
+
+        A declarative saga's catalog holds only its steps' tools: every saga's history keeps
+        the catalog it opened with, and a worker may serve many tools.
+        """
+        only = None if req.steps is None else {step.tool for step in req.steps}
         return SagaOpened(
-            tools=catalog(self.state.tools, brief=True),
+            tools=catalog(self.state.tools, brief=True, only=only),
             rows=rows,
             more=more,
             seals=self.state.checkpoints is not None,
