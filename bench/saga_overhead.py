@@ -60,7 +60,6 @@ from bench.sides import (
     plain_worker,
     sagacity_plugin,
     sagacity_worker,
-    sequencer,
     task_queues,
     witness_process,
 )
@@ -337,9 +336,15 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors | None) -> None:
     settings = stack.settings
     async with contextlib.AsyncExitStack() as opened:
+        # the sequencer a worker runs beside its tool calls asks a witness (a `sagacity
+        # witness` process of its own, as the dev stack's trust file names one)
+        witnesses = []
+        if anchors is not None:
+            url = await opened.enter_async_context(witness_process(anchors, stack.database_url))
+            witnesses.append(anchors.witness(url))
         # as a new user's worker runs: checkpoints, the payload codec, a decision keyring
         plugin, journal = await opened.enter_async_context(
-            sagacity_plugin(settings, stack.database_url, anchors)
+            sagacity_plugin(settings, stack.database_url, anchors, witnesses)
         )
         connect = {"target_host": stack.temporal_address, "namespace": stack.temporal_namespace}
         # plain Temporal as it comes: its own client (no Sagacity converter, no codec) and worker
@@ -354,13 +359,6 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors 
             ),
             plain_worker(clients[PLAIN], queues[PLAIN], settings),
         ]
-        # the sequencer a worker runs beside its tool calls, asking a witness (a `sagacity
-        # witness` process of its own, as the dev stack's trust file names one)
-        witnesses = []
-        if anchors is not None:
-            url = await opened.enter_async_context(witness_process(anchors, stack.database_url))
-            witnesses.append(anchors.witness(url))
-        await opened.enter_async_context(sequencer(stack.database_url, anchors, witnesses))
         async with workers[0], workers[1], CpuMeter.open(stack.database_url) as meter:
             rig = Rig(clients, queues, meter)
             for kind in (PLAIN, SAGACITY):  # warm up: sandbox, connections, caches

@@ -38,7 +38,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -68,7 +68,6 @@ from bench.sides import (
     plain_worker,
     sagacity_plugin,
     sagacity_worker,
-    sequencer,
     task_queues,
     witness_process,
 )
@@ -105,11 +104,10 @@ async def serve_worker(spec: WorkerSpec) -> int:
     async with contextlib.AsyncExitStack() as opened:
         if spec.kind == SAGACITY:
             anchors = Anchors(Path(spec.anchors))
-            plugin, _ = await opened.enter_async_context(
-                sagacity_plugin(settings, spec.database_url, anchors)
-            )
             witnesses = [anchors.witness(spec.witness_url)]
-            await opened.enter_async_context(sequencer(spec.database_url, anchors, witnesses))
+            plugin, _ = await opened.enter_async_context(
+                sagacity_plugin(settings, spec.database_url, anchors, witnesses)
+            )
             client = await Client.connect(**connect, plugins=[plugin])  # type: ignore[arg-type]
             worker = sagacity_worker(client, spec.task_queue, settings)
         else:
@@ -183,6 +181,8 @@ class Phase:
     #: sequencers found waiting for their turn, summed over samples
     sequencer_waits: int = 0
     samples: int = 0
+    #: bytes the Temporal server wrote to storage (its database file)
+    temporal_written: int = 0
 
     @property
     def per_s(self) -> float:
@@ -240,6 +240,7 @@ async def closed_loop(rig: Rig, phase: Phase, args: argparse.Namespace) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
         end, after = time.perf_counter(), await rig.meter.reading()
+        phase.temporal_written += written(after["temporal"]) - written(before["temporal"])
         stopping.set()
         await asyncio.gather(*lanes)  # the sagas in flight end; not counted
     finally:
@@ -255,6 +256,17 @@ async def closed_loop(rig: Rig, phase: Phase, args: argparse.Namespace) -> None:
         phase.worker_cpu_s[pid] = phase.worker_cpu_s.get(pid, 0.0) + cpu_s
 
 
+def written(pids: Iterable[int]) -> int:
+    """Bytes the processes ``pids`` have written to storage (``/proc/<pid>/io``)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+                if line.startswith("write_bytes:"):
+                    total += int(line.split()[1])
+    return total
+
+
 async def _running(lanes: Sequence[asyncio.Task[None]], seconds: float) -> None:
     """Wait ``seconds``, raising at once if a lane fails (a saga ended wrong, say)."""
     done, _ = await asyncio.wait(lanes, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
@@ -262,7 +274,24 @@ async def _running(lanes: Sequence[asyncio.Task[None]], seconds: float) -> None:
         task.result()
 
 
-async def measure(stack: BenchStack, args: argparse.Namespace, scratch: Path) -> list[Phase]:
+async def measure(
+    n: int, args: argparse.Namespace, scratch: Path, first_turn: int
+) -> tuple[BenchStack, list[Phase]]:
+    """Measure ``n`` workers of each kind on servers of their own: a fresh Temporal dev server
+    (its database file new: a file that grows makes the server slower) and a fresh database."""
+    folder = args.temporal_dir or scratch
+    db = folder / f"temporal-{scratch.name}-{n}.db"
+    try:
+        async with bench_stack(temporal_db=None if args.temporal_in_memory else db) as stack:
+            return stack, await measure_on(stack, n, args, scratch / f"{n}-workers", first_turn)
+    finally:
+        for leftover in folder.glob(f"{db.name}*"):  # the file, its journal and lock files
+            leftover.unlink()
+
+
+async def measure_on(
+    stack: BenchStack, n: int, args: argparse.Namespace, scratch: Path, turn: int
+) -> list[Phase]:
     anchors = Anchors.create(scratch / "anchors")
     logs = scratch / "logs"
     logs.mkdir()
@@ -277,35 +306,34 @@ async def measure(stack: BenchStack, args: argparse.Namespace, scratch: Path) ->
     }
     queues = task_queues()
     phases: list[Phase] = []
-    turn = 0  # the kind that goes first alternates: plain, Sagacity | Sagacity, plain | ...
     async with (
         witness_process(anchors, stack.database_url) as witness_url,
         CpuMeter.open(stack.database_url) as meter,
     ):
         rig = Rig(clients, queues, meter)
-        for n in args.workers:
-            specs = [
-                WorkerSpec(
-                    kind, queues[kind], stack.database_url, stack.temporal_address,
-                    stack.temporal_namespace, str(anchors.folder), witness_url,
+        specs = [
+            WorkerSpec(
+                kind, queues[kind], stack.database_url, stack.temporal_address,
+                stack.temporal_namespace, str(anchors.folder), witness_url,
+            )
+            for kind in KINDS for _ in range(n)
+        ]  # fmt: skip
+        # both kinds' fleets poll throughout; only the measured kind has sagas to run
+        async with fleet(specs, logs) as pids:
+            for in_flight in args.in_flight:
+                of_n = {kind: Phase(kind, n, in_flight) for kind in KINDS}
+                for _ in range(args.rounds):
+                    # the kind that goes first alternates: plain, Sagacity | Sagacity, plain
+                    for kind in KINDS if turn % 2 == 0 else KINDS[::-1]:
+                        meter.watched = frozenset(pids[kind])
+                        await closed_loop(rig, of_n[kind], args)
+                    turn += 1
+                phases += of_n.values()
+                print(
+                    f"  {n} workers, {in_flight} in flight: "
+                    + ", ".join(f"{k} {p.per_s:.1f} sagas/s" for k, p in of_n.items()),
+                    file=sys.stderr,
                 )
-                for kind in KINDS for _ in range(n)
-            ]  # fmt: skip
-            # both kinds' fleets poll throughout; only the measured kind has sagas to run
-            async with fleet(specs, logs) as pids:
-                for in_flight in args.in_flight:
-                    of_n = {kind: Phase(kind, n, in_flight) for kind in KINDS}
-                    for _ in range(args.rounds):
-                        for kind in KINDS if turn % 2 == 0 else KINDS[::-1]:
-                            meter.watched = frozenset(pids[kind])
-                            await closed_loop(rig, of_n[kind], args)
-                        turn += 1
-                    phases += of_n.values()
-                    print(
-                        f"  {n} workers, {in_flight} in flight: "
-                        + ", ".join(f"{k} {p.per_s:.1f} sagas/s" for k, p in of_n.items()),
-                        file=sys.stderr,
-                    )
     return phases
 
 
@@ -334,6 +362,7 @@ def rows(phases: Sequence[Phase]) -> list[list[object]]:
             per / p.workers, per,
             *(ms(p.cpu_s[k] / p.sagas) if p.sagas else float("nan")
               for k in ("this process", "temporal", "postgres")),
+            p.temporal_written / 1024 / p.sagas if p.sagas else float("nan"),
             f"{min(busy):.0f}-{max(busy):.0f}",
             p.active / p.samples if p.samples else float("nan"),
             p.lock_waits / p.active * 100 if p.active else 0.0,
@@ -345,6 +374,7 @@ def rows(phases: Sequence[Phase]) -> list[list[object]]:
 HEADERS = [
     "workers", "in flight", "kind", "sagas", "sagas/s", "Sagacity / plain", "p50 ms",
     "CPU ms/saga per worker (mean)", "all workers", "client", "temporal", "postgres",
+    "temporal KiB written/saga",
     "worker CPU % (least-most busy)", "active journal connections", "of which waiting on a lock %",
     "sequencers waiting their turn",
 ]  # fmt: skip
@@ -419,7 +449,10 @@ def report(stack: BenchStack, args: argparse.Namespace, phases: Sequence[Phase])
     if over:
         print(f"{', '.join(map(str, over))} workers overcommit the {cores} cores: beyond them the")
         print("workers, the client, Temporal and Postgres share the same CPUs")
-    print(f"Postgres: {stack.postgres_origin}; Temporal: {stack.temporal_origin}")
+    print(
+        f"Postgres: {stack.postgres_origin}; Temporal: {stack.temporal_origin}; a fresh "
+        "Temporal server and journal database for each worker count"
+    )
     print(
         "each Sagacity worker process: its own journal pool, checkpoints signed into one shared "
         "directory, payloads encrypted (AES-GCM codec), decisions checked against a keyring, its "
@@ -436,7 +469,8 @@ def report(stack: BenchStack, args: argparse.Namespace, phases: Sequence[Phase])
     print(table(HEADERS, rows(phases)))
     print(
         "\nCPU ms per saga: the worker processes (each, mean; and all of them), this process "
-        "(the client), the Temporal server, the Postgres backends serving this run's database. "
+        "(the client), the Temporal server, the Postgres backends serving this run's database; "
+        "what the Temporal server wrote to storage per saga (/proc/<pid>/io). "
         "Worker CPU %: each worker process's CPU time over the window (100 = one core). Lock "
         "waits: samples of pg_stat_activity every 0.2 s."
     )
@@ -460,7 +494,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--workers", type=counts, default=[1, 2, 4], help="worker process counts (1,2,4)"
     )
     parser.add_argument(
-        "--in-flight", type=counts, default=[20, 100], help="sagas in flight (20,100)"
+        "--in-flight", type=counts, default=[10, 50], help="sagas in flight (10,50)"
     )
     parser.add_argument("--seconds", type=float, default=15.0, help="measured per phase (15)")
     parser.add_argument("--warmup", type=float, default=5.0, help="warm-up per phase, at least (5)")
@@ -471,6 +505,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--temporal-dir",
         type=Path,
         help="where Temporal's database file goes (default: a temporary directory)",
+    )
+    parser.add_argument(
+        "--temporal-in-memory",
+        action="store_true",
+        help="keep Temporal's state in memory instead (no persistence: to see what the file costs)",
     )
     parser.add_argument("--fail-last", action="store_true", help="the last step fails")
     parser.add_argument(
@@ -485,15 +524,12 @@ async def main() -> int:
     args = parse()
     if args.worker:
         return await serve_worker(WorkerSpec(**json.loads(args.worker)))
+    phases: list[Phase] = []
     with tempfile.TemporaryDirectory(prefix="sagacity-scale-") as scratch:
-        folder = args.temporal_dir or Path(scratch)
-        db = folder / f"temporal-{Path(scratch).name}.db"
-        try:
-            async with bench_stack(temporal_db=db) as stack:
-                phases = await measure(stack, args, Path(scratch))
-        finally:
-            for leftover in folder.glob(f"{db.name}*"):  # the file, its WAL and lock files
-                leftover.unlink()
+        for i, n in enumerate(args.workers):
+            turn = i * len(args.in_flight) * args.rounds
+            stack, of_n = await measure(n, args, Path(scratch), turn)
+            phases += of_n
     report(stack, args, phases)
     if not args.no_plot:
         plot(phases, args.plot, f"Sagacity vs plain Temporal, {STEPS} steps/saga; {machine()}")

@@ -136,10 +136,14 @@ async def witness_process(anchors: Anchors, database_url: str) -> AsyncIterator[
 
 @contextlib.asynccontextmanager
 async def sagacity_plugin(
-    settings: Settings, database_url: str, anchors: Anchors | None
+    settings: Settings,
+    database_url: str,
+    anchors: Anchors | None,
+    witnesses: Sequence[TrustedWitness] = (),
 ) -> AsyncIterator[tuple[SagacityPlugin, JournalStore]]:
-    """A worker's plugin on a journal pool of its own, and its journal; ``anchors`` None: the
-    journal alone (no checkpoints, codec or keyring)."""
+    """A worker's plugin on a journal pool of its own, and its journal; with ``anchors``, the
+    transparency log's sequencer beside it, asking ``witnesses`` to cosign. ``anchors`` None:
+    the journal alone (no checkpoints, codec, keyring or sequencer)."""
     pool = await open_pool(
         database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
     )
@@ -153,18 +157,19 @@ async def sagacity_plugin(
             codec=None if anchors is None else anchors.codec,
             keyring=None if anchors is None else anchors.keyring(),
         )
-        yield plugin, journal
+        async with _sequencer(database_url, anchors, witnesses):
+            yield plugin, journal
     finally:
         await journal.close()
         await pool.close()
 
 
 @contextlib.asynccontextmanager
-async def sequencer(
+async def _sequencer(
     database_url: str, anchors: Anchors | None, witnesses: Sequence[TrustedWitness]
 ) -> AsyncIterator[None]:
-    """The transparency log's sequencer a worker runs beside its tool calls, on a pool of its
-    own (workers take turns under an advisory lock); nothing without anchors."""
+    """The sequencer a worker runs beside its tool calls, on a pool of its own (the workers of
+    a deployment each run one; they take turns under an advisory lock); none without anchors."""
     task = asyncio.create_task(
         run_sequencer(
             database_url,
