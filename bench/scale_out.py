@@ -232,6 +232,7 @@ async def closed_loop(rig: Rig, phase: Phase, args: argparse.Namespace) -> None:
         while len(ended) < phase.in_flight:
             await _running(lanes, 0.1)
         before, start = await rig.meter.reading(), time.perf_counter()
+        written_before = written(before["temporal"])
         sampler = asyncio.create_task(sample_waits(rig.meter, phase))
         try:
             await _running(lanes, args.seconds)
@@ -240,7 +241,7 @@ async def closed_loop(rig: Rig, phase: Phase, args: argparse.Namespace) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
         end, after = time.perf_counter(), await rig.meter.reading()
-        phase.temporal_written += written(after["temporal"]) - written(before["temporal"])
+        phase.temporal_written += written(after["temporal"]) - written_before
         stopping.set()
         await asyncio.gather(*lanes)  # the sagas in flight end; not counted
     finally:
