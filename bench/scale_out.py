@@ -18,10 +18,12 @@ process. Each plain worker process runs a plain worker of plain activities.
 Reported per N, in-flight count and kind: sagas/s and Sagacity's over plain's (target: 0.9x or
 better at every N, and growing with N as plain's does); CPU ms per saga of the worker processes
 (each, mean, and all), of the client, the Temporal server and the Postgres backends serving the
-run's database; each worker's CPU use (busy share of one core, least and most busy), and what
-shows whether anything serializes the workers: the journal connections found waiting on a
-lock, sampled from ``pg_stat_activity`` (the sequencers' turn-taking counted apart). A PNG plots
-sagas/s against workers and against sagas in flight.
+run's database; what the Temporal server wrote to storage per saga; each worker's CPU use (busy
+share of one core, least and most busy), and what shows whether anything serializes the
+workers: the journal connections found waiting on a lock, sampled from ``pg_stat_activity``
+(the sequencers' turn-taking counted apart). A PNG plots sagas/s against workers and against
+sagas in flight. Temporal and Postgres are fresh for each N (a growing database file slows the
+server down, which would count against the larger N).
 
 Run from the repository root: ``python -m bench.scale_out`` (embedded Postgres; set
 ``SAGACITY_DATABASE_URL`` to measure your own; Temporal is always this run's dev server).
