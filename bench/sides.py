@@ -25,7 +25,7 @@ from uuid import uuid4
 import httpx
 from psycopg.conninfo import conninfo_to_dict
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from bench._support import CpuMeter
 from bench.overhead_workload import PLAIN_ACTIVITIES, TOOLS, saga_spec
@@ -195,12 +195,13 @@ def sagacity_worker(
     It runs outside the workflow sandbox, as it ships; ``sandboxed``: inside, as a workflow of
     your own that uses ``Saga`` runs by default.
     """
-    runner = {"unsandboxed_workflow_runner": sandbox(None)} if sandboxed else {}
     return Worker(
         client,
         task_queue=task_queue,
         max_concurrent_activities=settings.max_concurrent_activities,
-        **runner,
+        # the runner of workflows defined sandboxed=False (Sagacity's generic one); Temporal's
+        # default unless asked
+        unsandboxed_workflow_runner=sandbox(None) if sandboxed else UnsandboxedWorkflowRunner(),
     )
 
 
