@@ -42,13 +42,17 @@ class BenchStack:
 
 
 @asynccontextmanager
-async def bench_stack(*, temporal: bool = True) -> AsyncIterator[BenchStack]:
-    """Start what the environment leaves unset (in-memory Temporal) and make a scratch database.
+async def bench_stack(
+    *, temporal: bool = True, temporal_db: Path | None = None
+) -> AsyncIterator[BenchStack]:
+    """Start what the environment leaves unset and make a scratch database.
 
-    The database is dropped at the end, so runs neither see nor leave each other's rows.
+    Temporal is the dev server, in memory, or with ``temporal_db`` its state in that file (a
+    server with persistence, as one that keeps its sagas across restarts runs). The database is
+    dropped at the end, so runs neither see nor leave each other's rows.
     """
     settings = load_settings()
-    stack = DevStack(settings, temporal_db="memory", temporal=temporal)
+    stack = DevStack(settings, temporal_db=temporal_db or "memory", temporal=temporal)
     endpoints = await stack.start()
     name = f"sagacity_bench_{uuid4().hex[:12]}"
     try:
@@ -61,9 +65,13 @@ async def bench_stack(*, temporal: bool = True) -> AsyncIterator[BenchStack]:
                 temporal_address=endpoints.temporal_address,
                 temporal_namespace=endpoints.temporal_namespace,
                 postgres_origin="embedded" if stack.runs_postgres else "SAGACITY_DATABASE_URL",
-                temporal_origin="embedded, in memory"
-                if stack.runs_temporal
-                else "TEMPORAL_ADDRESS",
+                temporal_origin=(
+                    "TEMPORAL_ADDRESS"
+                    if not stack.runs_temporal
+                    else "embedded, in memory"
+                    if temporal_db is None
+                    else "embedded dev server, state in a database file (SQLite)"
+                ),
             )
         finally:
             await drop_database(endpoints.database_url, name)
@@ -101,6 +109,8 @@ def _cell(value: object) -> str:
 
 #: what :class:`CpuMeter` reports on
 CPU_ACCOUNTS = ("this process", "temporal", "postgres")
+#: and, when it watches processes of this run's own (:attr:`CpuMeter.watched`), them
+WATCHED = "watched"
 
 _Reading = dict[str, dict[int, float]]
 
@@ -110,11 +120,19 @@ class CpuMeter:
     serving this run's database, so that others' load on a shared machine is not counted.
 
     Servers are found in /proc: the Temporal server as a ``temporal`` child of this process (the
-    dev stack's), backends by ``pg_stat_activity``. A server elsewhere reports NaN.
+    dev stack's), backends by ``pg_stat_activity``. A server elsewhere reports NaN. Processes
+    put in :attr:`watched` (a run's worker processes, say) are reported each on its own, by
+    pid, under :data:`WATCHED`.
     """
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self._conn = conn
+        self.watched: frozenset[int] = frozenset()
+
+    @property
+    def conn(self) -> psycopg.AsyncConnection[Any]:
+        """The meter's connection to the run's database (left out of what it measures)."""
+        return self._conn
 
     @classmethod
     @asynccontextmanager
@@ -129,9 +147,13 @@ class CpuMeter:
         )
         backends = {int(pid) for (pid,) in await cur.fetchall()}
         used: _Reading = {"this process": {0: time.process_time()}, "temporal": {}, "postgres": {}}
+        if self.watched:
+            used[WATCHED] = {}
         me = os.getpid()
         for pid, (command, ppid, cpu_s) in _processes().items():
-            if pid in backends:
+            if pid in self.watched:
+                used[WATCHED][pid] = cpu_s
+            elif pid in backends:
                 used["postgres"][pid] = cpu_s
             elif command == "temporal" and ppid == me:
                 used["temporal"][pid] = cpu_s
@@ -139,13 +161,21 @@ class CpuMeter:
 
     async def since(self, earlier: _Reading) -> dict[str, float]:
         """CPU seconds per account since ``earlier`` (a process born since counts from zero)."""
-        now = await self.reading()
-        return {
-            account: sum(s - earlier[account].get(pid, 0.0) for pid, s in now[account].items())
-            if now[account]
-            else math.nan
-            for account in CPU_ACCOUNTS
-        }
+        return spent(earlier, await self.reading())
+
+
+def spent(earlier: _Reading, now: _Reading) -> dict[str, float]:
+    """CPU seconds per account (NaN: none of its processes seen) between two readings."""
+    return {
+        account: sum(each.values()) if (each := spent_each(earlier, now, account)) else math.nan
+        for account in (*CPU_ACCOUNTS, *((WATCHED,) if WATCHED in now else ()))
+    }
+
+
+def spent_each(earlier: _Reading, now: _Reading, account: str) -> dict[int, float]:
+    """CPU seconds of each process of ``account`` between two readings, by pid."""
+    before = earlier.get(account, {})
+    return {pid: s - before.get(pid, 0.0) for pid, s in now.get(account, {}).items()}
 
 
 def _processes() -> dict[int, tuple[str, int, float]]:

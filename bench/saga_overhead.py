@@ -29,22 +29,15 @@ import argparse
 import asyncio
 import contextlib
 import math
-import socket
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from uuid import uuid4
 
-import httpx
-from psycopg.conninfo import conninfo_to_dict
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Worker
 
 from bench._support import (
     CPU_ACCOUNTS,
@@ -57,26 +50,22 @@ from bench._support import (
     run,
     table,
 )
-from bench.overhead_workload import PLAIN_ACTIVITIES, TOOLS, saga_spec
-from bench.plain_workflow import NAME as PLAIN_WORKFLOW
-from bench.plain_workflow import STEPS, PlainThreeSteps
-from sagacity.devkeys import ensure_dev_approvers
-from sagacity.devwitness import log_key
-from sagacity.evidence.checkpoints import CheckpointWriter
-from sagacity.evidence.decisions import load_keyring
-from sagacity.evidence.keys import generate_key, load_private_key
-from sagacity.evidence.tlog import run_sequencer
-from sagacity.evidence.trust import TrustedWitness
-from sagacity.evidence.witness import DEFAULT_NAME, witness_key
+from bench.plain_workflow import STEPS
+from bench.sides import (
+    PLAIN,
+    SAGACITY,
+    Anchors,
+    Rig,
+    execute,
+    plain_worker,
+    sagacity_plugin,
+    sagacity_worker,
+    task_queues,
+    witness_process,
+)
 from sagacity.journal import Phase
-from sagacity.store import ApprovalStore, JournalStore, open_pool
-from sagacity.temporal.codec import AesGcmCodec, new_codec_key, parse_keys
-from sagacity.temporal.models import SagaResult, SagaState
-from sagacity.temporal.plugin import SagacityPlugin, sandbox
-from sagacity.temporal.workflow import STEPS_WORKFLOW
+from sagacity.store import JournalStore
 
-SAGACITY = "sagacity"
-PLAIN = "plain"
 TARGET_RATIO = 0.85
 
 
@@ -100,40 +89,6 @@ class Totals:
     @property
     def per_s(self) -> float:
         return self.sagas / self.wall_s if self.wall_s else 0.0
-
-
-@dataclass(frozen=True)
-class Rig:
-    """Where each kind's sagas are started (its own client and worker), and who measures them."""
-
-    clients: dict[str, Client]
-    task_queues: dict[str, str]
-    meter: CpuMeter
-
-
-async def execute(rig: Rig, kind: str, *, fail_last: bool) -> str:
-    """Run one saga of ``kind`` to its end; returns its workflow id. Raises on a wrong outcome."""
-    wid = f"bench-{kind}-{uuid4().hex[:12]}"
-    client, task_queue = rig.clients[kind], rig.task_queues[kind]
-    if kind == SAGACITY:
-        result: SagaResult = await client.execute_workflow(
-            STEPS_WORKFLOW,
-            saga_spec(fail_last=fail_last),
-            id=wid,
-            task_queue=task_queue,
-            result_type=SagaResult,
-        )
-        status = result.status.value
-        expected = SagaState.COMPENSATED.value if fail_last else SagaState.COMPLETED.value
-    else:
-        plain: dict[str, Any] = await client.execute_workflow(
-            PLAIN_WORKFLOW, fail_last, id=wid, task_queue=task_queue, result_type=dict
-        )
-        status = str(plain["status"])
-        expected = "compensated" if fail_last else "completed"
-    if status != expected:
-        raise RuntimeError(f"{wid} ended {status}, expected {expected}")
-    return wid
 
 
 async def run_batch(rig: Rig, kind: str, n: int, concurrency: int, *, fail_last: bool) -> Totals:
@@ -378,65 +333,32 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | None) -> None:
+async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors | None) -> None:
     settings = stack.settings
-    pool = await open_pool(
-        stack.database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
-    )
-    journal = JournalStore(pool)
-    checkpoints = key = codec = keyring = None
-    if anchors is not None:
+    async with contextlib.AsyncExitStack() as opened:
+        # the sequencer a worker runs beside its tool calls asks a witness (a `sagacity
+        # witness` process of its own, as the dev stack's trust file names one)
+        witnesses = []
+        if anchors is not None:
+            url = await opened.enter_async_context(witness_process(anchors, stack.database_url))
+            witnesses.append(anchors.witness(url))
         # as a new user's worker runs: checkpoints, the payload codec, a decision keyring
-        key = anchors / "signing.pem"
-        checkpoints = CheckpointWriter(anchors / "checkpoints", generate_key(key))
-        codec = AesGcmCodec(parse_keys(new_codec_key("bench")))
-        approvers, _ = ensure_dev_approvers(anchors, user="bench")
-        keyring = load_keyring(approvers.keyring)
-    plugin = SagacityPlugin(
-        journal=journal,
-        approvals=ApprovalStore(pool),
-        tools=TOOLS,
-        checkpoints=checkpoints,
-        codec=codec,
-        keyring=keyring,
-    )
-    connect = {"target_host": stack.temporal_address, "namespace": stack.temporal_namespace}
-    # plain Temporal as it comes: its own client (no Sagacity converter, no codec) and worker
-    clients = {
-        SAGACITY: await Client.connect(**connect, plugins=[plugin]),
-        PLAIN: await Client.connect(**connect),
-    }
-    queues = {kind: f"bench-{kind}-{uuid4().hex[:8]}" for kind in clients}
-    # the runner for workflows defined sandboxed=False (Sagacity's generic one); the sandbox
-    # the plugin configures otherwise
-    runner = {"unsandboxed_workflow_runner": sandbox(None)} if args.sandboxed else {}
-    workers = [
-        Worker(
-            clients[SAGACITY],
-            task_queue=queues[SAGACITY],
-            max_concurrent_activities=settings.max_concurrent_activities,
-            **runner,
-        ),
-        Worker(
-            clients[PLAIN],
-            task_queue=queues[PLAIN],
-            workflows=[PlainThreeSteps],
-            activities=PLAIN_ACTIVITIES,
-            max_concurrent_activities=settings.max_concurrent_activities,
-        ),
-    ]
-    # the sequencer a worker runs beside its tool calls, on a pool of its own, asking a witness
-    # (a `sagacity witness` process of its own, as the dev stack's trust file names one)
-    witnesses = [] if anchors is None else [await stack_witness(anchors, stack.database_url, key)]
-    sequence = run_sequencer(
-        stack.database_url,
-        checkpoints and checkpoints.path,
-        key,
-        every=10.0,
-        witnesses=[trusted for trusted, _ in witnesses],
-    )
-    sequencer = asyncio.create_task(sequence)
-    try:
+        plugin, journal = await opened.enter_async_context(
+            sagacity_plugin(settings, stack.database_url, anchors, witnesses)
+        )
+        connect = {"target_host": stack.temporal_address, "namespace": stack.temporal_namespace}
+        # plain Temporal as it comes: its own client (no Sagacity converter, no codec) and worker
+        clients = {
+            SAGACITY: await Client.connect(**connect, plugins=[plugin]),
+            PLAIN: await Client.connect(**connect),
+        }
+        queues = task_queues()
+        workers = [
+            sagacity_worker(
+                clients[SAGACITY], queues[SAGACITY], settings, sandboxed=args.sandboxed
+            ),
+            plain_worker(clients[PLAIN], queues[PLAIN], settings),
+        ]
         async with workers[0], workers[1], CpuMeter.open(stack.database_url) as meter:
             rig = Rig(clients, queues, meter)
             for kind in (PLAIN, SAGACITY):  # warm up: sandbox, connections, caches
@@ -455,15 +377,6 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
                 kind: [shape(h) for h in await histories(clients[kind], alone[kind].ids)]
                 for kind in (PLAIN, SAGACITY)
             }
-    finally:
-        sequencer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sequencer
-        for _, process in witnesses:
-            process.terminate()
-            await process.wait()
-        await journal.close()
-        await pool.close()
 
     print(f"\n# Sagacity vs plain Temporal: {STEPS} trivial steps per saga")
     print(f"machine: {machine()}")
@@ -530,34 +443,6 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Path | N
     ))  # fmt: skip
 
 
-async def stack_witness(
-    anchors: Path, database_url: str, key: Path | None
-) -> tuple[TrustedWitness, asyncio.subprocess.Process]:
-    """A `sagacity witness` process witnessing the bench database's log, started and ready."""
-    assert key is not None
-    folder = anchors / "witness"
-    public = witness_key(folder).public_key()
-    database = str(conninfo_to_dict(database_url)["dbname"])
-    log = log_key(database, load_private_key(key).public_key())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("sagacity")), "witness", "--folder", str(folder),
-        "--listen", f"127.0.0.1:{port}", "--log", log.vkey(),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient() as http:
-        for _ in range(200):
-            with contextlib.suppress(httpx.TransportError):
-                await http.get(f"{url}/checkpoint", params={"origin": log.name})
-                return TrustedWitness(DEFAULT_NAME, public, url), process
-            await asyncio.sleep(0.05)
-    process.terminate()
-    raise RuntimeError("the bench's witness did not start")
-
-
 async def main() -> int:
     args = parse()
     async with bench_stack() as stack:
@@ -565,7 +450,7 @@ async def main() -> int:
             await measure(stack, args, None)
         else:
             with tempfile.TemporaryDirectory(prefix="sagacity-anchors-") as anchors:
-                await measure(stack, args, Path(anchors))
+                await measure(stack, args, Anchors.create(Path(anchors)))
     return 0
 
 
