@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -25,6 +25,7 @@ from sagacity.journal import (
     utc_micros,
 )
 from sagacity.store.db import Pool, naive_utc, open_pool, translate_errors
+from sagacity.store.halts import HALTED
 from sagacity.store.owners import SagaOwner, SagaOwners
 from sagacity.store.placement import pool_schema, qualify
 from sagacity.store.undo_locks import UndoLocks
@@ -113,6 +114,16 @@ class SagaSummary:
     first_at: datetime
     last_at: datetime
     last_phase: Phase
+
+
+@dataclass(frozen=True, slots=True)
+class UndoClaim:
+    """What :meth:`JournalStore.undo_claim` found: whether this attempt holds the undo lock,
+    the row already written where its COMPENSATED row goes, and the halt holding it (its id)."""
+
+    mine: bool
+    written: Entry | None
+    halt_id: int | None
 
 
 class JournalStore:
@@ -326,6 +337,30 @@ class JournalStore:
     def exclusive(self, saga_id: str, seq: int) -> AbstractAsyncContextManager[bool]:
         """The undo lock on (saga, seq), held for the body (:meth:`UndoLocks.exclusive`)."""
         return self._undo.exclusive(saga_id, seq)
+
+    @asynccontextmanager
+    async def undo_claim(
+        self, saga_id: str, call_seq: int, *, row_seq: int, tool_name: str, task_queue: str
+    ) -> AsyncIterator[UndoClaim]:
+        """The undo lock on the call at ``call_seq`` (:meth:`exclusive`), and in the same round
+        trip, read once the lock is tried: the row at ``row_seq`` (where the undo's
+        COMPENSATED row goes) and the halt that holds a compensation of ``tool_name`` from this
+        ``task_queue``, if any (the gate's predicate, as :meth:`HaltStore.holding` asks it)."""
+        if self._schema is None:
+            with translate_errors(f"read saga {saga_id!r}"):
+                async with self._pool.connection() as conn:
+                    await self._in(conn)
+        assert self._schema is not None
+        reads = [
+            (qualify(_GET, self._schema), (saga_id, row_seq)),
+            (qualify(HALTED, self._schema), (saga_id, tool_name, task_queue, True)),
+        ]
+        async with self._undo.claim(saga_id, call_seq, reads) as (mine, (row, halt)):
+            yield UndoClaim(
+                mine=mine,
+                written=None if row is None else _entry(row),
+                halt_id=None if halt is None or halt[0] is None else int(halt[0]),
+            )
 
     async def undoing(self, saga_id: str, seqs: Sequence[int]) -> list[int]:
         """The calls at ``seqs`` whose compensation runs now (:meth:`UndoLocks.undoing`)."""

@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from sagacity.store.db import Pool, new_pool, translate_errors
 
 # First key space of the advisory locks that make one compensation attempt at a time.
 _UNDO_LOCK_SPACE = 0x5A6B
+
+_LOCK = "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended(%s, 0))"
+_UNLOCK = "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))"
 
 # Which of the given calls' compensation locks (:meth:`UndoLocks.exclusive`) a session holds:
 # a session advisory lock on one bigint key shows in pg_locks as its high and low halves.
@@ -72,27 +76,37 @@ class UndoLocks:
         A session advisory lock on a pooled connection kept for the body: released when the body
         ends, or by the server when the holder's connection dies with its process.
         """
+        async with self.claim(saga_id, seq) as (locked, _):
+            yield locked
+
+    @contextlib.asynccontextmanager
+    async def claim(
+        self, saga_id: str, seq: int, reads: Sequence[tuple[str, Sequence[object]]] = ()
+    ) -> AsyncIterator[tuple[bool, list[tuple[Any, ...] | None]]]:
+        """:meth:`exclusive`, and ``reads`` (statements, each answering one row or none) run
+        after the lock is tried, in the same round trip (a pipeline): whether the lock is held,
+        and each read's row. Each read sees what was committed before the lock was taken
+        (READ COMMITTED: a statement's snapshot is taken when it starts, after the one before
+        it ended), so a holder that wrote before it unlocked is seen."""
         where = f"lock saga {saga_id!r} seq {seq}"
         key = _undo_key(saga_id, seq)
         with translate_errors(where):
             locks = await self._locks()
             conn = await locks.getconn()
-        locked = False
+        # until the answer is read, the lock may be held: a failure closes the session
+        locked = True
         try:
             with translate_errors(where):
-                cur = await conn.execute(
-                    "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended(%s, 0))",
-                    (key,),
-                )
-                row = await cur.fetchone()
+                async with conn.pipeline():
+                    lock = await conn.execute(_LOCK, (key,))
+                    cursors = [await conn.execute(sql, params) for sql, params in reads]
+                row = await lock.fetchone()
+                rows = [await cur.fetchone() for cur in cursors]
             locked = bool(row and row[0])
-            yield locked
+            yield locked, rows
             if locked:
                 with translate_errors(where):
-                    await conn.execute(
-                        "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))",
-                        (key,),
-                    )
+                    await conn.execute(_UNLOCK, (key,))
                 locked = False
         finally:
             if locked:
