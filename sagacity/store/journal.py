@@ -28,7 +28,7 @@ from sagacity.store.db import Pool, naive_utc, open_pool, translate_errors
 from sagacity.store.halts import HALTED
 from sagacity.store.owners import SagaOwner, SagaOwners
 from sagacity.store.placement import pool_schema, qualify
-from sagacity.store.undo_locks import UndoLocks
+from sagacity.store.undo_locks import HeldLock, UndoLocks
 
 _COLUMNS = "saga_id, seq, tool_name, phase, input, payload, timestamp, hash"
 
@@ -67,6 +67,8 @@ HALTED_SQLSTATE = "SGHLT"
 
 
 _GET = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s AND seq = %s"
+#: the row at (saga, seq) is the one hashed so (committed, as a later statement sees it)
+_WRITTEN = "SELECT FROM {side_effect_journal} WHERE saga_id = %s AND seq = %s AND hash = %s"
 _HEAD = (
     f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s ORDER BY seq DESC LIMIT 1"
 )
@@ -116,14 +118,37 @@ class SagaSummary:
     last_phase: Phase
 
 
-@dataclass(frozen=True, slots=True)
 class UndoClaim:
-    """What :meth:`JournalStore.undo_claim` found: whether this attempt holds the undo lock,
-    the row already written where its COMPENSATED row goes, and the halt holding it (its id)."""
+    """What :meth:`JournalStore.undo_claim` found: whether this attempt holds the undo lock
+    (``mine``), the row already written where its COMPENSATED row goes (``written``) and the
+    halt holding it (``halt_id``); and :meth:`record`, which writes that row and unlocks."""
 
-    mine: bool
-    written: Entry | None
-    halt_id: int | None
+    def __init__(self, held: HeldLock, schema: str, row: Any, halt: Any) -> None:
+        self._held = held
+        self._schema = schema
+        self.mine = held.locked
+        self.written = None if row is None else _entry(row)
+        self.halt_id = None if halt is None or halt[0] is None else int(halt[0])
+
+    async def record(self, draft: Draft, *, seq: int, prev_hash: str) -> Entry:
+        """Append ``draft`` at ``seq`` as :meth:`JournalStore.append_at` does, over the lock's
+        connection, and release the lock once the row is committed, in the same round trip: the
+        lock is never free while the row is not in. A row not written (a conflict) keeps the
+        lock, for the caller to write elsewhere under it. :class:`StoreUnavailable` when the
+        round trip failed: the row may be committed (and the lock is released on leaving)."""
+        entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
+        conn = self._held.conn
+        with translate_errors(f"append to saga {draft.saga_id!r} at seq {seq}"):
+            row = await self._held.write_then_release(
+                (qualify(_INSERT, self._schema), _insert_params(entry, prev_hash, None)),
+                (qualify(_WRITTEN, self._schema), (entry.saga_id, entry.seq, entry.hash)),
+            )
+            assert row is not None  # the statement always returns exactly one row
+            if row[0]:
+                return entry
+            return await _not_inserted(
+                conn, self._schema, draft, seq, prev_hash, row[1], exclusive=False
+            )
 
 
 class JournalStore:
@@ -355,12 +380,8 @@ class JournalStore:
             (qualify(_GET, self._schema), (saga_id, row_seq)),
             (qualify(HALTED, self._schema), (saga_id, tool_name, task_queue, True)),
         ]
-        async with self._undo.claim(saga_id, call_seq, reads) as (mine, (row, halt)):
-            yield UndoClaim(
-                mine=mine,
-                written=None if row is None else _entry(row),
-                halt_id=None if halt is None or halt[0] is None else int(halt[0]),
-            )
+        async with self._undo.claim(saga_id, call_seq, reads) as held:
+            yield UndoClaim(held, self._schema, *held.rows)
 
     async def undoing(self, saga_id: str, seqs: Sequence[int]) -> list[int]:
         """The calls at ``seqs`` whose compensation runs now (:meth:`UndoLocks.undoing`)."""
@@ -561,20 +582,7 @@ async def _try_insert(
     """
     try:
         cur = await conn.execute(
-            qualify(_INSERT, schema),
-            {
-                "saga_id": entry.saga_id,
-                "seq": entry.seq,
-                "tool_name": entry.tool_name,
-                "phase": entry.phase.value,
-                "input": entry.input,
-                "payload": entry.payload,
-                "timestamp": naive_utc(entry.timestamp),
-                "hash": entry.hash,
-                "prev_hash": prev_hash,
-                "genesis": GENESIS_HASH,
-                "task_queue": task_queue or "",
-            },
+            qualify(_INSERT, schema), _insert_params(entry, prev_hash, task_queue)
         )
     except psycopg.Error as exc:
         if exc.sqlstate != HALTED_SQLSTATE:
@@ -588,6 +596,23 @@ async def _try_insert(
     row = await cur.fetchone()
     assert row is not None  # the statement always returns exactly one row
     return row[0], row[1]
+
+
+def _insert_params(entry: Entry, prev_hash: str, task_queue: str | None) -> dict[str, object]:
+    """The parameters of ``_INSERT`` for ``entry``."""
+    return {
+        "saga_id": entry.saga_id,
+        "seq": entry.seq,
+        "tool_name": entry.tool_name,
+        "phase": entry.phase.value,
+        "input": entry.input,
+        "payload": entry.payload,
+        "timestamp": naive_utc(entry.timestamp),
+        "hash": entry.hash,
+        "prev_hash": prev_hash,
+        "genesis": GENESIS_HASH,
+        "task_queue": task_queue or "",
+    }
 
 
 def _halt_id(detail: str | None) -> int:
@@ -611,6 +636,20 @@ async def _insert_at(
     inserted, stored_prev = await _try_insert(conn, schema, entry, prev_hash, task_queue)
     if inserted:
         return entry
+    return await _not_inserted(conn, schema, draft, seq, prev_hash, stored_prev, exclusive)
+
+
+async def _not_inserted(
+    conn: psycopg.AsyncConnection[Any],
+    schema: str,
+    draft: Draft,
+    seq: int,
+    prev_hash: str,
+    stored_prev: str | None,
+    exclusive: bool,
+) -> Entry:
+    """An insert at ``seq`` that did not go in (``stored_prev``: the hash of the row before):
+    the row already there when it is this very one again, else why not."""
     where = f"saga {draft.saga_id!r} seq {seq}"
     if stored_prev is None:
         raise SeqConflict(f"{where}: there is no row {seq - 1} to follow")

@@ -15,6 +15,7 @@ from sagacity.errors import (
     PermanentCompensationError,
     ResultUnavailable,
     SeqConflict,
+    StoreUnavailable,
     UnknownTool,
 )
 from sagacity.journal import Draft, Entry, JournaledResult, Phase
@@ -84,9 +85,15 @@ class Compensation:
                         await self._unless_held(req, held.halt_id)
                     await self._undo(req, tool)
                     try:
-                        row = await self.writes.append_at(
-                            done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
-                        )
+                        try:
+                            # written, committed and unlocked in one round trip
+                            row = await held.record(done, seq=req.seq, prev_hash=req.prev_hash)
+                        except StoreUnavailable:
+                            # the lock's session failed mid-write (the row may be in): as any
+                            # append, waiting out an outage, and an identical row is this one
+                            row = await self.writes.append_at(
+                                done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
+                            )
                     except SeqConflict:
                         # the undo ran, so the journal must say so: another writer took the seq
                         # (a rollback of this saga's terminated run, while this undo ran), and
