@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from datetime import datetime
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -93,10 +94,16 @@ class TimedJournalStore(JournalStore):
         prev_hash: str | None = None,
         exclusive: bool = False,
         task_queue: str | None = None,
+        timestamp: datetime | None = None,
     ) -> list[Entry]:
         with JOURNAL_APPEND_SECONDS.time():
             return await super().append_batch_at(
-                drafts, seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
+                drafts,
+                seq=seq,
+                prev_hash=prev_hash,
+                exclusive=exclusive,
+                task_queue=task_queue,
+                timestamp=timestamp,
             )
 
 

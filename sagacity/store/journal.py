@@ -147,7 +147,7 @@ class UndoClaim:
             if row[0]:
                 return entry
             return await _not_inserted(
-                conn, self._schema, draft, seq, prev_hash, row[1], exclusive=False
+                conn, self._schema, entry, draft, prev_hash, row[1], exclusive=False
             )
 
 
@@ -245,12 +245,18 @@ class JournalStore:
         prev_hash: str | None = None,
         exclusive: bool = False,
         task_queue: str | None = None,
+        timestamp: datetime | None = None,
     ) -> Entry:
         """Append ``draft`` at ``seq`` exactly; idempotent, for callers that choose seqs.
 
         If ``seq`` already holds a row recording the same thing (a retry or replay), that row is
         returned, or with ``exclusive`` :class:`SeqTaken` is raised: the caller must know whether
-        it wrote the row itself (two overlapping attempts of one call must not both proceed). A
+        it wrote the row itself (two overlapping attempts of one call must not both proceed).
+        ``timestamp``: the row's (None: now). A caller that tries one write again after an error
+        that may have come after the commit (the answer lost with the connection) passes its
+        first try's: the retry seals the very row the first try sent, and a row found there with
+        its hash is its own, even ``exclusive`` (another writer's row, sealed at another
+        microsecond, hashes otherwise). A
         different row there, or a predecessor whose hash is not ``prev_hash``, is a
         :class:`SeqConflict`. With ``prev_hash`` given this is one round trip; without, the
         predecessor is read first.
@@ -261,7 +267,12 @@ class JournalStore:
         matched with a halt's task-queue scope (None: not said, held by every such halt).
         """
         (entry,) = await self.append_batch_at(
-            [draft], seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
+            [draft],
+            seq=seq,
+            prev_hash=prev_hash,
+            exclusive=exclusive,
+            task_queue=task_queue,
+            timestamp=timestamp,
         )
         return entry
 
@@ -273,6 +284,7 @@ class JournalStore:
         prev_hash: str | None = None,
         exclusive: bool = False,
         task_queue: str | None = None,
+        timestamp: datetime | None = None,
     ) -> list[Entry]:
         """Append ``drafts`` at ``seq``, ``seq + 1``, …: all of them or, on any conflict, none.
 
@@ -302,7 +314,18 @@ class JournalStore:
                     entries = []
                     for offset, draft in enumerate(drafts):
                         entry = await _insert_at(
-                            conn, schema, draft, seq + offset, prev_hash, exclusive, task_queue
+                            conn,
+                            schema,
+                            seal(
+                                draft,
+                                seq=seq + offset,
+                                prev_hash=prev_hash,
+                                timestamp=timestamp or _now(),
+                            ),
+                            draft,
+                            prev_hash,
+                            exclusive,
+                            task_queue,
                         )
                         entries.append(entry)
                         prev_hash = entry.hash
@@ -626,30 +649,33 @@ def _halt_id(detail: str | None) -> int:
 async def _insert_at(
     conn: psycopg.AsyncConnection[Any],
     schema: str,
+    entry: Entry,
     draft: Draft,
-    seq: int,
     prev_hash: str,
     exclusive: bool,
     task_queue: str | None,
 ) -> Entry:
-    entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
+    """Insert ``entry`` (``draft`` sealed after ``prev_hash``), or tell why it is not in."""
     inserted, stored_prev = await _try_insert(conn, schema, entry, prev_hash, task_queue)
     if inserted:
         return entry
-    return await _not_inserted(conn, schema, draft, seq, prev_hash, stored_prev, exclusive)
+    return await _not_inserted(conn, schema, entry, draft, prev_hash, stored_prev, exclusive)
 
 
 async def _not_inserted(
     conn: psycopg.AsyncConnection[Any],
     schema: str,
+    entry: Entry,
     draft: Draft,
-    seq: int,
     prev_hash: str,
     stored_prev: str | None,
     exclusive: bool,
 ) -> Entry:
-    """An insert at ``seq`` that did not go in (``stored_prev``: the hash of the row before):
-    the row already there when it is this very one again, else why not."""
+    """An insert of ``entry`` that did not go in (``stored_prev``: the hash of the row before):
+    the row already there when it records the same thing, else why not. With ``exclusive``,
+    a row that records the same thing is :class:`SeqTaken` unless it is ``entry`` itself (its
+    hash), which an earlier try of this very write committed."""
+    seq = entry.seq
     where = f"saga {draft.saga_id!r} seq {seq}"
     if stored_prev is None:
         raise SeqConflict(f"{where}: there is no row {seq - 1} to follow")
@@ -662,7 +688,7 @@ async def _not_inserted(
     # The predecessor matched, so the seq was taken: fine if it is this very row again.
     existing = await _get(conn, schema, draft.saga_id, seq)
     if existing is not None and existing.same_content(draft):
-        if exclusive:
+        if exclusive and existing.hash != entry.hash:
             raise SeqTaken(
                 f"{where} already holds this {draft.phase} row, written by another writer"
             )
