@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from sagacity.journal import Draft, Entry
-from sagacity.store.journal import JournalStore
+from sagacity.store.journal import JournalStore, UndoClaim
 
 __all__ = [
     "APPROVALS_WAITING",
@@ -79,8 +79,15 @@ JOURNAL_APPEND_SECONDS = Histogram(
 class TimedJournalStore(JournalStore):
     """The journal store, timing every append into ``sagacity_journal_append_seconds``.
 
-    ``append_at`` is one ``append_batch_at``, so timing these two covers every write.
+    ``append_at`` is one ``append_batch_at``, so timing these and ``append_claimed`` (a
+    compensation's row) covers every write.
     """
+
+    async def append_claimed(
+        self, claim: UndoClaim, draft: Draft, *, seq: int, prev_hash: str
+    ) -> Entry:
+        with JOURNAL_APPEND_SECONDS.time():
+            return await super().append_claimed(claim, draft, seq=seq, prev_hash=prev_hash)
 
     async def append(self, draft: Draft) -> Entry:
         with JOURNAL_APPEND_SECONDS.time():

@@ -121,34 +121,13 @@ class SagaSummary:
 class UndoClaim:
     """What :meth:`JournalStore.undo_claim` found: whether this attempt holds the undo lock
     (``mine``), the row already written where its COMPENSATED row goes (``written``) and the
-    halt holding it (``halt_id``); and :meth:`record`, which writes that row and unlocks."""
+    halt holding it (``halt_id``). :meth:`JournalStore.append_claimed` writes that row."""
 
-    def __init__(self, held: HeldLock, schema: str, row: Any, halt: Any) -> None:
-        self._held = held
-        self._schema = schema
+    def __init__(self, held: HeldLock, row: Any, halt: Any) -> None:
+        self.held = held
         self.mine = held.locked
         self.written = None if row is None else _entry(row)
         self.halt_id = None if halt is None or halt[0] is None else int(halt[0])
-
-    async def record(self, draft: Draft, *, seq: int, prev_hash: str) -> Entry:
-        """Append ``draft`` at ``seq`` as :meth:`JournalStore.append_at` does, over the lock's
-        connection, and release the lock once the row is committed, in the same round trip: the
-        lock is never free while the row is not in. A row not written (a conflict) keeps the
-        lock, for the caller to write elsewhere under it. :class:`StoreUnavailable` when the
-        round trip failed: the row may be committed (and the lock is released on leaving)."""
-        entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
-        conn = self._held.conn
-        with translate_errors(f"append to saga {draft.saga_id!r} at seq {seq}"):
-            row = await self._held.write_then_release(
-                (qualify(_INSERT, self._schema), _insert_params(entry, prev_hash, None)),
-                (qualify(_WRITTEN, self._schema), (entry.saga_id, entry.seq, entry.hash)),
-            )
-            assert row is not None  # the statement always returns exactly one row
-            if row[0]:
-                return entry
-            return await _not_inserted(
-                conn, self._schema, entry, draft, prev_hash, row[1], exclusive=False
-            )
 
 
 class JournalStore:
@@ -404,7 +383,30 @@ class JournalStore:
             (qualify(HALTED, self._schema), (saga_id, tool_name, task_queue, True)),
         ]
         async with self._undo.claim(saga_id, call_seq, reads) as held:
-            yield UndoClaim(held, self._schema, *held.rows)
+            yield UndoClaim(held, *held.rows)
+
+    async def append_claimed(
+        self, claim: UndoClaim, draft: Draft, *, seq: int, prev_hash: str
+    ) -> Entry:
+        """Append ``draft`` at ``seq`` as :meth:`append_at` does, over the connection of
+        ``claim`` (held), and release its lock once the row is committed, in the same round
+        trip: the lock is never free while the row is not in. A row not written (a conflict)
+        keeps the lock, for the caller to write elsewhere under it. :class:`StoreUnavailable`
+        when the round trip failed: the row may be committed (the lock goes with the session
+        when the claim ends)."""
+        assert self._schema is not None  # found by undo_claim
+        entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
+        with translate_errors(f"append to saga {draft.saga_id!r} at seq {seq}"):
+            row = await claim.held.write_then_release(
+                (qualify(_INSERT, self._schema), _insert_params(entry, prev_hash, None)),
+                (qualify(_WRITTEN, self._schema), (entry.saga_id, entry.seq, entry.hash)),
+            )
+            assert row is not None  # the statement always returns exactly one row
+            if row[0]:
+                return entry
+            return await _not_inserted(
+                claim.held.conn, self._schema, entry, draft, prev_hash, row[1], exclusive=False
+            )
 
     async def undoing(self, saga_id: str, seqs: Sequence[int]) -> list[int]:
         """The calls at ``seqs`` whose compensation runs now (:meth:`UndoLocks.undoing`)."""

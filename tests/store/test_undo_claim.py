@@ -33,7 +33,7 @@ async def test_the_row_is_committed_before_the_lock_is_free(
         assert held.mine and held.written is None and held.halt_id is None
         async with _claim(store, saga_id) as other:
             assert not other.mine  # one attempt at a time
-        row = await held.record(_done(saga_id), seq=3, prev_hash=executed.hash)
+        row = await store.append_claimed(held, _done(saga_id), seq=3, prev_hash=executed.hash)
         assert await store.get(saga_id, 3) == row
         # released with the commit, before the body ends: the next attempt holds it, and reads
         # the row (so it does not undo again)
@@ -53,7 +53,7 @@ async def test_a_row_not_written_keeps_the_lock_until_the_body_ends(
     async with _claim(store, saga_id) as held:
         assert held.mine and held.written == rows[-1]
         with pytest.raises(SeqConflict):
-            await held.record(_done(saga_id), seq=3, prev_hash=rows[1].hash)
+            await store.append_claimed(held, _done(saga_id), seq=3, prev_hash=rows[1].hash)
         # the caller writes elsewhere under the lock (a compensation appends after the tail)
         assert await store.undoing(saga_id, [1]) == [1]
         row = await store.append(_done(saga_id))

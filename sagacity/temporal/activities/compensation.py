@@ -87,7 +87,9 @@ class Compensation:
                     try:
                         try:
                             # written, committed and unlocked in one round trip
-                            row = await held.record(done, seq=req.seq, prev_hash=req.prev_hash)
+                            row = await self.state.journal.append_claimed(
+                                held, done, seq=req.seq, prev_hash=req.prev_hash
+                            )
                         except StoreUnavailable:
                             # the lock's session failed mid-write (the row may be in): as any
                             # append, waiting out an outage, and an identical row is this one
