@@ -69,8 +69,8 @@ async def heartbeating() -> AsyncIterator[Heartbeat]:
 
     def beat() -> None:
         nonlocal timer
+        timer = loop.call_later(interval, beat)  # first: a beat that raises stops none after it
         beats.beat()
-        timer = loop.call_later(interval, beat)
 
     # the first beat waits a third of the timeout: a fast call sends none at all. A timer, not
     # a task: nothing to create, cancel and await per activity (it runs in this context, the
