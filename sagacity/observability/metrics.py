@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from datetime import datetime
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from sagacity.journal import Draft, Entry
-from sagacity.store.journal import JournalStore
+from sagacity.store.journal import JournalStore, UndoClaim
 
 __all__ = [
     "APPROVALS_WAITING",
@@ -78,8 +79,15 @@ JOURNAL_APPEND_SECONDS = Histogram(
 class TimedJournalStore(JournalStore):
     """The journal store, timing every append into ``sagacity_journal_append_seconds``.
 
-    ``append_at`` is one ``append_batch_at``, so timing these two covers every write.
+    ``append_at`` is one ``append_batch_at``, so timing these and ``append_claimed`` (a
+    compensation's row) covers every write.
     """
+
+    async def append_claimed(
+        self, claim: UndoClaim, draft: Draft, *, seq: int, prev_hash: str
+    ) -> Entry:
+        with JOURNAL_APPEND_SECONDS.time():
+            return await super().append_claimed(claim, draft, seq=seq, prev_hash=prev_hash)
 
     async def append(self, draft: Draft) -> Entry:
         with JOURNAL_APPEND_SECONDS.time():
@@ -93,10 +101,16 @@ class TimedJournalStore(JournalStore):
         prev_hash: str | None = None,
         exclusive: bool = False,
         task_queue: str | None = None,
+        timestamp: datetime | None = None,
     ) -> list[Entry]:
         with JOURNAL_APPEND_SECONDS.time():
             return await super().append_batch_at(
-                drafts, seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
+                drafts,
+                seq=seq,
+                prev_hash=prev_hash,
+                exclusive=exclusive,
+                task_queue=task_queue,
+                timestamp=timestamp,
             )
 
 

@@ -74,7 +74,9 @@ _LIST = (
     f"SELECT {_COLUMNS} FROM {{sagacity_halt}}"
     " WHERE NOT %s OR lifted_at IS NULL ORDER BY id DESC LIMIT %s"
 )
-_HALTED = "SELECT {sagacity_halted}(%s, %s, %s, %s)"
+#: the gate's predicate (schema 0007): the id of a halt in force that holds a call (or, last
+#: argument true, a compensation), NULL when none does
+HALTED = "SELECT {sagacity_halted}(%s, %s, %s, %s)"
 _GATE_ROW = (
     "INSERT INTO {sagacity_halt_gate} (id, halts) VALUES (1, '[]') ON CONFLICT (id) DO NOTHING"
 )
@@ -289,7 +291,7 @@ class HaltStore:
         with translate_errors(f"check the halts for saga {saga_id!r}"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    qualify(_HALTED, await pool_schema(self._pool, conn)),
+                    qualify(HALTED, await pool_schema(self._pool, conn)),
                     (saga_id, tool, task_queue, compensation),
                 )
                 row = await cur.fetchone()

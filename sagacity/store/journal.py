@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -25,9 +25,10 @@ from sagacity.journal import (
     utc_micros,
 )
 from sagacity.store.db import Pool, naive_utc, open_pool, translate_errors
+from sagacity.store.halts import HALTED
 from sagacity.store.owners import SagaOwner, SagaOwners
 from sagacity.store.placement import pool_schema, qualify
-from sagacity.store.undo_locks import UndoLocks
+from sagacity.store.undo_locks import HeldLock, UndoLocks
 
 _COLUMNS = "saga_id, seq, tool_name, phase, input, payload, timestamp, hash"
 
@@ -66,6 +67,8 @@ HALTED_SQLSTATE = "SGHLT"
 
 
 _GET = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s AND seq = %s"
+#: the row at (saga, seq) is the one hashed so (committed, as a later statement sees it)
+_WRITTEN = "SELECT FROM {side_effect_journal} WHERE saga_id = %s AND seq = %s AND hash = %s"
 _HEAD = (
     f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s ORDER BY seq DESC LIMIT 1"
 )
@@ -113,6 +116,18 @@ class SagaSummary:
     first_at: datetime
     last_at: datetime
     last_phase: Phase
+
+
+class UndoClaim:
+    """What :meth:`JournalStore.undo_claim` found: whether this attempt holds the undo lock
+    (``mine``), the row already written where its COMPENSATED row goes (``written``) and the
+    halt holding it (``halt_id``). :meth:`JournalStore.append_claimed` writes that row."""
+
+    def __init__(self, held: HeldLock, row: Any, halt: Any) -> None:
+        self.held = held
+        self.mine = held.locked
+        self.written = None if row is None else _entry(row)
+        self.halt_id = None if halt is None or halt[0] is None else int(halt[0])
 
 
 class JournalStore:
@@ -209,12 +224,18 @@ class JournalStore:
         prev_hash: str | None = None,
         exclusive: bool = False,
         task_queue: str | None = None,
+        timestamp: datetime | None = None,
     ) -> Entry:
         """Append ``draft`` at ``seq`` exactly; idempotent, for callers that choose seqs.
 
         If ``seq`` already holds a row recording the same thing (a retry or replay), that row is
         returned, or with ``exclusive`` :class:`SeqTaken` is raised: the caller must know whether
-        it wrote the row itself (two overlapping attempts of one call must not both proceed). A
+        it wrote the row itself (two overlapping attempts of one call must not both proceed).
+        ``timestamp``: the row's (None: now). A caller that tries one write again after an error
+        that may have come after the commit (the answer lost with the connection) passes its
+        first try's: the retry seals the very row the first try sent, and a row found there with
+        its hash is its own, even ``exclusive`` (another writer's row, sealed at another
+        microsecond, hashes otherwise). A
         different row there, or a predecessor whose hash is not ``prev_hash``, is a
         :class:`SeqConflict`. With ``prev_hash`` given this is one round trip; without, the
         predecessor is read first.
@@ -225,7 +246,12 @@ class JournalStore:
         matched with a halt's task-queue scope (None: not said, held by every such halt).
         """
         (entry,) = await self.append_batch_at(
-            [draft], seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
+            [draft],
+            seq=seq,
+            prev_hash=prev_hash,
+            exclusive=exclusive,
+            task_queue=task_queue,
+            timestamp=timestamp,
         )
         return entry
 
@@ -237,6 +263,7 @@ class JournalStore:
         prev_hash: str | None = None,
         exclusive: bool = False,
         task_queue: str | None = None,
+        timestamp: datetime | None = None,
     ) -> list[Entry]:
         """Append ``drafts`` at ``seq``, ``seq + 1``, …: all of them or, on any conflict, none.
 
@@ -266,7 +293,18 @@ class JournalStore:
                     entries = []
                     for offset, draft in enumerate(drafts):
                         entry = await _insert_at(
-                            conn, schema, draft, seq + offset, prev_hash, exclusive, task_queue
+                            conn,
+                            schema,
+                            seal(
+                                draft,
+                                seq=seq + offset,
+                                prev_hash=prev_hash,
+                                timestamp=timestamp or _now(),
+                            ),
+                            draft,
+                            prev_hash,
+                            exclusive,
+                            task_queue,
                         )
                         entries.append(entry)
                         prev_hash = entry.hash
@@ -326,6 +364,49 @@ class JournalStore:
     def exclusive(self, saga_id: str, seq: int) -> AbstractAsyncContextManager[bool]:
         """The undo lock on (saga, seq), held for the body (:meth:`UndoLocks.exclusive`)."""
         return self._undo.exclusive(saga_id, seq)
+
+    @asynccontextmanager
+    async def undo_claim(
+        self, saga_id: str, call_seq: int, *, row_seq: int, tool_name: str, task_queue: str
+    ) -> AsyncIterator[UndoClaim]:
+        """The undo lock on the call at ``call_seq`` (:meth:`exclusive`), and in the same round
+        trip, read once the lock is tried: the row at ``row_seq`` (where the undo's
+        COMPENSATED row goes) and the halt that holds a compensation of ``tool_name`` from this
+        ``task_queue``, if any (the gate's predicate, as :meth:`HaltStore.holding` asks it)."""
+        if self._schema is None:
+            with translate_errors(f"read saga {saga_id!r}"):
+                async with self._pool.connection() as conn:
+                    await self._in(conn)
+        assert self._schema is not None
+        reads = [
+            (qualify(_GET, self._schema), (saga_id, row_seq)),
+            (qualify(HALTED, self._schema), (saga_id, tool_name, task_queue, True)),
+        ]
+        async with self._undo.claim(saga_id, call_seq, reads) as held:
+            yield UndoClaim(held, *held.rows)
+
+    async def append_claimed(
+        self, claim: UndoClaim, draft: Draft, *, seq: int, prev_hash: str
+    ) -> Entry:
+        """Append ``draft`` at ``seq`` as :meth:`append_at` does, over the connection of
+        ``claim`` (held), and release its lock once the row is committed, in the same round
+        trip: the lock is never free while the row is not in. A row not written (a conflict)
+        keeps the lock, for the caller to write elsewhere under it. :class:`StoreUnavailable`
+        when the round trip failed: the row may be committed (the lock goes with the session
+        when the claim ends)."""
+        assert self._schema is not None  # found by undo_claim
+        entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
+        with translate_errors(f"append to saga {draft.saga_id!r} at seq {seq}"):
+            row = await claim.held.write_then_release(
+                (qualify(_INSERT, self._schema), _insert_params(entry, prev_hash, None)),
+                (qualify(_WRITTEN, self._schema), (entry.saga_id, entry.seq, entry.hash)),
+            )
+            assert row is not None  # the statement always returns exactly one row
+            if row[0]:
+                return entry
+            return await _not_inserted(
+                claim.held.conn, self._schema, entry, draft, prev_hash, row[1], exclusive=False
+            )
 
     async def undoing(self, saga_id: str, seqs: Sequence[int]) -> list[int]:
         """The calls at ``seqs`` whose compensation runs now (:meth:`UndoLocks.undoing`)."""
@@ -526,20 +607,7 @@ async def _try_insert(
     """
     try:
         cur = await conn.execute(
-            qualify(_INSERT, schema),
-            {
-                "saga_id": entry.saga_id,
-                "seq": entry.seq,
-                "tool_name": entry.tool_name,
-                "phase": entry.phase.value,
-                "input": entry.input,
-                "payload": entry.payload,
-                "timestamp": naive_utc(entry.timestamp),
-                "hash": entry.hash,
-                "prev_hash": prev_hash,
-                "genesis": GENESIS_HASH,
-                "task_queue": task_queue or "",
-            },
+            qualify(_INSERT, schema), _insert_params(entry, prev_hash, task_queue)
         )
     except psycopg.Error as exc:
         if exc.sqlstate != HALTED_SQLSTATE:
@@ -555,6 +623,23 @@ async def _try_insert(
     return row[0], row[1]
 
 
+def _insert_params(entry: Entry, prev_hash: str, task_queue: str | None) -> dict[str, object]:
+    """The parameters of ``_INSERT`` for ``entry``."""
+    return {
+        "saga_id": entry.saga_id,
+        "seq": entry.seq,
+        "tool_name": entry.tool_name,
+        "phase": entry.phase.value,
+        "input": entry.input,
+        "payload": entry.payload,
+        "timestamp": naive_utc(entry.timestamp),
+        "hash": entry.hash,
+        "prev_hash": prev_hash,
+        "genesis": GENESIS_HASH,
+        "task_queue": task_queue or "",
+    }
+
+
 def _halt_id(detail: str | None) -> int:
     """The halt id the trigger's refusal names (0: unreadable, a halt all the same)."""
     try:
@@ -566,16 +651,33 @@ def _halt_id(detail: str | None) -> int:
 async def _insert_at(
     conn: psycopg.AsyncConnection[Any],
     schema: str,
+    entry: Entry,
     draft: Draft,
-    seq: int,
     prev_hash: str,
     exclusive: bool,
     task_queue: str | None,
 ) -> Entry:
-    entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
+    """Insert ``entry`` (``draft`` sealed after ``prev_hash``), or tell why it is not in."""
     inserted, stored_prev = await _try_insert(conn, schema, entry, prev_hash, task_queue)
     if inserted:
         return entry
+    return await _not_inserted(conn, schema, entry, draft, prev_hash, stored_prev, exclusive)
+
+
+async def _not_inserted(
+    conn: psycopg.AsyncConnection[Any],
+    schema: str,
+    entry: Entry,
+    draft: Draft,
+    prev_hash: str,
+    stored_prev: str | None,
+    exclusive: bool,
+) -> Entry:
+    """An insert of ``entry`` that did not go in (``stored_prev``: the hash of the row before):
+    the row already there when it records the same thing, else why not. With ``exclusive``,
+    a row that records the same thing is :class:`SeqTaken` unless it is ``entry`` itself (its
+    hash), which an earlier try of this very write committed."""
+    seq = entry.seq
     where = f"saga {draft.saga_id!r} seq {seq}"
     if stored_prev is None:
         raise SeqConflict(f"{where}: there is no row {seq - 1} to follow")
@@ -588,7 +690,7 @@ async def _insert_at(
     # The predecessor matched, so the seq was taken: fine if it is this very row again.
     existing = await _get(conn, schema, draft.saga_id, seq)
     if existing is not None and existing.same_content(draft):
-        if exclusive:
+        if exclusive and existing.hash != entry.hash:
             raise SeqTaken(
                 f"{where} already holds this {draft.phase} row, written by another writer"
             )

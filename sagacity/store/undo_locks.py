@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import functools
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import psycopg
 
 from sagacity.store.db import Pool, new_pool, translate_errors
 
 # First key space of the advisory locks that make one compensation attempt at a time.
 _UNDO_LOCK_SPACE = 0x5A6B
+
+_LOCK = "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended(%s, 0))"
+_UNLOCK = "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))"
+
+
+@functools.cache
+def _unlock_if(query: str) -> str:
+    """The unlock, when ``query`` finds a row (built once per query text)."""
+    return f"{_UNLOCK} WHERE EXISTS ({query})"
+
 
 # Which of the given calls' compensation locks (:meth:`UndoLocks.exclusive`) a session holds:
 # a session advisory lock on one bigint key shows in pg_locks as its high and low halves.
@@ -26,6 +40,41 @@ WHERE EXISTS (
 )
 ORDER BY k.seq
 """
+
+
+class HeldLock:
+    """An undo lock as :meth:`UndoLocks.claim` tried it: its connection, whether it is held,
+    and the rows the claim read."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], key: str) -> None:
+        self.conn = conn
+        self.key = key
+        self.locked = True  # until the server said
+        self.rows: list[tuple[Any, ...] | None] = []
+        #: a write over the connection failed: the lock goes with the session, not by unlocking
+        self.spoiled = False
+
+    async def write_then_release(
+        self,
+        write: tuple[str, Sequence[object] | Mapping[str, object]],
+        done: tuple[str, Sequence[object]],
+    ) -> tuple[Any, ...] | None:
+        """Run ``write`` (a statement answering one row) in a transaction of its own and, once
+        that committed, release the lock if ``done`` (a query) finds a row: one round trip, the
+        commit before the release. ``write``'s row."""
+        try:
+            async with self.conn.pipeline():
+                await self.conn.execute("BEGIN")
+                cur = await self.conn.execute(*write)
+                await self.conn.execute("COMMIT")
+                released = await self.conn.execute(_unlock_if(done[0]), (self.key, *done[1]))
+            row = await cur.fetchone()
+            if await released.fetchone() is not None:
+                self.locked = False
+        except BaseException:
+            self.spoiled = True
+            raise
+        return row
 
 
 class UndoLocks:
@@ -72,32 +121,43 @@ class UndoLocks:
         A session advisory lock on a pooled connection kept for the body: released when the body
         ends, or by the server when the holder's connection dies with its process.
         """
+        async with self.claim(saga_id, seq) as held:
+            yield held.locked
+
+    @contextlib.asynccontextmanager
+    async def claim(
+        self, saga_id: str, seq: int, reads: Sequence[tuple[str, Sequence[object]]] = ()
+    ) -> AsyncIterator[HeldLock]:
+        """:meth:`exclusive`, and ``reads`` (statements, each answering one row or none) run
+        after the lock is tried, in the same round trip (a pipeline): whether the lock is held,
+        and each read's row. Each read sees what was committed before the lock was taken
+        (READ COMMITTED: a statement's snapshot is taken when it starts, after the one before
+        it ended), so a holder that wrote before it unlocked is seen."""
         where = f"lock saga {saga_id!r} seq {seq}"
         key = _undo_key(saga_id, seq)
         with translate_errors(where):
             locks = await self._locks()
             conn = await locks.getconn()
-        locked = False
+        # until the answer is read, the lock may be held: a failure closes the session
+        held = HeldLock(conn, key)
         try:
             with translate_errors(where):
-                cur = await conn.execute(
-                    "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtextextended(%s, 0))",
-                    (key,),
-                )
-                row = await cur.fetchone()
-            locked = bool(row and row[0])
-            yield locked
-            if locked:
+                async with conn.pipeline():
+                    lock = await conn.execute(_LOCK, (key,))
+                    cursors = [await conn.execute(sql, params) for sql, params in reads]
+                row = await lock.fetchone()
+                held.rows = [await cur.fetchone() for cur in cursors]
+            held.locked = bool(row and row[0])
+            yield held
+            if held.locked and not held.spoiled:
                 with translate_errors(where):
-                    await conn.execute(
-                        "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtextextended(%s, 0))",
-                        (key,),
-                    )
-                locked = False
+                    await conn.execute(_UNLOCK, (key,))
+                held.locked = False
         finally:
-            if locked:
-                # the body raised while holding the lock: closing the session releases it,
-                # rather than handing a locked session to the pool's next user
+            if held.locked:
+                # the body raised while holding the lock, or a write over its connection failed:
+                # closing the session releases it, rather than handing a locked session to the
+                # pool's next user
                 await conn.close()
             await locks.putconn(conn)
 

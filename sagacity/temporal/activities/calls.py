@@ -70,7 +70,7 @@ class Calls:
             earlier = await self._resume(req, intent)
             if earlier is not None:
                 return earlier
-        await self._bindable(req)
+        binding = await self._bindable(req)
         if req.approval_seq is not None:
             refusal = await self.approvals.verify(req)
             if refusal is not None:
@@ -91,15 +91,16 @@ class Calls:
             earlier = await self._resume(req, intent)
             assert earlier is not None, "INTENT exists, so resume decides"
             return earlier
-        outcome = await self._run(req, intent_row)
+        outcome = await self._run(req, intent_row, binding)
         await self.approvals.consume(req)
         return outcome
 
-    async def _bindable(self, req: CallRequest) -> None:
+    async def _bindable(self, req: CallRequest) -> tuple[RegisteredTool, dict[str, Any]]:
         """Refuse a call whose tool is unknown or whose arguments do not fit its signature,
-        before its INTENT: the journal never shows a call that was not attempted."""
+        before its INTENT: the journal never shows a call that was not attempted. The tool and
+        its arguments, bound once: the call runs with them."""
         try:
-            bound(self.state, req.tool_name, req.args)
+            return bound(self.state, req.tool_name, req.args)
         except (UnknownTool, ToolArgumentsInvalid):
             # its approval, if any, is spent: the approved call cannot run
             await self.approvals.consume(req)
@@ -214,12 +215,21 @@ class Calls:
             intent_row.input,  # as journaled: what the saga's status shows of the call
         )
 
-    async def _run(self, req: CallRequest, intent_row: Entry) -> CallOutcome:
-        try:
-            tool, kwargs = bound(self.state, req.tool_name, req.args)
-        except (UnknownTool, ToolArgumentsInvalid) as exc:
-            # refused before the tool was called: certainly no effect
-            return await self._failed(req, intent_row, exc, effect_unknown=False)
+    async def _run(
+        self,
+        req: CallRequest,
+        intent_row: Entry,
+        binding: tuple[RegisteredTool, dict[str, Any]] | None = None,
+    ) -> CallOutcome:
+        """Run the tool and write its outcome; ``binding``: the tool and arguments as bound
+        before INTENT (None on a retry that resumes the call: bound here)."""
+        if binding is None:
+            try:
+                binding = bound(self.state, req.tool_name, req.args)
+            except (UnknownTool, ToolArgumentsInvalid) as exc:
+                # refused before the tool was called: certainly no effect
+                return await self._failed(req, intent_row, exc, effect_unknown=False)
+        tool, kwargs = binding
         try:
             result = await self._invoke(req, tool, kwargs)
         except Exception as exc:

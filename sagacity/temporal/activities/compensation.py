@@ -15,9 +15,10 @@ from sagacity.errors import (
     PermanentCompensationError,
     ResultUnavailable,
     SeqConflict,
+    StoreUnavailable,
     UnknownTool,
 )
-from sagacity.journal import Draft, JournaledResult, Phase
+from sagacity.journal import Draft, Entry, JournaledResult, Phase
 from sagacity.journal.results import read_input, read_result
 from sagacity.temporal.activities.notices import halted
 from sagacity.temporal.activities.outcomes import ref
@@ -66,18 +67,35 @@ class Compensation:
                 if written is not None:
                     return written
             first_try = False
-            async with self.state.journal.exclusive(req.saga_id, req.call_seq) as mine:
-                if mine:
-                    # the lock holder that finished before us may have written it
-                    written = await self._compensated(req, done)
-                    if written is not None:
-                        return written
-                    await self._unless_held(req)
+            # the lock, the row where COMPENSATED goes and the halts, in one round trip
+            claim = self.state.journal.undo_claim(
+                req.saga_id,
+                req.call_seq,
+                row_seq=req.seq,
+                tool_name=req.tool_name,
+                task_queue=activity.info().task_queue,
+            )
+            async with claim as held:
+                if held.mine:
+                    # the lock holder that finished before us may have written it (read once
+                    # the lock was taken)
+                    if held.written is not None:
+                        return await self._found(req, done, held.written)
+                    if held.halt_id is not None:
+                        await self._unless_held(req, held.halt_id)
                     await self._undo(req, tool)
                     try:
-                        row = await self.writes.append_at(
-                            done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
-                        )
+                        try:
+                            # written, committed and unlocked in one round trip
+                            row = await self.state.journal.append_claimed(
+                                held, done, seq=req.seq, prev_hash=req.prev_hash
+                            )
+                        except StoreUnavailable:
+                            # the lock's session failed mid-write (the row may be in): as any
+                            # append, waiting out an outage, and an identical row is this one
+                            row = await self.writes.append_at(
+                                done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
+                            )
                     except SeqConflict:
                         # the undo ran, so the journal must say so: another writer took the seq
                         # (a rollback of this saga's terminated run, while this undo ran), and
@@ -88,12 +106,10 @@ class Compensation:
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
 
-    async def _unless_held(self, req: CompensateRequest) -> None:
-        """Raise ``Halted`` when a freezing halt or a quarantine covers this compensation."""
-        task_queue = activity.info().task_queue
-        halt = await self.state.outlast(
-            lambda: self.state.halts.holding(req.saga_id, req.tool_name, task_queue)
-        )
+    async def _unless_held(self, req: CompensateRequest, halt_id: int) -> None:
+        """Raise ``Halted`` when a freezing halt or a quarantine covers this compensation: the
+        halt ``halt_id`` the gate named, read in full for the notice."""
+        halt = await self.state.outlast(lambda: self.state.halts.get(halt_id))
         if halt is not None:
             raise await halted(
                 self.state,
@@ -145,6 +161,10 @@ class Compensation:
         existing = await self.state.outlast(lambda: self.state.journal.get(req.saga_id, req.seq))
         if existing is None:
             return None
+        return await self._found(req, done, existing)
+
+    async def _found(self, req: CompensateRequest, done: Draft, existing: Entry) -> list[RowRef]:
+        """The row at the undo's seq, written before this attempt: this undo's, or an error."""
         if not existing.same_content(done):
             raise JournalAhead(
                 f"saga {req.saga_id!r} seq {req.seq} holds {existing.tool_name} "

@@ -64,22 +64,24 @@ async def heartbeating() -> AsyncIterator[Heartbeat]:
     timeout = activity.info().heartbeat_timeout
     interval = max(timeout.total_seconds() / 3, 0.1) if timeout else 10.0
     beats = Heartbeat()
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None
 
-    async def beat() -> None:
-        # the first beat waits a third of the timeout: a fast call sends none at all
-        while True:
-            await asyncio.sleep(interval)
-            beats.beat()
+    def beat() -> None:
+        nonlocal timer
+        timer = loop.call_later(interval, beat)  # first: a beat that raises stops none after it
+        beats.beat()
 
-    task = asyncio.create_task(beat())
+    # the first beat waits a third of the timeout: a fast call sends none at all. A timer, not
+    # a task: nothing to create, cancel and await per activity (it runs in this context, the
+    # activity's, which heartbeat() needs)
+    timer = loop.call_later(interval, beat)
     token = _BEAT.set(beats)
     try:
         yield beats
     finally:
         _BEAT.reset(token)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
 
 
 async def outlast(window: timedelta, op: Callable[[], Awaitable[T]]) -> T:

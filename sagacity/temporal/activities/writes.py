@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from datetime import UTC, datetime
 
 from temporalio import activity
 
@@ -226,10 +227,18 @@ class JournalWrites:
         it (raised as a non-retryable ``Halted`` the saga waits on).
         """
         task_queue = activity.info().task_queue if guarded else None
+        # every try seals the same row: when an outage took the answer of a commit that went
+        # through, the next try finds its own row, not "another writer's" (a false SUSPECT)
+        at = datetime.now(UTC)
         try:
             entry = await self.state.outlast(
                 lambda: self.state.journal.append_at(
-                    draft, seq=seq, prev_hash=prev_hash, exclusive=exclusive, task_queue=task_queue
+                    draft,
+                    seq=seq,
+                    prev_hash=prev_hash,
+                    exclusive=exclusive,
+                    task_queue=task_queue,
+                    timestamp=at,
                 )
             )
         except Halted as exc:

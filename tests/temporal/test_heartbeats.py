@@ -1,0 +1,42 @@
+"""An activity attempt heartbeats while its body runs (carrying what an earlier attempt left),
+and stops when the body ends."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.testing import ActivityEnvironment
+
+from sagacity.temporal.activities.heartbeat import heartbeating
+
+
+async def test_beats_carry_the_earlier_details_while_the_body_runs_and_stop_after() -> None:
+    beats: list[tuple[Any, ...]] = []
+    two_beats = asyncio.Event()
+
+    def on_heartbeat(*details: Any) -> None:
+        beats.append(details)
+        if len(beats) >= 2:
+            two_beats.set()
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, heartbeat_timeout=timedelta(seconds=0.3), heartbeat_details=["left"]
+    )
+    env.on_heartbeat = on_heartbeat
+
+    @activity.defn
+    async def body() -> int:
+        async with heartbeating():
+            await asyncio.wait_for(two_beats.wait(), timeout=30)
+        return len(beats)
+
+    during = await env.run(body)
+    assert during >= 2
+    assert all(details == ("left",) for details in beats)
+    await asyncio.sleep(0.5)  # several intervals (0.1 s): no beat once the body ended
+    assert len(beats) == during

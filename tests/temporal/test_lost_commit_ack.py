@@ -1,0 +1,135 @@
+"""A call whose INTENT commits but whose commit's answer is lost (the connection dies between
+the commit and the reply): the attempt writes INTENT again, finds the row it sent, takes it as
+its own and runs the tool once; it is not SUSPECT.
+
+The activity runs in Temporal's ActivityEnvironment; its journal is reached through a relay that
+drops the reply to the first statement sent after it is armed (the INTENT insert: the server
+answers only after the commit, so the row is in) and cuts that connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from temporalio.testing import ActivityEnvironment
+
+from sagacity import compensable
+from sagacity.journal import GENESIS_HASH, Phase
+from sagacity.store import ApprovalStore, JournalStore, open_pool
+from sagacity.temporal.activities import SagaActivities
+from sagacity.temporal.models import CallRequest, CallStatus
+from sagacity.tools import ToolRegistry
+
+SENT: list[str] = []
+
+
+async def _unsend(ctx: object) -> None:
+    """Nothing to take back in this test."""
+
+
+@compensable(by=_unsend)
+async def send_letter(to: str) -> dict[str, str]:
+    """Send a letter (not idempotent: a retry after INTENT without an outcome is SUSPECT)."""
+    SENT.append(to)
+    return {"sent": to}
+
+
+class AckLosingRelay:
+    """A TCP relay to Postgres; armed, it drops the next reply the server sends and cuts the
+    link that reply was for, after the server has done (and committed) what it answers."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._armed = False
+        self.lost = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def arm(self) -> None:
+        self._armed = True
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._target)
+        sent_armed = False
+
+        async def upstream() -> None:
+            nonlocal sent_armed
+            with contextlib.suppress(ConnectionError):
+                while data := await reader.read(65536):
+                    if self._armed:
+                        self._armed, sent_armed = False, True
+                    up_writer.write(data)
+                    await up_writer.drain()
+            up_writer.transport.abort()
+
+        async def downstream() -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await up_reader.read(65536):
+                    if sent_armed:
+                        self.lost += 1
+                        break  # the reply never reaches the client
+                    writer.write(data)
+                    await writer.drain()
+            writer.transport.abort()
+            up_writer.transport.abort()
+
+        tasks = {asyncio.create_task(upstream()), asyncio.create_task(downstream())}
+        self._tasks |= tasks
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks)
+
+
+@pytest.fixture
+async def relayed(database_url: str) -> AsyncIterator[tuple[AckLosingRelay, str]]:
+    params = conninfo_to_dict(database_url)
+    host = str(params.get("host") or "")
+    if not host or host.startswith("/"):
+        pytest.skip("the journal database is reached over a socket file, not TCP")
+    relay = AckLosingRelay(host, int(params.get("port") or 5432))
+    port = await relay.start()
+    try:
+        yield relay, make_conninfo(database_url, host="127.0.0.1", port=port)
+    finally:
+        await relay.close()
+
+
+async def test_a_lost_commit_ack_on_intent_is_not_a_suspect_call(
+    relayed: tuple[AckLosingRelay, str], journal: JournalStore
+) -> None:
+    relay, url = relayed
+    SENT.clear()
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        acts = SagaActivities(JournalStore(pool), ApprovalStore(pool), ToolRegistry([send_letter]))
+        saga_id = f"lost-ack-{uuid.uuid4().hex[:8]}"
+        request = CallRequest(
+            saga_id=saga_id,
+            seq=1,
+            prev_hash=GENESIS_HASH,
+            tool_name="send_letter",
+            args={"to": "x"},
+        )
+        relay.arm()
+        outcome = await ActivityEnvironment().run(acts.call_tool, request)
+    finally:
+        await pool.close()
+    assert relay.lost == 1  # the INTENT's answer was lost, after its commit
+    assert outcome.status is CallStatus.EXECUTED
+    assert SENT == ["x"]  # run once
+    rows = await journal.read(saga_id)
+    assert [r.phase for r in rows] == [Phase.INTENT, Phase.EXECUTED]
