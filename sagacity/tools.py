@@ -16,6 +16,7 @@ Compensations and probes named or decorated in the class body are that instance'
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import typing
@@ -701,9 +702,21 @@ def declared_result(tool: CompensableTool[..., Any]) -> Any:
     """The result type ``tool`` declares (its return annotation); ``Any`` when it declares none
     or one that cannot be resolved."""
     try:
-        return typing.get_type_hints(tool.fn).get("return", Any)
+        return _cached_return_hint(tool.fn)
+    except TypeError:  # a callable object that cannot be hashed: resolved each time
+        return _return_hint(tool.fn)
+
+
+def _return_hint(fn: Callable[..., Any]) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return", Any)
     except Exception:  # a forward reference its module cannot resolve: the type is unknown
         return Any
+
+
+# resolved once per function: every declarative saga's steps are checked when it opens, and
+# resolving hints evaluates each annotation again (bounded: tools made at run time, by MCP say)
+_cached_return_hint = functools.lru_cache(maxsize=4096)(_return_hint)
 
 
 @dataclass(frozen=True, slots=True)
