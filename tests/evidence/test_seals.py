@@ -347,10 +347,7 @@ async def test_each_way_a_saga_ends_is_sealed_with_its_state(
     # the activity that wrote the last row sealed it: no local activity at the end
     for result in (completed, compensated):
         assert len(seals_of(checkpoints, result.saga_id)) == 1
-        assert await local_activities(temporal_client, result.saga_id) == [
-            "sagacity.validate_steps",
-            "sagacity.open_saga",
-        ]
+        assert await local_activities(temporal_client, result.saga_id) == ["sagacity.open_saga"]
     # a compensation that failed has no row to seal in: the end is sealed on its own
     assert (await local_activities(temporal_client, failed.saga_id))[-1] == "sagacity.seal_saga"
     # cancelled during its last call, which sealed its row as the end: the compensation rows
@@ -721,7 +718,6 @@ async def test_a_seal_the_last_rows_activity_could_not_write_is_left_to_the_loca
 
     assert result.status is SagaState.COMPLETED
     assert await local_activities(temporal_client, saga_id) == [
-        "sagacity.validate_steps",
         "sagacity.open_saga",
         "sagacity.seal_saga",
     ]
