@@ -100,7 +100,7 @@ async def test_a_lock_session_cut_after_the_undo_still_writes_the_row_once(
                 " WHERE datname = pg_catalog.current_database())"
                 " AND (classid::bigint << 32 | objid::bigint) ="
                 " pg_catalog.hashtextextended(%s, 0)",
-                (f"{0x5A6B}:{saga_id}:1",)  # the undo lock's key (store.undo_locks),
+                (f"{0x5A6B}:{saga_id}:1",),  # the undo lock's key (store.undo_locks),
             )
             killed = [r[0] for r in await cur.fetchall()]
         assert killed == [True], killed
