@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from temporalio.testing import ActivityEnvironment
 
 from sagacity import compensable
@@ -32,11 +31,6 @@ async def book(room: str) -> dict[str, str]:
     return {"booking": f"b-{room}"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open_saga checks the steps before looking at the claim: a chain that already holds "
-    "its journal (rows executed) is refused with StepsInvalid, its effects never compensated",
-)
 async def test_a_chain_that_holds_its_journal_is_not_refused_by_a_later_check(
     journal: JournalStore, approvals: ApprovalStore
 ) -> None:
