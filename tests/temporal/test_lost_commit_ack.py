@@ -133,3 +133,48 @@ async def test_a_lost_commit_ack_on_intent_is_not_a_suspect_call(
     assert SENT == ["x"]  # run once
     rows = await journal.read(saga_id)
     assert [r.phase for r in rows] == [Phase.INTENT, Phase.EXECUTED]
+
+
+RELAY: list[AckLosingRelay] = []
+
+
+async def _unpost(ctx: object) -> None:
+    """Nothing to take back in this test."""
+
+
+@compensable(by=_unpost)
+async def post_letter(to: str) -> dict[str, str]:
+    """Post a letter, then lose the answer to whatever the journal is sent next (its outcome)."""
+    SENT.append(to)
+    RELAY[0].arm()
+    return {"posted": to}
+
+
+async def test_a_lost_commit_ack_on_the_outcome_row_is_not_a_second_run(
+    relayed: tuple[AckLosingRelay, str], journal: JournalStore
+) -> None:
+    """The EXECUTED row commits, its answer is lost: the write is tried again, finds its row,
+    and the call is EXECUTED once (not SUSPECT, not run again)."""
+    relay, url = relayed
+    SENT.clear()
+    RELAY[:] = [relay]
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        acts = SagaActivities(JournalStore(pool), ApprovalStore(pool), ToolRegistry([post_letter]))
+        saga_id = f"lost-ack-out-{uuid.uuid4().hex[:8]}"
+        request = CallRequest(
+            saga_id=saga_id,
+            seq=1,
+            prev_hash=GENESIS_HASH,
+            tool_name="post_letter",
+            args={"to": "y"},
+        )
+        outcome = await ActivityEnvironment().run(acts.call_tool, request)
+    finally:
+        RELAY.clear()
+        await pool.close()
+    assert relay.lost == 1  # the outcome's answer was lost, after its commit
+    assert outcome.status is CallStatus.EXECUTED
+    assert SENT == ["y"]
+    rows = await journal.read(saga_id)
+    assert [r.phase for r in rows] == [Phase.INTENT, Phase.EXECUTED]
