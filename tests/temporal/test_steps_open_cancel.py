@@ -41,12 +41,9 @@ async def test_a_cancel_during_a_stuck_open_ends_the_saga_aborted_with_its_resul
         assert tables
         for table in tables:  # the claim's INSERT waits behind this until it commits
             await blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        spec = SagaSpec(steps=[Step(tool="set_flag", args={"name": "never"})])
         handle = await temporal_client.start_workflow(
-            STEPS_WORKFLOW,
-            SagaSpec(steps=[Step(tool="set_flag", args={"name": "never"})]),
-            id=sid,
-            task_queue=worker.task_queue,
-            result_type=SagaResult,
+            STEPS_WORKFLOW, spec, id=sid, task_queue=worker.task_queue, result_type=SagaResult
         )
         async with await psycopg.AsyncConnection.connect(
             owner_database_url, autocommit=True
