@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -22,7 +23,7 @@ from sagacity import compensable
 from sagacity.journal import GENESIS_HASH, Phase
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.activities import SagaActivities
-from sagacity.temporal.models import CallRequest, CallStatus
+from sagacity.temporal.models import CallOutcome, CallRequest, CallStatus
 from sagacity.tools import ToolRegistry
 
 SENT: list[str] = []
@@ -90,8 +91,13 @@ class AckLosingRelay:
 
         tasks = {asyncio.create_task(upstream()), asyncio.create_task(downstream())}
         self._tasks |= tasks
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*tasks)
+        finally:
+            # aborted transports still need their writers closed (else: ResourceWarning)
+            for end in (writer, up_writer):
+                end.close()
 
 
 @pytest.fixture
@@ -108,28 +114,67 @@ async def relayed(database_url: str) -> AsyncIterator[tuple[AckLosingRelay, str]
         await relay.close()
 
 
+async def call_through(
+    url: str, tool: Any, to: str, *, arm: AckLosingRelay | None
+) -> tuple[str, CallOutcome]:
+    """Run one call of ``tool`` (to ``to``) at seq 1 of a new saga over the relay at ``url``,
+    arming the relay first when ``arm`` is given: the saga id and the call's outcome."""
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        acts = SagaActivities(JournalStore(pool), ApprovalStore(pool), ToolRegistry([tool]))
+        saga_id = f"lost-ack-{uuid.uuid4().hex[:8]}"
+        request = CallRequest(
+            saga_id=saga_id, seq=1, prev_hash=GENESIS_HASH, tool_name=tool.name, args={"to": to}
+        )
+        if arm is not None:
+            arm.arm()
+        return saga_id, await ActivityEnvironment().run(acts.call_tool, request)
+    finally:
+        await pool.close()
+
+
 async def test_a_lost_commit_ack_on_intent_is_not_a_suspect_call(
     relayed: tuple[AckLosingRelay, str], journal: JournalStore
 ) -> None:
     relay, url = relayed
     SENT.clear()
-    pool = await open_pool(url, min_size=1, max_size=2)
-    try:
-        acts = SagaActivities(JournalStore(pool), ApprovalStore(pool), ToolRegistry([send_letter]))
-        saga_id = f"lost-ack-{uuid.uuid4().hex[:8]}"
-        request = CallRequest(
-            saga_id=saga_id,
-            seq=1,
-            prev_hash=GENESIS_HASH,
-            tool_name="send_letter",
-            args={"to": "x"},
-        )
-        relay.arm()
-        outcome = await ActivityEnvironment().run(acts.call_tool, request)
-    finally:
-        await pool.close()
+    saga_id, outcome = await call_through(url, send_letter, "x", arm=relay)
     assert relay.lost == 1  # the INTENT's answer was lost, after its commit
     assert outcome.status is CallStatus.EXECUTED
     assert SENT == ["x"]  # run once
+    rows = await journal.read(saga_id)
+    assert [r.phase for r in rows] == [Phase.INTENT, Phase.EXECUTED]
+
+
+RELAY: list[AckLosingRelay] = []
+
+
+async def _unpost(ctx: object) -> None:
+    """Nothing to take back in this test."""
+
+
+@compensable(by=_unpost)
+async def post_letter(to: str) -> dict[str, str]:
+    """Post a letter, then lose the answer to whatever the journal is sent next (its outcome)."""
+    SENT.append(to)
+    RELAY[0].arm()
+    return {"posted": to}
+
+
+async def test_a_lost_commit_ack_on_the_outcome_row_is_not_a_second_run(
+    relayed: tuple[AckLosingRelay, str], journal: JournalStore
+) -> None:
+    """The EXECUTED row commits, its answer is lost: the write is tried again, finds its row,
+    and the call is EXECUTED once (not SUSPECT, not run again)."""
+    relay, url = relayed
+    SENT.clear()
+    RELAY[:] = [relay]
+    try:
+        saga_id, outcome = await call_through(url, post_letter, "y", arm=None)
+    finally:
+        RELAY.clear()
+    assert relay.lost == 1  # the outcome's answer was lost, after its commit
+    assert outcome.status is CallStatus.EXECUTED
+    assert SENT == ["y"]
     rows = await journal.read(saga_id)
     assert [r.phase for r in rows] == [Phase.INTENT, Phase.EXECUTED]

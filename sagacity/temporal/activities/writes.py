@@ -56,11 +56,14 @@ class JournalWrites:
         """Claim the saga's journal for this run chain; the catalog and the rows it lacks.
 
         A new declarative saga's steps are checked first: if any cannot run, nothing is claimed
-        and the problems are the answer, so the id stays free for the corrected steps.
+        and the problems are the answer, so the id stays free for the corrected steps. Unless
+        this run chain claimed the journal already (this open replayed on another worker after
+        its claim, or the saga reset to its start): its steps were accepted and may have run, so
+        it opens, to adopt and compensate what ran, not to end as if nothing had.
         """
         if req.steps is not None:
             problems = steps_problems(self.state, req.steps)
-            if problems:
+            if problems and not await self._claimed_by(req):
                 return SagaOpened(tools=[], rows=[], problems=problems)
         owner = await self.state.outlast(
             lambda: self.state.journal.claim(
@@ -101,6 +104,13 @@ class JournalWrites:
         )
         page = page_of(rows[: req.limit])
         return self._opened(req, page, more=len(rows) > len(page))
+
+    async def _claimed_by(self, req: SagaOpen) -> bool:
+        """Whether ``req``'s run chain holds the saga's journal already (read only when its
+        steps are refused: the hot path asks nothing more)."""
+        chains = await self.state.outlast(lambda: self.state.journal.chains([req.saga_id]))
+        chain = chains.get(req.saga_id)
+        return chain is not None and chain[1] == req.first_run_id
 
     def _opened(self, req: SagaOpen, rows: list[JournalRow], *, more: bool) -> SagaOpened:
         """What ``open_saga`` answers: the brief catalog, the rows, whether this worker seals and
