@@ -288,7 +288,25 @@ class ApprovalService:
             else:
                 self._resolving[saga_id] = (lock, users - 1)
 
-    async def _decide(self, saga_id: str, decision: Decision) -> DecisionResult:
+    async def sign(
+        self,
+        saga_id: str,
+        journal_seq: int,
+        *,
+        approver: str,
+        approve: bool,
+        reason: str | None = None,
+    ) -> tuple[Decision, PendingApproval]:
+        """The ``decide`` payload for the request the saga waits with at ``journal_seq``,
+        checked and signed as :meth:`approve` / :meth:`reject` send it, but not sent (another
+        client, such as the plain ``temporal`` CLI, delivers it; :meth:`Decision.as_signal` is
+        the ``approve`` / ``reject`` signal's); with the request as the saga holds it."""
+        fields = {} if reason is None else {"reason": reason}
+        decision = _decision(journal_seq=journal_seq, approver=approver, approve=approve, **fields)
+        return await self._prepare(saga_id, decision)
+
+    async def _prepare(self, saga_id: str, decision: Decision) -> tuple[Decision, PendingApproval]:
+        """``decision`` checked against what the saga waits for and signed; the request too."""
         if not decision.approver.strip():
             raise ApprovalRefused("a decision must name its approver")
         live = await self._live(saga_id)
@@ -299,8 +317,10 @@ class ApprovalService:
                 raise SagaUnavailable(f"saga {saga_id!r} did not answer: {live.detail}")
             raise ApprovalConflict("not_waiting", f"saga {saga_id!r} has ended ({live.ended})")
         pending = self._check(saga_id, live.status, decision)
-        tool = pending.tool_name
-        decision = self._signed(saga_id, decision, pending)
+        return self._signed(saga_id, decision, pending), pending
+
+    async def _decide(self, saga_id: str, decision: Decision) -> DecisionResult:
+        decision, pending = await self._prepare(saga_id, decision)
         handle = self._client.get_workflow_handle(saga_id)
         try:
             outcome = await handle.execute_update("decide", decision, result_type=str)
@@ -313,7 +333,7 @@ class ApprovalService:
         return DecisionResult(
             saga_id=saga_id,
             journal_seq=decision.journal_seq,
-            tool_name=tool,
+            tool_name=pending.tool_name,
             decision="approved" if outcome == "approved" else "rejected",
             approver=decision.approver,
             reason=None if decision.approve else decision.reason,

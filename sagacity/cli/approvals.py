@@ -1,9 +1,10 @@
-"""``sagacity approvals``: list pending IRREVERSIBLE calls, approve or reject them, serve the HTTP API.
+"""``sagacity approvals``: list pending IRREVERSIBLE calls, decide or sign for them, serve the HTTP API.
 
 Decisions go through :class:`~sagacity.approvals.ApprovalService`, so ``SAGACITY_APPROVERS``
 applies here as it does over HTTP. ``--as`` names the approver the journal records; each decision
 is signed with ``SAGACITY_APPROVER_KEY`` (the worker refuses it unless ``SAGACITY_KEYRING`` trusts
-that key for that approver). ``serve`` signs with ``SAGACITY_SERVICE_KEY`` on behalf of the
+that key for that approver); ``sign`` prints such a signed decision for another client (the
+plain ``temporal`` CLI) to send. ``serve`` signs with ``SAGACITY_SERVICE_KEY`` on behalf of the
 principal each request authenticated as.
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from pydantic import BaseModel
@@ -41,13 +43,14 @@ from sagacity.evidence.decisions import permitted
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.store.halts import HaltStore
+from sagacity.temporal.models import Decision, PendingApproval
 from sagacity.worker import connect_client
 
 __all__ = ["app"]
 
 app = typer.Typer(
     name="approvals",
-    help="Pending approvals of IRREVERSIBLE tool calls: list, show, approve, reject, serve.",
+    help="Pending approvals of IRREVERSIBLE tool calls: list, show, approve, reject, sign, serve.",
     no_args_is_help=True,
 )
 
@@ -273,6 +276,92 @@ def reject_command(
             )
 
     _report(run_or_exit(work()), as_json)
+
+
+@app.command("sign")
+@hard_exit
+def sign_command(
+    saga_id: SagaArg,
+    seq: SeqArg,
+    approve: Annotated[
+        bool,
+        typer.Option("--approve/--reject", help="The decision to sign.", show_default=False),
+    ],
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="A rejection's reason (signed with it).")
+    ] = None,
+    approver: Approver = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            help="Ed25519 private key (PEM) to sign with. Default: SAGACITY_APPROVER_KEY "
+            "(`sagacity dev` exports the dev stack's).",
+            show_default=False,
+        ),
+    ] = None,
+    route: Annotated[
+        Literal["signal", "update"],
+        typer.Option(
+            "--for",
+            help="signal: the approve or reject signal's input; update: the decide update's.",
+        ),
+    ] = "signal",
+    json_only: Annotated[
+        bool, typer.Option("--json-only", help="Print nothing on stderr, only the JSON.")
+    ] = False,
+) -> None:
+    """Print a signed approval or rejection for another client to send, without sending it:
+    signed over the input hash of the request the saga waits with at SEQ, and checked as
+    `approve` and `reject` check theirs. The JSON (stdout) is the `--input` of the `approve` or
+    `reject` signal, or with `--for update` of the `decide` update; what was signed, and the
+    `temporal` command that sends it, go to stderr.
+
+    temporal workflow signal --workflow-id ID --name approve \\
+      --input "$(sagacity approvals sign ID SEQ --approve)"
+    """
+    settings = service_settings_or_exit()
+    key = key or settings.approver_key
+    if reason is not None and approve:
+        raise fail("--reason goes with --reject: an approval carries none")
+    if key is None:
+        raise fail("no key to sign with: give --key or set SAGACITY_APPROVER_KEY")
+
+    async def work() -> tuple[Decision, PendingApproval]:
+        async with _service(settings, key) as service:
+            who = approver or signing_identity(service.signer, service.keyring)
+            return await service.sign(saga_id, seq, approver=who, approve=approve, reason=reason)
+
+    decision, pending = run_or_exit(work())
+    assert decision.signature is not None and settings.temporal_address
+    if route == "update":  # an approval's reason is neither signed nor journaled: left out
+        body = decision.model_dump(mode="json", exclude={"reason"} if decision.approve else None)
+    else:
+        body = decision.as_signal().model_dump(mode="json")
+    # the decision first, then what proves it: the order a reader checks them in
+    body = dict(sorted(body.items(), key=lambda item: item[0] in ("input_hash", "signature")))
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    typer.echo(text)
+    if json_only:
+        return
+    verb = "approve" if decision.approve else "reject"
+    name = "decide" if route == "update" else verb
+    send = ["temporal", "workflow", *(["update", "execute"] if route == "update" else ["signal"])]
+    send += ["--address", settings.temporal_address, "--namespace"]
+    send += [settings.temporal_namespace, "--workflow-id", saga_id, "--name", name]
+    send += ["--input", text]
+    typer.echo(
+        f"signed: {verb} {pending.tool_name} (saga {saga_id}, seq {seq}) as {decision.approver}"
+        f" with key {decision.signature.key_id}\ninput: {pending.input_json}\ninput hash: {pending.input_hash}\n"
+        f"send it with:\n  {shlex.join(send)}",
+        err=True,
+    )
+    if route == "update":
+        typer.echo(
+            "  (its answer is encrypted: add --codec-endpoint <approvals API>/codec "
+            "--codec-auth 'Bearer <token>' to read it)",
+            err=True,
+        )
 
 
 @app.command("serve")
