@@ -350,18 +350,20 @@ def sign_command(
     send += ["--address", settings.temporal_address, "--namespace"]
     send += [settings.temporal_namespace, "--workflow-id", saga_id, "--name", name]
     send += ["--input", text]
-    typer.echo(
-        f"signed: {verb} {pending.tool_name} (saga {saga_id}, seq {seq}) as {decision.approver}"
-        f" with key {decision.signature.key_id}\ninput: {pending.input_json}\ninput hash: {pending.input_hash}\n"
-        f"send it with:\n  {shlex.join(send)}",
-        err=True,
-    )
+    said = [
+        f"signed: {verb} {pending.tool_name} (saga {saga_id}, seq {seq}) as {decision.approver} "
+        f"with key {decision.signature.key_id}",
+        f"input: {pending.input_json}",
+        f"input hash: {pending.input_hash}",
+        "send it with:",
+        f"  {shlex.join(send)}",
+    ]
     if route == "update":
-        typer.echo(
+        said.append(
             "  (its answer is encrypted: add --codec-endpoint <approvals API>/codec "
-            "--codec-auth 'Bearer <token>' to read it)",
-            err=True,
+            "--codec-auth 'Bearer <token>' to read it)"
         )
+    typer.echo("\n".join(said), err=True)
 
 
 @app.command("serve")

@@ -215,7 +215,9 @@ async def test_sign_refuses_what_it_cannot_sign_and_exits_1(
     assert unknown.code == 1 and "is not in the keyring" in unknown.stderr
     missing = await trip.sign("no-such-saga", 5, "--approve")
     assert missing.code == 1 and "no saga 'no-such-saga'" in missing.stderr
-    assert not any(r.stdout for r in (nothing_there, as_alice, unknown, missing))
+    confused = await trip.sign(saga.id, saga.seq, "--approve", "--reason", "fine")
+    assert confused.code == 2 and "--reason goes with --reject" in confused.stderr
+    assert not any(r.stdout for r in (nothing_there, as_alice, unknown, missing, confused))
     # none of it reached the saga
     status = await saga.handle.query("status", result_type=SagaStatus)
     assert status.state is SagaState.AWAITING_APPROVAL and status.refused_decisions == []
