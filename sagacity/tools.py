@@ -20,13 +20,23 @@ import functools
 import inspect
 import sys
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from types import MethodType, ModuleType
-from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Self,
+    TypeVar,
+    cast,
+    overload,
+)
 from urllib.parse import urljoin
 
 import jsonschema
@@ -287,6 +297,22 @@ class CompensableTool(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
+    if TYPE_CHECKING:
+        # what a saga's typed call of this tool takes and gives (tooltyping.TypedTool), for
+        # type checkers only: unwrapping an awaitable result here keeps Saga.call a single
+        # signature, so mypy names a wrong argument rather than "no overload variant matches"
+        @overload
+        def typed_call(
+            self: CompensableTool[Q, Coroutine[Any, Any, S]], *args: Q.args, **kwargs: Q.kwargs
+        ) -> S: ...
+        @overload
+        def typed_call(
+            self: CompensableTool[Q, Awaitable[S]], *args: Q.args, **kwargs: Q.kwargs
+        ) -> S: ...
+        @overload
+        def typed_call(self: CompensableTool[Q, S], *args: Q.args, **kwargs: Q.kwargs) -> S: ...
+        def typed_call(self, *args: Any, **kwargs: Any) -> Any: ...
+
     def __repr__(self) -> str:
         return f"<tool {self.name} {self.reversibility.value}>"
 
@@ -441,6 +467,25 @@ class MethodTool(CompensableTool[Concatenate[T, Q], S]):
     names it in a typed call: ``saga.call(Bookings.book_flight, traveler=...)`` checks the
     arguments without ``self``, and the worker runs the instance its app registered.
     """
+
+    if TYPE_CHECKING:
+        # a typed call has no instance: the arguments after ``self`` (hence not the base's
+        # signature, which a method tool, called as the plain function, keeps for __call__)
+        @overload  # type: ignore[override]
+        def typed_call(
+            self: MethodTool[Any, P, Coroutine[Any, Any, R]],
+            *args: P.args,
+            **kwargs: P.kwargs,
+        ) -> R: ...
+        @overload
+        def typed_call(
+            self: MethodTool[Any, P, Awaitable[R]],
+            *args: P.args,
+            **kwargs: P.kwargs,
+        ) -> R: ...
+        @overload
+        def typed_call(self: MethodTool[Any, P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
+        def typed_call(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 @overload
