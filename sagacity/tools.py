@@ -54,6 +54,9 @@ from sagacity.errors import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# covariant: an async tool, whose result pyright types as CoroutineType, is a tool giving a
+# Coroutine, which a saga's typed call awaits (see typed_call)
+R_co = TypeVar("R_co", covariant=True)
 Q = ParamSpec("Q")
 S = TypeVar("S")
 T = TypeVar("T")
@@ -261,7 +264,7 @@ def _refs(node: Any, base: str) -> Iterator[tuple[str, str]]:
             yield from _refs(value, base)
 
 
-class CompensableTool(Generic[P, R]):
+class CompensableTool(Generic[P, R_co]):
     """A declared tool: callable as the function it wraps, plus its undo and options.
 
     Declared on a method, the class attribute (``Bookings.book_flight``) is the declaration and
@@ -272,7 +275,7 @@ class CompensableTool(Generic[P, R]):
 
     def __init__(
         self,
-        fn: Callable[P, R],
+        fn: Callable[P, R_co],
         *,
         name: str | None,
         description: str | None,
@@ -294,7 +297,7 @@ class CompensableTool(Generic[P, R]):
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         return self.fn(*args, **kwargs)
 
     if TYPE_CHECKING:
@@ -460,7 +463,7 @@ def app_tools(module: ModuleType, opened: object = None) -> list[CompensableTool
     return list(declared)
 
 
-class MethodTool(CompensableTool[Concatenate[T, Q], S]):
+class MethodTool(CompensableTool[Concatenate[T, Q], R_co]):
     """A tool declared on a method, read from its class (``Bookings.book_flight``).
 
     Calling it calls the plain function, ``self`` first. Workflow code, which has no instance,

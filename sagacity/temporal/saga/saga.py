@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, ParamSpec, cast
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
-from typing_extensions import ParamSpec, TypeVar
+from typing_extensions import TypeVar
 
 from sagacity.errors import SagacityError
 from sagacity.temporal.checks import steps_refused
@@ -38,12 +38,17 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.saga.carry import carry_of
 from sagacity.temporal.saga.parts import SagaParts
-from sagacity.temporal.saga.tooltyping import TypedTool, named_call, origin, typed_result
+from sagacity.temporal.saga.tooltyping import (
+    ToolName,
+    TypedTool,
+    named_call,
+    origin,
+    typed_result,
+)
 from sagacity.tools import CompensableTool
 
-# the defaults (typing's own from Python 3.13) type a call of a tool named by string: any
-# arguments, the result as JSON data
-P = ParamSpec("P", default=...)
+P = ParamSpec("P")
+# the default (typing's own from Python 3.13): a tool named by string gives JSON data
 T = TypeVar("T", default=Any)
 
 
@@ -159,7 +164,9 @@ class Saga:
         if problems:
             raise steps_refused(problems)
 
-    async def call(self, tool: TypedTool[P, T] | str, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def call(
+        self, tool: TypedTool[P, T] | ToolName[P], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         """Run one tool call under the journal; returns its result or raises :class:`ToolFailed`.
 
         ``tool`` is the declared tool (``saga.call(book_flight, traveler="Ada")``: arguments
@@ -170,7 +177,7 @@ class Saga:
         return await self._call(tool, args, kwargs, last=False)
 
     async def call_last(
-        self, tool: TypedTool[P, T] | str, /, *args: P.args, **kwargs: P.kwargs
+        self, tool: TypedTool[P, T] | ToolName[P], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
         """:meth:`call` for the body's last call: when it executes, its activity seals the end.
 
@@ -181,14 +188,14 @@ class Saga:
 
     async def _call(
         self,
-        typed: TypedTool[..., T] | str,
+        typed: TypedTool[..., T] | ToolName[...],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         *,
         last: bool,
     ) -> T:
-        # TypedTool is for type checkers only: what a caller hands in is a declared tool or a
-        # name, and named_call refuses anything else (ToolArgumentsInvalid)
+        # TypedTool and ToolName are for type checkers only: what a caller hands in is a
+        # declared tool or a str, and named_call refuses anything else (ToolArgumentsInvalid)
         tool = cast("str | CompensableTool[..., Any]", typed)
         name, named = named_call(tool, args, kwargs)
         async with self._parts.core.lock:

@@ -27,6 +27,14 @@ class TypedTool(Protocol[P, T_co]):
     def typed_call(self, *args: P.args, **kwargs: P.kwargs) -> T_co: ...
 
 
+class ToolName(Protocol[P]):
+    """A tool named by string, as a saga's typed call sees it: ``str.format`` takes any
+    arguments, so a str binds the call's parameters to any. (A ParamSpec default would say the
+    same, but pyright leaves one unbound in a union: microsoft/pyright#11152.)"""
+
+    def format(self, *args: P.args, **kwargs: P.kwargs) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class _ToolTyping:
     """How a typed call binds a tool's positional arguments and converts its result."""
