@@ -20,7 +20,7 @@ import functools
 import inspect
 import sys
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -55,7 +55,7 @@ from sagacity.errors import (
 P = ParamSpec("P")
 R = TypeVar("R")
 # covariant: an async tool, whose result pyright types as CoroutineType, is a tool giving a
-# Coroutine, which a saga's typed call awaits (see typed_call)
+# Coroutine, so an Awaitable, which a saga's typed call awaits (see typed_call)
 R_co = TypeVar("R_co", covariant=True)
 Q = ParamSpec("Q")
 S = TypeVar("S")
@@ -306,10 +306,6 @@ class CompensableTool(Generic[P, R_co]):
         # signature, so mypy names a wrong argument rather than "no overload variant matches"
         @overload
         def typed_call(
-            self: CompensableTool[Q, Coroutine[Any, Any, S]], *args: Q.args, **kwargs: Q.kwargs
-        ) -> S: ...
-        @overload
-        def typed_call(
             self: CompensableTool[Q, Awaitable[S]], *args: Q.args, **kwargs: Q.kwargs
         ) -> S: ...
         @overload
@@ -475,12 +471,6 @@ class MethodTool(CompensableTool[Concatenate[T, Q], R_co]):
         # a typed call has no instance: the arguments after ``self`` (hence not the base's
         # signature, which a method tool, called as the plain function, keeps for __call__)
         @overload  # type: ignore[override]
-        def typed_call(
-            self: MethodTool[Any, P, Coroutine[Any, Any, R]],
-            *args: P.args,
-            **kwargs: P.kwargs,
-        ) -> R: ...
-        @overload
         def typed_call(
             self: MethodTool[Any, P, Awaitable[R]],
             *args: P.args,
