@@ -47,7 +47,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -e '.[dev]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -e '.[dev]'
 	@touch $@
 
 # Stamped only once Chromium is there: without root it is checked (and the line printed) each run.

@@ -26,7 +26,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from types import MethodType, ModuleType
-from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Self,
+    TypeVar,
+    cast,
+    overload,
+)
 from urllib.parse import urljoin
 
 import jsonschema
@@ -44,6 +54,9 @@ from sagacity.errors import (
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# covariant: an async tool, whose result pyright types as CoroutineType, is a tool giving a
+# Coroutine, so an Awaitable, which a saga's typed call awaits (see typed_call)
+R_co = TypeVar("R_co", covariant=True)
 Q = ParamSpec("Q")
 S = TypeVar("S")
 T = TypeVar("T")
@@ -251,7 +264,7 @@ def _refs(node: Any, base: str) -> Iterator[tuple[str, str]]:
             yield from _refs(value, base)
 
 
-class CompensableTool(Generic[P, R]):
+class CompensableTool(Generic[P, R_co]):
     """A declared tool: callable as the function it wraps, plus its undo and options.
 
     Declared on a method, the class attribute (``Bookings.book_flight``) is the declaration and
@@ -262,7 +275,7 @@ class CompensableTool(Generic[P, R]):
 
     def __init__(
         self,
-        fn: Callable[P, R],
+        fn: Callable[P, R_co],
         *,
         name: str | None,
         description: str | None,
@@ -284,8 +297,20 @@ class CompensableTool(Generic[P, R]):
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         return self.fn(*args, **kwargs)
+
+    if TYPE_CHECKING:
+        # what a saga's typed call of this tool takes and gives (tooltyping.TypedTool), for
+        # type checkers only: unwrapping an awaitable result here keeps Saga.call a single
+        # signature, so mypy names a wrong argument rather than "no overload variant matches"
+        @overload
+        def typed_call(
+            self: CompensableTool[Q, Awaitable[S]], *args: Q.args, **kwargs: Q.kwargs
+        ) -> S: ...
+        @overload
+        def typed_call(self: CompensableTool[Q, S], *args: Q.args, **kwargs: Q.kwargs) -> S: ...
+        def typed_call(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def __repr__(self) -> str:
         return f"<tool {self.name} {self.reversibility.value}>"
@@ -434,13 +459,26 @@ def app_tools(module: ModuleType, opened: object = None) -> list[CompensableTool
     return list(declared)
 
 
-class MethodTool(CompensableTool[Concatenate[T, Q], S]):
+class MethodTool(CompensableTool[Concatenate[T, Q], R_co]):
     """A tool declared on a method, read from its class (``Bookings.book_flight``).
 
     Calling it calls the plain function, ``self`` first. Workflow code, which has no instance,
     names it in a typed call: ``saga.call(Bookings.book_flight, traveler=...)`` checks the
     arguments without ``self``, and the worker runs the instance its app registered.
     """
+
+    if TYPE_CHECKING:
+        # a typed call has no instance: the arguments after ``self`` (hence not the base's
+        # signature, which a method tool, called as the plain function, keeps for __call__)
+        @overload  # type: ignore[override]
+        def typed_call(
+            self: MethodTool[Any, P, Awaitable[R]],
+            *args: P.args,
+            **kwargs: P.kwargs,
+        ) -> R: ...
+        @overload
+        def typed_call(self: MethodTool[Any, P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
+        def typed_call(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 @overload

@@ -13,11 +13,12 @@ Everything here is deterministic: no I/O, clocks or randomness outside Temporal'
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar, overload
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, cast
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
+from typing_extensions import TypeVar
 
 from sagacity.errors import SagacityError
 from sagacity.temporal.checks import steps_refused
@@ -37,11 +38,18 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.saga.carry import carry_of
 from sagacity.temporal.saga.parts import SagaParts
-from sagacity.temporal.saga.tooltyping import named_call, origin, typed_result
-from sagacity.tools import CompensableTool, MethodTool
+from sagacity.temporal.saga.tooltyping import (
+    ToolName,
+    TypedTool,
+    named_call,
+    origin,
+    typed_result,
+)
+from sagacity.tools import CompensableTool
 
 P = ParamSpec("P")
-T = TypeVar("T")
+# the default (typing's own from Python 3.13): a tool named by string gives JSON data
+T = TypeVar("T", default=Any)
 
 
 class Saga:
@@ -156,35 +164,9 @@ class Saga:
         if problems:
             raise steps_refused(problems)
 
-    @overload
     async def call(
-        self,
-        tool: MethodTool[Any, P, Coroutine[Any, Any, T]],
-        /,
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> T: ...
-    @overload
-    async def call(
-        self, tool: MethodTool[Any, P, T], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call(
-        self, tool: CompensableTool[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call(
-        self, tool: CompensableTool[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call(
-        self, tool: CompensableTool[P, T], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call(self, tool: str, /, **args: Any) -> Any: ...
-    async def call(
-        self, tool: str | CompensableTool[..., Any], /, *args: Any, **kwargs: Any
-    ) -> Any:
+        self, tool: TypedTool[P, T] | ToolName[P], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         """Run one tool call under the journal; returns its result or raises :class:`ToolFailed`.
 
         ``tool`` is the declared tool (``saga.call(book_flight, traveler="Ada")``: arguments
@@ -194,35 +176,9 @@ class Saga:
         """
         return await self._call(tool, args, kwargs, last=False)
 
-    @overload
     async def call_last(
-        self,
-        tool: MethodTool[Any, P, Coroutine[Any, Any, T]],
-        /,
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> T: ...
-    @overload
-    async def call_last(
-        self, tool: MethodTool[Any, P, T], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call_last(
-        self, tool: CompensableTool[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call_last(
-        self, tool: CompensableTool[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call_last(
-        self, tool: CompensableTool[P, T], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T: ...
-    @overload
-    async def call_last(self, tool: str, /, **args: Any) -> Any: ...
-    async def call_last(
-        self, tool: str | CompensableTool[..., Any], /, *args: Any, **kwargs: Any
-    ) -> Any:
+        self, tool: TypedTool[P, T] | ToolName[P], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         """:meth:`call` for the body's last call: when it executes, its activity seals the end.
 
         The saga then ends without the local activity that seals it otherwise. A call after
@@ -232,16 +188,20 @@ class Saga:
 
     async def _call(
         self,
-        tool: str | CompensableTool[..., Any],
+        typed: TypedTool[..., T] | ToolName[...],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         *,
         last: bool,
-    ) -> Any:
+    ) -> T:
+        # TypedTool and ToolName are for type checkers only: what a caller hands in is a
+        # declared tool or a str, and named_call refuses anything else (ToolArgumentsInvalid)
+        tool = cast("str | CompensableTool[..., Any]", typed)
         name, named = named_call(tool, args, kwargs)
         async with self._parts.core.lock:
             result = await self._parts.calls.call(name, named, origin(tool), last=last)
-        return typed_result(tool, result)
+        # the result converted to the tool's return annotation: T
+        return cast(T, typed_result(tool, result))
 
     def last_call_seq(self, tool: str) -> int | None:
         """The seq of the row that opened ``tool``'s newest call (INTENT; AWAITING_APPROVAL or

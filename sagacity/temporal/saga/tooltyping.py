@@ -6,7 +6,7 @@ import inspect
 import weakref
 from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
-from typing import Any, get_args, get_origin
+from typing import Any, ParamSpec, Protocol, TypeVar, get_args, get_origin
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -14,6 +14,25 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from sagacity.errors import ToolArgumentsInvalid, ToolFailed
 from sagacity.temporal.saga.signals import problems
 from sagacity.tools import CompensableTool, MethodTool
+
+P = ParamSpec("P")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class TypedTool(Protocol[P, T_co]):
+    """A declared tool as a saga's typed call sees it: its parameters (without ``self`` for a
+    tool method named from its class) and its result once awaited (``typed_call`` exists for
+    type checkers only: see ``CompensableTool``)."""
+
+    def typed_call(self, *args: P.args, **kwargs: P.kwargs) -> T_co: ...
+
+
+class ToolName(Protocol[P]):
+    """A tool named by string, as a saga's typed call sees it: ``str.format`` takes any
+    arguments, so a str binds the call's parameters to any. (A ParamSpec default would say the
+    same, but pyright leaves one unbound in a union: microsoft/pyright#11152.)"""
+
+    def format(self, *args: P.args, **kwargs: P.kwargs) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
