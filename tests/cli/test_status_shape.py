@@ -1,21 +1,19 @@
 """``sagacity saga status``: one shape for a running and an ended saga, the result shown, and a
 COMPENSATABLE effect said to be corrected (not restored) wherever a person reads about it.
 
-Against real Temporal and Postgres: the Order tools with ``send_quote`` (COMPENSATABLE, its undo
-a correction email), served by an in-process worker, and the ``sagacity`` command.
+Against real Temporal and Postgres: the test worker serves the Order tools with ``send_quote``
+(COMPENSATABLE, its undo a correction email), and the ``sagacity`` command runs as a user's.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
-import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -24,40 +22,13 @@ from sagacity.approvals import ApprovalService
 from sagacity.approvals.console import COOKIE, WebConsole
 from sagacity.approvals.http import create_app
 from sagacity.cli.saga.shape import schema
-from sagacity.evidence.checkpoints import CheckpointWriter
-from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Decision, SagaResult
 from tests.approvals.conftest import Cli
-from tests.temporal.conftest import awaiting_approval, serving, wait_for
-from workflows.order import quote_app
+from tests.temporal.conftest import awaiting_approval, wait_for
 from workflows.order.shop import Shop
 
 SCHEMA_FILE = Path(__file__).parents[2] / "docs" / "status.schema.json"
-
-
-@pytest.fixture
-async def quote_worker(
-    temporal_client: Client,
-    task_queue: str,
-    journal: JournalStore,
-    approvals: ApprovalStore,
-    shop: Shop,
-    checkpoint_writer: CheckpointWriter,
-    redactor: Redactor,
-) -> AsyncIterator[Worker]:
-    """A worker for the Order app with ``send_quote``: ``workflows.order.quote_app``."""
-    async with serving(
-        temporal_client,
-        task_queue,
-        journal=journal,
-        approvals=approvals,
-        tools=quote_app.TOOLS,
-        workflows=quote_app.WORKFLOWS,
-        redactor=redactor,
-        checkpoints=checkpoint_writer,
-    ) as worker:
-        yield worker
 
 
 def valid(document: dict[str, Any]) -> dict[str, Any]:
@@ -72,9 +43,9 @@ def test_the_documented_schema_is_the_one_the_model_generates() -> None:
 
 
 async def test_a_running_and_an_ended_saga_name_their_state_alike(
-    cli: Cli, quote_worker: Worker, temporal_client: Client
+    cli: Cli, worker: Worker, temporal_client: Client
 ) -> None:
-    queue = {"SAGACITY_TASK_QUEUE": quote_worker.task_queue}
+    queue = {"SAGACITY_TASK_QUEUE": worker.task_queue}
     started = await cli("saga", "start", "--order", "p-1:2", "--wait", extra_env=queue)
     assert started.code == 0, started.stderr
     saga = started.stdout.strip()
@@ -104,7 +75,7 @@ async def test_a_running_and_an_ended_saga_name_their_state_alike(
 
 async def test_a_corrected_quote_is_said_corrected_and_a_released_reservation_restored(
     cli: Cli,
-    quote_worker: Worker,
+    worker: Worker,
     temporal_client: Client,
     journal: JournalStore,
     approvals: ApprovalStore,
@@ -124,7 +95,7 @@ async def test_a_corrected_quote_is_said_corrected_and_a_released_reservation_re
         )
     )  # fmt: skip
     saga = f"quote-{uuid.uuid4().hex[:8]}"
-    queue = {"SAGACITY_TASK_QUEUE": quote_worker.task_queue}
+    queue = {"SAGACITY_TASK_QUEUE": worker.task_queue}
     ran = await cli("saga", "start", "--steps", str(steps), "--id", saga, "--wait", "--json",
                     extra_env=queue)  # fmt: skip
     assert ran.code == 1, ran.stderr
@@ -217,9 +188,9 @@ async def test_a_corrected_quote_is_said_corrected_and_a_released_reservation_re
 
 
 async def test_a_rejected_order_saga_ends_with_its_effects_restored(
-    cli: Cli, quote_worker: Worker, temporal_client: Client
+    cli: Cli, worker: Worker, temporal_client: Client
 ) -> None:
-    queue = {"SAGACITY_TASK_QUEUE": quote_worker.task_queue}
+    queue = {"SAGACITY_TASK_QUEUE": worker.task_queue}
     started = await cli("saga", "start", "--order", "p-1:1", extra_env=queue)
     saga = started.stdout.strip()
     handle = temporal_client.get_workflow_handle(saga, result_type=SagaResult)

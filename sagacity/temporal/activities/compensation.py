@@ -195,7 +195,12 @@ class Compensation:
         with what the correction returned."""
         if tool.tool.reversibility is not Reversibility.COMPENSATABLE:
             return done
-        payload = correction_payload(to_jsonable_python(returned, fallback=repr))
+        try:
+            payload = correction_payload(to_jsonable_python(returned, fallback=repr))
+        except ValueError as exc:  # NaN or infinity: the undo ran, so its row is still written
+            payload = correction_payload(
+                {"unserializable_result": repr(returned), "error": str(exc)}
+            )
         return self.state.draft(
             req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json, payload
         )
