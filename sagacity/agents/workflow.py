@@ -41,7 +41,8 @@ with workflow.unsafe.imports_passed_through():
     from sagacity.agents.conversation import StoredConversationModel, load_conversation
     from sagacity.agents.tools import AgentStep, saga_function_tools
     from sagacity.errors import AgentRunFailed, SagaAborted, SagacityError
-    from sagacity.temporal.models import SagaCarry, SagaOptions, SagaResult, SagaState
+    from sagacity.journal import to_json
+    from sagacity.temporal.models import Effect, SagaCarry, SagaOptions, SagaResult, SagaState
     from sagacity.temporal.saga import Saga
 
 __all__ = [
@@ -118,10 +119,18 @@ def compensation_summary(result: SagaResult) -> str | None:
     lines = [f"{SUMMARY_PREFIX} The task did not complete and the saga was rolled back."]
     if result.error is not None:
         lines.append(f"Cause: {result.error.message}")
-    if result.compensated:
-        undone = ", ".join(f"{e.tool_name} (call {e.call_seq})" for e in result.compensated)
+    restored = [e for e in result.compensated if e.undone_as == "restored"]
+    corrected = [e for e in result.compensated if e.undone_as == "corrected"]
+    if restored:
+        undone = ", ".join(f"{e.tool_name} (call {e.call_seq})" for e in restored)
         lines.append(f"Undone, newest first: {undone}.")
-    else:
+    if corrected:
+        lines.append(
+            "Corrected, not undone (the original stays visible, a correction followed it): "
+            + ", ".join(_corrected(e) for e in corrected)
+            + "."
+        )
+    if not result.compensated:
         lines.append("Nothing had taken effect, so nothing needed undoing.")
     if result.live_effects:
         live = ", ".join(f"{e.tool_name} (call {e.call_seq})" for e in result.live_effects)
@@ -130,6 +139,14 @@ def compensation_summary(result: SagaResult) -> str | None:
         lines.append(f"A person must look at it: {result.needs_attention}")
     lines.append("Tell the user plainly what happened. Do not call tools.")
     return "\n".join(lines)
+
+
+def _corrected(effect: Effect) -> str:
+    """A corrected effect, and what its correction returned, in words for the agent."""
+    said = f"{effect.tool_name} (call {effect.call_seq})"
+    if effect.correction is None:
+        return said
+    return f"{said}, correction result {to_json(effect.correction)}"
 
 
 def _agent(

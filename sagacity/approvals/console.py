@@ -51,12 +51,12 @@ from sagacity.errors import (
     SagaUnavailable,
 )
 from sagacity.evidence.anchors import verify_journal
-from sagacity.evidence.certify import Finding, certify
+from sagacity.evidence.certify import Finding, certify, corrections
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.export import export_bundle
 from sagacity.evidence.report import SagaReport
 from sagacity.inputs import check_name
-from sagacity.journal import APPROVAL_GATE, Entry, Phase, read_calls
+from sagacity.journal import APPROVAL_GATE, Entry, Phase, read_calls, read_correction
 from sagacity.store.halts import Halt, HaltPolicy, HaltScope
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.runs import RunChains
@@ -319,6 +319,7 @@ def console_router(console: WebConsole) -> APIRouter:
             done=done if done in {"approved", "rejected", "rollback"} else "",
             live=view.workflow_status == "running",
             left_live=await _left_live(console, saga_id),
+            corrected=corrections(saga_id, rows),
             may_roll_back=_may_roll_back(console, request.state.principal),
         )
 
@@ -660,7 +661,8 @@ class Node:
     kind: str  # call, gate, compensation
     label: str
     seq: int
-    status: str  # executed, failed, suspect, running, waiting, approved, rejected, compensated, …
+    status: str  # executed, failed, suspect, running, waiting, approved, rejected, compensated,
+    # corrected, …
     x: int = 0
     y: int = _FORWARD_Y
     #: for a call: the compensation's node, once it is drawn
@@ -700,11 +702,13 @@ def timeline(rows: Sequence[Entry]) -> Picture:
                 gate.status = row.phase.value.lower()
                 gate = None
         elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
+            # a COMPENSATABLE undo corrects, it does not restore: the picture says which
+            corrected = row.phase is Phase.COMPENSATED and read_correction(row.payload) is not None
             comp = Node(
                 "compensation",
-                f"undo {row.tool_name}",
+                f"{'correct' if corrected else 'undo'} {row.tool_name}",
                 row.seq,
-                row.phase.value.lower(),
+                "corrected" if corrected else row.phase.value.lower(),
                 y=_ROLLBACK_Y,
             )
             rollback.append(comp)

@@ -141,6 +141,7 @@ def certify_command(
                 "certified": cert.ok,
                 "rows": cert.rows,
                 "findings": [f.to_dict() for f in cert.findings],
+                "corrected": [c.to_dict() for c in cert.corrected],
             }
             typer.echo(json.dumps(line, ensure_ascii=False))
     elif failing:
@@ -151,6 +152,9 @@ def certify_command(
                     cert.saga_id, "" if f.seq is None else str(f.seq), f.kind.value, f.detail
                 )
         Console().print(table)
+    if not as_json:
+        for corrected in (c for cert in certificates for c in cert.corrected):
+            typer.echo(f"saga {corrected.saga_id}: {corrected.detail}")
     anchors = "chain, checkpoints" if checkpoints is not None else "chain only (no checkpoints)"
     typer.echo(
         f"{len(certificates) - len(failing)} of {len(certificates)} sagas certified; "

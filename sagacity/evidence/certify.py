@@ -22,17 +22,19 @@ from xml.etree import ElementTree
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.decisions import Keyring
-from sagacity.journal import Entry, Phase, read_calls, rolled_back
+from sagacity.journal import Correction, Entry, Phase, read_calls, rolled_back
 from sagacity.store.approvals import ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
 
 __all__ = [
     "Certificate",
+    "Corrected",
     "Finding",
     "Kind",
     "RunLookup",
     "RunState",
     "certify",
+    "corrections",
     "effect_findings",
     "junit_xml",
     "task_finding",
@@ -102,13 +104,33 @@ class Finding:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Corrected:
+    """A COMPENSATABLE effect the saga corrected rather than restored: no finding (its undo ran),
+    but said, with what the correction returned, for the person reading the certificate."""
+
+    saga_id: str
+    seq: int
+    tool_name: str
+    correction: Correction
+
+    @property
+    def detail(self) -> str:
+        return f"{self.tool_name} (call seq {self.seq}) {self.correction.describe()}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"seq": self.seq, "tool": self.tool_name, "correction": self.correction.result}
+
+
 @dataclass
 class Certificate:
-    """One saga's findings; certified when there are none."""
+    """One saga's findings; certified when there are none. ``corrected``: effects its undo
+    corrected, not restored (no finding)."""
 
     saga_id: str
     rows: int
     findings: list[Finding] = field(default_factory=list)
+    corrected: list[Corrected] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -167,6 +189,16 @@ def effect_findings(
     return found
 
 
+def corrections(saga_id: str, rows: Sequence[Entry]) -> list[Corrected]:
+    """The saga's calls whose last undo corrected the effect (COMPENSATABLE), in journal order."""
+    found = []
+    for call in read_calls(rows):
+        correction = call.correction
+        if correction is not None:
+            found.append(Corrected(saga_id, call.intent.seq, call.intent.tool_name, correction))
+    return found
+
+
 def task_finding(saga_id: str, why: str) -> Finding:
     """A saga whose workflow task keeps failing, and why (Temporal tells it), as a finding."""
     return Finding(Kind.WORKFLOW_TASK_FAILING, saga_id, None, why)
@@ -218,6 +250,7 @@ async def certify(
             if report.verdict.ok:
                 rows = await journal.read(report.saga_id)
                 cert.findings += effect_findings(report.saga_id, rows, run)
+                cert.corrected = corrections(report.saga_id, rows)
             # findings about the saga's workflow itself (``run``: a task that keeps failing)
             # go here
             cert.findings += overdue.pop(report.saga_id, [])

@@ -2,7 +2,8 @@
 
 The journal claims, call by call, what should be out there: an EXECUTED call that was not
 compensated should exist (and so should one whose compensation failed); a COMPENSATED call, or
-one that FAILED without effect, should be gone. A tool's probe (``@tool.probe``) looks in the
+one that FAILED without effect, should be gone; a COMPENSATABLE call that was corrected (not
+restored) claims neither: the probe's answer is reported beside the correction. A tool's probe (``@tool.probe``) looks in the
 system the tool acts on; where the answer differs from the claim, that is drift. A call with no
 outcome (SUSPECT, or still running) claims nothing: the probe's answer is what a resolution can
 say. A call whose journaled input or result is redacted is not probed: the probe would be given
@@ -47,6 +48,9 @@ class Verdict(StrEnum):
     RESOLVED = "resolved"
     #: the call FAILED with its effect unknown and was never undone: the probe says what is there
     UNKNOWN = "unknown"
+    #: a COMPENSATABLE effect corrected, not restored: the original may still show, so the
+    #: probe's answer is reported, not judged
+    CORRECTED = "corrected"
     #: not probed: the journal hides part of the call's input or result, or never held it
     REDACTED = "redacted"
     #: the probe raised, timed out or answered something other than a bool or Found
@@ -146,6 +150,8 @@ def _claim(call: Call) -> tuple[str, bool | None]:
     if outcome is None:
         return "no outcome", None
     told = outcome.phase.value if undone is None else f"{outcome.phase.value}, {undone.value}"
+    if call.correction is not None:
+        return f"{told} ({call.correction.describe()})", None
     live = call.live
     if live is None:  # compensated, or failed without effect
         return (told if undone is Phase.COMPENSATED else f"{told} (no effect)"), False
@@ -197,6 +203,8 @@ async def _check(saga_id: str, call: Call, probe: Probe) -> Check:
         )
         result.found = answer.result if isinstance(answer, Found) else None
         return result
+    if call.correction is not None:
+        return check(Verdict.CORRECTED, f"corrected, not restored: {there}", exists)
     if expected is None:
         return check(Verdict.UNKNOWN, f"{journal}: {there}", exists)
     if exists == expected:

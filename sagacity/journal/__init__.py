@@ -3,6 +3,7 @@
 from sagacity.journal.calls import Call, read_calls, rolled_back
 from sagacity.journal.canonical import input_hash, parse_json, to_json
 from sagacity.journal.chain import GENESIS_HASH, canonical_bytes, entry_hash, format_timestamp, seal
+from sagacity.journal.corrections import Correction, correction_payload, read_correction
 from sagacity.journal.entry import Draft, Entry, check_draft, utc_micros
 from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, Phase
 from sagacity.journal.plan import Fate, Planned, RollbackPlan, rollback_plan, rolled_back_by
@@ -15,6 +16,7 @@ __all__ = [
     "ROLLBACK",
     "Call",
     "ChainVerifier",
+    "Correction",
     "Dangling",
     "Draft",
     "Entry",
@@ -28,11 +30,13 @@ __all__ = [
     "Verdict",
     "canonical_bytes",
     "check_draft",
+    "correction_payload",
     "entry_hash",
     "format_timestamp",
     "input_hash",
     "parse_json",
     "read_calls",
+    "read_correction",
     "read_result",
     "rollback_plan",
     "rolled_back",

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sagacity.journal.corrections import Correction, read_correction
 from sagacity.journal.entry import Entry
 from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
 
@@ -29,6 +30,13 @@ class Call:
     def undone(self) -> Phase | None:
         """The last compensation's phase; None while none was journaled."""
         return self.undo[-1].phase if self.undo else None
+
+    @property
+    def correction(self) -> Correction | None:
+        """How a COMPENSATABLE undo corrected the effect; None unless the last undo corrected it."""
+        if self.undone is not Phase.COMPENSATED:
+            return None
+        return read_correction(self.undo[-1].payload)
 
     @property
     def may_have_taken_effect(self) -> bool:

@@ -52,7 +52,8 @@ async def test_an_aborted_agent_saga_reads_right_in_every_command_and_the_worker
     assert "undone: create_order, reserve_inventory" in status.stdout
     assert "agent said:" in status.stdout
     document = (await cli("saga", "status", handle.id, "--json")).json()
-    assert document["saga"]["status"] == "aborted" and document["steps"]
+    assert (document["state"], document["ended"]) == ("aborted", True)
+    assert document["agent"]["steps"]
 
     journal = await cli("saga", "journal", handle.id, "--json")
     assert journal.code == 0, journal.stderr

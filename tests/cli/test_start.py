@@ -52,7 +52,7 @@ async def test_any_registered_workflow_starts_with_json_input_and_its_result_pri
         "--task-queue", queue, "--wait", "--json",
     )  # fmt: skip
     assert done.code == 0, done.stderr
-    assert done.json()["status"] == "completed"
+    assert done.json()["state"] == "completed"
 
     # the Order workflow, its input from a file: it stops at its approval gate
     request = tmp_path / "order.json"

@@ -296,7 +296,7 @@ def test_documented_commands_run_as_written(
 
 def test_the_readme_tool_declaration_is_valid() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    usage = readme[readme.index("## Usage") : readme.index("## Approvals")]
+    usage = readme[readme.index("### Declare a tool") : readme.index("### An Agents SDK agent")]
     (code,) = re.findall(r"```python\n(.*?)```", usage, flags=re.DOTALL)
     namespace: dict[str, object] = {"__name__": "readme_tools"}
     exec(compile(code, "README.md", "exec"), namespace)

@@ -241,7 +241,7 @@ async def test_steps_file_runs_the_generic_saga(
     )
     assert ran.code == 1, ran.stderr
     result = ran.json()
-    assert result["status"] == "compensated"
+    assert result["state"] == "compensated"
     assert "cannot reserve 999" in result["error"]["message"]
     assert [e["tool_name"] for e in result["compensated"]] == ["reserve_inventory"]
     assert (await shop.snapshot()).available == {"p-1": 10, "p-2": 25}

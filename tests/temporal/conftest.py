@@ -21,6 +21,7 @@ from sagacity.temporal.models import SagaState, SagaStatus
 from sagacity.temporal.plugin import SagacityPlugin
 from tests.temporal import sample_tools
 from workflows.order import app as order_app
+from workflows.order import quotes
 from workflows.order.shop import Shop, use
 
 
@@ -78,7 +79,7 @@ async def worker(
         task_queue,
         journal=journal,
         approvals=approvals,
-        tools=[*order_app.TOOLS, *sample_tools.TOOLS],
+        tools=[*order_app.TOOLS, *quotes.TOOLS, *sample_tools.TOOLS],
         workflows=order_app.WORKFLOWS,
         redactor=redactor,
         checkpoints=checkpoint_writer,

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import typer
 
+from sagacity.cli.saga.shape import StatusReport
 from sagacity.cli.saga.shared import UNDO_FAILING, Usage
-from sagacity.temporal.models import SagaResult, SagaState, SagaStatus
+from sagacity.temporal.models import Effect, SagaResult, SagaState, SagaStatus
 from sagacity.temporal.undo_attempts import failing, reason
 
 if TYPE_CHECKING:  # the Agents SDK takes seconds to import: only for an agent saga's result
@@ -37,7 +38,7 @@ def report(found: Found, *, as_json: bool, quiet: bool = False) -> int:
     """Print ``found`` (stderr in ``quiet`` mode, where stdout has the id); return the exit status."""
     if as_json:
         if not isinstance(found, AppWorkflow):
-            typer.echo(found.model_dump_json(indent=2))
+            typer.echo(StatusReport.of(found).model_dump_json(indent=2))
         elif found.running:  # no value yet: say what runs
             running = {"workflow_id": found.saga_id, "workflow_type": found.workflow_type}
             typer.echo(json.dumps({**running, "running": True}, indent=2))
@@ -78,6 +79,14 @@ def over(saga: str, current: Found) -> bool:
     return ended is not None
 
 
+def _corrected(effect: Effect) -> str:
+    """A COMPENSATABLE effect the saga corrected, and what the correction returned."""
+    said = f"corrected, not restored: {effect.tool_name} (seq {effect.call_seq})"
+    if effect.correction is None:
+        return said
+    return f"{said}; the correction returned {json.dumps(effect.correction, ensure_ascii=False)}"
+
+
 def _describe(saga: Found) -> list[str]:
     if isinstance(saga, AppWorkflow):
         if saga.running:
@@ -95,10 +104,14 @@ def _describe(saga: Found) -> list[str]:
         return lines
     if isinstance(saga, SagaResult):
         lines = [f"saga {saga.saga_id}: {saga.status.value} (journal head seq {saga.head.seq})"]
+        if saga.status is SagaState.COMPLETED:
+            lines.append(f"  result: {json.dumps(saga.value, ensure_ascii=False)}")
         if saga.error is not None:
             lines.append(f"  why: {saga.error.type}: {saga.error.message}")
-        if saga.compensated:
-            lines.append("  undone: " + ", ".join(e.tool_name for e in saga.compensated))
+        restored = [e.tool_name for e in saga.compensated if e.undone_as == "restored"]
+        if restored:
+            lines.append("  undone: " + ", ".join(restored))
+        lines.extend(f"  {_corrected(e)}" for e in saga.compensated if e.undone_as == "corrected")
         if saga.live_effects:
             lines.append("  still live: " + ", ".join(e.tool_name for e in saga.live_effects))
         if saga.needs_attention:

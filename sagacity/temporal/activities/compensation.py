@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from dataclasses import replace
+from functools import partial
+from typing import Any
 
+from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -18,7 +22,14 @@ from sagacity.errors import (
     StoreUnavailable,
     UnknownTool,
 )
-from sagacity.journal import Draft, Entry, JournaledResult, Phase
+from sagacity.journal import (
+    Draft,
+    Entry,
+    JournaledResult,
+    Phase,
+    correction_payload,
+    read_correction,
+)
 from sagacity.journal.results import read_input, read_result
 from sagacity.temporal.activities.notices import halted
 from sagacity.temporal.activities.outcomes import ref
@@ -27,7 +38,7 @@ from sagacity.temporal.activities.typed import non_retryable, scrubbed, typed
 from sagacity.temporal.activities.writes import JournalWrites
 from sagacity.temporal.models import CompensateRequest, RowRef, undo_attempt_detail
 from sagacity.temporal.names import COMPENSATE
-from sagacity.tools import CompensationContext, RegisteredTool
+from sagacity.tools import CompensationContext, RegisteredTool, Reversibility
 
 __all__ = ["Compensation"]
 
@@ -83,26 +94,28 @@ class Compensation:
                         return await self._found(req, done, held.written)
                     if held.halt_id is not None:
                         await self._unless_held(req, held.halt_id)
-                    await self._undo(req, tool)
+                    row_draft = self._row(req, tool, done, await self._undo(req, tool))
                     try:
                         try:
                             # written, committed and unlocked in one round trip
                             row = await self.state.journal.append_claimed(
-                                held, done, seq=req.seq, prev_hash=req.prev_hash
+                                held, row_draft, seq=req.seq, prev_hash=req.prev_hash
                             )
                         except StoreUnavailable:
                             # the lock's session failed mid-write (the row may be in): as any
                             # append, waiting out an outage, and an identical row is this one
                             row = await self.writes.append_at(
-                                done, seq=req.seq, prev_hash=req.prev_hash, anchor=False
+                                row_draft, seq=req.seq, prev_hash=req.prev_hash, anchor=False
                             )
                     except SeqConflict:
                         # the undo ran, so the journal must say so: another writer took the seq
                         # (a rollback of this saga's terminated run, while this undo ran), and
                         # the row goes after the tail, where that rollback's own attempt at
                         # this undo looks for it (under this lock) before running it again
-                        row = await self.state.outlast(lambda: self.state.journal.append(done))
-                    return [ref(row, sealed=self.writes.checkpoint(row, req.seal_as))]
+                        row = await self.state.outlast(
+                            partial(self.state.journal.append, row_draft)
+                        )
+                    return [_compensated_ref(row, self.writes.checkpoint(row, req.seal_as))]
             # another attempt is undoing this effect right now: wait for it to finish or die
             await asyncio.sleep(1.0)
 
@@ -164,17 +177,36 @@ class Compensation:
         return await self._found(req, done, existing)
 
     async def _found(self, req: CompensateRequest, done: Draft, existing: Entry) -> list[RowRef]:
-        """The row at the undo's seq, written before this attempt: this undo's, or an error."""
-        if not existing.same_content(done):
+        """The row at the undo's seq, written before this attempt: this undo's, or an error
+        (its payload aside: only the attempt that ran the undo knows what a correction returned)."""
+        if not existing.same_content(replace(done, payload=existing.payload)):
             raise JournalAhead(
                 f"saga {req.saga_id!r} seq {req.seq} holds {existing.tool_name} "
                 f"{existing.phase}, not this compensation"
             )
         await self.writes.at_tail(existing)
         # the attempt that wrote it may have died before its checkpoint or seal
-        return [ref(existing, sealed=self.writes.checkpoint(existing, req.seal_as))]
+        return [_compensated_ref(existing, self.writes.checkpoint(existing, req.seal_as))]
 
-    async def _undo(self, req: CompensateRequest, tool: RegisteredTool) -> None:
+    def _row(
+        self, req: CompensateRequest, tool: RegisteredTool, done: Draft, returned: Any
+    ) -> Draft:
+        """The COMPENSATED row: ``done``, or for a COMPENSATABLE tool, corrected, not restored,
+        with what the correction returned."""
+        if tool.tool.reversibility is not Reversibility.COMPENSATABLE:
+            return done
+        try:
+            payload = correction_payload(to_jsonable_python(returned, fallback=repr))
+        except ValueError as exc:  # NaN or infinity: the undo ran, so its row is still written
+            payload = correction_payload(
+                {"unserializable_result": repr(returned), "error": str(exc)}
+            )
+        return self.state.draft(
+            req.saga_id, req.tool_name, Phase.COMPENSATED, req.input_json, payload
+        )
+
+    async def _undo(self, req: CompensateRequest, tool: RegisteredTool) -> Any:
+        """Run the compensation; what it returned (a correction's result, for COMPENSATABLE)."""
         assert tool.compensation is not None
         ctx = CompensationContext(
             saga_id=req.saga_id,
@@ -187,9 +219,8 @@ class Compensation:
         )
         try:
             if inspect.iscoroutinefunction(tool.compensation):
-                await tool.compensation(ctx)
-            else:
-                await asyncio.to_thread(tool.compensation, ctx)
+                return await tool.compensation(ctx)
+            return await asyncio.to_thread(tool.compensation, ctx)
         except Exception as exc:
             # journaled by the workflow as COMPENSATION_FAILED once the retries run out, or at
             # once when no retry can help
@@ -203,3 +234,17 @@ class Compensation:
                 type=error.type,
                 non_retryable=True,
             ) from None
+
+
+#: the most of a correction's result handed back to the workflow, in JSON characters (the row
+#: keeps all of it; the workflow's history needs only enough for the saga's result)
+_CORRECTION_CHARS = 16 * 1024
+
+
+def _compensated_ref(row: Entry, sealed: bool) -> RowRef:
+    """The COMPENSATED row's ref, with what a correction returned, as journaled (redacted)."""
+    found = ref(row, sealed=sealed)
+    correction = read_correction(row.payload)
+    if correction is not None and len(row.payload) <= _CORRECTION_CHARS:
+        found.correction = correction.result
+    return found

@@ -29,6 +29,17 @@ class Effect(BaseModel):
     failed: bool = False
     #: carried across continue-as-new by reference: input and result are read from the journal
     by_ref: bool = False
+    #: a COMPENSATABLE effect that was corrected: what the correction returned, as journaled
+    #: (None when it returned nothing; an effect carried by reference has it in the journal)
+    correction: Any = None
+
+    @property
+    def undone_as(self) -> str:
+        """How undoing this effect leaves the world: ``corrected`` (COMPENSATABLE: the original
+        stays visible, a correction follows it) or ``restored`` (the prior state is back)."""
+        if self.reversibility is Reversibility.COMPENSATABLE:
+            return "corrected"
+        return "restored"
 
 
 class EffectRefs(BaseModel):

@@ -44,6 +44,9 @@ class RowRef(Lean):
     hash: str
     #: the activity that wrote the row sealed it as the saga's end (said only when true)
     sealed: bool = False
+    #: a COMPENSATED row's: what a COMPENSATABLE undo returned, as journaled (the correction's
+    #: result; None when it returned nothing, or too much to carry)
+    correction: Any = None
 
 
 class Head(BaseModel):

@@ -157,6 +157,8 @@ class Undo:
                 return False
             core.track(rows)
             self._ending.wrote(rows, seal_as)
+            # what a correction returned, for the saga's result (deterministic: the activity's)
+            effect.correction = next((r.correction for r in rows if r.correction is not None), None)
             return True
 
     async def _journal_compensation_failed(
