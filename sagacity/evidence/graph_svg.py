@@ -106,9 +106,10 @@ def _box(root: ET.Element, step: Step, col: int, row: int) -> None:
             "data-testid": f"node-{step.kind}",
             "data-status": step.status,
             "data-seq": str(step.seq),
-            "data-live": "true" if step.live else "false",
         },
     )
+    if step.live:  # not data-live: the console's script reloads a page that has that
+        group.set("data-effect", "live")
     said = lines(step)
     ET.SubElement(group, "title").text = "\n".join(said)
     paint = {
