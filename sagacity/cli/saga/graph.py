@@ -1,12 +1,13 @@
 """``saga graph``: draw one saga's path from its journal as Mermaid, Graphviz DOT or SVG.
 
 The rows come from Postgres, as ``saga journal`` reads them, or with ``--journal FILE`` from
-rows already exported: an evidence bundle's ``journal.jsonl``, or ``saga journal --json``'s rows
-one a line (``jq -c '.rows[]'``), so a saga can be drawn with no database at all.
+rows already exported: what ``saga journal --json`` printed, or an evidence bundle's
+``journal.jsonl``, so a saga can be drawn with no database at all.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -38,8 +39,8 @@ def graph(
         Path | None,
         typer.Option(
             "--journal",
-            help="Read the rows from this JSON-lines file (a bundle's journal.jsonl) instead of "
-            "Postgres.",
+            help="Read the rows from this file (saga journal --json's output, or a bundle's "
+            "journal.jsonl) instead of Postgres.",
             dir_okay=False,
         ),
     ] = None,
@@ -75,14 +76,23 @@ async def _from_journal(saga: str) -> list[Entry]:
 
 
 def _from_file(journal: Path, saga: str) -> list[Entry]:
-    """The saga's rows in the JSON-lines file, in seq order; a line that holds no row, or a
-    phase that is not one of the eight, is :class:`InvalidInput` naming the line."""
+    """The saga's rows in the file, in seq order: a ``saga journal --json`` document, else JSON
+    lines. A row that is not one, or a phase that is not one of the eight, is
+    :class:`InvalidInput` naming where."""
     try:
         text = journal.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read {journal}: {exc}") from None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None  # more than one JSON value: JSON lines
+    if isinstance(document, dict) and isinstance(document.get("rows"), list):
+        lines = [(f"row {i}", json.dumps(row)) for i, row in enumerate(document["rows"], 1)]
+    else:
+        lines = [(f"line {i}", line) for i, line in enumerate(text.splitlines(), 1)]
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for where, line in lines:
         if not line.strip():
             continue
         try:
@@ -90,5 +100,5 @@ def _from_file(journal: Path, saga: str) -> list[Entry]:
             if row.saga_id == saga:
                 rows.append(replace(row, phase=Phase(row.phase)))
         except ValueError as exc:
-            raise InvalidInput(f"{journal} line {number}: {exc}") from None
+            raise InvalidInput(f"{journal} {where}: {exc}") from None
     return sorted(rows, key=lambda r: r.seq)
