@@ -53,7 +53,7 @@ from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.certify import Finding, certify
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.export import export_bundle
-from sagacity.evidence.graph import saga_path, visible
+from sagacity.evidence.graph import duration, saga_path, visible
 from sagacity.evidence.graph_svg import svg
 from sagacity.evidence.report import SagaReport
 from sagacity.inputs import check_name
@@ -640,14 +640,7 @@ def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:
 
 
 def _age(value: datetime, now: datetime | None = None) -> str:
-    seconds = int(((now or datetime.now(UTC)) - value).total_seconds())
-    if seconds < 60:
-        return f"{max(seconds, 0)} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+    return duration(max((now or datetime.now(UTC)) - value, timedelta(0)))
 
 
 def _when(value: datetime | None) -> str:

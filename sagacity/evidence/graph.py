@@ -22,7 +22,7 @@ from sagacity.evidence.decisions import payload_object
 from sagacity.journal import APPROVAL_GATE, ROLLBACK, Entry, Phase, read_calls, rolled_back
 from sagacity.journal.verify import verify_rows
 
-__all__ = ["FORMATS", "SagaPath", "Step", "dot", "mermaid", "saga_path", "visible"]
+__all__ = ["FORMATS", "SagaPath", "Step", "dot", "duration", "mermaid", "saga_path", "visible"]
 
 #: the formats ``sagacity saga graph`` writes
 FORMATS = ("mermaid", "dot", "svg")
@@ -227,15 +227,18 @@ def _error(payload: str) -> str:
 
 
 def duration(span: timedelta) -> str:
-    """``span`` for a reader: ms under a second, then s, min, h."""
+    """``span`` for a reader: ms under a second, then s, min, h, d."""
     seconds = span.total_seconds()
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
 
 
 def visible(text: str) -> str:
