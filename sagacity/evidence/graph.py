@@ -120,9 +120,11 @@ class SagaPath:
     def caption(self) -> str:
         calls = sum(1 for s in self.forward if s.kind == "call")
         gates = len(self.forward) - calls
+        first = min((s.started for s in self.steps), default=None)
+        since = "" if first is None else f"; times UTC, from {first:%Y-%m-%d %H:%M:%S}"
         return (
             f"{calls} call{'s' * (calls != 1)}, {gates} decision{'s' * (gates != 1)}, "
-            f"{len(self.undo)} compensation{'s' * (len(self.undo) != 1)}; {self.chain}"
+            f"{len(self.undo)} compensation{'s' * (len(self.undo) != 1)}; {self.chain}{since}"
         )
 
 
