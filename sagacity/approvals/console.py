@@ -21,7 +21,6 @@ import hmac
 import io
 import json
 import tempfile
-import unicodedata
 import zipfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,9 +53,11 @@ from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.certify import Finding, certify, corrections
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.export import export_bundle
+from sagacity.evidence.graph import duration, saga_path, visible
+from sagacity.evidence.graph_svg import svg
 from sagacity.evidence.report import SagaReport
 from sagacity.inputs import check_name
-from sagacity.journal import APPROVAL_GATE, Entry, Phase, read_calls, read_correction
+from sagacity.journal import Entry
 from sagacity.store.halts import Halt, HaltPolicy, HaltScope
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.runs import RunChains
@@ -306,6 +307,8 @@ def console_router(console: WebConsole) -> APIRouter:
         pending = None
         if view.pending_approval_seq is not None:
             pending = f"{PREFIX}/approvals/{quote(saga_id, safe='')}/{view.pending_approval_seq}"
+        left_live = await _left_live(console, saga_id)
+        graph = svg(saga_path(saga_id, rows, ended_unfinished=bool(left_live)))
         return render(
             request,
             "saga.html",
@@ -313,12 +316,12 @@ def console_router(console: WebConsole) -> APIRouter:
             view=view,
             rows=rows,
             total=total,
-            picture=timeline(rows),
+            graph=graph,
             report=report,
             pending=pending,
             done=done if done in {"approved", "rejected", "rollback"} else "",
             live=view.workflow_status == "running",
-            left_live=await _left_live(console, saga_id),
+            left_live=left_live,
             corrected=corrections(saga_id, rows),
             may_roll_back=_may_roll_back(console, request.state.principal),
         )
@@ -594,16 +597,6 @@ def _zip(folder: Path) -> bytes:
     return buffer.getvalue()
 
 
-def visible(text: str) -> str:
-    """``text`` with every character that is invisible or reorders others (bidi controls,
-    zero-width marks, line separators, control and unassigned characters) written as its
-    ``\\uXXXX`` escape, so an approver reads what a tool receives, in its order."""
-    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) in _HIDDEN else c for c in text)
-
-
-_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
-
-
 @dataclass(frozen=True)
 class Token:
     """A piece of pretty-printed JSON: ``hidden`` marks a redacted field's marker."""
@@ -647,96 +640,8 @@ def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:
     return tokens
 
 
-# -- the saga as a picture ------------------------------------------------------------------------
-
-_STEP = 175
-_FORWARD_Y = 30
-_ROLLBACK_Y = 150
-
-
-@dataclass
-class Node:
-    """One box (or diamond) of the picture."""
-
-    kind: str  # call, gate, compensation
-    label: str
-    seq: int
-    status: str  # executed, failed, suspect, running, waiting, approved, rejected, compensated,
-    # corrected, …
-    x: int = 0
-    y: int = _FORWARD_Y
-    #: for a call: the compensation's node, once it is drawn
-    undone_by: Node | None = None
-
-
-@dataclass
-class Picture:
-    """The forward path left to right, and the rollback fork beneath it, right to left."""
-
-    forward: list[Node]
-    rollback: list[Node]
-    width: int
-    height: int
-
-
-def timeline(rows: Sequence[Entry]) -> Picture:
-    """The saga's calls, approvals and compensations as :class:`Picture` nodes, laid out."""
-    calls = read_calls(rows)
-    by_intent = {c.intent.seq: c for c in calls}
-    undoing = {u.seq: c for c in calls for u in c.undo}  # compensation row seq -> its call
-    nodes: dict[int, Node] = {}  # INTENT seq -> the call's node
-    forward: list[Node] = []
-    rollback: list[Node] = []
-    gate: Node | None = None
-    for row in rows:
-        if row.phase is Phase.INTENT:
-            outcome = by_intent[row.seq].outcome
-            status = "suspect" if outcome is None else outcome.phase.value.lower()
-            nodes[row.seq] = Node("call", row.tool_name, row.seq, status)
-            forward.append(nodes[row.seq])
-        elif row.phase is Phase.AWAITING_APPROVAL:
-            gate = Node("gate", f"approve {row.tool_name}?", row.seq, "waiting")
-            forward.append(gate)
-        elif row.phase in (Phase.APPROVED, Phase.REJECTED):
-            if gate is not None and row.tool_name in (APPROVAL_GATE, gate.label[8:-1]):
-                gate.status = row.phase.value.lower()
-                gate = None
-        elif row.phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
-            # a COMPENSATABLE undo corrects, it does not restore: the picture says which
-            corrected = row.phase is Phase.COMPENSATED and read_correction(row.payload) is not None
-            comp = Node(
-                "compensation",
-                f"{'correct' if corrected else 'undo'} {row.tool_name}",
-                row.seq,
-                "corrected" if corrected else row.phase.value.lower(),
-                y=_ROLLBACK_Y,
-            )
-            rollback.append(comp)
-            call = undoing.get(row.seq)
-            if call is not None:
-                nodes[call.intent.seq].undone_by = comp  # the last one drawn links to its call
-    for i, node in enumerate(forward):
-        node.x = 20 + i * _STEP
-    for i, comp in enumerate(rollback):
-        # beneath its call, the compensation that settled it; an earlier failed attempt, or one
-        # that names no call, after the forward path
-        call = undoing.get(comp.seq)
-        settled = None if call is None else nodes[call.intent.seq]
-        under = settled is not None and settled.undone_by is comp
-        comp.x = settled.x if settled and under else 20 + (len(forward) + i) * _STEP
-    right = max((n.x for n in (*forward, *rollback)), default=0)
-    return Picture(forward, rollback, right + _STEP, _ROLLBACK_Y + 70 if rollback else 110)
-
-
 def _age(value: datetime, now: datetime | None = None) -> str:
-    seconds = int(((now or datetime.now(UTC)) - value).total_seconds())
-    if seconds < 60:
-        return f"{max(seconds, 0)} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    if seconds < 86400:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+    return duration(max((now or datetime.now(UTC)) - value, timedelta(0)))
 
 
 def _when(value: datetime | None) -> str:

@@ -1,5 +1,7 @@
 """``sagacity saga``: start a saga, see where it is, abort it, resolve a SUSPECT call, read its journal.
 
+``graph`` draws the saga's path from its journal (Mermaid, DOT or SVG).
+
 ``start`` prints the saga id on stdout (so ``SAGA=$(sagacity saga start …)`` works) and its
 progress on stderr. ``--wait`` returns when the saga has ended *or* stopped for a human (an
 approval, a SUSPECT call), since nothing but that human can move it on. ``resolve`` is that
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import typer
 
-from sagacity.cli.saga import abort, journal, resolve, start, status
+from sagacity.cli.saga import abort, graph, journal, resolve, start, status
 
 __all__ = ["app"]
 
@@ -39,3 +41,4 @@ app.command("status")(status.status)
 app.command("abort")(abort.abort)
 app.command("resolve")(resolve.resolve)
 app.command("journal")(journal.journal)
+app.command("graph")(graph.graph)
