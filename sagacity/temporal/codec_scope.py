@@ -1,23 +1,25 @@
 """Which payloads the codec leaves clear: a host app's own workflows', so its plain clients read them.
 
 A worker that serves Sagacity beside workflows of the app's own shares one data converter with
-them. Sealing everything would break the app's clients that have no codec (``KeyError:
-'binary/encrypted'`` on a result). So a payload a worker of this process writes is left clear
+them. Sealing everything broke the app's clients that have no codec (``KeyError:
+'binary/encrypted'`` on a result). So a payload a worker of this process writes (Temporal's
+serialization context names its workflow run, or its activity's workflow type) is left clear
 when, and only when, it positively belongs to a *host* run:
 
-- a workflow type the app registered on the worker itself (``Worker(workflows=[...])``), not
-  one given to :class:`~sagacity.temporal.plugin.SagacityPlugin`, not named ``sagacity.…``, and
-  not seen running a Sagacity activity (a workflow that uses a ``Saga`` becomes Sagacity's for
-  the process from its first saga activity, before anything of that activation is written);
-- a run of such a type started by no workflow, or by a host run this process serves (children
-  of a saga are the saga's);
-- its own payloads (result, query and update answers, memo, failures), its activities' inputs,
-  results and heartbeats, activity types not named ``sagacity.…``.
+- a run of a workflow type the app registered on a worker of this process itself
+  (``Worker(workflows=[...])``): not one given to
+  :class:`~sagacity.temporal.plugin.SagacityPlugin`, not named ``sagacity.…``, not seen
+  scheduling a Sagacity activity (a workflow that uses a ``Saga`` is Sagacity's for the process
+  from its first saga activity, before anything of that activation is written);
+- started by no workflow, or by a host run this process serves (a saga's children are the saga's);
+- its own payloads (result, query and update answers, memo, failure details), and its
+  activities' inputs, results and heartbeats, but those of activities named ``sagacity.…``.
 
-Everything else is sealed: payloads a client writes (the process's own calls, not a worker's,
-so a workflow id reused by a saga never inherits a host run's clearance), a run this process does
-not serve, an activity whose workflow type is not a host type here, a child workflow's input.
-Decoding is unchanged: the codec opens what is sealed and reads what is clear.
+Everything else is sealed as before: whatever a client call of this process writes (only the
+worker's own tasks consult the runs, so a workflow id a saga reuses after a host run never
+inherits its clearance there), a run the process does not hold, an activity of a workflow type
+that is not a host type here, a saga's child's input. Decoding is unchanged (the codec opens what
+is sealed and reads what is clear), so recorded histories replay as before.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from temporalio.worker import (
     HandleUpdateInput,
     Interceptor,
     StartActivityInput,
+    StartChildWorkflowInput,
     StartLocalActivityInput,
     Worker,
     WorkflowInboundInterceptor,
@@ -152,7 +155,7 @@ class _Run(WorkflowInboundInterceptor):
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
         info = outbound.info()
         parent = info.parent
-        self.workflow_type = info.workflow_type
+        self.namespace, self.workflow_type = info.namespace, info.workflow_type
         started_by = None if parent is None else _runs.get((parent.namespace, parent.workflow_id))
         self.host = _is_host_type(info.workflow_type) and (
             parent is None or (started_by is not None and started_by.host)
@@ -185,3 +188,11 @@ class _Outbound(WorkflowOutboundInterceptor):
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
         self._run.join_saga(input.activity)
         return super().start_local_activity(input)
+
+    async def start_child_workflow(
+        self, input: StartChildWorkflowInput
+    ) -> workflow.ChildWorkflowHandle[Any, Any]:
+        if not self._run.host:
+            # the child's input is the saga's, even where its id names an ended host run
+            _runs[(self._run.namespace, input.id)] = self._run
+        return await super().start_child_workflow(input)

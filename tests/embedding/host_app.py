@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError
 
 from sagacity import Reversibility, compensable
 
@@ -20,7 +21,8 @@ async def greet(name: str) -> str:
 
 @workflow.defn(name="host.Greeter")
 class Greeter:
-    """Greets a name, then waits for a second one to join (a signal); ``joined`` answers who."""
+    """Greets a name, then waits for a second one to join (a signal); ``joined`` answers who.
+    An empty name joining fails it."""
 
     def __init__(self) -> None:
         self._joined: list[str] = []
@@ -31,6 +33,8 @@ class Greeter:
             greet, name, start_to_close_timeout=timedelta(seconds=30)
         )
         await workflow.wait_condition(lambda: bool(self._joined))
+        if not self._joined[0]:
+            raise ApplicationError(f"{greeting}, and nobody", type="NobodyJoined")
         return f"{greeting} and {self._joined[0]}"
 
     @workflow.signal

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from sagacity.devstack import Endpoints, find_temporal_executable
@@ -101,18 +103,24 @@ async def test_the_apps_plain_client_keeps_working_and_a_saga_beside_it_stays_en
             task_queue=task_queue,
             execution_timeout=timedelta(seconds=60),
         )
-        # and the app's workflow again, after the saga ran on this worker
+        # and the app's workflow again, after the saga ran on this worker: its failure reads
         again = await host.plain.start_workflow(
             host_app.Greeter.run,
             "carol",
             id=f"greeter-{uuid.uuid4().hex[:8]}",
             task_queue=task_queue,
         )
-        await again.signal(host_app.Greeter.join, "dan")
-        assert await again.result() == "hello, carol and dan"
+        await again.signal(host_app.Greeter.join, "")
+        with pytest.raises(WorkflowFailureError) as failed:
+            await again.result()
         saga_history = await host.plain.get_workflow_handle(f"trip-{traveler}").fetch_history()
         app_history = await greeter.fetch_history()
 
+    assert isinstance(failed.value.cause, ApplicationError)
+    assert (failed.value.cause.type, failed.value.cause.message) == (
+        "NobodyJoined",
+        "hello, carol, and nobody",
+    )
     assert saga.status is SagaState.COMPENSATED
     assert f"LH400-{traveler}" not in trip.BOOKED
     # every payload of the saga's history is encrypted: its input and result, every activity's
@@ -188,11 +196,14 @@ async def test_the_decide_update_answers_the_same_with_and_without_the_codec_end
             decide = ("workflow", "update", "execute", "--workflow-id", handle.id)
             decision = {"journal_seq": seq, "approver": "alice", "approve": True}
 
-            # unsigned: refused, the saga still waits, either way
+            # unsigned: refused, the saga still waits, either way; the reason is a failure
+            # message, encrypted, which only a CLI with the codec endpoint shows
             code, shown = await temporal(
                 endpoints, *decide, "--name", "decide", "--input", json.dumps(decision), *codec
             )
             assert code != 0, shown
+            assert "type: ApprovalRefused" in shown
+            assert ("unsigned: a keyring is configured" in shown) == bool(codec), shown
             assert (await wait_for(handle, awaiting_approval)).pending_approval is not None
             assert to not in host_app.SENT
 
