@@ -13,7 +13,8 @@ when, and only when, it positively belongs to a *host* run:
   from its first saga activity, before anything of that activation is written);
 - started by no workflow, or by a host run this process serves (a saga's children are the saga's);
 - its own payloads (result, query and update answers, memo, failure details), and its
-  activities' inputs, results and heartbeats, but those of activities named ``sagacity.…``.
+  activities' inputs, results and heartbeats, but those of activities named ``sagacity.…`` (an
+  activity whose run this process does not hold goes by its workflow type alone).
 
 Everything else is sealed as before: whatever a client call of this process writes (only the
 worker's own tasks consult the runs, so a workflow id a saga reuses after a host run never
@@ -90,7 +91,7 @@ def leaves_clear(context: SerializationContext) -> bool:
         if context.activity_type is None or context.activity_type.startswith(_SAGACITY):
             return False
         run = _runs.get((context.namespace, context.workflow_id or ""))
-        if run is not None:
+        if run is not None and run.workflow_type == context.workflow_type:
             return run.host
         return context.workflow_type is not None and _is_host_type(context.workflow_type)
     return False
