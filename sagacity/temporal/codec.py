@@ -16,6 +16,10 @@ it until a worker with the key takes it. A payload that does not open with the k
 why: converting it raises :class:`~sagacity.errors.PayloadUnreadable`, and a saga refuses and
 records a decision that carries one (its handlers read their payloads themselves), where a codec
 that raised would fail every workflow task of the saga the payload was sent to.
+
+A value wrapped in :class:`ClearText` is written with the :data:`CLEAR` mark, which
+:mod:`sagacity.temporal.codec_scope` leaves unsealed: for what is meant to be read without the
+codec (the ``decide`` update's answer).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -45,10 +50,12 @@ from temporalio.converter import (
 from sagacity.errors import CodecKeyMissing, PayloadUnreadable
 
 __all__ = [
+    "CLEAR",
     "ENCODING",
     "KEY_ID",
     "UNREADABLE",
     "AesGcmCodec",
+    "ClearText",
     "CodecKey",
     "data_converter",
     "new_codec_key",
@@ -63,6 +70,8 @@ KEY_ID = "encryption-key-id"
 #: the ``encoding`` of what the codec hands on for a payload it cannot open (its metadata says why)
 UNREADABLE = b"binary/sagacity-unreadable"
 _REASON = "sagacity-unreadable-reason"
+#: the metadata marking a payload written from a :class:`ClearText`, to be left unsealed
+CLEAR = "sagacity-clear"
 _NONCE_BYTES = 12
 _KEY_BYTES = 32
 _ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -188,8 +197,40 @@ class _UnreadableConverter(EncodingPayloadConverter):
         raise PayloadUnreadable(unreadable(payload))
 
 
-#: Temporal's pydantic converters, built once for the process (see :class:`PayloadConverter`)
-_CONVERTERS = (*PydanticPayloadConverter().converters.values(), _UnreadableConverter())
+class ClearText(str):
+    """Text that is no secret, for a reader without the codec: written marked :data:`CLEAR`."""
+
+    __slots__ = ()
+
+
+class _ClearTextConverter(EncodingPayloadConverter):
+    """Writes a :class:`ClearText` as JSON text marked :data:`CLEAR`; reads nothing: what it
+    writes is ``json/plain``, which the JSON converter reads."""
+
+    @property
+    def encoding(self) -> str:
+        # its key among the composite's converters, distinct from the JSON converter's
+        return "sagacity/clear-text"
+
+    def to_payload(self, value: Any) -> Payload | None:
+        if not isinstance(value, ClearText):
+            return None
+        return Payload(
+            metadata={"encoding": b"json/plain", CLEAR: b"1"},
+            data=json.dumps(str(value)).encode(),
+        )
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        raise NotImplementedError  # never chosen to read: the JSON converter reads json/plain
+
+
+#: Temporal's pydantic converters, built once for the process (see :class:`PayloadConverter`);
+#: the clear-text one first, so it sees a :class:`ClearText` before the JSON converter does
+_CONVERTERS = (
+    _ClearTextConverter(),
+    *PydanticPayloadConverter().converters.values(),
+    _UnreadableConverter(),
+)
 
 
 class PayloadConverter(CompositePayloadConverter):

@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
+from temporalio import workflow
 from temporalio.converter import PayloadCodec
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker, WorkflowRunner
+from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from sagacity.evidence.checkpoints import CheckpointWriter
@@ -21,9 +22,10 @@ from sagacity.evidence.redaction import Redactor
 from sagacity.settings import load_settings
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
-from sagacity.temporal import visibility
+from sagacity.temporal import codec_scope, visibility
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
 from sagacity.temporal.codec import data_converter
+from sagacity.temporal.codec_scope import CodecScope, ScopedCodec
 from sagacity.temporal.limits import SizeLimits
 from sagacity.temporal.rollback import RollbackActivities, RollbackWorkflow
 from sagacity.temporal.workflow import SagaWorkflow, StepsWorkflow
@@ -62,6 +64,12 @@ def _tool_modules(tools: ToolRegistry, workflows: Sequence[type]) -> list[str]:
     return sorted({t.tool.fn.__module__ for t in tools} - own)
 
 
+def _type_names(workflow_classes: Iterable[type]) -> list[str]:
+    """The workflow types ``workflow_classes`` are registered under (a dynamic one has none)."""
+    names = (workflow._Definition.must_from_class(c).name for c in workflow_classes)
+    return [name for name in names if name is not None]
+
+
 class _FromSettings(enum.Enum):
     CODEC = "the codec the settings name"
 
@@ -85,9 +93,10 @@ class SagacityPlugin(SimplePlugin):
     ``outage_window`` is how long activities wait out a journal database outage. With
     ``keyring`` every decision (approval, rejection, resolution) must be signed by a key in it;
     ``policy`` says who may decide and resolve which tool's calls. Both hold on every route, raw
-    signals included. ``codec`` encrypts every payload (:mod:`sagacity.temporal.codec`); by default it is the one the
-    settings name, so clients and workers configured alike read each other's payloads; ``None``
-    turns it off.
+    signals included. ``codec`` encrypts every payload (:mod:`sagacity.temporal.codec`) but
+    those of the app's own workflows served beside the sagas (:mod:`.codec_scope`); by default
+    it is the one the settings name, so clients and workers configured alike read each other's
+    payloads; ``None`` turns it off.
     """
 
     def __init__(
@@ -125,29 +134,37 @@ class SagacityPlugin(SimplePlugin):
                 keyring=keyring,
                 policy=policy,
             )
-        converter = data_converter(codec)
+        converter = data_converter(None if codec is None else ScopedCodec(codec))
+        self._workflows = [StepsWorkflow, SagaWorkflow, RollbackWorkflow, *workflows]
         super().__init__(
             "sagacity.SagacityPlugin",
             data_converter=converter,
             # an update too large for history would fail the workflow task that takes it
-            interceptors=[SizeLimits(converter)],
+            interceptors=[SizeLimits(converter), CodecScope()],
             activities=[*self._activities.all(), *rollback] if self._activities else None,
             # the steps workflow, and under its former type for sagas started under that; the
             # rollback of ended sagas
-            workflows=[StepsWorkflow, SagaWorkflow, RollbackWorkflow, *workflows]
-            if journal is not None
-            else None,
+            workflows=self._workflows if journal is not None else None,
             workflow_runner=functools.partial(
                 sandbox, tool_modules=_tool_modules(registry, workflows)
             ),
         )
         self.tools = registry
 
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Sagacity's part of the worker; the workflows registered on it before are the app's,
+        whose payloads the codec leaves clear (:mod:`.codec_scope`)."""
+        codec_scope.host_types(
+            _type_names(config.get("workflows", ())), claimed=_type_names(self._workflows)
+        )
+        return super().configure_worker(config)
+
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Before the worker polls: whether its namespace has the visibility search attributes.
 
         Sagas it opens show their state in them only if so; otherwise it says once how to
-        register them, and sagas run without.
+        register them, and sagas run without. The worker then runs marked as one, for the
+        codec's scope.
         """
         if self._activities is not None:
             client = worker.client
@@ -162,4 +179,4 @@ class SagacityPlugin(SimplePlugin):
                     why,
                     " and ".join(f"`{c}`" for c in visibility.register_commands(client.namespace)),
                 )
-        await super().run_worker(worker, next)
+        await super().run_worker(worker, functools.partial(codec_scope.serving, next=next))

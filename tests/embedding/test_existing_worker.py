@@ -25,18 +25,6 @@ from tests.conftest import scratch_database
 from tests.embedding import trip
 
 
-@pytest.fixture
-def app_settings(settings: Settings, endpoints: Endpoints, database_url: str) -> Settings:
-    """The settings a user's worker process has: the journal as sagacity_app, their Temporal."""
-    return settings.model_copy(
-        update={
-            "database_url": database_url,
-            "temporal_address": endpoints.temporal_address,
-            "temporal_namespace": endpoints.temporal_namespace,
-        }
-    )
-
-
 def counted(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(f"{name}_total", labels) or 0.0
 
