@@ -1,0 +1,45 @@
+"""Prove your own tools' undos in your own pytest suite: a real stack, a worker for your app,
+and the rollback prover.
+
+With Sagacity installed, pytest loads the plugin (:mod:`sagacity.testing.plugin`) by itself::
+
+    async def test_book_flight_undoes(sagacity_app, sagacity_prover):
+        report = await sagacity_prover.prove_rollback(
+            sagacity_app.tool("book_flight"),
+            args={"traveler": "ada", "destination": "Lisbon", "day": "2027-05-01"},
+            probe=flights_booked_for_ada,
+        )
+        report.assert_ok()
+
+Each :class:`RollbackCase` runs as a real saga on a real worker, its rows journaled.
+"""
+
+from sagacity.testing.apps import RunningApp, serve_apps
+from sagacity.testing.faults import AttemptLost, InjectedFault
+from sagacity.testing.prover import PROOF_OPTIONS, Probe, RollbackProver
+from sagacity.testing.report import (
+    CaseVerdict,
+    ProofReport,
+    RollbackCase,
+    RollbackNotProven,
+    proof_table,
+)
+from sagacity.testing.stack import SagacityStack, attach_stack, open_stack
+
+__all__ = [
+    "PROOF_OPTIONS",
+    "AttemptLost",
+    "CaseVerdict",
+    "InjectedFault",
+    "Probe",
+    "ProofReport",
+    "RollbackCase",
+    "RollbackNotProven",
+    "RollbackProver",
+    "RunningApp",
+    "SagacityStack",
+    "attach_stack",
+    "open_stack",
+    "proof_table",
+    "serve_apps",
+]
