@@ -12,19 +12,37 @@ With Sagacity installed, pytest loads the plugin (:mod:`sagacity.testing.plugin`
         report.assert_ok()
 
 Each :class:`RollbackCase` runs as a real saga on a real worker, its rows journaled.
+
+The names below are imported when first used: pytest loads the plugin in every run, and a
+suite that proves nothing should not pay for importing Temporal's SDK.
 """
 
-from sagacity.testing.apps import RunningApp, serve_apps
-from sagacity.testing.faults import AttemptLost, InjectedFault
-from sagacity.testing.prover import PROOF_OPTIONS, Probe, RollbackProver
-from sagacity.testing.report import (
-    CaseVerdict,
-    ProofReport,
-    RollbackCase,
-    RollbackNotProven,
-    proof_table,
-)
-from sagacity.testing.stack import SagacityStack, attach_stack, open_stack
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sagacity.testing.apps import RunningApp, serve_apps
+    from sagacity.testing.faults import AttemptLost, InjectedFault
+    from sagacity.testing.prover import PROOF_OPTIONS, Probe, RollbackProver
+    from sagacity.testing.report import (
+        CaseVerdict,
+        ProofReport,
+        RollbackCase,
+        RollbackNotProven,
+        proof_table,
+    )
+    from sagacity.testing.stack import SagacityStack, attach_stack, open_stack
+
+_MODULES = {
+    "apps": ["RunningApp", "serve_apps"],
+    "faults": ["AttemptLost", "InjectedFault"],
+    "prover": ["PROOF_OPTIONS", "Probe", "RollbackProver"],
+    "report": ["CaseVerdict", "ProofReport", "RollbackCase", "RollbackNotProven", "proof_table"],
+    "stack": ["SagacityStack", "attach_stack", "open_stack"],
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "PROOF_OPTIONS",
@@ -43,3 +61,9 @@ __all__ = [
     "proof_table",
     "serve_apps",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'sagacity.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"sagacity.testing.{_HOME[name]}"), name)
