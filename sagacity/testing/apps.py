@@ -45,10 +45,9 @@ async def serve_apps(stack: SagacityStack, modules: Sequence[str]) -> AsyncItera
     """Import ``modules`` as ``sagacity worker --app`` does, enter their lifespans (given the
     stack's journal database, as a worker's are), and run a worker for them until exit."""
     app = load_apps(modules)
-    assert stack.settings.database_url is not None  # a stack always has its journal
     plugins = [p for factory in app.plugin_factories for p in factory(stack.settings)]
     async with AsyncExitStack() as exits:
-        await app.enter(exits, stack.settings, stack.settings.database_url)
+        await app.enter(exits, stack.settings, stack.database_url)
         task_queue = f"sagacity-test-{uuid4().hex[:12]}"
         async with Worker(
             stack.client,

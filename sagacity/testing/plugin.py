@@ -96,10 +96,8 @@ async def sagacity_app(
         yield app
 
 
-@_session_fixture
-async def sagacity_prover(
-    sagacity_stack: SagacityStack, pytestconfig: pytest.Config
-) -> RollbackProver:
+@pytest.fixture(scope="session")
+def sagacity_prover(sagacity_stack: SagacityStack, pytestconfig: pytest.Config) -> RollbackProver:
     from sagacity.testing.prover import RollbackProver
 
     return RollbackProver(sagacity_stack, on_report=pytestconfig.stash[_REPORTS].append)

@@ -74,11 +74,13 @@ class RollbackProver:
         *,
         args: dict[str, Any],
         probe: Probe,
-        cases: Iterable[RollbackCase] | None = None,
+        cases: Iterable[RollbackCase | str] | None = None,
     ) -> ProofReport:
         """Run ``tool`` with ``args`` in each of ``cases`` (all by default), one saga each, and
         judge its undo by what ``probe`` sees. A tool that is a method must be bound to its
         instance (``tools_of(instance)``, or the tools the app fixture lists)."""
+        # a case named by its value ("undo_twice") is taken too; a wrong one is a ValueError
+        chosen = list(RollbackCase) if cases is None else [RollbackCase(c) for c in cases]
         plan = FaultPlan()
         served = plan.wrap(tool)
         task_queue = f"sagacity-prove-{uuid4().hex[:12]}"
@@ -89,7 +91,7 @@ class RollbackProver:
             plugins=[self.stack.plugin([served], [ProveRollback])],
             graceful_shutdown_timeout=timedelta(seconds=1),
         ):
-            for case in RollbackCase if cases is None else cases:
+            for case in chosen:
                 verdicts.append(await self._case(plan, tool, case, args, probe, task_queue))
         report = ProofReport(tool.name, tuple(verdicts))
         if self.on_report is not None:
@@ -107,7 +109,11 @@ class RollbackProver:
     ) -> CaseVerdict:
         irreversible = tool.reversibility is Reversibility.IRREVERSIBLE
         if irreversible != (case is RollbackCase.IRREVERSIBLE_WAITS):
-            why = "no undo to prove: IRREVERSIBLE" if irreversible else f"{tool.reversibility}"
+            why = (
+                "no undo to prove: IRREVERSIBLE"
+                if irreversible
+                else f"{tool.reversibility.value}: runs without approval"
+            )
             return CaseVerdict(case, None, why)
         saga_id = f"prove-{case.value}-{uuid4().hex[:12]}"
         plan.arm(saga_id, case)

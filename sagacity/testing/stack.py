@@ -34,6 +34,12 @@ class SagacityStack:
     journal: JournalStore
     approvals: ApprovalStore
 
+    @property
+    def database_url(self) -> str:
+        """The journal database, as the ``sagacity_app`` login (an app's lifespan gets it too)."""
+        assert self.settings.database_url is not None  # set by open_stack and attach_stack
+        return self.settings.database_url
+
     def plugin(
         self, tools: Sequence[CompensableTool[..., Any]] = (), workflows: Sequence[type] = ()
     ) -> SagacityPlugin:
@@ -53,10 +59,15 @@ class SagacityStack:
 async def open_stack(settings: Settings) -> AsyncIterator[SagacityStack]:
     """Start what ``settings`` leave unset (the embedded Postgres under ``data_dir``, an
     in-memory Temporal dev server), set up a journal database of this stack's own on the
-    server (migrated, ``sagacity_app`` granted; dropped on exit) and connect to both."""
+    server (migrated, ``sagacity_app`` granted; dropped on exit) and connect to both.
+
+    The database is created through ``owner_database_url`` when it is set (``sagacity dev``
+    exports it: its ``SAGACITY_DATABASE_URL`` is the append-only login, which cannot).
+    """
     async with DevStack(settings, temporal_db="memory", witness=False) as endpoints:
+        server = settings.owner_database_url or endpoints.database_url
         name = f"sagacity_test_{uuid4().hex[:12]}"
-        owner = await ensure_database(endpoints.database_url, name)
+        owner = await ensure_database(server, name)
         try:
             update = {
                 "database_url": await provision(owner),
@@ -66,7 +77,7 @@ async def open_stack(settings: Settings) -> AsyncIterator[SagacityStack]:
             async with attach_stack(settings.model_copy(update=update)) as stack:
                 yield stack
         finally:
-            await drop_database(endpoints.database_url, name)
+            await drop_database(server, name)
 
 
 @contextlib.asynccontextmanager
