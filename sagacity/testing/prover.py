@@ -11,6 +11,7 @@ while an IRREVERSIBLE call waits) and after the undo, and compares.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable
@@ -19,6 +20,7 @@ from typing import Any
 from uuid import uuid4
 
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from sagacity.journal import Entry, Phase
@@ -130,6 +132,9 @@ class RollbackProver:
             after = await _look(probe)
             rows = await self.stack.journal.read(saga_id)
         except TimeoutError:
+            # the next case must not meet this saga's undo still running
+            with contextlib.suppress(RPCError):  # it ended meanwhile
+                await self.stack.client.get_workflow_handle(saga_id).terminate("proof timed out")
             late = f"the saga did not end within {self.timeout:g}s"
             return CaseVerdict(case, False, late, saga_id)
         finally:
