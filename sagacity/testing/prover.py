@@ -154,8 +154,8 @@ class RollbackProver:
         stopped = False
         try:
             while not ending.done():
-                status = await _status(handle)
-                if status is not None and not stopped:
+                status = None if stopped else await _status(handle)
+                if status is not None:
                     if status.state in (SagaState.AWAITING_APPROVAL, SagaState.SUSPECT):
                         if status.state is SagaState.AWAITING_APPROVAL:
                             during = await _look(probe)
