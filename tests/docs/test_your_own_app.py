@@ -74,6 +74,8 @@ def test_the_guide_names_every_file_of_its_layout() -> None:
         "trip.json",
         "typo.json",
         "my_worker.py",
+        "pytest.ini",
+        "tests/test_undos.py",
     }
     layout = GUIDE.read_text(encoding="utf-8").split("```text\n", 1)[1].split("```", 1)[0]
     for path in files:
@@ -194,6 +196,17 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
     assert "5 sagas, 44 rows: all verified" in all_verified
     verdicts = re.findall(r"^ok\s+(\S+)\s+(\d+) rows\s+\[checkpoint agrees", all_verified, re.M)
     assert sorted(int(rows) for _, rows in verdicts) == [4, 8, 10, 11, 11], all_verified
+
+    # section 8: the reader's own suite proves the app's undos, and prints one table
+    (proofs,) = said("pytest -q tests")
+    assert "4 passed" in proofs, proofs
+    table = proofs.split("sagacity rollback proofs")[1].splitlines()
+    assert [row.split() for row in table[2:6]] == [
+        ["book_flight", "ok", "ok", "ok", "ok", "ok", "-"],
+        ["book_hotel", "ok", "ok", "ok", "ok", "ok", "-"],
+        ["rent_car", "ok", "ok", "ok", "ok", "ok", "-"],
+        ["charge_card", "-", "-", "-", "-", "-", "ok"],
+    ], proofs
 
     # the app's own tables: booked and charged, or every booking undone and nothing charged
     tables = said("python bookings.py")

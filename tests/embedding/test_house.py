@@ -47,6 +47,7 @@ FLOORS: dict[str, int] = {
     "worker": 8,
     "devsupervise": 8,
     "cli": 9,
+    "testing": 9,
 }
 
 #: imports that run back up a floor, each with its reason in docs/architecture.md
