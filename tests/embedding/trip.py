@@ -28,7 +28,11 @@ def book_embedded_flight(traveler: str, flight: str) -> dict[str, Any]:
 
 
 def cancel_embedded_flight(ctx: CompensationContext) -> None:
-    BOOKED.pop(ctx.result["booking"], None)
+    """Cancel the booking, found from the call's own input when the call failed (no result)."""
+    booking = (
+        f"{ctx.input['flight']}-{ctx.input['traveler']}" if ctx.failed else ctx.result["booking"]
+    )
+    BOOKED.pop(booking, None)
 
 
 @compensable(by="refund_embedded_card", no_effect_on=(CardDeclined,))
