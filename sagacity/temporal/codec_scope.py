@@ -17,8 +17,9 @@ when, and only when, it positively belongs to a *host* run:
   activity whose run this process does not hold goes by its workflow type alone).
 
 Everything else is sealed as before: whatever a client call of this process writes (only the
-worker's own tasks consult the runs, so a workflow id a saga reuses after a host run never
-inherits its clearance there), a run the process does not hold, an activity of a workflow type
+worker's own workflow tasks consult the runs, so a workflow id a saga reuses after a host run
+never inherits its clearance there, nor from an activity), a child a host run starts of a type
+that is not a host type, a run the process does not hold, an activity of a workflow type
 that is not a host type here, a saga's child's input. Decoding is unchanged (the codec opens what
 is sealed and reads what is clear), so recorded histories replay as before.
 """
@@ -31,7 +32,7 @@ from contextvars import ContextVar
 from typing import Any, Self
 from weakref import WeakValueDictionary
 
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
     ActivitySerializationContext,
@@ -66,7 +67,7 @@ _serving: ContextVar[bool] = ContextVar("sagacity_codec_serving", default=False)
 _host_types: set[str] = set()
 _sagacity_types: set[str] = set()
 #: the runs this process's workers hold, by (namespace, workflow id), while they hold them
-_runs: WeakValueDictionary[tuple[str, str], _Run] = WeakValueDictionary()
+_runs: WeakValueDictionary[tuple[str, str], _Run | _Sealed] = WeakValueDictionary()
 
 
 def host_types(types: Iterable[str], *, claimed: Iterable[str]) -> None:
@@ -85,6 +86,9 @@ def leaves_clear(context: SerializationContext) -> bool:
     if not _serving.get():
         return False
     if isinstance(context, WorkflowSerializationContext):
+        if activity.in_activity():
+            # an activity's client call: its target's id may name an ended host run still held
+            return False
         run = _runs.get((context.namespace, context.workflow_id))
         return run is not None and run.host
     if isinstance(context, ActivitySerializationContext):
@@ -146,6 +150,13 @@ class CodecScope(Interceptor):
         return _Run
 
 
+class _Sealed:
+    """Stands, in :data:`_runs`, for a saga a host run starts as its child, until it runs here."""
+
+    host = False
+    workflow_type = ""
+
+
 class _Run(WorkflowInboundInterceptor):
     """One run as the codec sees it. Also sends the ``decide`` update's answer clear: it says
     only "approved" or "rejected", and a caller without the codec (the plain ``temporal`` CLI)
@@ -161,6 +172,8 @@ class _Run(WorkflowInboundInterceptor):
         self.host = _is_host_type(info.workflow_type) and (
             parent is None or (started_by is not None and started_by.host)
         )
+        #: the sagas this run started as children (held so their stand-ins stay in _runs)
+        self.children: list[_Sealed] = []
         _runs[(info.namespace, info.workflow_id)] = self
         super().init(_Outbound(outbound, self))
 
@@ -193,7 +206,11 @@ class _Outbound(WorkflowOutboundInterceptor):
     async def start_child_workflow(
         self, input: StartChildWorkflowInput
     ) -> workflow.ChildWorkflowHandle[Any, Any]:
+        # the child's input is sealed, even where its id names an ended host run, when the
+        # child is a saga's or is a saga itself
         if not self._run.host:
-            # the child's input is the saga's, even where its id names an ended host run
             _runs[(self._run.namespace, input.id)] = self._run
+        elif not _is_host_type(input.workflow):
+            self._run.children.append(sealed := _Sealed())
+            _runs[(self._run.namespace, input.id)] = sealed
         return await super().start_child_workflow(input)
