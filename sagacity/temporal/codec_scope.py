@@ -9,8 +9,8 @@ when, and only when, it positively belongs to a *host* run:
 - a run of a workflow type the app registered on a worker of this process itself
   (``Worker(workflows=[...])``): not one given to
   :class:`~sagacity.temporal.plugin.SagacityPlugin`, not named ``sagacity.…``, not seen
-  scheduling a Sagacity activity (a workflow that uses a ``Saga`` is Sagacity's for the process
-  from its first saga activity, before anything of that activation is written);
+  making a ``Saga`` or scheduling a Sagacity activity (a workflow that uses a ``Saga`` is
+  Sagacity's for the process from the moment it makes one, before anything it writes);
 - started by no workflow, or by a host run this process serves (a saga's children are the saga's);
 - its own payloads (result, query and update answers, memo, failure details), and its
   activities' inputs, results and heartbeats, but those of activities named ``sagacity.…`` (an
@@ -55,7 +55,7 @@ from temporalio.worker import (
 
 from sagacity.temporal.codec import CLEAR, ClearText
 
-__all__ = ["CodecScope", "ScopedCodec", "host_types", "leaves_clear", "serving"]
+__all__ = ["CodecScope", "ScopedCodec", "claim_run", "host_types", "leaves_clear", "serving"]
 
 #: the prefix of every workflow and activity type Sagacity defines
 _SAGACITY = "sagacity."
@@ -141,6 +141,15 @@ async def serving(worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> 
         _serving.reset(token)
 
 
+def claim_run() -> None:
+    """The current workflow run makes a ``Saga``: it and its type are Sagacity's from now on,
+    before anything it answers or writes (a continued saga's status, before its next call)."""
+    info = workflow.info()
+    run = _runs.get((info.namespace, info.workflow_id))
+    if isinstance(run, _Run):
+        run.claim()
+
+
 class CodecScope(Interceptor):
     """Tracks the runs a worker holds, and whether each is a host run."""
 
@@ -180,8 +189,12 @@ class _Run(WorkflowInboundInterceptor):
     def join_saga(self, activity_type: str) -> None:
         """A Sagacity activity scheduled: this run, and its type, are Sagacity's from now on."""
         if activity_type.startswith(_SAGACITY):
-            self.host = False
-            _sagacity_types.add(self.workflow_type)
+            self.claim()
+
+    def claim(self) -> None:
+        """This run, and its type, are Sagacity's from now on."""
+        self.host = False
+        _sagacity_types.add(self.workflow_type)
 
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
         answer = await super().handle_update_handler(input)

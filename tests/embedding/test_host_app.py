@@ -28,7 +28,14 @@ from sagacity.evidence.decisions import Signer, Statement
 from sagacity.evidence.keys import load_private_key
 from sagacity.settings import Settings
 from sagacity.temporal.codec import ENCODING
-from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.models import (
+    SagaOptions,
+    SagaResult,
+    SagaSpec,
+    SagaState,
+    SagaStatus,
+    Step,
+)
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.worker import Sagacity
 from tests.approvals.conftest import codec_server
@@ -65,7 +72,13 @@ async def host_worker(
         worker = Worker(
             sagacity.client,
             task_queue=task_queue,
-            workflows=[host_app.Greeter, trip.BookTrip, host_app.Launcher, host_app.LaunchVia],
+            workflows=[
+                host_app.Greeter,
+                trip.BookTrip,
+                trip.TripOnCue,
+                host_app.Launcher,
+                host_app.LaunchVia,
+            ],
             activities=[host_app.greet, host_app.launch],
             interceptors=sagacity.interceptors,
             graceful_shutdown_timeout=timedelta(seconds=1),
@@ -230,3 +243,21 @@ async def test_a_saga_the_app_starts_under_the_id_of_its_ended_run_is_encrypted(
         await saga.terminate("done")
     started = history.events[0].workflow_execution_started_event_attributes
     assert [p.metadata.get("encoding") for p in started.input.payloads] == [ENCODING]
+
+
+async def test_a_saga_of_the_apps_own_reads_sealed_before_its_first_call(
+    app_settings: Settings, endpoints: Endpoints, task_queue: str
+) -> None:
+    """A workflow of the user's own registered on the worker directly is Sagacity's from the
+    moment it makes a Saga: its status reads sealed before any of its calls ran."""
+    async with host_worker(app_settings, endpoints, task_queue) as host:
+        handle = await host.client.start_workflow(
+            trip.TripOnCue.run, "ada", id=f"cue-{uuid.uuid4().hex[:8]}", task_queue=task_queue
+        )
+        status = await handle.query("status", result_type=SagaStatus)
+        assert status.executed == []
+        with pytest.raises(KeyError, match="binary/encrypted"):
+            await host.plain.get_workflow_handle(handle.id).query("status")
+        await handle.signal(trip.TripOnCue.cue)
+        result = await handle.result()
+    assert result.status is SagaState.COMPLETED
