@@ -28,14 +28,8 @@ from sagacity.evidence.decisions import Signer, Statement
 from sagacity.evidence.keys import load_private_key
 from sagacity.settings import Settings
 from sagacity.temporal.codec import ENCODING
-from sagacity.temporal.models import (
-    SagaOptions,
-    SagaResult,
-    SagaSpec,
-    SagaState,
-    SagaStatus,
-    Step,
-)
+from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.models.status import SagaStatus
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.worker import Sagacity
 from tests.approvals.conftest import codec_server
