@@ -20,6 +20,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, NoReturn, TypeVar
 
@@ -28,17 +29,18 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from sagacity.approvals.rollbacks import left_live, start_rollback
+from sagacity.approvals.rollbacks import RollbackRefused, ended, start_rollback
 from sagacity.cli._common import signing_identity, temporal_client
 from sagacity.cli._exit import exit_now, hard_exit
 from sagacity.cli.db import journal_url_or_exit
 from sagacity.errors import InvalidInput, SagacityError, StoreUnavailable
 from sagacity.evidence.certify import Finding
 from sagacity.inputs import check_name
+from sagacity.journal import Entry
 from sagacity.settings import Settings, load_settings
 from sagacity.store import JournalStore
 from sagacity.store.db import unreachable
-from sagacity.temporal.models import Compensating
+from sagacity.temporal.models import Compensating, Head
 from sagacity.temporal.rollback import (
     ALREADY_ROLLED_BACK,
     NOTHING_LIVE,
@@ -47,7 +49,7 @@ from sagacity.temporal.rollback import (
 )
 from sagacity.temporal.undo_attempts import attempts, failing, reason
 
-__all__ = ["JOURNAL_UNREACHABLE", "live_lines", "rollback"]
+__all__ = ["JOURNAL_UNREACHABLE", "LeftBehind", "left_behind", "live_lines", "rollback"]
 
 #: exit status when the journal cannot be read: not "an undo failed" (1), since none was tried;
 #: as for ``saga status`` of a saga that cannot move on and ``doctor`` without its database
@@ -215,28 +217,69 @@ def _print(result: RollbackResult, *, as_json: bool) -> None:
         typer.echo(f"  stays live (no compensation declared): {live}")
 
 
-async def live_lines(
-    client: Client, settings: Settings, saga_id: str
-) -> tuple[list[str], str | None]:
-    """A line for each effect the saga left live, for ``saga status``, and a line for its
-    rollback when one runs; second, the reason line when that rollback's undo keeps failing
-    (nothing when the journal is out of reach: the status says what it can without)."""
+@dataclass(frozen=True)
+class LeftBehind:
+    """What a saga whose workflow closed unfinished left, as its journal tells it: its rows, the
+    effects left live, and the compensation its running rollback is at (None: none runs)."""
+
+    saga_id: str
+    rows: list[Entry]
+    live: list[Finding]
+    undoing: Compensating | None
+
+    @property
+    def head(self) -> Head:
+        last = self.rows[-1] if self.rows else None
+        return Head() if last is None else Head(seq=last.seq, hash=last.hash)
+
+    @property
+    def effects(self) -> list[tuple[str, int, str]]:
+        """Each effect left live: its tool, its call's INTENT seq, and certify's finding of it."""
+        tools = {r.seq: r.tool_name for r in self.rows}
+        return [(tools[f.seq], f.seq, f.detail) for f in self.live if f.seq is not None]
+
+    @property
+    def rollback_line(self) -> str | None:
+        """Where its running rollback is, in words; None when none runs or it is between undos."""
+        undoing = self.undoing
+        if undoing is None:
+            return None
+        return (
+            f"a rollback of it runs (workflow {rollback_id(self.saga_id)}), compensating "
+            f"{undoing.tool_name} (call seq {undoing.call_seq}), attempt {undoing.attempt}"
+        )
+
+    @property
+    def undo_failing(self) -> str | None:
+        """Why its running rollback's undo keeps failing; None unless it does."""
+        undoing = self.undoing
+        return reason(self.saga_id, undoing) if undoing and failing(undoing) else None
+
+
+async def left_behind(client: Client, settings: Settings, saga_id: str) -> LeftBehind | None:
+    """What the saga left, for ``saga status``; None when the journal is out of reach (the
+    status says what it can without)."""
     if not settings.database_url:
-        return [], None
+        return None
     try:
         async with await JournalStore.open(settings.database_url, min_size=1, max_size=1) as j:
-            live = await left_live(client, j, saga_id)
-            lines = [f"  live: {f.detail}" for f in live]
-            undoing = await _rollback_undo(client, j, saga_id, live)
+            try:
+                saga = await ended(client, j, saga_id)
+            except RollbackRefused:  # no workflow journaled it: nothing it left
+                return LeftBehind(saga_id, [], [], None)
+            undoing = await _rollback_undo(client, j, saga_id, saga.live)
     except (SagacityError, RPCError):
-        return [], None
-    if undoing is None:
-        return lines, None
-    lines.append(
-        f"  a rollback of it runs (workflow {rollback_id(saga_id)}), compensating "
-        f"{undoing.tool_name} (call seq {undoing.call_seq}), attempt {undoing.attempt}"
-    )
-    return lines, reason(saga_id, undoing) if failing(undoing) else None
+        return None
+    return LeftBehind(saga_id, saga.rows, saga.live, undoing)
+
+
+def live_lines(left: LeftBehind | None) -> list[str]:
+    """A line for each effect the saga left live, and a line for its rollback when one runs."""
+    if left is None:
+        return []
+    lines = [f"  live: {f.detail}" for f in left.live]
+    running = left.rollback_line
+    return lines if running is None else [*lines, f"  {running}"]
 
 
 async def _rollback_undo(

@@ -9,16 +9,17 @@ when, and only when, it positively belongs to a *host* run:
 - a run of a workflow type the app registered on a worker of this process itself
   (``Worker(workflows=[...])``): not one given to
   :class:`~sagacity.temporal.plugin.SagacityPlugin`, not named ``sagacity.…``, not seen
-  scheduling a Sagacity activity (a workflow that uses a ``Saga`` is Sagacity's for the process
-  from its first saga activity, before anything of that activation is written);
+  making a ``Saga`` or scheduling a Sagacity activity (a workflow that uses a ``Saga`` is
+  Sagacity's for the process from the moment it makes one, before anything it writes);
 - started by no workflow, or by a host run this process serves (a saga's children are the saga's);
 - its own payloads (result, query and update answers, memo, failure details), and its
   activities' inputs, results and heartbeats, but those of activities named ``sagacity.…`` (an
   activity whose run this process does not hold goes by its workflow type alone).
 
 Everything else is sealed as before: whatever a client call of this process writes (only the
-worker's own tasks consult the runs, so a workflow id a saga reuses after a host run never
-inherits its clearance there), a run the process does not hold, an activity of a workflow type
+worker's own workflow tasks consult the runs, so a workflow id a saga reuses after a host run
+never inherits its clearance there, nor from an activity), a child a host run starts of a type
+that is not a host type, a run the process does not hold, an activity of a workflow type
 that is not a host type here, a saga's child's input. Decoding is unchanged (the codec opens what
 is sealed and reads what is clear), so recorded histories replay as before.
 """
@@ -31,7 +32,7 @@ from contextvars import ContextVar
 from typing import Any, Self
 from weakref import WeakValueDictionary
 
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
     ActivitySerializationContext,
@@ -54,7 +55,7 @@ from temporalio.worker import (
 
 from sagacity.temporal.codec import CLEAR, ClearText
 
-__all__ = ["CodecScope", "ScopedCodec", "host_types", "leaves_clear", "serving"]
+__all__ = ["CodecScope", "ScopedCodec", "claim_run", "host_types", "leaves_clear", "serving"]
 
 #: the prefix of every workflow and activity type Sagacity defines
 _SAGACITY = "sagacity."
@@ -66,7 +67,7 @@ _serving: ContextVar[bool] = ContextVar("sagacity_codec_serving", default=False)
 _host_types: set[str] = set()
 _sagacity_types: set[str] = set()
 #: the runs this process's workers hold, by (namespace, workflow id), while they hold them
-_runs: WeakValueDictionary[tuple[str, str], _Run] = WeakValueDictionary()
+_runs: WeakValueDictionary[tuple[str, str], _Run | _Sealed] = WeakValueDictionary()
 
 
 def host_types(types: Iterable[str], *, claimed: Iterable[str]) -> None:
@@ -85,6 +86,9 @@ def leaves_clear(context: SerializationContext) -> bool:
     if not _serving.get():
         return False
     if isinstance(context, WorkflowSerializationContext):
+        if activity.in_activity():
+            # an activity's client call: its target's id may name an ended host run still held
+            return False
         run = _runs.get((context.namespace, context.workflow_id))
         return run is not None and run.host
     if isinstance(context, ActivitySerializationContext):
@@ -137,6 +141,15 @@ async def serving(worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> 
         _serving.reset(token)
 
 
+def claim_run() -> None:
+    """The current workflow run makes a ``Saga``: it and its type are Sagacity's from now on,
+    before anything it answers or writes (a continued saga's status, before its next call)."""
+    info = workflow.info()
+    run = _runs.get((info.namespace, info.workflow_id))
+    if isinstance(run, _Run):
+        run.claim()
+
+
 class CodecScope(Interceptor):
     """Tracks the runs a worker holds, and whether each is a host run."""
 
@@ -144,6 +157,13 @@ class CodecScope(Interceptor):
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor] | None:
         return _Run
+
+
+class _Sealed:
+    """Stands, in :data:`_runs`, for a saga a host run starts as its child, until it runs here."""
+
+    host = False
+    workflow_type = ""
 
 
 class _Run(WorkflowInboundInterceptor):
@@ -161,14 +181,20 @@ class _Run(WorkflowInboundInterceptor):
         self.host = _is_host_type(info.workflow_type) and (
             parent is None or (started_by is not None and started_by.host)
         )
+        #: the sagas this run started as children (held so their stand-ins stay in _runs)
+        self.children: list[_Sealed] = []
         _runs[(info.namespace, info.workflow_id)] = self
         super().init(_Outbound(outbound, self))
 
     def join_saga(self, activity_type: str) -> None:
         """A Sagacity activity scheduled: this run, and its type, are Sagacity's from now on."""
         if activity_type.startswith(_SAGACITY):
-            self.host = False
-            _sagacity_types.add(self.workflow_type)
+            self.claim()
+
+    def claim(self) -> None:
+        """This run, and its type, are Sagacity's from now on."""
+        self.host = False
+        _sagacity_types.add(self.workflow_type)
 
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
         answer = await super().handle_update_handler(input)
@@ -193,7 +219,11 @@ class _Outbound(WorkflowOutboundInterceptor):
     async def start_child_workflow(
         self, input: StartChildWorkflowInput
     ) -> workflow.ChildWorkflowHandle[Any, Any]:
+        # the child's input is sealed, even where its id names an ended host run, when the
+        # child is a saga's or is a saga itself
         if not self._run.host:
-            # the child's input is the saga's, even where its id names an ended host run
             _runs[(self._run.namespace, input.id)] = self._run
+        elif not _is_host_type(input.workflow):
+            self._run.children.append(sealed := _Sealed())
+            _runs[(self._run.namespace, input.id)] = sealed
         return await super().start_child_workflow(input)

@@ -2,19 +2,22 @@
 COMPENSATABLE effect said to be corrected (not restored) wherever a person reads about it.
 
 Against real Temporal and Postgres: the test worker serves the Order tools with ``send_quote``
-(COMPENSATABLE, its undo a correction email), and the ``sagacity`` command runs as a user's.
+(COMPENSATABLE, its undo a correction email), and the ``sagacity`` command runs as a user's. A
+saga whose workflow was terminated or timed out prints the same shape, with what it left live.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from sagacity.agents.workflow import compensation_summary
@@ -24,9 +27,10 @@ from sagacity.approvals.http import create_app
 from sagacity.cli.saga.shape import schema
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import Decision, SagaResult
-from tests.approvals.conftest import Cli
+from tests.approvals.conftest import Cli, StartOrder
 from tests.temporal.conftest import awaiting_approval, wait_for
 from workflows.order.shop import Shop
+from workflows.order.workflows import OrderRequest
 
 SCHEMA_FILE = Path(__file__).parents[2] / "docs" / "status.schema.json"
 
@@ -208,3 +212,55 @@ async def test_a_rejected_order_saga_ends_with_its_effects_restored(
         ("reserve_inventory", "restored"),
     ]
     assert ended["error"]["type"] == "ApprovalRejected"
+
+
+async def test_a_terminated_saga_prints_its_shape_with_what_it_left_live(
+    cli: Cli, start_order: StartOrder
+) -> None:
+    waiting = await start_order()
+    await waiting.handle.terminate(reason="test: an operator's terminate")
+
+    shown = await cli("saga", "status", waiting.saga_id, "--json")
+    assert shown.code == 1, shown.stderr
+    ended = valid(shown.json())
+    assert (ended["state"], ended["ended"]) == ("terminated", True)
+    assert ended["error"]["type"] == "TerminatedError"
+    assert ended["head"]["seq"] == waiting.seq  # the open approval request is its newest row
+    assert [(e["tool_name"], e["call_seq"]) for e in ended["live_effects"]] == [
+        ("reserve_inventory", 1),
+        ("create_order", 3),
+    ]
+    assert "create_order (call seq 3) took effect" in ended["live_effects"][1]["detail"]
+    assert f"`sagacity saga rollback {waiting.saga_id}`" in ended["needs_attention"]
+    assert "create_order (call seq 3) took effect" in shown.stderr  # stdout is the JSON alone
+
+    text = await cli("saga", "status", waiting.saga_id)
+    assert (text.code, text.stdout) == (1, "")
+    assert "did not complete: TerminatedError" in text.stderr
+
+
+async def test_a_timed_out_saga_says_it_timed_out(
+    cli: Cli, worker: Worker, temporal_client: Client
+) -> None:
+    saga = f"order-{uuid.uuid4().hex[:8]}"
+    handle = await temporal_client.start_workflow(
+        "order.PlaceOrder",
+        OrderRequest(quantity=1),
+        id=saga,
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
+        execution_timeout=timedelta(seconds=5),
+    )
+    await wait_for(handle, awaiting_approval)
+    with pytest.raises(WorkflowFailureError):  # the approval it waits for never comes
+        await handle.result()
+
+    shown = await cli("saga", "status", saga, "--json")
+    assert shown.code == 1, shown.stderr
+    ended = valid(shown.json())
+    assert (ended["state"], ended["ended"]) == ("timed_out", True)
+    assert ended["error"]["type"] == "TimeoutError"
+    assert [(e["tool_name"], e["call_seq"]) for e in ended["live_effects"]] == [
+        ("reserve_inventory", 1),
+        ("create_order", 3),
+    ]

@@ -51,3 +51,39 @@ def send_postcard(to: str, text: str) -> dict[str, Any]:
     """Irreversible: a named human approves each postcard before it is sent."""
     SENT[to] = text
     return {"sent_to": to}
+
+
+@workflow.defn(name="host.Launcher")
+class Launcher:
+    """Starts a saga of the steps workflow as its child, under the id it is given."""
+
+    @workflow.run
+    async def run(self, child_id: str, spec: Any) -> str:
+        await workflow.start_child_workflow(
+            "sagacity.Steps",
+            spec,
+            id=child_id,
+            task_queue=workflow.info().task_queue,
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+        )
+        return child_id
+
+
+@activity.defn(name="host.launch")
+async def launch(child_id: str, spec: Any) -> str:
+    """Starts a saga of the steps workflow from an activity, through the worker's client."""
+    await activity.client().start_workflow(
+        "sagacity.Steps", spec, id=child_id, task_queue=activity.info().task_queue
+    )
+    return child_id
+
+
+@workflow.defn(name="host.LaunchVia")
+class LaunchVia:
+    """Runs :func:`launch`."""
+
+    @workflow.run
+    async def run(self, child_id: str, spec: Any) -> str:
+        return await workflow.execute_activity(
+            launch, args=[child_id, spec], start_to_close_timeout=timedelta(seconds=30)
+        )

@@ -29,6 +29,7 @@ from sagacity.evidence.keys import load_private_key
 from sagacity.settings import Settings
 from sagacity.temporal.codec import ENCODING
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.models.status import SagaStatus
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.worker import Sagacity
 from tests.approvals.conftest import codec_server
@@ -65,8 +66,14 @@ async def host_worker(
         worker = Worker(
             sagacity.client,
             task_queue=task_queue,
-            workflows=[host_app.Greeter, trip.BookTrip],
-            activities=[host_app.greet],
+            workflows=[
+                host_app.Greeter,
+                trip.BookTrip,
+                trip.TripOnCue,
+                host_app.Launcher,
+                host_app.LaunchVia,
+            ],
+            activities=[host_app.greet, host_app.launch],
             interceptors=sagacity.interceptors,
             graceful_shutdown_timeout=timedelta(seconds=1),
         )
@@ -198,3 +205,53 @@ async def test_the_decide_update_answers_the_same_with_and_without_the_codec_end
             result = await handle.result()
             assert result.status is SagaState.COMPLETED
             assert host_app.SENT[to] == "wish you were here"
+
+
+@pytest.mark.parametrize("launcher", [host_app.Launcher, host_app.LaunchVia])
+async def test_a_saga_the_app_starts_under_the_id_of_its_ended_run_is_encrypted(
+    app_settings: Settings, endpoints: Endpoints, task_queue: str, launcher: type
+) -> None:
+    """The app reuses the id of one of its own runs that just ended for a saga it starts, as a
+    child or from an activity: the saga's input (the tool's arguments) is encrypted all the
+    same."""
+    reused = f"order-{uuid.uuid4().hex[:8]}"
+    spec = SagaSpec(
+        steps=[Step(tool="send_postcard", args={"to": reused, "text": "the secret plan"})],
+        options=SagaOptions(),
+    )
+    async with host_worker(app_settings, endpoints, task_queue) as host:
+        greeter = await host.plain.start_workflow(
+            host_app.Greeter.run, "ada", id=reused, task_queue=task_queue
+        )
+        await greeter.signal(host_app.Greeter.join, "bob")
+        assert await greeter.result() == "hello, ada and bob"
+        await host.plain.execute_workflow(
+            launcher,  # type: ignore[arg-type]
+            args=[reused, spec.model_dump(mode="json")],
+            id=f"launcher-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        saga = host.client.get_workflow_handle(reused, result_type=SagaResult)
+        await wait_for(saga, awaiting_approval)
+        history = await saga.fetch_history()
+        await saga.terminate("done")
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert [p.metadata.get("encoding") for p in started.input.payloads] == [ENCODING]
+
+
+async def test_a_saga_of_the_apps_own_reads_sealed_before_its_first_call(
+    app_settings: Settings, endpoints: Endpoints, task_queue: str
+) -> None:
+    """A workflow of the user's own registered on the worker directly is Sagacity's from the
+    moment it makes a Saga: its status reads sealed before any of its calls ran."""
+    async with host_worker(app_settings, endpoints, task_queue) as host:
+        handle = await host.client.start_workflow(
+            trip.TripOnCue.run, "ada", id=f"cue-{uuid.uuid4().hex[:8]}", task_queue=task_queue
+        )
+        status = await handle.query("status", result_type=SagaStatus)
+        assert status.executed == []
+        with pytest.raises(KeyError, match="binary/encrypted"):
+            await host.plain.get_workflow_handle(handle.id).query("status")
+        await handle.signal(trip.TripOnCue.cue)
+        result = await handle.result()
+    assert result.status is SagaState.COMPLETED

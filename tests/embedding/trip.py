@@ -60,3 +60,25 @@ class BookTrip:
             await saga.call("charge_embedded_card", traveler=traveler, cents=120_00)
 
         return await saga.run(trip)
+
+
+@workflow.defn(name="tests.embedding.TripOnCue")
+class TripOnCue:
+    """A saga that waits for its cue (a signal) before its first call."""
+
+    def __init__(self) -> None:
+        self._cued = False
+
+    @workflow.run
+    async def run(self, traveler: str) -> SagaResult:
+        saga = Saga()
+        await workflow.wait_condition(lambda: self._cued)
+
+        async def trip() -> None:
+            await saga.call("book_embedded_flight", traveler=traveler, flight="LH400")
+
+        return await saga.run(trip)
+
+    @workflow.signal
+    def cue(self) -> None:
+        self._cued = True

@@ -443,6 +443,17 @@ async def test_status_of_a_saga_whose_rollback_undo_keeps_failing_exits_4(
             f"saga {waiting.saga_id}: the compensation of create_order (call seq 3) has failed"
         ), said
         assert "the order service is down" in said[-1]
+        # and in JSON: the saga's shape, what the rollback is at and why it keeps failing
+        shown = await cli("saga", "status", waiting.saga_id, "--json")
+        assert shown.code == 4, (shown.stdout, shown.stderr)
+        report = shown.json()
+        assert (report["state"], report["ended"]) == ("terminated", True)
+        assert runs + "create_order (call seq 3)" in report["needs_attention"]
+        failing = (
+            f"saga {waiting.saga_id}: the compensation of create_order (call seq 3) has failed"
+        )
+        assert failing in report["needs_attention"]
+        assert "last error: InjectedFault: the order service is down" in report["needs_attention"]
     finally:
         await rollback.terminate(reason="test done")
 

@@ -4,6 +4,9 @@ A saga's workflow answers its ``status`` query while it runs and returns its res
 the two name the saga's state differently (``state``, ``status``) and hold different fields.
 :class:`StatusReport` is what a user reads either way: ``state`` always, ``ended`` to tell the
 two apart, the result (or what went wrong, and what was restored or corrected) once it ended.
+A saga whose workflow closed unfinished (terminated, timed out, failed or canceled around the
+engine) returned nothing: its report is what Temporal says of the end and its journal of what
+it left live (:meth:`StatusReport.unfinished`).
 ``docs/status.schema.json`` is its JSON Schema, :func:`schema` generates it.
 """
 
@@ -31,7 +34,11 @@ from sagacity.tools import Reversibility
 if TYPE_CHECKING:  # the Agents SDK takes seconds to import: only for an agent saga's result
     from sagacity.agents.workflow import AgentSagaResult
 
-__all__ = ["AgentOutcome", "StatusReport", "UndoneEffect", "schema"]
+__all__ = ["AgentOutcome", "LeftLive", "StatusReport", "UndoneEffect", "Unfinished", "schema"]
+
+#: how a saga ended whose workflow closed unfinished: Temporal's word, not the saga engine's (kept
+#: out of :class:`SagaState`, which recorded histories hold)
+Unfinished = Literal["terminated", "timed_out", "failed", "canceled"]
 
 
 class UndoneEffect(BaseModel):
@@ -69,15 +76,30 @@ class AgentOutcome(BaseModel):
     compensation_summary: str | None = None
 
 
+class LeftLive(BaseModel):
+    """An effect a saga whose workflow closed unfinished left live, as its journal tells it.
+
+    The journal does not record a tool's reversibility (the worker's registry holds it), so
+    this says what the journal does: the call, and certify's finding of it.
+    """
+
+    tool_name: str
+    call_seq: int
+    #: what the call did and that nothing undid it (certify's finding)
+    detail: str
+
+
 class StatusReport(BaseModel):
     """A saga's status, running or ended: ``sagacity saga status --json``."""
 
     saga_id: str
-    #: where the saga is (running, awaiting_approval, ...) or how it ended (completed, ...)
-    state: SagaState
-    #: whether the saga has ended (its workflow returned)
+    #: where the saga is (running, awaiting_approval, ...) or how it ended (completed, ...;
+    #: terminated, ... when its workflow closed unfinished)
+    state: SagaState | Unfinished
+    #: whether the saga has ended (its workflow closed)
     ended: bool
-    head: Head
+    #: the journal's head; None only for an unfinished end whose journal is out of reach
+    head: Head | None
     #: what a completed saga returned
     result: Any = None
     #: why an ended saga did not complete
@@ -86,8 +108,8 @@ class StatusReport(BaseModel):
     compensated: list[UndoneEffect] = Field(default_factory=list)
     compensated_count: int = 0
     compensation_failed: list[Effect] = Field(default_factory=list)
-    #: effects an ended saga leaves in the world
-    live_effects: list[Effect] = Field(default_factory=list)
+    #: effects an ended saga leaves in the world (an unfinished end's: as its journal tells them)
+    live_effects: list[Effect | LeftLive] = Field(default_factory=list)
     #: a running saga's newest rows (at most 200; the journal has them all)
     rows: list[RowRef] = Field(default_factory=list)
     #: a running saga's newest live effects (``executed_count`` counts them all)
@@ -122,7 +144,7 @@ class StatusReport(BaseModel):
                 compensated=[UndoneEffect.of(e) for e in found.compensated],
                 compensated_count=found.compensated_count,
                 compensation_failed=found.compensation_failed,
-                live_effects=found.live_effects,
+                live_effects=[*found.live_effects],
                 needs_attention=found.needs_attention,
             )
         agent = AgentOutcome(
@@ -132,6 +154,28 @@ class StatusReport(BaseModel):
             compensation_summary=found.compensation_summary,
         )
         return cls.of(found.saga).model_copy(update={"agent": agent})
+
+    @classmethod
+    def unfinished(
+        cls,
+        saga_id: str,
+        state: Unfinished,
+        error: ErrorInfo,
+        *,
+        head: Head | None,
+        live: list[LeftLive],
+        needs_attention: str | None,
+    ) -> StatusReport:
+        """The report of a saga whose workflow closed unfinished: how, why, and what it left."""
+        return cls(
+            saga_id=saga_id,
+            state=state,
+            ended=True,
+            head=head,
+            error=error,
+            live_effects=[*live],
+            needs_attention=needs_attention,
+        )
 
 
 def schema() -> dict[str, Any]:

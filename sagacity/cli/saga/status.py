@@ -26,12 +26,13 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
 )
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError, TimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
 from sagacity.cli._exit import hard_exit
-from sagacity.cli.rollback import live_lines
+from sagacity.cli.rollback import LeftBehind, left_behind, live_lines
 from sagacity.cli.saga.found import AppWorkflow, Ended, Found, report
+from sagacity.cli.saga.shape import LeftLive, StatusReport, Unfinished
 from sagacity.cli.saga.shared import (
     UNDO_FAILING,
     AsJson,
@@ -45,13 +46,19 @@ from sagacity.cli.saga.shared import (
 )
 from sagacity.errors import InvalidInput, SagacityError
 from sagacity.temporal import names
-from sagacity.temporal.models import SagaResult, SagaState, SagaStatus
+from sagacity.temporal.models import ErrorInfo, SagaResult, SagaState, SagaStatus
 from sagacity.temporal.task_health import causes, task_failure
 from sagacity.temporal.undo_attempts import failing, with_attempts
 
 #: states in which only a human can move the saga on
 WAITING = frozenset({SagaState.AWAITING_APPROVAL, SagaState.SUSPECT})
 _QUERY_TIMEOUT = timedelta(seconds=10)
+#: how a workflow closed, by what its result raised (anything else failed)
+_ENDED_AS: dict[type[BaseException], Unfinished] = {
+    TerminatedError: "terminated",
+    TimeoutError: "timed_out",
+    CancelledError: "canceled",
+}
 #: a workflow task scheduled this long and not picked up: look whether any worker polls
 _UNPICKED = timedelta(seconds=3)
 
@@ -80,9 +87,12 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
                 found = await (settle(client, handle) if wait else status_of(client, handle))
             except SagacityError as exc:
                 # a workflow that closed unfinished (terminated, timed out) left these live
-                lines, undo_failing = await live_lines(client, settings, saga)
-                for line in lines:
+                left = await left_behind(client, settings, saga)
+                if as_json and isinstance(exc, EndedUnfinished):
+                    typer.echo(_unfinished(exc, left).model_dump_json(indent=2))
+                for line in live_lines(left):
                     typer.echo(line, err=True)
+                undo_failing = left.undo_failing if left is not None else None
                 if undo_failing is None:
                     raise
                 # a rollback of it runs, and its undo keeps failing: told apart, as a saga's
@@ -96,6 +106,38 @@ def status(saga: SagaId, wait: Wait = False, as_json: AsJson = False) -> None:
             return code
 
     run(work())
+
+
+class EndedUnfinished(SagacityError):
+    """The saga's workflow closed without the saga engine ending it: terminated, timed out,
+    failed or canceled around it; ``state`` says which, ``error`` why."""
+
+    def __init__(self, message: str, saga_id: str, state: Unfinished, error: ErrorInfo) -> None:
+        super().__init__(message)
+        self.saga_id = saga_id
+        self.state: Unfinished = state
+        self.error = error
+
+
+def _unfinished(exc: EndedUnfinished, left: LeftBehind | None) -> StatusReport:
+    """The report of a saga whose workflow closed unfinished, with what its journal says it
+    left (``left`` None: the journal is out of reach)."""
+    saga = exc.saga_id
+    if left is None:
+        return StatusReport.unfinished(
+            saga, exc.state, exc.error, head=None, live=[],
+            needs_attention=f"the journal is out of reach, so what saga {saga} left live is "
+            f"unknown: `sagacity certify --saga {saga}` names it once the journal is back",
+        )  # fmt: skip
+    live = [LeftLive(tool_name=tool, call_seq=seq, detail=d) for tool, seq, d in left.effects]
+    todo = left.rollback_line
+    if todo is not None and left.undo_failing is not None:
+        todo = f"{todo}; {left.undo_failing}"
+    elif todo is None and live:
+        todo = f"{len(live)} effect(s) left live: undo them with `sagacity saga rollback {saga}`"
+    return StatusReport.unfinished(
+        saga, exc.state, exc.error, head=left.head, live=live, needs_attention=todo
+    )
 
 
 async def _retrying(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
@@ -196,9 +238,13 @@ async def _result(handle: WorkflowHandle[Any, Any], workflow_type: str) -> Ended
         if isinstance(cause, ApplicationError) and cause.type == "StepsInvalid":
             # refused whole before any step ran: bad input, like a malformed steps file
             raise InvalidInput(f"the worker refused saga {handle.id}'s steps: {cause}") from None
-        why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
-        raise SagacityError(
-            f"workflow {handle.id} ({workflow_type}) did not complete: {why}"
+        error = ErrorInfo(type=type(cause).__name__, message=str(cause))
+        raise EndedUnfinished(
+            f"workflow {handle.id} ({workflow_type}) did not complete: {error.type}: "
+            f"{error.message}",
+            handle.id,
+            _ENDED_AS.get(type(cause), "failed"),
+            error,
         ) from None
     if isinstance(raw, dict) and {"saga", "steps"} <= raw.keys():
         from sagacity.agents.workflow import AgentSagaResult  # slow: imported only here

@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError
 from typing_extensions import TypeVar
 
 from sagacity.errors import SagacityError
+from sagacity.temporal import codec_scope
 from sagacity.temporal.checks import steps_refused
 from sagacity.temporal.models import (
     Effect,
@@ -62,6 +63,8 @@ class Saga:
         saga_id: str | None = None,
         carry: SagaCarry | None = None,
     ) -> None:
+        # sealed by the codec from here on, even where the workflow is registered as the app's
+        codec_scope.claim_run()
         saga_id = carry.saga_id if carry else saga_id or workflow.info().workflow_id
         parts = self._parts = SagaParts.build(saga_id, options or SagaOptions(), carry)
         # the saga's signals and its update take their payloads raw, decoded by its own code
