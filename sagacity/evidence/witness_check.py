@@ -10,6 +10,10 @@ when a trust file names witnesses:
   names the leaves the rollback hides (saga and seq, from the leaf table) and whether the leaf
   table still hashes to the witnessed root. Same size, another root, or a smaller head the
   published one does not extend: a fork. A witness that cannot be reached is a warning.
+
+A sequencer pass has its head cosigned before it publishes it, so a live log's witness can hold
+a head the store gets only when the pass ends: a witness ahead of the store is compared with the
+store's latest head read again once no pass is under way (under the sequencer lock).
 """
 
 from __future__ import annotations
@@ -66,15 +70,24 @@ async def witness_findings(
         return []
     keys = [NoteKey(w.name, w.key, COSIGNATURE_V1) for w in trust.witnesses]
     latest = heads.latest()
-    found = _quorum(latest, heads, keys, trust.witness_quorum)
     origin = latest.head.origin if latest else ORIGIN_PREFIX + await store.database()
-    checks = [
-        _compare(w, origin, latest, heads, store, timeout)
-        for w in WitnessEndpoint.of(trust.witnesses)
-    ]
-    for findings in await asyncio.gather(*checks):
-        found += findings
+    endpoints = WitnessEndpoint.of(trust.witnesses)
+    answers = await asyncio.gather(*(_ask(w, origin, heads, timeout) for w in endpoints))
+    size = 0 if latest is None else latest.head.size
+    if any(isinstance(a, OpenedNote) and a.head.size > size for a in answers):
+        latest = await _settled(heads, store)
+    found = _quorum(latest, heads, keys, trust.witness_quorum)
+    for witness, answer in zip(endpoints, answers, strict=True):
+        found += await _compare(witness, answer, latest, heads, store)
     return found
+
+
+async def _settled(heads: HeadLog, store: TlogStore) -> Published | None:
+    """The latest published head once the sequencer pass under way, if any, has ended: it
+    publishes its head after the witnesses cosigned it, so only a head a witness holds that
+    is still missing then was lost from the store."""
+    async with store.sequencer():
+        return heads.latest()
 
 
 def _quorum(
@@ -102,20 +115,36 @@ def _quorum(
     ]
 
 
-async def _compare(
-    witness: WitnessEndpoint,
-    origin: str,
-    latest: Published | None,
-    heads: HeadLog,
-    store: TlogStore,
-    timeout: float,
-) -> list[LogFinding]:
-    name = witness.name
+async def _ask(
+    witness: WitnessEndpoint, origin: str, heads: HeadLog, timeout: float
+) -> OpenedNote | LogFinding | None:
+    """The head ``witness`` cosigned last, verified (None: it holds none), or the warning why
+    it cannot be compared."""
     try:
         note = await latest_cosigned(witness, origin, timeout=timeout)
     except EvidenceUnavailable as exc:
-        return [LogFinding(False, f"cannot check the published heads against it: {exc}")]
+        return LogFinding(False, f"cannot check the published heads against it: {exc}")
     if note is None:
+        return None
+    try:
+        return open_note(note, NoteKey(origin, heads.key), [witness.key])
+    except ValueError as exc:
+        return LogFinding(
+            False, f"witness {witness.name} answered a head that does not verify: {exc}"
+        )
+
+
+async def _compare(
+    witness: WitnessEndpoint,
+    answer: OpenedNote | LogFinding | None,
+    latest: Published | None,
+    heads: HeadLog,
+    store: TlogStore,
+) -> list[LogFinding]:
+    name = witness.name
+    if isinstance(answer, LogFinding):
+        return [answer]
+    if answer is None:
         if latest is None or name not in _cosigners(latest, heads, witness):
             return []
         return [
@@ -126,14 +155,10 @@ async def _compare(
                 "new key and name, or it could cosign a rollback)",
             )
         ]
-    try:
-        opened = open_note(note, NoteKey(origin, heads.key), [witness.key])
-    except ValueError as exc:
-        return [LogFinding(False, f"witness {name} answered a head that does not verify: {exc}")]
-    seen = opened.head
+    seen = answer.head
     size = 0 if latest is None else latest.head.size
     root = EMPTY_ROOT if latest is None else latest.head.root
-    what = f"witness {name} cosigned tree head {seen.size}{_when(opened, name)}"
+    what = f"witness {name} cosigned tree head {seen.size}{_when(answer, name)}"
     if seen.size > size:
         agreed = _last_cosigned(heads, witness, seen.size)
         return await _rolled_back(what, seen, size, agreed, store)
