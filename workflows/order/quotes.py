@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg import AsyncConnection
-
 from sagacity import (
     CompensableTool,
     CompensationContext,
@@ -31,35 +29,16 @@ from workflows.order.tools import effect_id
 __all__ = ["TOOLS", "send_quote"]
 
 
-async def _mail(quote_id: str, kind: str, body: str, saga_id: str) -> int:
-    """The outbox row of ``kind`` for ``quote_id``, sent once: an earlier try may have sent it."""
-
-    async def send(conn: AsyncConnection[Any]) -> int:
-        sent = await conn.execute(
-            "SELECT id FROM outbox WHERE order_id = %s AND kind = %s AND saga_id = %s",
-            (quote_id, kind, saga_id),
-        )
-        row = await sent.fetchone()
-        if row is None:
-            made = await conn.execute(
-                "INSERT INTO outbox (order_id, kind, body, saga_id) "
-                "VALUES (%s, %s, %s, %s) RETURNING id",
-                (quote_id, kind, body, saga_id),
-            )
-            row = await made.fetchone()
-        assert row is not None
-        return int(row[0])
-
-    return await current().transact(send)
-
-
 @compensable(by="send_correction", reversibility=Reversibility.COMPENSATABLE)
 async def send_quote(product_id: str, quantity: int, price_cents: int) -> dict[str, Any]:
     """Email the customer a price quote: once read it cannot be unread, only corrected."""
     call = current_call()
     quote_id = effect_id("q", call.saga_id, call.seq)
     body = f"Quote {quote_id}: {quantity} x {product_id} for {price_cents / 100:.2f}."
-    return {"quote_id": quote_id, "message_id": await _mail(quote_id, "quote", body, call.saga_id)}
+    return {
+        "quote_id": quote_id,
+        "message_id": await current().send_once(quote_id, "quote", body, call.saga_id),
+    }
 
 
 async def send_correction(ctx: CompensationContext) -> dict[str, Any]:
@@ -67,7 +46,7 @@ async def send_correction(ctx: CompensationContext) -> dict[str, Any]:
     ``saga status`` and the agent are told."""
     quote_id = effect_id("q", ctx.saga_id, ctx.seq)  # the same, whether the call failed or not
     body = f"Please disregard quote {quote_id}: the order it was for did not go through."
-    message_id = await _mail(quote_id, "correction", body, ctx.saga_id)
+    message_id = await current().send_once(quote_id, "correction", body, ctx.saga_id)
     return {"correction_message_id": message_id, "quote_id": quote_id}
 
 
@@ -75,13 +54,8 @@ async def send_correction(ctx: CompensationContext) -> dict[str, Any]:
 async def quote_sent(ctx: ProbeContext) -> Found | bool:
     """The quote exists once it is in the outbox (a correction follows it, never removes it)."""
     quote_id = effect_id("q", ctx.saga_id, ctx.seq)
-    async with current().pool.connection() as conn:
-        found = await conn.execute(
-            "SELECT id FROM outbox WHERE order_id = %s AND kind = 'quote' AND saga_id = %s",
-            (quote_id, ctx.saga_id),
-        )
-        row = await found.fetchone()
-    return False if row is None else Found({"quote_id": quote_id, "message_id": row[0]})
+    message_id = await current().sent(quote_id, "quote", ctx.saga_id)
+    return False if message_id is None else Found({"quote_id": quote_id, "message_id": message_id})
 
 
 TOOLS: list[CompensableTool[..., Any]] = [send_quote]

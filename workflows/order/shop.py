@@ -19,6 +19,8 @@ SCHEMA = Path(__file__).with_name("schema.sql")
 #: how long the shop's statements wait out a database outage
 OUTAGE_S = 120.0
 T = TypeVar("T")
+#: the outbox row of one kind of mail about one order, sent by one saga
+_SENT = "SELECT id FROM outbox WHERE order_id = %s AND kind = %s AND saga_id = %s"
 SEED = {"p-1": ("Espresso grinder", 10), "p-2": ("Milk jug", 25)}
 
 
@@ -106,6 +108,30 @@ class Shop:
                     raise
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 5.0)
+
+    async def send_once(self, order_id: str, kind: str, body: str, saga_id: str) -> int:
+        """Put the ``kind`` mail about ``order_id`` in the outbox once; its id. A try whose commit
+        was cut off may have sent it: that mail is the one."""
+
+        async def send(conn: AsyncConnection[Any]) -> int:
+            row = await (await conn.execute(_SENT, (order_id, kind, saga_id))).fetchone()
+            if row is None:
+                made = await conn.execute(
+                    "INSERT INTO outbox (order_id, kind, body, saga_id) "
+                    "VALUES (%s, %s, %s, %s) RETURNING id",
+                    (order_id, kind, body, saga_id),
+                )
+                row = await made.fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return await self.transact(send)
+
+    async def sent(self, order_id: str, kind: str, saga_id: str) -> int | None:
+        """The id of the ``kind`` mail about ``order_id`` in the outbox, if one was sent."""
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(_SENT, (order_id, kind, saga_id))).fetchone()
+        return None if row is None else int(row[0])
 
     async def check_fault(self, tool_name: str) -> None:
         """Stall and/or raise :class:`InjectedFault` if a fault is armed for ``tool_name``."""

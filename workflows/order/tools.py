@@ -174,36 +174,17 @@ async def send_confirmation(order_id: str) -> dict[str, Any]:
     await shop.check_fault("send_confirmation")
     saga_id = current_call().saga_id
 
-    async def send(conn: AsyncConnection[Any]) -> Any:
-        # one confirmation per order: a try whose commit was cut off may have sent it
-        sent = await conn.execute(
-            "SELECT id FROM outbox WHERE order_id = %s AND kind = 'confirmation' AND saga_id = %s",
-            (order_id, saga_id),
-        )
-        row = await sent.fetchone()
-        if row is None:
-            cur = await conn.execute(
-                "INSERT INTO outbox (order_id, kind, body, saga_id) "
-                "VALUES (%s, 'confirmation', %s, %s) RETURNING id",
-                (order_id, f"Your order {order_id} is confirmed.", saga_id),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        return row[0]
-
-    return {"message_id": await shop.transact(send), "order_id": order_id}
+    body = f"Your order {order_id} is confirmed."
+    message_id = await shop.send_once(order_id, "confirmation", body, saga_id)
+    return {"message_id": message_id, "order_id": order_id}
 
 
 @send_confirmation.probe
 async def confirmation_sent(ctx: ProbeContext) -> Found | bool:
     """The confirmation exists once it is in the outbox."""
     order_id = ctx.input.get("order_id")
-    row = await _look(
-        "SELECT id FROM outbox WHERE order_id = %s AND kind = 'confirmation' AND saga_id = %s",
-        order_id,
-        ctx.saga_id,
-    )
-    return False if row is None else Found({"message_id": row[0], "order_id": order_id})
+    message_id = await current().sent(str(order_id), "confirmation", ctx.saga_id)
+    return False if message_id is None else Found({"message_id": message_id, "order_id": order_id})
 
 
 TOOLS: list[CompensableTool[..., Any]] = [reserve_inventory, create_order, send_confirmation]
