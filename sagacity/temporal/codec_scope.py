@@ -83,7 +83,9 @@ def _is_host_type(workflow_type: str) -> bool:
 
 def leaves_clear(context: SerializationContext) -> bool:
     """Whether payloads written in ``context`` belong to a host run (see the module's docstring)."""
-    if not _serving.get():
+    # a worker serving no workflow of the app's own (``sagacity worker``) seals everything:
+    # no run can be a host run, so no lookup is made for each payload's context
+    if not _host_types or not _serving.get():
         return False
     if isinstance(context, WorkflowSerializationContext):
         if activity.in_activity():
