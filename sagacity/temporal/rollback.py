@@ -24,6 +24,7 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import SUPERSEDED
 from sagacity.store.journal import JournalStore
 from sagacity.temporal import names
+from sagacity.temporal.activities.typed import typed
 from sagacity.temporal.failures import compensation_failure, halt_notice
 from sagacity.temporal.models import (
     AppendRequest,
@@ -37,6 +38,7 @@ from sagacity.temporal.models import (
 from sagacity.temporal.waits import (
     HALT_RECHECK,
     HALT_RECHECK_MAX,
+    JOURNAL_HEARTBEAT,
     JOURNAL_RETRY,
     OUTAGE_ALLOWANCE,
     compensation_retry,
@@ -122,6 +124,7 @@ class RollbackActivities:
         self.tools = tools
 
     @activity.defn(name=PLAN_ROLLBACK)
+    @typed
     async def plan(self, saga_id: str) -> RollbackPlanned:
         rows = await self.journal.read(saga_id)
         registered = {t.name: t for t in self.tools}
@@ -212,6 +215,7 @@ class RollbackWorkflow:
                 ApprovalClose(saga_id=saga_id, journal_seq=plan.open_request[0]),
                 result_type=bool,
                 start_to_close_timeout=OUTAGE_ALLOWANCE,
+                heartbeat_timeout=JOURNAL_HEARTBEAT,
                 retry_policy=JOURNAL_RETRY,
             )
         result = RollbackResult(saga_id=saga_id, stays_live=plan.stays_live)
@@ -228,6 +232,9 @@ class RollbackWorkflow:
             saga_id,
             result_type=RollbackPlanned,
             start_to_close_timeout=OUTAGE_ALLOWANCE,
+            # a worker killed mid-activity is noticed by heartbeats: the time limit leaves room
+            # for an outage, which alone would hold the rollback for a quarter of an hour
+            heartbeat_timeout=JOURNAL_HEARTBEAT,
             retry_policy=JOURNAL_RETRY,
         )
         return planned
@@ -249,6 +256,9 @@ class RollbackWorkflow:
             ),
             result_type=list[RowRef],
             start_to_close_timeout=OUTAGE_ALLOWANCE,
+            # a worker killed mid-activity is noticed by heartbeats: the time limit leaves room
+            # for an outage, which alone would hold the rollback for a quarter of an hour
+            heartbeat_timeout=JOURNAL_HEARTBEAT,
             retry_policy=JOURNAL_RETRY,
         )
         self._head = Head(seq=written[-1].seq, hash=written[-1].hash)

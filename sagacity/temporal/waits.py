@@ -16,6 +16,9 @@ from sagacity.temporal.models import SagaOptions
 #: added to a tool's or an undo's own time limit: the outage its activity may wait out
 OUTAGE_ALLOWANCE = timedelta(minutes=15)
 JOURNAL_TIMEOUT = OUTAGE_ALLOWANCE
+#: a journal activity's worker that died is noticed within this, and the activity tried again
+#: on another: without it, only :data:`JOURNAL_TIMEOUT` would end the dead attempt
+JOURNAL_HEARTBEAT = timedelta(seconds=30)
 #: journal writes wait out a database outage rather than drop a row
 JOURNAL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)

@@ -154,13 +154,23 @@ async def terminate_and_roll_back(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+    assert proc.stdout is not None
+    printed = bytearray()
+
+    async def read_all(stream: asyncio.StreamReader) -> None:
+        # kept as it comes: what the command printed before a timeout says where it stood
+        while chunk := await stream.read(4096):
+            printed.extend(chunk)
+
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        await asyncio.wait_for(read_all(proc.stdout), timeout)
+        code = await proc.wait()
     except TimeoutError:
         proc.kill()
-        out, _ = await proc.communicate()
-        return Rollback(-1, f"did not return within {timeout:.0f}s: {out.decode(errors='replace')}")
-    return Rollback(proc.returncode or 0, out.decode(errors="replace"))
+        await proc.wait()
+        said = printed.decode(errors="replace")
+        return Rollback(-1, f"did not return within {timeout:.0f}s: {said}")
+    return Rollback(code, printed.decode(errors="replace"))
 
 
 def cli_env(client: Client, database_url: str, task_queue: str) -> dict[str, str]:

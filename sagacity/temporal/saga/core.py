@@ -27,6 +27,7 @@ from sagacity.temporal.models import (
     SagaState,
     ToolSpec,
 )
+from sagacity.temporal.waits import JOURNAL_HEARTBEAT
 
 # activity error types that mean "the journal holds rows this run has not seen"
 AHEAD = frozenset({"JournalAhead", "SeqConflict", "SeqTaken"})
@@ -134,5 +135,7 @@ class SagaCore:
         )
 
     def heartbeat_timeout(self, spec: ToolSpec | None) -> timedelta:
-        seconds = self.options.heartbeat_timeout_s or (spec.heartbeat_timeout_s if spec else 30.0)
-        return timedelta(seconds=seconds)
+        """A tool's (``spec``) or, for None, a journal activity's, unless the options set one."""
+        if self.options.heartbeat_timeout_s:
+            return timedelta(seconds=self.options.heartbeat_timeout_s)
+        return timedelta(seconds=spec.heartbeat_timeout_s) if spec else JOURNAL_HEARTBEAT

@@ -79,6 +79,7 @@ class Halts:
                 HaltLookup(saga_id=self._core.saga_id, told=notice),
                 result_type=HaltLookedUp,
                 start_to_close_timeout=JOURNAL_TIMEOUT,
+                heartbeat_timeout=self._core.heartbeat_timeout(None),
                 retry_policy=JOURNAL_RETRY,
             )
         except ActivityError as err:
