@@ -112,7 +112,13 @@ class UndoLocks:
                     max_size=self._connections,
                     timeout=self._pool.timeout,
                 )
-                await pool.open()
+                try:
+                    # its kept connection ready before the first claim asks for one: else the
+                    # claim grows the pool by a second connection while the first one opens
+                    await pool.open(wait=True, timeout=self._pool.timeout)
+                except BaseException:
+                    await pool.close()
+                    raise
                 self._lock_pool = pool
             return self._lock_pool
 
