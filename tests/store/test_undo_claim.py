@@ -61,3 +61,18 @@ async def test_a_row_not_written_keeps_the_lock_until_the_body_ends(
     assert await store.undoing(saga_id, [1]) == []
     async with _claim(store, saga_id) as later:
         assert later.mine
+
+
+async def test_an_undo_after_the_locks_sat_idle_takes_the_kept_session(
+    store: JournalStore, saga_id: str
+) -> None:
+    async with _claim(store, saga_id) as first:
+        session = first.held.conn.info.backend_pid
+    # what the pool does after each ten idle minutes (psycopg_pool's ShrinkPool timer): without
+    # a connection kept, the next undo would pay for a new session
+    locks = await store._undo._locks()
+    for _ in range(3):
+        await locks._shrink_pool()
+    async with _claim(store, saga_id) as later:
+        assert later.mine and later.held.conn.info.backend_pid == session
+    await store.close()
