@@ -284,6 +284,8 @@ def scrub(text: str, rules: Iterable[Rule] = DEFAULT_RULES) -> str:
     return _USERINFO.sub(userinfo, text)
 
 
+#: inputs up to this many characters keep their redaction for the call's next row (256 at most)
+_CACHED_INPUT = 4096
 #: rows whose payload carries exception text, scrubbed before they are journaled
 _ERROR_PHASES = frozenset({Phase.FAILED, Phase.COMPENSATION_FAILED})
 
@@ -299,9 +301,22 @@ class Redactor:
         self.key = key
         # every journal row asks, so each tool's rules and each key's verdict are worked out once
         self._for_tool = lru_cache(maxsize=1024)(self._rules_for)
+        self._rule_for_key = lru_cache(maxsize=4096)(self._first_rule)
+        # a call's input is journaled twice (INTENT, then its outcome row): redacted once per
+        # fingerprint key
+        self._input = lru_cache(maxsize=256)(self._input_under)
 
     def _rules_for(self, tool_name: str) -> tuple[Rule, ...]:
         return tuple(r for r in self.rules if fnmatch.fnmatchcase(tool_name, r.tools))
+
+    def _first_rule(self, tool_name: str, key: str) -> Rule | None:
+        return _first_match(self._for_tool(tool_name), key)
+
+    def _input_under(
+        self, tool_name: str, json_text: str, key: FingerprintKey | None
+    ) -> Redacted[str]:
+        """:meth:`text`, for the cache of inputs, which ``key`` (:attr:`key` now) is part of."""
+        return self.text(tool_name, json_text)
 
     def apply(self, tool_name: str, value: Any) -> Redacted[Any]:
         """``value`` (JSON data) with matching fields replaced; ``value`` itself is not changed."""
@@ -316,7 +331,7 @@ class Redactor:
                     return node  # already redacted: redacting again would hash the marker
                 out = {}
                 for key, item in node.items():
-                    rule = _first_match(rules, str(key))
+                    rule = self._rule_for_key(tool_name, str(key))
                     if rule is None or _is_marker(item):
                         out[key] = walk(item, (*at, key))
                     else:
@@ -336,6 +351,8 @@ class Redactor:
 
     def text(self, tool_name: str, json_text: str) -> Redacted[str]:
         """Redact JSON text; text that is not JSON, or needs nothing redacted, is kept byte for byte."""
+        if not json_text:
+            return Redacted(json_text)  # a row without input or payload: nothing to parse
         try:
             value = json.loads(json_text)
         except ValueError:
@@ -376,7 +393,11 @@ class Redactor:
         A FAILED or COMPENSATION_FAILED payload holds exception text: its strings are scrubbed
         too (this is not listed in the paths, which name whole fields).
         """
-        input_ = self.text(draft.tool_name, draft.input)
+        input_ = (
+            self._input(draft.tool_name, draft.input, self.key)
+            if len(draft.input) <= _CACHED_INPUT
+            else self.text(draft.tool_name, draft.input)
+        )
         payload = self.text(draft.tool_name, draft.payload)
         paths = tuple("/input" + p for p in input_.paths) + tuple(
             "/payload" + p for p in payload.paths

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from datetime import datetime
 
 from sagacity.journal.entry import Draft, Entry, utc_micros
@@ -76,14 +75,18 @@ def entry_hash(prev_hash: str, entry: Entry) -> str:
 
 def seal(draft: Draft, *, seq: int, prev_hash: str, timestamp: datetime) -> Entry:
     """Give ``draft`` its place: seq, a microsecond UTC timestamp and the chained hash."""
-    unsealed = Entry(
+    phase, at = Phase(draft.phase), utc_micros(timestamp)
+    # hashed from the fields, so the entry is built once (every row a worker writes is sealed)
+    message = canonical_bytes(
+        prev_hash, draft.saga_id, seq, draft.tool_name, phase, draft.input, draft.payload, at
+    )
+    return Entry(
         saga_id=draft.saga_id,
         seq=seq,
         tool_name=draft.tool_name,
-        phase=Phase(draft.phase),
+        phase=phase,
         input=draft.input,
         payload=draft.payload,
-        timestamp=utc_micros(timestamp),
-        hash="",
+        timestamp=at,
+        hash=hashlib.sha256(message).hexdigest(),
     )
-    return replace(unsealed, hash=entry_hash(prev_hash, unsealed))

@@ -137,17 +137,21 @@ class AesGcmCodec(PayloadCodec):
         self.key_ids = tuple(k.id for k in keys)
         self._sealing = keys[0].id.encode()
         self._ciphers = {k.id.encode(): AESGCM(k.secret) for k in keys}
+        # every sealed payload's metadata, copied in: a third of the cost of building the map
+        self._sealed = Payload(metadata={"encoding": ENCODING, KEY_ID: self._sealing})
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         """Each payload, serialized whole and sealed under the first key."""
         cipher = self._ciphers[self._sealing]
+        bound = ENCODING + self._sealing
         sealed = []
         for payload in payloads:
             nonce = os.urandom(_NONCE_BYTES)
-            data = cipher.encrypt(nonce, payload.SerializeToString(), ENCODING + self._sealing)
-            sealed.append(
-                Payload(metadata={"encoding": ENCODING, KEY_ID: self._sealing}, data=nonce + data)
-            )
+            data = cipher.encrypt(nonce, payload.SerializeToString(), bound)
+            out = Payload()
+            out.CopyFrom(self._sealed)
+            out.data = nonce + data
+            sealed.append(out)
         return sealed
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
@@ -157,12 +161,11 @@ class AesGcmCodec(PayloadCodec):
 
     def _open(self, payload: Payload) -> Payload:
         key_id = payload.metadata.get(KEY_ID, b"")
-        name = key_id.decode(errors="replace")[:80]
         cipher = self._ciphers.get(key_id)
         if cipher is None:
             raise CodecKeyMissing(
-                f"a payload is encrypted with codec key {name!r}, which this process does not "
-                f"hold (it holds {', '.join(self.key_ids)}); add it to SAGACITY_CODEC_KEYS after "
+                f"a payload is encrypted with codec key {_name(key_id)!r}, which this process does "
+                f"not hold (it holds {', '.join(self.key_ids)}); add it to SAGACITY_CODEC_KEYS after "
                 "the key that encrypts, and the failed task is retried"
             )
         nonce, data = payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:]
@@ -170,10 +173,15 @@ class AesGcmCodec(PayloadCodec):
             return Payload.FromString(cipher.decrypt(nonce, data, ENCODING + key_id))
         except (InvalidTag, DecodeError):
             why = (
-                f"a payload encrypted with codec key {name!r} does not decrypt: it was altered, "
-                "or another key carries that id"
+                f"a payload encrypted with codec key {_name(key_id)!r} does not decrypt: it was "
+                "altered, or another key carries that id"
             )
             return Payload(metadata={"encoding": UNREADABLE, _REASON: why.encode()})
+
+
+def _name(key_id: bytes) -> str:
+    """A key id as an error message names it (only there: decoding every payload skips it)."""
+    return key_id.decode(errors="replace")[:80]
 
 
 def unreadable(payload: Payload) -> str | None:
