@@ -597,3 +597,30 @@ async def test_a_redaction_rule_change_during_an_approval_wait_does_not_refuse_t
     assert result.status is SagaState.COMPLETED
     assert sample_tools.EFFECTS == ["wired 5"]
     assert [p for _, p in await phases(journal, handle.id)][-2:] == ["INTENT", "EXECUTED"]
+
+
+async def test_an_irreversible_first_step_is_gated_before_it_runs(
+    temporal_client: Client, worker: Worker, journal: JournalStore
+) -> None:
+    """The call that opens a new saga's journal does not know the catalog yet: an IRREVERSIBLE
+    tool comes back unrun, and the saga asks for approval before its INTENT."""
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [Step(tool="wire", args={"amount": 4, "api_token": "tok-g"})],
+    )
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    assert sample_tools.EFFECTS == []
+    await handle.signal(
+        "approve", Approve(journal_seq=status.pending_approval.journal_seq, approver="alice")
+    )
+    done = await asyncio.wait_for(handle.result(), 30)
+    assert done.status is SagaState.COMPLETED, done
+    assert sample_tools.EFFECTS == ["wired 4"]
+    assert [p for _, p in await phases(journal, handle.id)] == [
+        "AWAITING_APPROVAL",
+        "APPROVED",
+        "INTENT",
+        "EXECUTED",
+    ]
