@@ -624,3 +624,41 @@ async def test_an_irreversible_first_step_is_gated_before_it_runs(
         "INTENT",
         "EXECUTED",
     ]
+
+
+async def test_a_steps_saga_reset_to_its_first_task_repeats_no_effect(
+    temporal_client: Client, worker: Worker, journal: JournalStore
+) -> None:
+    """Reset to its very first workflow task, a saga opens again in its first call's activity:
+    the journal its chain holds already comes back unrun, and the run adopts what it holds."""
+    steps = [Step(tool="set_flag", args={"name": "r"}), Step(tool="send_note", args={"text": "t"})]
+    handle = await start_steps(temporal_client, worker, steps)
+    done = await handle.result()
+    assert done.status is SagaState.COMPLETED
+    before = await journal.read(handle.id)
+    effects = list(sample_tools.EFFECTS)
+
+    first_task = None
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            first_task = event.event_id
+            break
+    assert first_task is not None
+    response = await temporal_client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=temporal_client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id),
+            reason="test: reset to the first task",
+            workflow_task_finish_event_id=first_task,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    again = temporal_client.get_workflow_handle(
+        handle.id, run_id=response.run_id, result_type=SagaResult
+    )
+    result = await asyncio.wait_for(again.result(), 60)
+
+    assert result.status is SagaState.COMPLETED, result
+    assert result.value == done.value
+    assert await journal.read(handle.id) == before
+    assert sample_tools.EFFECTS == effects
