@@ -661,4 +661,4 @@ async def test_a_steps_saga_reset_to_its_first_task_repeats_no_effect(
     assert result.status is SagaState.COMPLETED, result
     assert result.value == done.value
     assert await journal.read(handle.id) == before
-    assert sample_tools.EFFECTS == effects
+    assert effects == sample_tools.EFFECTS

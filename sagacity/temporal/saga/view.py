@@ -26,10 +26,10 @@ from sagacity.temporal.failures import error_message, error_type
 from sagacity.temporal.models import (
     STATUS_ROWS,
     Effect,
+    Head,
     Journaled,
     JournalRow,
     Original,
-    Head,
     RowRef,
     SagaCarry,
     SagaOpen,
