@@ -45,6 +45,7 @@ from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, serving, wait_for
+from tests.temporal.test_payload_limits import reset_to_first_task
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
 
@@ -638,24 +639,8 @@ async def test_a_steps_saga_reset_to_its_first_task_repeats_no_effect(
     before = await journal.read(handle.id)
     effects = list(sample_tools.EFFECTS)
 
-    first_task = None
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            first_task = event.event_id
-            break
-    assert first_task is not None
-    response = await temporal_client.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=temporal_client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=handle.id),
-            reason="test: reset to the first task",
-            workflow_task_finish_event_id=first_task,
-            request_id=str(uuid.uuid4()),
-        )
-    )
-    again = temporal_client.get_workflow_handle(
-        handle.id, run_id=response.run_id, result_type=SagaResult
-    )
+    run_id = await reset_to_first_task(temporal_client, handle.id)
+    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
     result = await asyncio.wait_for(again.result(), 60)
 
     assert result.status is SagaState.COMPLETED, result
