@@ -48,7 +48,7 @@ from sagacity.temporal.models import (
     SagaState,
     failure_payload,
 )
-from sagacity.temporal.names import CALL_TOOL, RESOLVE_CALL
+from sagacity.temporal.names import CALL_TOOL, OPEN_AND_CALL, RESOLVE_CALL
 from sagacity.temporal.waits import OUTAGE_ALLOWANCE
 from sagacity.tools import (
     CallInfo,
@@ -72,9 +72,14 @@ class Calls:
     @activity.defn(name=CALL_TOOL)
     @typed
     async def call_tool(self, req: CallRequest) -> CallOutcome:
-        if req.opening is None:
-            return await self._call(req)
-        # a new saga's first call: its journal is claimed here, not in a local activity first
+        return await self._call(req)
+
+    @activity.defn(name=OPEN_AND_CALL)
+    @typed
+    async def open_and_call(self, req: CallRequest) -> CallOutcome:
+        """A new saga's first call: its journal claimed here (``req.opening``), not in a local
+        activity first; the outcome carries the open's answer, or is that answer alone."""
+        assert req.opening is not None, "an opening call says what it opens"
         opened, go_on = await self.writes.open_in_call(req.opening, fits=self._fits(req))
         if not go_on:
             return CallOutcome(status=CallStatus.OPENED, rows=[], opened=opened)

@@ -242,7 +242,7 @@ class Calls:
     def _start_call(self, spec: ToolSpec | None, request: CallRequest) -> Awaitable[CallOutcome]:
         idempotent = spec is not None and spec.idempotent
         return workflow.start_activity(
-            names.CALL_TOOL,
+            names.OPEN_AND_CALL if request.opening else names.CALL_TOOL,
             request,
             result_type=CallOutcome,
             # the tool's own limit is enforced inside; this one leaves room to wait out a
