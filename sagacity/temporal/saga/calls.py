@@ -232,6 +232,8 @@ class Calls:
             core.running = None
         if outcome.opened is not None:
             await self._view.opened_in_call(outcome.opened)
+        if outcome.status is CallStatus.OPENED:
+            return outcome  # nothing journaled: the next INTENT is checkpointed if it must be
         self._suspects.finished(seq)
         core.track(outcome.rows)
         ending.anchored()
