@@ -104,7 +104,9 @@ def _undo_failed(info: activity.Info, tool_name: str, exc: Exception) -> None:
 
 def _observe(activity_type: str, request: Any, result: Any, seconds: float) -> None:
     """Count and log what one finished activity journaled."""
-    if activity_type == names.CALL_TOOL and isinstance(result, CallOutcome):
+    # a call that only opened the saga's journal (its tool did not run) journaled nothing
+    called = activity_type in (names.CALL_TOOL, names.OPEN_AND_CALL)
+    if called and isinstance(result, CallOutcome) and result.rows:
         phase = result.rows[-1].phase.value
         TOOL_CALLS.labels(request.tool_name, phase).inc()
         log.info("tool %s: %s in %.3fs", request.tool_name, phase, seconds)

@@ -3,6 +3,9 @@
 DESCRIBE_TOOLS = "sagacity.describe_tools"
 OPEN_SAGA = "sagacity.open_saga"
 CALL_TOOL = "sagacity.call_tool"
+#: a new saga's first call, which opens its journal first: a name of its own, so that a worker
+#: from before it (which would run the call unclaimed) never takes it
+OPEN_AND_CALL = "sagacity.open_and_call"
 COMPENSATE = "sagacity.compensate"
 APPEND = "sagacity.append"
 OPEN_APPROVAL = "sagacity.open_approval"

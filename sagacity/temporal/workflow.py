@@ -20,11 +20,12 @@ from sagacity.temporal.models import (
     SagaProgress,
     SagaResult,
     SagaSpec,
+    Step,
     StepsCheck,
     StepsChecked,
 )
 from sagacity.temporal.saga import Saga
-from sagacity.temporal.saga.patches import OPEN_PATCH
+from sagacity.temporal.saga.patches import OPEN_IN_CALL_PATCH, OPEN_PATCH
 
 #: the Temporal workflow type of :class:`StepsWorkflow`
 STEPS_WORKFLOW = "sagacity.Steps"
@@ -35,6 +36,15 @@ VALIDATE_PATCH = "sagacity-validate-steps"
 #: sagas from before this marker checked their steps in a local activity of its own, then
 #: opened the journal in another (two markers for their patches, two for the activities)
 STEPS_OPEN_PATCH = "sagacity-steps-checked-at-open"
+
+
+#: steps ride in the first call's request beside its arguments when they open the journal there;
+#: larger ones are checked in a local activity of their own, so the request stays in its limit
+_STEPS_IN_CALL_MAX = 64 * 1024
+
+
+def _small(steps: list[Step]) -> bool:
+    return workflow.payload_converter().to_payload(steps).ByteSize() <= _STEPS_IN_CALL_MAX
 
 
 def resolve_refs(value: Any, results: dict[str, Any]) -> Any:
@@ -101,7 +111,18 @@ class StepsWorkflow:
         progress = spec.progress
         saga = self.saga
         # a run continued as new goes on with steps already checked
-        if progress is None and workflow.patched(STEPS_OPEN_PATCH):
+        if (
+            progress is None
+            and spec.steps
+            and spec.options.heartbeat_timeout_s is None
+            and _small(spec.steps)
+            and workflow.patched(OPEN_IN_CALL_PATCH)
+        ):
+            # the first step's activity checks the steps and opens the journal before its
+            # INTENT (no local activity); with a heartbeat of the saga's own the first call
+            # would not be scheduled as its tool's spec says, so such sagas open first
+            saga.open_in_first_call(check=spec.steps)
+        elif progress is None and workflow.patched(STEPS_OPEN_PATCH):
             # one local activity checks the steps and opens the journal (one marker)
             await saga.open(check=spec.steps)
         elif progress is None and workflow.patched(VALIDATE_PATCH):

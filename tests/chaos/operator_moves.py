@@ -40,7 +40,7 @@ from sagacity.journal import Phase
 from sagacity.store import JournalStore, open_pool
 from sagacity.store.db import Pool
 from sagacity.store.halts import HaltScope, HaltStore
-from sagacity.temporal.names import CALL_TOOL
+from sagacity.temporal.names import CALL_TOOL, OPEN_AND_CALL
 
 #: how long a ``keep`` halt holds a compensating saga before it is lifted
 HOLD_S = 8.0
@@ -185,6 +185,10 @@ def cli_env(client: Client, database_url: str, task_queue: str) -> dict[str, str
     }
 
 
+#: the activities of a tool call: a new saga's first opens its journal too
+CALLS = (CALL_TOOL, OPEN_AND_CALL)
+
+
 async def reset_after_first_effect(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
     """Reset the saga to the workflow task completed after its first tool call took effect;
     the new run's id."""
@@ -192,7 +196,7 @@ async def reset_after_first_effect(client: Client, handle: WorkflowHandle[Any, A
     effect = None
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if event.activity_task_scheduled_event_attributes.activity_type.name == CALL_TOOL:
+            if event.activity_task_scheduled_event_attributes.activity_type.name in CALLS:
                 calls.add(event.event_id)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attributes = event.activity_task_completed_event_attributes

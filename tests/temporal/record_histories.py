@@ -354,6 +354,34 @@ async def saga_steps_refused(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "saga_steps_refused")
 
 
+@recording("saga_first_call_gated")
+async def saga_first_call_gated(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Steps: the first step's tool is IRREVERSIBLE, so the call that opens the journal
+    brings back the open alone (the tool does not run); the saga asks for approval, then calls."""
+    handle = await rig.steps(
+        "saga_first_call_gated",
+        [
+            Step(tool="wire", args={"amount": 4, "api_token": "tok-g"}),
+            Step(tool="set_flag", args={"name": "g"}),
+        ],
+    )
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    expect(
+        await phases(rig.journal, handle.id)
+        == [
+            ("wire", "AWAITING_APPROVAL"),
+            ("approval-gate", "APPROVED"),
+            ("wire", "INTENT"),
+            ("wire", "EXECUTED"),
+            ("set_flag", "INTENT"),
+            ("set_flag", "EXECUTED"),
+        ],
+        "the first call was not gated",
+    )
+    return await one(handle, "saga_first_call_gated")
+
+
 @recording("saga_queried_at_start")
 async def saga_queried_at_start(rig: Rig) -> dict[str, WorkflowHistory]:
     """sagacity.Saga: status queried as it starts, which ends its first workflow task early."""

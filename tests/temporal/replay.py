@@ -29,6 +29,7 @@ from sagacity.temporal.saga.patches import (
     DECIDE_RECORDED_PATCH,
     HALT_CHECK_PATCH,
     JOURNALED_RESULTS_PATCH,
+    OPEN_IN_CALL_PATCH,
     OPEN_PATCH,
 )
 from sagacity.temporal.workflow import (
@@ -56,6 +57,7 @@ PATCHED = [
     JOURNALED_RESULTS_PATCH,
     DECIDE_RECORDED_PATCH,
     STEPS_OPEN_PATCH,
+    OPEN_IN_CALL_PATCH,
 ]
 
 #: the workers a recorded saga may meet: name -> the apps that worker serves

@@ -45,6 +45,7 @@ from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, serving, wait_for
+from tests.temporal.test_payload_limits import reset_to_first_task
 from workflows.order.shop import Shop
 from workflows.order.workflows import OrderRequest
 
@@ -597,3 +598,52 @@ async def test_a_redaction_rule_change_during_an_approval_wait_does_not_refuse_t
     assert result.status is SagaState.COMPLETED
     assert sample_tools.EFFECTS == ["wired 5"]
     assert [p for _, p in await phases(journal, handle.id)][-2:] == ["INTENT", "EXECUTED"]
+
+
+async def test_an_irreversible_first_step_is_gated_before_it_runs(
+    temporal_client: Client, worker: Worker, journal: JournalStore
+) -> None:
+    """The call that opens a new saga's journal does not know the catalog yet: an IRREVERSIBLE
+    tool comes back unrun, and the saga asks for approval before its INTENT."""
+    handle = await start_steps(
+        temporal_client,
+        worker,
+        [Step(tool="wire", args={"amount": 4, "api_token": "tok-g"})],
+    )
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    assert sample_tools.EFFECTS == []
+    await handle.signal(
+        "approve", Approve(journal_seq=status.pending_approval.journal_seq, approver="alice")
+    )
+    done = await asyncio.wait_for(handle.result(), 30)
+    assert done.status is SagaState.COMPLETED, done
+    assert sample_tools.EFFECTS == ["wired 4"]
+    assert [p for _, p in await phases(journal, handle.id)] == [
+        "AWAITING_APPROVAL",
+        "APPROVED",
+        "INTENT",
+        "EXECUTED",
+    ]
+
+
+async def test_a_steps_saga_reset_to_its_first_task_repeats_no_effect(
+    temporal_client: Client, worker: Worker, journal: JournalStore
+) -> None:
+    """Reset to its very first workflow task, a saga opens again in its first call's activity:
+    the journal its chain holds already comes back unrun, and the run adopts what it holds."""
+    steps = [Step(tool="set_flag", args={"name": "r"}), Step(tool="send_note", args={"text": "t"})]
+    handle = await start_steps(temporal_client, worker, steps)
+    done = await handle.result()
+    assert done.status is SagaState.COMPLETED
+    before = await journal.read(handle.id)
+    effects = list(sample_tools.EFFECTS)
+
+    run_id = await reset_to_first_task(temporal_client, handle.id)
+    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    result = await asyncio.wait_for(again.result(), 60)
+
+    assert result.status is SagaState.COMPLETED, result
+    assert result.value == done.value
+    assert await journal.read(handle.id) == before
+    assert effects == sample_tools.EFFECTS

@@ -57,8 +57,9 @@ async def big_worker(
         yield worker
 
 
-async def reset_to_first_task(client: Client, saga_id: str) -> None:
-    """Reset the saga to its first workflow task: the new run opens the journal from seq 0."""
+async def reset_to_first_task(client: Client, saga_id: str) -> str:
+    """Reset the saga to its first workflow task: the new run opens the journal from seq 0;
+    its run id."""
     handle = client.get_workflow_handle(saga_id)
     first = None
     async for event in handle.fetch_history_events():
@@ -66,7 +67,7 @@ async def reset_to_first_task(client: Client, saga_id: str) -> None:
             first = event.event_id
             break
     assert first is not None
-    await client.workflow_service.reset_workflow_execution(
+    response = await client.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
             namespace=client.namespace,
             workflow_execution=WorkflowExecution(workflow_id=saga_id),
@@ -75,6 +76,7 @@ async def reset_to_first_task(client: Client, saga_id: str) -> None:
             request_id=str(uuid.uuid4()),
         )
     )
+    return response.run_id
 
 
 async def _status(handle: WorkflowHandle[Any, Any]) -> SagaStatus:

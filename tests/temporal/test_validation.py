@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from sagacity.store import ApprovalStore, JournalStore
-from sagacity.temporal.models import SagaOpened, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.models import CallOutcome, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases
@@ -231,12 +231,12 @@ async def test_an_irreversible_call_with_invalid_arguments_asks_no_approver(
     assert sample_tools.EFFECTS == ["set w", "note ten", "unnote ten", "unset w"]
 
 
-async def test_a_new_saga_checks_its_steps_and_opens_in_one_local_activity(
+async def test_a_new_saga_checks_its_steps_and_opens_in_its_first_call(
     temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
 ) -> None:
-    """The steps check rides on the journal's opening: one local activity and one patch marker
-    in a new saga's history, whose catalog holds only the tools its steps name (the worker
-    serves many more)."""
+    """The steps check and the journal's opening ride on the first call's activity: no local
+    activity and one patch marker in a new saga's history, and the catalog that call brings
+    back holds only the tools its steps name (the worker serves many more)."""
     sid, result = await run(
         temporal_client,
         worker,
@@ -245,14 +245,18 @@ async def test_a_new_saga_checks_its_steps_and_opens_in_one_local_activity(
     assert result.status is SagaState.COMPLETED, result.error
     history = await temporal_client.get_workflow_handle(sid).fetch_history()
     markers = [
-        e.marker_recorded_event_attributes
+        e.marker_recorded_event_attributes.marker_name
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     ]
-    assert [m.marker_name for m in markers] == ["core_patch", "core_local_activity"]
-    (opened,) = await temporal_client.data_converter.decode(
-        markers[1].details["result"].payloads, [SagaOpened]
+    assert markers == ["core_patch"]
+    first = next(
+        e.activity_task_completed_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
     )
-    assert sorted(t.name for t in opened.tools) == ["send_note", "set_flag"]
+    (outcome,) = await temporal_client.data_converter.decode(first.result.payloads, [CallOutcome])
+    assert outcome.opened is not None
+    assert sorted(t.name for t in outcome.opened.tools) == ["send_note", "set_flag"]
     assert len(sample_tools.TOOLS) > 2  # the worker serves more than the steps name
     assert (await phases(journal, sid))[0] == ("set_flag", "INTENT")

@@ -48,8 +48,15 @@ from sagacity.temporal.models import (
     SagaState,
     failure_payload,
 )
-from sagacity.temporal.names import CALL_TOOL, RESOLVE_CALL
-from sagacity.tools import CallInfo, RegisteredTool, reset_current_call, set_current_call
+from sagacity.temporal.names import CALL_TOOL, OPEN_AND_CALL, RESOLVE_CALL
+from sagacity.temporal.waits import OUTAGE_ALLOWANCE
+from sagacity.tools import (
+    CallInfo,
+    RegisteredTool,
+    Reversibility,
+    reset_current_call,
+    set_current_call,
+)
 
 __all__ = ["Calls"]
 
@@ -65,6 +72,37 @@ class Calls:
     @activity.defn(name=CALL_TOOL)
     @typed
     async def call_tool(self, req: CallRequest) -> CallOutcome:
+        return await self._call(req)
+
+    @activity.defn(name=OPEN_AND_CALL)
+    @typed
+    async def open_and_call(self, req: CallRequest) -> CallOutcome:
+        """A new saga's first call: its journal claimed here (``req.opening``), not in a local
+        activity first; the outcome carries the open's answer, or is that answer alone."""
+        assert req.opening is not None, "an opening call says what it opens"
+        opened, go_on = await self.writes.open_in_call(req.opening, fits=self._fits(req))
+        if not go_on:
+            return CallOutcome(status=CallStatus.OPENED, rows=[], opened=opened)
+        outcome = await self._call(req)
+        outcome.opened = opened
+        return outcome
+
+    def _fits(self, req: CallRequest) -> bool:
+        """Whether an opening call was scheduled as its tool's spec schedules a call (the saga
+        did not know the spec yet): a tool that is irreversible (its approval comes first),
+        idempotent (retried otherwise) or timed otherwise runs once the saga knows it."""
+        if req.tool_name not in self.state.tools:
+            return False
+        tool = self.state.tools.get(req.tool_name).tool
+        info = activity.info()
+        return (
+            tool.reversibility is not Reversibility.IRREVERSIBLE
+            and not tool.options.idempotent
+            and info.heartbeat_timeout == tool.options.heartbeat_timeout
+            and info.start_to_close_timeout == tool.options.timeout + OUTAGE_ALLOWANCE
+        )
+
+    async def _call(self, req: CallRequest) -> CallOutcome:
         intent = self.state.draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
         if activity.info().attempt > 1:
             earlier = await self._resume(req, intent)

@@ -66,6 +66,7 @@ class SagaActivities:
         self.open_approval = approving.open_approval
         self.close_approval = approving.close_approval
         self.call_tool = calls.call_tool
+        self.open_and_call = calls.open_and_call
         self.resolve_call = calls.resolve_call
         self.compensate = undo.compensate
 
@@ -74,6 +75,7 @@ class SagaActivities:
             self.describe_tools,
             self.open_saga,
             self.call_tool,
+            self.open_and_call,
             self.compensate,
             self.append,
             self.open_approval,

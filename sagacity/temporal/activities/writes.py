@@ -19,6 +19,7 @@ from sagacity.errors import (
 )
 from sagacity.evidence.decisions import Policy
 from sagacity.journal import Draft, Entry
+from sagacity.store.owners import SagaOwner
 from sagacity.temporal.activities.notices import halted, not_this_saga, notice
 from sagacity.temporal.activities.outcomes import ref
 from sagacity.temporal.activities.paging import page_of
@@ -61,10 +62,47 @@ class JournalWrites:
         its claim, or the saga reset to its start): its steps were accepted and may have run, so
         it opens, to adopt and compensate what ran, not to end as if nothing had.
         """
-        if req.steps is not None:
-            problems = steps_problems(self.state, req.steps)
-            if problems and not await self._claimed_by(req):
-                return SagaOpened(tools=[], rows=[], problems=problems)
+        refused = await self._refused_steps(req)
+        if refused is not None:
+            return refused
+        owner = await self._claim(req)
+        if owner.claimed_now and req.after_seq == 0:
+            return self._opened(req, [], more=False)  # a new saga
+        return await self._read(req)
+
+    async def open_in_call(self, req: SagaOpen, *, fits: bool) -> tuple[SagaOpened, bool]:
+        """A new saga's first call opens its journal (``open_saga``'s claim and answer); whether
+        the call may go on to its INTENT in the same activity.
+
+        It may when the journal is new, claimed by this very attempt (INTENT at seq 1 then
+        follows a genesis no one wrote after), or on a retry of an attempt that claimed it (the
+        call's retry path settles what that attempt left), and when ``fits``: the activity was
+        scheduled as the catalog's spec of the tool would schedule it. Otherwise (the run chain
+        holds the journal already: a reset, a call held by a halt and started again) the answer
+        holds the rows, as ``open_saga``'s would, and the saga calls again knowing them.
+        """
+        refused = await self._refused_steps(req)
+        if refused is not None:
+            return refused, False
+        owner = await self._claim(req)
+        if (owner.claimed_now or activity.info().attempt > 1) and fits:
+            return self._opened(req, [], more=False), True
+        if owner.claimed_now:
+            return self._opened(req, [], more=False), False
+        return await self._read(req), False
+
+    async def _refused_steps(self, req: SagaOpen) -> SagaOpened | None:
+        """A new declarative saga's steps that cannot run, as the answer (nothing claimed)."""
+        if req.steps is None:
+            return None
+        problems = steps_problems(self.state, req.steps)
+        if problems and not await self._claimed_by(req):
+            return SagaOpened(tools=[], rows=[], problems=problems)
+        return None
+
+    async def _claim(self, req: SagaOpen) -> SagaOwner:
+        """Claim the saga's journal for ``req``'s run chain: ``SagaIdTaken`` when another chain
+        holds it, or when rows no owner claimed were there first."""
         owner = await self.state.outlast(
             lambda: self.state.journal.claim(
                 req.saga_id, workflow_id=req.workflow_id, first_run_id=req.first_run_id
@@ -76,9 +114,7 @@ class JournalWrites:
                 f"{owner.workflow_id!r} (first run {owner.first_run_id}); one id names one "
                 "journal: start this saga under a new id"
             )
-        if owner.claimed_now and req.after_seq == 0:
-            if not owner.had_rows:
-                return self._opened(req, [], more=False)  # a new saga
+        if owner.claimed_now and req.after_seq == 0 and owner.had_rows:
             # rows with no owner: written before ownership was recorded, by another run
             first = await self.state.outlast(
                 lambda: self.state.journal.after(req.saga_id, 0, limit=1)
@@ -90,6 +126,10 @@ class JournalWrites:
                 f"saga id {req.saga_id!r} already names a journal{written}; "
                 "start this saga under a new id"
             )
+        return owner
+
+    async def _read(self, req: SagaOpen) -> SagaOpened:
+        """The rows after this run's head (which the journal must hold), a page at a time."""
         if req.after_seq > 0:
             held = await self.state.outlast(
                 lambda: self.state.journal.get(req.saga_id, req.after_seq)

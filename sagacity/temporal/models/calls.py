@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from sagacity.evidence.decisions import Signature
 from sagacity.journal.canonical import to_json
 from sagacity.temporal.models.decisions import Resolve
-from sagacity.temporal.models.journal import RowDraft, RowRef
+from sagacity.temporal.models.journal import RowDraft, RowRef, SagaOpen, SagaOpened
 from sagacity.temporal.models.lean import Lean
 from sagacity.temporal.models.state import SagaState
 
@@ -44,6 +44,9 @@ class CallRequest(Lean):
     #: who approved, and their signature: checked against the worker's keyring before INTENT
     approver: str | None = None
     approval_signature: Signature | None = None
+    #: a new saga's first call opens its journal: claimed (its steps checked first) before
+    #: INTENT, in this activity rather than a local activity of its own
+    opening: SagaOpen | None = None
 
     @cached_property
     def input_json(self) -> str:
@@ -56,6 +59,9 @@ class CallStatus(StrEnum):
     FAILED = "failed"
     #: the approved input did not verify; REJECTED was journaled instead of INTENT
     REFUSED = "refused"
+    #: an opening call (``CallRequest.opening``) only opened the journal: the tool did not run,
+    #: and the saga, now holding the catalog and the rows, calls it again
+    OPENED = "opened"
 
 
 class Journaled(BaseModel):
@@ -81,6 +87,8 @@ class CallOutcome(Lean):
     #: (``error`` says so), or none is to be had (redacted in the row a retry read, never
     #: journaled); the compensation reads the journal, which says which (``read_result``)
     result_withheld: bool = False
+    #: an opening call's answer to the open it made (what ``open_saga`` answers)
+    opened: SagaOpened | None = None
 
 
 def failure_payload(error: ErrorInfo, *, effect_unknown: bool) -> str:

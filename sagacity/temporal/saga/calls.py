@@ -7,6 +7,7 @@ outcome is SUSPECT). An effect an earlier run left live for the same call is ado
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any
@@ -25,7 +26,9 @@ from sagacity.temporal.models import (
     CallRequest,
     CallStatus,
     ErrorInfo,
+    Head,
     RowDraft,
+    SagaOpen,
     SagaState,
     ToolSpec,
     failure_payload,
@@ -40,10 +43,31 @@ from sagacity.temporal.saga.patches import PAYLOAD_LIMIT_PATCH, QUEUED_CALLS_PAT
 from sagacity.temporal.saga.suspect import Suspects
 from sagacity.temporal.saga.view import View
 from sagacity.temporal.waits import OUTAGE_ALLOWANCE
-from sagacity.tools import Reversibility
+from sagacity.tools import Reversibility, ToolOptions
 
 #: activity error types of a call the worker refused before its INTENT: the tool never ran
 _REFUSED_BEFORE_INTENT = frozenset({"ToolArgumentsInvalid", "UnknownTool"})
+
+_DEFAULTS = ToolOptions()
+#: what an opening call assumes of its tool, the catalog unknown: a tool of the defaults
+_ASSUMED = ToolSpec(
+    name="",
+    reversibility=Reversibility.REVERSIBLE,
+    idempotent=_DEFAULTS.idempotent,
+    has_compensation=True,
+    timeout_s=_DEFAULTS.timeout.total_seconds(),
+    heartbeat_timeout_s=_DEFAULTS.heartbeat_timeout.total_seconds(),
+)
+
+
+def _check_origin(tool: str, spec: ToolSpec | None, origin: str | None) -> None:
+    if spec is not None and origin and spec.origin and spec.origin != origin:
+        # the worker's tool of that name is another function: running it would run what
+        # the workflow never named (and hand back a result of another type)
+        raise UnknownTool(
+            f"the worker's tool {tool!r} is {spec.origin}, not {origin}: register "
+            f"{origin} on the worker, or give one of them another name="
+        )
 
 
 class Calls:
@@ -83,7 +107,14 @@ class Calls:
             self._core.ending = False
 
     async def _call_locked(self, tool: str, args: dict[str, Any], origin: str | None) -> Any:
-        catalog = await self._view.tools()
+        # a new saga's first call may open its journal itself: the catalog comes with its answer
+        opening = self._view.opening()
+        if opening is not None:
+            # a Temporal cancel already asked lands here, before the call that opens the
+            # journal starts (which a cancel does not break): the saga ends aborted, with
+            # nothing run, as it does when the cancel lands in an open of its own
+            await asyncio.sleep(0)
+        catalog = await self._view.tools() if opening is None else {}
         self._controls.raise_if_aborted()
         if self._core.compensating and workflow.patched(QUEUED_CALLS_PATCH):
             # queued behind the lock (a parallel call) while the saga chose to compensate:
@@ -92,13 +123,7 @@ class Calls:
                 tool, "SagaCompensating", "the saga began to compensate first", ran=False
             )
         spec = catalog.get(tool)
-        if spec is not None and origin and spec.origin and spec.origin != origin:
-            # the worker's tool of that name is another function: running it would run what
-            # the workflow never named (and hand back a result of another type)
-            raise UnknownTool(
-                f"the worker's tool {tool!r} is {spec.origin}, not {origin}: register "
-                f"{origin} on the worker, or give one of them another name="
-            )
+        _check_origin(tool, spec, origin)
         try:
             input_json = to_json(args)
         except ValueError as exc:  # NaN or an infinity: no JSON, so no journal row
@@ -116,12 +141,18 @@ class Calls:
                 approval_seq: int | None = None
                 if spec is not None and spec.reversibility is Reversibility.IRREVERSIBLE:
                     approval_seq = await self._gate.await_approval(spec, input_json)
-                outcome = await self._call(spec, tool, args, input_json, approval_seq)
+                outcome = await self._call(spec, tool, args, input_json, approval_seq, opening)
             except Desync:
-                await self._view.catch_up()
+                # an opening call that failed opens the journal as a saga's start would
+                await (self._view.tools() if opening is not None else self._view.catch_up())
                 self._controls.raise_if_aborted()
-                continue
-            return self._settle(tool, args, outcome)
+            else:
+                if outcome.status is not CallStatus.OPENED:
+                    return self._settle(tool, args, outcome)
+            if opening is not None:
+                # the journal is open now: the call goes as the catalog says
+                opening, spec = None, (await self._view.tools()).get(tool)
+                _check_origin(tool, spec, origin)
 
     async def _call(
         self,
@@ -130,6 +161,7 @@ class Calls:
         args: dict[str, Any],
         input_json: str,
         approval_seq: int | None,
+        opening: SagaOpen | None = None,
     ) -> CallOutcome:
         core, controls, gate, ending = self._core, self._controls, self._gate, self._ending
         seq = core.head.seq + 1
@@ -146,16 +178,21 @@ class Calls:
             # the saga completes after this call, unless a failure was swallowed or it aborted
             seal_as=None
             if core.failures or controls.aborted
-            else ending.seal_as(SagaState.COMPLETED),
+            else ending.seal_as(SagaState.COMPLETED, opening=opening is not None),
             anchor_intent=ending.anchor_intent(),
             approver=approval.approver if approval else None,
             approval_signature=approval.signature if approval else None,
+            opening=opening,
         )
         core.running = tool
         try:
             while True:
                 try:
-                    outcome = await controls.shielded(self._start_call(spec, request))
+                    # an opening call is scheduled as a tool of the defaults is; its worker
+                    # runs the tool only if that is how the tool's spec schedules it
+                    outcome = await controls.shielded(
+                        self._start_call(spec or (_ASSUMED if opening else None), request)
+                    )
                     break
                 except ActivityError as err:
                     notice = halt_notice(err)
@@ -179,14 +216,24 @@ class Calls:
                 intent_hash = str(details[0]) if details else ""
                 # the INTENT's input as journaled, which status shows (older workers sent none)
                 shown = str(details[1]) if len(details) > 1 else input_json
+                if opening is not None:
+                    # the catalog and the keys first, read after this call's INTENT (the tail)
+                    await self._view.catch_up(after=Head(seq=seq, hash=intent_hash))
                 return await self._suspects.resolve(
                     tool, seq, intent_hash, input_json, error_message(err), approval_seq, shown
                 )
-            if kind in AHEAD:
+            if opening is not None and kind == "SagaIdTaken":
+                # as an open refuses it: nothing can safely run, so the workflow fails
+                raise ApplicationError(error_message(err), type=kind, non_retryable=True) from None
+            if kind in AHEAD or opening is not None:
                 raise Desync from err
             return await self._recover_call(tool, seq, input_json, err, approval_seq)
         finally:
             core.running = None
+        if outcome.opened is not None:
+            await self._view.opened_in_call(outcome.opened)
+        if outcome.status is CallStatus.OPENED:
+            return outcome  # nothing journaled: the next INTENT is checkpointed if it must be
         self._suspects.finished(seq)
         core.track(outcome.rows)
         ending.anchored()
@@ -197,7 +244,7 @@ class Calls:
     def _start_call(self, spec: ToolSpec | None, request: CallRequest) -> Awaitable[CallOutcome]:
         idempotent = spec is not None and spec.idempotent
         return workflow.start_activity(
-            names.CALL_TOOL,
+            names.OPEN_AND_CALL if request.opening else names.CALL_TOOL,
             request,
             result_type=CallOutcome,
             # the tool's own limit is enforced inside; this one leaves room to wait out a

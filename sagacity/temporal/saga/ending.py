@@ -68,10 +68,12 @@ class Ending:
         """A call's activity wrote its rows: its INTENT was checkpointed if it had to be."""
         self._anchor_next = False
 
-    def seal_as(self, state: SagaState) -> SagaState | None:
-        """``state``, when the saga is ending and the worker seals in the last row's activity."""
+    def seal_as(self, state: SagaState, *, opening: bool = False) -> SagaState | None:
+        """``state``, when the saga is ending and the worker seals in the last row's activity
+        (``opening``: a call that opens the journal, whose worker seals if it signs at all)."""
         core = self._core
-        return state if core.ending and self._seals and self._seals_in_calls else None
+        seals = opening or (self._seals and self._seals_in_calls)
+        return state if core.ending and seals else None
 
     def wrote(self, rows: list[RowRef], seal_as: SagaState | None) -> None:
         """An activity asked to seal as ``seal_as`` wrote ``rows``: note the seal if it did,

@@ -38,3 +38,6 @@ ROLLED_BACK_PATCH = "sagacity-rolled-back-ends"
 #: sagas from before this marker read an unsigned {"resolved_by", "result"} row another run
 #: wrote as a resolution; resolutions now carry "$resolution", and that shape is a tool's result
 RESOLUTION_MARK_PATCH = "sagacity-resolution-marked"
+#: sagas from before this marker opened their journal (claimed it, read the catalog) in a local
+#: activity before their first call; a new steps saga now opens it in its first call's activity
+OPEN_IN_CALL_PATCH = "sagacity-open-in-first-call"

@@ -167,6 +167,13 @@ class Saga:
         if problems:
             raise steps_refused(problems)
 
+    def open_in_first_call(self, *, check: list[Step]) -> None:
+        """Open the journal in the first call's activity instead (no local activity): the
+        worker checks ``check``, then claims the id, before that call's INTENT; refused steps
+        raise ``StepsInvalid`` from the call, with nothing claimed or journaled. Anything that
+        needs the catalog before that call opens the journal then, as :meth:`open` would."""
+        self._parts.view.defer_open(check)
+
     async def call(
         self, tool: TypedTool[P, T] | ToolName[P], /, *args: P.args, **kwargs: P.kwargs
     ) -> T:
@@ -254,7 +261,8 @@ class Saga:
         error: ErrorInfo | None = self._parts.ending.error
         value: Any = None
         try:
-            await self.tools()  # claim the journal before anything else
+            if not self._parts.view.opens_in_call:
+                await self.tools()  # claim the journal before anything else
             if error is None:
                 value = await body()
         except (SagacityError, ActivityError) as exc:

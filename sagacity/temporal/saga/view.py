@@ -21,10 +21,12 @@ from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, ROLLBACK, Phase
 from sagacity.journal.results import read_input, read_result
 from sagacity.temporal import names
+from sagacity.temporal.checks import steps_refused
 from sagacity.temporal.failures import error_message, error_type
 from sagacity.temporal.models import (
     STATUS_ROWS,
     Effect,
+    Head,
     Journaled,
     JournalRow,
     Original,
@@ -86,6 +88,8 @@ class View:
         # journal rows read back but not yet paired: an INTENT and an approval request
         self._open_intent: JournalRow | None = None
         self._open_gate: JournalRow | None = None
+        #: the journal opens in the saga's first call (``defer_open``), with these steps to check
+        self._deferred: list[Step] | None = None
 
     # -- opening the journal -----------------------------------------------------------------
 
@@ -104,7 +108,47 @@ class View:
         assert core.catalog is not None
         return core.catalog
 
+    def defer_open(self, check: list[Step]) -> None:
+        """Open the journal in the first call's activity, checking ``check`` first, instead of
+        in a local activity now; whatever needs the catalog before that call opens it then."""
+        self._deferred = check
+
+    @property
+    def opens_in_call(self) -> bool:
+        """Whether the saga's journal opens in its next call (the first)."""
+        return self._deferred is not None
+
+    def opening(self) -> SagaOpen | None:
+        """What the next call's activity opens, when the saga's journal opens in it."""
+        if self._deferred is None:
+            return None
+        info = workflow.info()
+        return SagaOpen(
+            saga_id=self._core.saga_id,
+            workflow_id=info.workflow_id,
+            first_run_id=info.first_execution_run_id,
+            steps=self._deferred,
+        )
+
+    async def opened_in_call(self, opened: SagaOpened) -> None:
+        """Take a call's answer to the open it made, as :meth:`catch_up` takes ``open_saga``'s:
+        refused steps raise ``StepsInvalid``; rows an earlier run wrote are read and settled."""
+        if opened.problems:
+            raise steps_refused(opened.problems)
+        self._take(opened)
+        if opened.more:
+            await self.catch_up()  # the rest of the rows, a page at a time
+            return
+        await self._went_on()
+
     async def _open(self) -> None:
+        if self._deferred is not None:
+            # the catalog is wanted before the first call: the journal opens now, as it would
+            # have at the start
+            problems = await self.catch_up(check=self._deferred)
+            if problems:
+                raise steps_refused(problems)
+            return
         if not workflow.patched(OPEN_PATCH):
             specs = await workflow.execute_local_activity(
                 names.DESCRIBE_TOOLS,
@@ -115,16 +159,20 @@ class View:
             return
         await self.catch_up()
 
-    async def catch_up(self, *, check: list[Step] | None = None) -> list[str]:
+    async def catch_up(
+        self, *, check: list[Step] | None = None, after: Head | None = None
+    ) -> list[str]:
         """Claim the journal and read what this run has not seen; settle what it left open.
 
         ``check``: a new declarative saga's steps, checked by the worker in the same local
         activity before it claims anything; what is wrong with them is returned, and then
-        nothing was claimed or read. Otherwise returns no problems.
+        nothing was claimed or read. Otherwise returns no problems. ``after``: read after this
+        row rather than the head (the INTENT an opening call left at the journal's tail).
         """
         core = self._core
         info = workflow.info()
         while True:
+            head, after = after or core.head, None
             try:
                 opened: SagaOpened = await self._controls.shielded(
                     workflow.start_local_activity(
@@ -133,8 +181,8 @@ class View:
                             saga_id=core.saga_id,
                             workflow_id=info.workflow_id,
                             first_run_id=info.first_execution_run_id,
-                            after_seq=core.head.seq,
-                            after_hash=core.head.hash,
+                            after_seq=head.seq,
+                            after_hash=head.hash,
                             steps=check,
                         ),
                         result_type=SagaOpened,
@@ -151,16 +199,28 @@ class View:
             if opened.problems:
                 return opened.problems
             check = None  # checked: the next page's request asks only for rows
-            if core.catalog is None or core.brief:  # a described catalog is kept
-                core.catalog, core.brief = {s.name: s for s in opened.tools}, opened.brief
-            self._ending.opened(opened)
-            core.keyring = opened.keyring
-            core.policy = opened.policy or Policy()
-            core.visible = opened.visible
-            self._unpack()
-            self._fold(opened.rows)
+            self._take(opened)
             if not opened.more:
                 break
+        await self._went_on()
+        return []
+
+    def _take(self, opened: SagaOpened) -> None:
+        """Take an open's answer: the catalog, how the worker seals, keys, the rows."""
+        core = self._core
+        self._deferred = None
+        if core.catalog is None or core.brief:  # a described catalog is kept
+            core.catalog, core.brief = {s.name: s for s in opened.tools}, opened.brief
+        self._ending.opened(opened)
+        core.keyring = opened.keyring
+        core.policy = opened.policy or Policy()
+        core.visible = opened.visible
+        self._unpack()
+        self._fold(opened.rows)
+
+    async def _went_on(self) -> None:
+        """The journal is read to its end: show the state, settle what an earlier run left."""
+        core = self._core
         if core.shown is None:
             # a new saga shows no state until it first waits, compensates or ends (none means
             # running), which saves every saga an upsert; a run that continued as new shows the
@@ -170,7 +230,6 @@ class View:
             else:
                 core.enter(core.state)
         await self._settle()
-        return []
 
     def _fold(self, rows: list[JournalRow]) -> None:
         """Take rows an earlier run (or a lost attempt) wrote into this run's view."""
