@@ -5,16 +5,11 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from sagacity.temporal.models.carry import SagaProgress
-from sagacity.temporal.models.lean import Lean
 from sagacity.temporal.models.steps import Step
 
 
-class SagaOptions(Lean):
-    """Per-saga behaviour, chosen by whoever starts the saga.
-
-    In every saga's input: only the options set to other than their default travel (a saga
-    started with the defaults carries ``{}``), and read back as the defaults.
-    """
+class SagaOptions(BaseModel):
+    """Per-saga behaviour, chosen by whoever starts the saga."""
 
     #: how long an IRREVERSIBLE call waits for a decision before it is rejected as ``timeout``
     approval_deadline_s: float = 7 * 24 * 3600
