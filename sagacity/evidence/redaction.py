@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -284,8 +285,10 @@ def scrub(text: str, rules: Iterable[Rule] = DEFAULT_RULES) -> str:
     return _USERINFO.sub(userinfo, text)
 
 
-#: inputs up to this many characters keep their redaction for the call's next row (256 at most)
+#: inputs up to this many characters keep their redaction for the call's next row
 _CACHED_INPUT = 4096
+#: the inputs kept so, the oldest dropped first
+_CACHED_INPUTS = 256
 #: rows whose payload carries exception text, scrubbed before they are journaled
 _ERROR_PHASES = frozenset({Phase.FAILED, Phase.COMPENSATION_FAILED})
 
@@ -303,8 +306,11 @@ class Redactor:
         self._for_tool = lru_cache(maxsize=1024)(self._rules_for)
         self._rule_for_key = lru_cache(maxsize=4096)(self._first_rule)
         # a call's input is journaled twice (INTENT, then its outcome row): redacted once per
-        # fingerprint key
-        self._input = lru_cache(maxsize=256)(self._input_under)
+        # fingerprint key, kept under the input's digest (the input itself, secrets and all,
+        # does not stay in memory for it)
+        self._inputs: OrderedDict[tuple[str, bytes, FingerprintKey | None], Redacted[str]] = (
+            OrderedDict()
+        )
 
     def _rules_for(self, tool_name: str) -> tuple[Rule, ...]:
         return tuple(r for r in self.rules if fnmatch.fnmatchcase(tool_name, r.tools))
@@ -312,11 +318,17 @@ class Redactor:
     def _first_rule(self, tool_name: str, key: str) -> Rule | None:
         return _first_match(self._for_tool(tool_name), key)
 
-    def _input_under(
-        self, tool_name: str, json_text: str, key: FingerprintKey | None
-    ) -> Redacted[str]:
-        """:meth:`text`, for the cache of inputs, which ``key`` (:attr:`key` now) is part of."""
-        return self.text(tool_name, json_text)
+    def _input(self, tool_name: str, json_text: str) -> Redacted[str]:
+        """:meth:`text` of a call's input, worked out once for its INTENT and outcome rows."""
+        if len(json_text) > _CACHED_INPUT:
+            return self.text(tool_name, json_text)
+        at = (tool_name, hashlib.sha256(json_text.encode()).digest(), self.key)
+        found = self._inputs.get(at)
+        if found is None:
+            found = self._inputs[at] = self.text(tool_name, json_text)
+            if len(self._inputs) > _CACHED_INPUTS:
+                self._inputs.popitem(last=False)
+        return found
 
     def apply(self, tool_name: str, value: Any) -> Redacted[Any]:
         """``value`` (JSON data) with matching fields replaced; ``value`` itself is not changed."""
@@ -393,11 +405,7 @@ class Redactor:
         A FAILED or COMPENSATION_FAILED payload holds exception text: its strings are scrubbed
         too (this is not listed in the paths, which name whole fields).
         """
-        input_ = (
-            self._input(draft.tool_name, draft.input, self.key)
-            if len(draft.input) <= _CACHED_INPUT
-            else self.text(draft.tool_name, draft.input)
-        )
+        input_ = self._input(draft.tool_name, draft.input)
         payload = self.text(draft.tool_name, draft.payload)
         paths = tuple("/input" + p for p in input_.paths) + tuple(
             "/payload" + p for p in payload.paths

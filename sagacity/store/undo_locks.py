@@ -112,13 +112,9 @@ class UndoLocks:
                     max_size=self._connections,
                     timeout=self._pool.timeout,
                 )
-                try:
-                    # its kept connection ready before the first claim asks for one: else the
-                    # claim grows the pool by a second connection while the first one opens
-                    await pool.open(wait=True, timeout=self._pool.timeout)
-                except BaseException:
-                    await pool.close()
-                    raise
+                # not waiting for its first connection here: claims made meanwhile would queue
+                # on this lock, each waiting a whole connect timeout in an outage, one by one
+                await pool.open()
                 self._lock_pool = pool
             return self._lock_pool
 

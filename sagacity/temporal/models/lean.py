@@ -29,7 +29,9 @@ class Lean(BaseModel):
                 info.get_default(call_default_factory=True, validated_data={})
             )
         if optional:
-            cls.model_rebuild(force=True)
+            # a field naming a model defined later leaves the build to pydantic's own, once
+            # that model exists (the exclusions are on the fields, so it keeps them)
+            cls.model_rebuild(force=True, raise_errors=False)
 
 
 def _equals(default: Any) -> Callable[[Any], bool]:
