@@ -34,7 +34,8 @@ from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.journal import Phase
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
-from sagacity.temporal.models import SagaResult, SagaSpec, Step
+from sagacity.temporal import names
+from sagacity.temporal.models import CallRequest, SagaResult, SagaSpec, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from workflows.order.shop import Shop
 
@@ -189,7 +190,7 @@ async def run_recovery(
             result = await asyncio.wait_for(handle.result(), _WAIT_S)
         except TimeoutError:
             raise DevStackError(f"saga {saga_id} did not finish; worker logs in {logs}") from None
-        attempt, identity = await _first_call_attempt(handle)
+        attempt, identity = await _call_attempt(client, handle, seq)
         rows, verification = await read_verified(journal, signer, saga_id)
         verified = "journal verified" if verification.ok else "journal does NOT verify"
         say(
@@ -234,11 +235,26 @@ async def _mid_call(journal: JournalStore, shop: Shop, saga_id: str, worker: _Wo
     )
 
 
-async def _first_call_attempt(handle: WorkflowHandle[Any, Any]) -> tuple[int, str]:
-    """The attempt number of the saga's first tool call that completed, and the worker that ran
-    it (Temporal records the last attempt's start, with the worker's ``pid@host``)."""
+async def _call_attempt(
+    client: Client, handle: WorkflowHandle[Any, Any], seq: int
+) -> tuple[int, str]:
+    """The attempt number of the activity that ran the saga's call at ``seq``, and the worker
+    that ran it (Temporal records the last attempt's start, with the worker's ``pid@host``).
+
+    A new saga's first call may come twice at one seq: a call that only opened the journal (its
+    tool scheduled otherwise than the defaults), then the call that ran the tool: the last."""
+    calls: dict[int, bool] = {}  # scheduled event id: whether it is a call at ``seq``
+    found = (0, "")
     async for event in handle.fetch_history_events():
-        if event.HasField("activity_task_started_event_attributes"):
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name in (names.CALL_TOOL, names.OPEN_AND_CALL):
+                [request] = await client.data_converter.decode(
+                    scheduled.input.payloads, [CallRequest]
+                )
+                calls[event.event_id] = isinstance(request, CallRequest) and request.seq == seq
+        elif event.HasField("activity_task_started_event_attributes"):
             started = event.activity_task_started_event_attributes
-            return started.attempt, started.identity
-    return 0, ""
+            if calls.get(started.scheduled_event_id):
+                found = (started.attempt, started.identity)
+    return found
