@@ -59,25 +59,32 @@ def canonical_bytes(
 
 def entry_hash(prev_hash: str, entry: Entry) -> str:
     """Recompute the hash ``entry`` should carry when it follows a row hashed ``prev_hash``."""
-    return hashlib.sha256(
-        canonical_bytes(
-            prev_hash,
-            entry.saga_id,
-            entry.seq,
-            entry.tool_name,
-            entry.phase,
-            entry.input,
-            entry.payload,
-            entry.timestamp,
-        )
-    ).hexdigest()
+    e = entry
+    return _digest(
+        prev_hash, e.saga_id, e.seq, e.tool_name, e.phase, e.input, e.payload, e.timestamp
+    )
+
+
+def _digest(
+    prev_hash: str,
+    saga_id: str,
+    seq: int,
+    tool_name: str,
+    phase: Phase,
+    input_: str,
+    payload: str,
+    timestamp: datetime,
+) -> str:
+    """The chained hash of a row's fields (docs/hash-rules.md)."""
+    message = canonical_bytes(prev_hash, saga_id, seq, tool_name, phase, input_, payload, timestamp)
+    return hashlib.sha256(message).hexdigest()
 
 
 def seal(draft: Draft, *, seq: int, prev_hash: str, timestamp: datetime) -> Entry:
     """Give ``draft`` its place: seq, a microsecond UTC timestamp and the chained hash."""
     phase, at = Phase(draft.phase), utc_micros(timestamp)
     # hashed from the fields, so the entry is built once (every row a worker writes is sealed)
-    message = canonical_bytes(
+    digest = _digest(
         prev_hash, draft.saga_id, seq, draft.tool_name, phase, draft.input, draft.payload, at
     )
     return Entry(
@@ -88,5 +95,5 @@ def seal(draft: Draft, *, seq: int, prev_hash: str, timestamp: datetime) -> Entr
         input=draft.input,
         payload=draft.payload,
         timestamp=at,
-        hash=hashlib.sha256(message).hexdigest(),
+        hash=digest,
     )
