@@ -1,0 +1,99 @@
+"""A new declarative saga's worker killed inside its first call's activity, after the activity
+claimed the saga's journal and before it wrote the call's INTENT (the boundary the open moved to
+when it was folded into the first call): the next worker's attempt writes INTENT once, runs the
+tool once, and the saga completes with its chain whole. Real Temporal, real Postgres, a worker
+process killed with SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+from temporalio.client import Client
+
+from sagacity.store import JournalStore
+from sagacity.store.placement import find_schema
+from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.workflow import STEPS_WORKFLOW
+from tests.temporal.conftest import forget_killed_worker, phases
+from tests.temporal.test_crash import WorkerProcess, worker_process
+from workflows.order.shop import Shop
+
+__all__ = ["worker_process"]  # the fixture, shared with test_crash
+
+#: a tool call's heartbeat timeout (30 s) and a retry's backoff, with room: far shorter than the
+#: call's time limit (its tool's 5 minutes and the quarter of an hour left for an outage)
+TAKEN_ON_WITHIN_S = 150
+
+
+async def _count(conn: psycopg.AsyncConnection[tuple[object, ...]], query: str, *args: object) -> int:
+    row = await (await conn.execute(query, args)).fetchone()
+    return 0 if row is None else int(str(row[0]))
+
+
+async def test_a_worker_killed_between_the_claim_and_intent_leaves_one_call(
+    temporal_client: Client,
+    worker_process: WorkerProcess,
+    owner_database_url: str,
+    task_queue: str,
+    shop: Shop,
+    journal: JournalStore,
+) -> None:
+    sid = f"open-killed-{uuid.uuid4().hex[:8]}"
+    spec = SagaSpec(
+        steps=[Step(tool="reserve_inventory", args={"product_id": "p-1", "quantity": 2})]
+    )
+    async with await psycopg.AsyncConnection.connect(owner_database_url) as holder:
+        schema = await find_schema(holder)
+        prefix = f'"{schema}".' if schema else ""
+        journal_table = f"{prefix}side_effect_journal"
+        # the journal takes no writes while the test holds it; the owner table is not held, so
+        # the claim goes through and the call's INTENT waits
+        async with holder.transaction():
+            await holder.execute(f"LOCK TABLE {journal_table} IN EXCLUSIVE MODE")
+            handle = await temporal_client.start_workflow(
+                STEPS_WORKFLOW, spec, id=sid, task_queue=task_queue, result_type=SagaResult
+            )
+            async with await psycopg.AsyncConnection.connect(
+                owner_database_url, autocommit=True
+            ) as watcher:
+                for _ in range(600):
+                    waiting = await _count(
+                        watcher,
+                        "SELECT coalesce(max(pid), 0) FROM pg_catalog.pg_locks WHERE NOT granted "
+                        "AND relation = pg_catalog.to_regclass(%s)",
+                        journal_table,
+                    )
+                    if waiting:
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError("the first call never tried to write its INTENT")
+                claimed = await _count(
+                    watcher,
+                    f"SELECT count(*) FROM {prefix}sagacity_saga_owner WHERE saga_id = %s",
+                    sid,
+                )
+                assert claimed == 1, "the worker is killed after its claim, not before"
+                worker_process.kill()
+                # its INSERT dies with it (Postgres would otherwise run the orphaned statement
+                # once the lock is free, and the call would be SUSPECT: INTENT with no outcome)
+                await watcher.execute("SELECT pg_catalog.pg_terminate_backend(%s)", (waiting,))
+    # the lock is released: nothing of the killed attempt's INTENT was written
+    assert await phases(journal, sid) == []
+    assert (await shop.snapshot()).available["p-1"] == 10
+    await forget_killed_worker(temporal_client, sid)
+    await worker_process.start()
+
+    result = await asyncio.wait_for(handle.result(), timeout=TAKEN_ON_WITHIN_S)
+
+    assert result.status is SagaState.COMPLETED
+    # the retry claimed nothing anew (the claim is its run chain's) and ran the call once
+    assert await phases(journal, sid) == [
+        ("reserve_inventory", "INTENT"),
+        ("reserve_inventory", "EXECUTED"),
+    ]
+    assert (await journal.verify(sid)).ok
+    snap = await shop.snapshot()
+    assert (snap.available["p-1"], snap.held_reservations) == (8, 1)
