@@ -48,7 +48,7 @@ class SagaSpec(BaseModel):
     #: deciding how a new saga opens its journal (``sagacity-open-in-first-call`` and those
     #: before it) were known, so the workflow takes their new branches without patch markers
     #: (docs/versioning.md); None decides with ``workflow.patched`` as before.
-    engine_version: int | None = None
+    engine_version: int | None = Field(default=None, ge=1)
 
     @field_serializer("engine_version")
     def _written_version(self, version: int | None) -> int | None:
