@@ -47,6 +47,22 @@ def _small(steps: list[Step]) -> bool:
     return workflow.payload_converter().to_payload(steps).ByteSize() <= _STEPS_IN_CALL_MAX
 
 
+def _opening_patched(spec: SagaSpec, patch: str) -> bool:
+    """``workflow.patched(patch)`` for a patch choosing how a new saga opens its journal; True
+    without a marker (nor Temporal's ``TemporalChangeVersion`` upsert) when the spec carries
+    an :attr:`~SagaSpec.engine_version`: its client knew every such patch, so the saga's history
+    cannot predate them.
+
+    A worker of an older release ignores the version and records the marker, taking the same
+    new branch (it was not replaying): on a replay the marker, if any, is consumed here.
+    """
+    if spec.engine_version is None:
+        return workflow.patched(patch)
+    if workflow.unsafe.is_replaying():
+        workflow.patched(patch)
+    return True
+
+
 def resolve_refs(value: Any, results: dict[str, Any]) -> Any:
     """Replace ``{"$ref": "step[.field…]"}`` with an earlier step's result (or a field of it)."""
     if isinstance(value, dict):
@@ -116,16 +132,17 @@ class StepsWorkflow:
             and spec.steps
             and spec.options.heartbeat_timeout_s is None
             and _small(spec.steps)
-            and workflow.patched(OPEN_IN_CALL_PATCH)
+            and _opening_patched(spec, OPEN_IN_CALL_PATCH)
         ):
             # the first step's activity checks the steps and opens the journal before its
             # INTENT (no local activity); with a heartbeat of the saga's own the first call
             # would not be scheduled as its tool's spec says, so such sagas open first
             saga.open_in_first_call(check=spec.steps)
-        elif progress is None and workflow.patched(STEPS_OPEN_PATCH):
+        elif progress is None and _opening_patched(spec, STEPS_OPEN_PATCH):
             # one local activity checks the steps and opens the journal (one marker)
             await saga.open(check=spec.steps)
         elif progress is None and workflow.patched(VALIDATE_PATCH):
+            # (reached only by a spec without an engine version: one with it opened above)
             # the saga's own patch is decided here, before the check's local activity: asked
             # after it, a replay of a history whose first workflow task ended there (a query
             # does that) finds no marker in that task and takes the old branch

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
@@ -231,12 +231,29 @@ async def test_an_irreversible_call_with_invalid_arguments_asks_no_approver(
     assert sample_tools.EFFECTS == ["set w", "note ten", "unnote ten", "unset w"]
 
 
+def opening_events(history: WorkflowHistory) -> tuple[list[str], list[str]]:
+    """The history's markers, and the search attributes its upserts set."""
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    upserted = [
+        name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        for name in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
+    return markers, upserted
+
+
 async def test_a_new_saga_checks_its_steps_and_opens_in_its_first_call(
     temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
 ) -> None:
     """The steps check and the journal's opening ride on the first call's activity: no local
-    activity and one patch marker in a new saga's history, and the catalog that call brings
-    back holds only the tools its steps name (the worker serves many more)."""
+    activity, and no patch marker (nor its ``TemporalChangeVersion`` upsert) in a new saga's
+    history, whose spec carries its engine version; the catalog that call brings back holds
+    only the tools its steps name (the worker serves many more)."""
     sid, result = await run(
         temporal_client,
         worker,
@@ -244,12 +261,8 @@ async def test_a_new_saga_checks_its_steps_and_opens_in_its_first_call(
     )
     assert result.status is SagaState.COMPLETED, result.error
     history = await temporal_client.get_workflow_handle(sid).fetch_history()
-    markers = [
-        e.marker_recorded_event_attributes.marker_name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-    ]
-    assert markers == ["core_patch"]
+    markers, upserted = opening_events(history)
+    assert markers == [] and "TemporalChangeVersion" not in upserted
     first = next(
         e.activity_task_completed_event_attributes
         for e in history.events
@@ -259,4 +272,28 @@ async def test_a_new_saga_checks_its_steps_and_opens_in_its_first_call(
     assert outcome.opened is not None
     assert sorted(t.name for t in outcome.opened.tools) == ["send_note", "set_flag"]
     assert len(sample_tools.TOOLS) > 2  # the worker serves more than the steps name
-    assert (await phases(journal, sid))[0] == ("set_flag", "INTENT")
+    assert await phases(journal, sid) == [
+        ("set_flag", "INTENT"),
+        ("set_flag", "EXECUTED"),
+        ("send_note", "INTENT"),
+        ("send_note", "EXECUTED"),
+    ]
+    assert await journal.owners(saga_ids=[sid]) == [(sid, sid)]  # claimed by its workflow
+
+
+async def test_a_spec_from_before_the_engine_version_decides_with_its_patch_marker(
+    temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
+) -> None:
+    """A spec without ``engine_version`` (an older client's, or one recorded before it) takes
+    the new branch as before, through ``workflow.patched``: one marker, and Temporal's upsert."""
+    sid = f"old-spec-{uuid.uuid4().hex[:8]}"
+    spec = SagaSpec(steps=[Step(tool="set_flag", args={"name": "old"})]).model_dump(mode="json")
+    del spec["engine_version"]
+    result = await temporal_client.execute_workflow(
+        STEPS_WORKFLOW, spec, id=sid, task_queue=worker.task_queue, result_type=SagaResult
+    )
+    assert result.status is SagaState.COMPLETED, result.error
+    history = await temporal_client.get_workflow_handle(sid).fetch_history()
+    markers, upserted = opening_events(history)
+    assert markers == ["core_patch"] and "TemporalChangeVersion" in upserted
+    assert await phases(journal, sid) == [("set_flag", "INTENT"), ("set_flag", "EXECUTED")]
