@@ -27,10 +27,9 @@ from sagacity.temporal.models import (
     SagaState,
     SagaStatus,
 )
-from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal.conftest import awaiting_approval, forget_killed_worker, phases, wait_for
 from workflows.order.shop import Shop
-from workflows.order.workflows import OrderRequest, order_steps
+from workflows.order.workflows import OrderRequest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -271,50 +270,3 @@ async def test_suspect_call_resolved_as_happened_becomes_an_effect_to_compensate
     rows = await journal.read(sid)
     assert rows[3].phase.value == "EXECUTED" and '"resolved_by":"dave"' in rows[3].payload
     assert (await journal.verify(sid)).ok
-
-
-async def test_kill_during_a_new_sagas_first_call_leaves_it_claimed_and_suspect(
-    temporal_client: Client,
-    worker_process: WorkerProcess,
-    shop: Shop,
-    journal: JournalStore,
-    task_queue: str,
-) -> None:
-    # the first call's activity claims the journal and writes INTENT in one commit: killed while
-    # the tool hangs, both are durable, and the retry finds the call its own (not a saga id taken
-    # by another run, not a call never started)
-    await shop.arm_fault("reserve_inventory", "", delay_s=60)  # hangs before any effect
-    sid = f"crash-{uuid.uuid4().hex[:8]}"
-    # a declarative saga: its first call's activity opens the journal
-    handle = await temporal_client.start_workflow(
-        STEPS_WORKFLOW,
-        order_steps(),  # no heartbeat of its own: its first call opens the journal
-        id=sid,
-        task_queue=task_queue,
-        result_type=SagaResult,
-    )
-    await wait_journal(journal, sid, lambda p: p == [("reserve_inventory", "INTENT")])
-    assert (await journal.chains([sid]))[sid][0] == sid
-    worker_process.kill()
-    await forget_killed_worker(temporal_client, sid)
-    await worker_process.start()
-
-    status = await wait_for(handle, lambda s: s.state is SagaState.SUSPECT, timeout=60)
-    assert status.suspect is not None and status.suspect.tool_name == "reserve_inventory"
-    assert status.suspect.call_seq == 1
-    history = await handle.fetch_history()
-    kinds = {
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    }
-    assert "sagacity.open_and_call" in kinds
-    await handle.signal("resolve", Resolve(call_seq=1, resolver="dave", happened=False))
-    result = await handle.result()
-    assert result.status is SagaState.COMPENSATED
-    assert await phases(journal, sid) == [
-        ("reserve_inventory", "INTENT"),
-        ("reserve_inventory", "FAILED"),
-    ]
-    assert (await journal.verify(sid)).ok
-    assert (await shop.snapshot()).available["p-1"] == 10

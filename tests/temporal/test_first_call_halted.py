@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import pytest
 from temporalio.client import Client
 
 from sagacity import CompensationContext, compensable
 from sagacity.approvals.halts import HaltService
 from sagacity.journal import Phase
-from sagacity.store import ApprovalStore, JournalStore, open_pool
-from sagacity.store.halts import HaltScope, HaltStore
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.store.halts import HaltScope
 from sagacity.temporal.models import SagaResult, SagaSpec, SagaState, SagaStatus, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from tests.halts import lift_all
 from tests.temporal.conftest import serving, wait_for
+from tests.temporal.test_halt_keep_compensation import halt_service
+
+__all__ = ["halt_service"]  # the fixture, shared with test_halt_keep_compensation
 
 PLACED: list[str] = []
 
@@ -35,19 +35,6 @@ async def place(key: str) -> str:
     """Place a thing."""
     PLACED.append(key)
     return key
-
-
-@pytest.fixture
-async def halt_service(
-    temporal_client: Client, owner_database_url: str
-) -> AsyncIterator[HaltService]:
-    """Halts as an operator writes them (the tables' owner), lifted again after the test."""
-    pool = await open_pool(owner_database_url, max_size=2)
-    try:
-        yield HaltService(temporal_client, HaltStore(pool), JournalStore(pool))
-    finally:
-        await pool.close()
-        await lift_all(owner_database_url)
 
 
 async def test_a_halted_first_call_holds_a_claimed_saga_with_no_row_until_lifted(
