@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager, nullcontext
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    aclosing,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -398,7 +404,7 @@ class JournalStore:
         entry = seal(draft, seq=seq, prev_hash=prev_hash, timestamp=_now())
         with translate_errors(f"append to saga {draft.saga_id!r} at seq {seq}"):
             row = await claim.held.write_then_release(
-                (qualify(_INSERT, self._schema), _insert_params(entry, prev_hash, None)),
+                (qualify(_INSERT, self._schema), insert_params(entry, prev_hash, None)),
                 (qualify(_WRITTEN, self._schema), (entry.saga_id, entry.seq, entry.hash)),
             )
             assert row is not None  # the statement always returns exactly one row
@@ -605,10 +611,20 @@ async def _try_insert(
 
     Returns whether it went in, and the stored predecessor hash (None: no such row).
     """
-    try:
+    with halts_refuse(entry):
         cur = await conn.execute(
-            qualify(_INSERT, schema), _insert_params(entry, prev_hash, task_queue)
+            qualify(_INSERT, schema), insert_params(entry, prev_hash, task_queue)
         )
+    row = await cur.fetchone()
+    assert row is not None  # the statement always returns exactly one row
+    return row[0], row[1]
+
+
+@contextmanager
+def halts_refuse(entry: Entry) -> Iterator[None]:
+    """The journal trigger's refusal of ``entry`` (an INTENT a halt covers) as :class:`Halted`."""
+    try:
+        yield
     except psycopg.Error as exc:
         if exc.sqlstate != HALTED_SQLSTATE:
             raise
@@ -618,13 +634,10 @@ async def _try_insert(
             f"start: halt {halt_id} covers it",
             halt_id,
         ) from None
-    row = await cur.fetchone()
-    assert row is not None  # the statement always returns exactly one row
-    return row[0], row[1]
 
 
-def _insert_params(entry: Entry, prev_hash: str, task_queue: str | None) -> dict[str, object]:
-    """The parameters of ``_INSERT`` for ``entry``."""
+def insert_params(entry: Entry, prev_hash: str, task_queue: str | None) -> dict[str, object]:
+    """The parameters of ``_INSERT`` for ``entry`` (``_COLUMNS`` by name, and what it checks)."""
     return {
         "saga_id": entry.saga_id,
         "seq": entry.seq,

@@ -8,15 +8,20 @@ from dataclasses import dataclass
 from sagacity.store.db import Pool, translate_errors
 from sagacity.store.placement import pool_schema, qualify
 
-# Claim a saga for a run chain (first_run_id), or read who holds it: (workflow_id, first_run_id,
-# claimed now, rows existed). Nothing when the holder committed after the statement began.
-_CLAIM = """
-WITH ins AS (
+#: The claim itself, as a CTE's body: the saga's run chain, unless one holds it already.
+CLAIM_ROW = """
     INSERT INTO {sagacity_saga_owner} (saga_id, workflow_id, first_run_id)
     VALUES (%(saga_id)s, %(workflow)s, %(run)s)
     ON CONFLICT (saga_id) DO NOTHING
     RETURNING workflow_id, first_run_id
-)
+"""
+
+# Claim a saga for a run chain (first_run_id), or read who holds it: (workflow_id, first_run_id,
+# claimed now, rows existed). Nothing when the holder committed after the statement began.
+_CLAIM = (
+    "WITH ins AS ("
+    + CLAIM_ROW
+    + """)
 SELECT workflow_id, first_run_id, true,
        EXISTS (SELECT FROM {side_effect_journal} WHERE saga_id = %(saga_id)s)
 FROM ins
@@ -24,6 +29,7 @@ UNION ALL
 SELECT workflow_id, first_run_id, false, false
 FROM {sagacity_saga_owner} WHERE saga_id = %(saga_id)s AND NOT EXISTS (SELECT FROM ins)
 """
+)
 
 _CHAINS = (
     "SELECT saga_id, workflow_id, first_run_id FROM {sagacity_saga_owner} WHERE saga_id = ANY(%s)"

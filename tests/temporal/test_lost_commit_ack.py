@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,7 +24,8 @@ from sagacity import compensable
 from sagacity.journal import GENESIS_HASH, Phase
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.temporal.activities import SagaActivities
-from sagacity.temporal.models import CallOutcome, CallRequest, CallStatus
+from sagacity.temporal.models import CallOutcome, CallRequest, CallStatus, SagaOpen
+from sagacity.temporal.waits import OUTAGE_ALLOWANCE
 from sagacity.tools import ToolRegistry
 
 SENT: list[str] = []
@@ -178,3 +180,44 @@ async def test_a_lost_commit_ack_on_the_outcome_row_is_not_a_second_run(
     assert SENT == ["y"]
     rows = await journal.read(saga_id)
     assert [r.phase for r in rows] == [Phase.INTENT, Phase.EXECUTED]
+
+
+async def test_a_lost_commit_ack_on_the_opening_claim_and_intent_is_not_a_suspect_call(
+    relayed: tuple[AckLosingRelay, str], journal: JournalStore
+) -> None:
+    """A new saga's first call claims the journal and writes INTENT in one statement; its
+    answer is lost after the commit: the try after it finds the claim and its own INTENT, and
+    the call runs once."""
+    relay, url = relayed
+    SENT.clear()
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        acts = SagaActivities(JournalStore(pool), ApprovalStore(pool), ToolRegistry([send_letter]))
+        saga_id = f"lost-ack-open-{uuid.uuid4().hex[:8]}"
+        opening = SagaOpen(saga_id=saga_id, workflow_id=saga_id, first_run_id="run-1")
+        request = CallRequest(
+            saga_id=saga_id,
+            seq=1,
+            prev_hash=GENESIS_HASH,
+            tool_name=send_letter.name,
+            args={"to": "z"},
+            opening=opening,
+        )
+        env = ActivityEnvironment()
+        # scheduled as the tool's spec schedules a call: the call goes on in this activity
+        options = send_letter.options
+        env.info = dataclasses.replace(
+            env.info,
+            heartbeat_timeout=options.heartbeat_timeout,
+            start_to_close_timeout=options.timeout + OUTAGE_ALLOWANCE,
+        )
+        relay.arm()
+        outcome = await env.run(acts.open_and_call, request)
+    finally:
+        await pool.close()
+    assert relay.lost == 1  # the answer to the claim and INTENT was lost, after their commit
+    assert outcome.status is CallStatus.EXECUTED and outcome.opened is not None
+    assert SENT == ["z"]  # run once
+    rows = await journal.read(saga_id)
+    assert [r.phase for r in rows] == [Phase.INTENT, Phase.EXECUTED]
+    assert (await journal.chains([saga_id]))[saga_id] == (saga_id, "run-1")

@@ -80,12 +80,35 @@ class Calls:
         """A new saga's first call: its journal claimed here (``req.opening``), not in a local
         activity first; the outcome carries the open's answer, or is that answer alone."""
         assert req.opening is not None, "an opening call says what it opens"
-        opened, go_on = await self.writes.open_in_call(req.opening, fits=self._fits(req))
+        binding = self._first_binding(req)
+        intent = None
+        if binding is not None:
+            intent = self.state.draft(req.saga_id, req.tool_name, Phase.INTENT, req.input_json)
+        opened, go_on, intent_row = await self.writes.open_in_call(
+            req.opening, fits=self._fits(req), intent=intent
+        )
         if not go_on:
             return CallOutcome(status=CallStatus.OPENED, rows=[], opened=opened)
-        outcome = await self._call(req)
+        if intent_row is None or binding is None:
+            outcome = await self._call(req)
+        else:
+            # the INTENT went in with the claim, as _call would have written it
+            if req.anchor_intent:
+                self.writes.checkpoint(intent_row)
+            outcome = await self._run(req, intent_row, binding)
         outcome.opened = opened
         return outcome
+
+    def _first_binding(self, req: CallRequest) -> tuple[RegisteredTool, dict[str, Any]] | None:
+        """The tool and arguments of an opening call that may write its INTENT with the claim:
+        a first attempt, under no approval (verified first), its arguments bound (a call that
+        cannot run is refused before any INTENT, on the way ``_call`` refuses it)."""
+        if activity.info().attempt > 1 or req.approval_seq is not None:
+            return None
+        try:
+            return bound(self.state, req.tool_name, req.args)
+        except (UnknownTool, ToolArgumentsInvalid):
+            return None
 
     def _fits(self, req: CallRequest) -> bool:
         """Whether an opening call was scheduled as its tool's spec schedules a call (the saga
