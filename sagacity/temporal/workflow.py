@@ -50,13 +50,13 @@ def _small(steps: list[Step]) -> bool:
 def _opening_patched(spec: SagaSpec, patch: str) -> bool:
     """``workflow.patched(patch)`` for a patch choosing how a new saga opens its journal; True
     without a marker (nor Temporal's ``TemporalChangeVersion`` upsert) when the spec carries
-    an :attr:`~SagaSpec.engine_version`: its client knew every such patch, so the saga's history
-    cannot predate them.
+    an :attr:`~SagaSpec.engine_version` of 1 or more: every worker that may run the saga knows
+    every such patch, so its history cannot predate them.
 
     A worker of an older release ignores the version and records the marker, taking the same
     new branch (it was not replaying): on a replay the marker, if any, is consumed here.
     """
-    if spec.engine_version is None:
+    if spec.engine_version is None or spec.engine_version < 1:
         return workflow.patched(patch)
     if workflow.unsafe.is_replaying():
         workflow.patched(patch)

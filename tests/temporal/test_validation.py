@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import CallOutcome, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.models.options import ENGINE_VERSION
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases
@@ -251,13 +252,20 @@ async def test_a_new_saga_checks_its_steps_and_opens_in_its_first_call(
     temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
 ) -> None:
     """The steps check and the journal's opening ride on the first call's activity: no local
-    activity, and no patch marker (nor its ``TemporalChangeVersion`` upsert) in a new saga's
-    history, whose spec carries its engine version; the catalog that call brings back holds
+    activity, and, its spec carrying the engine version, no patch marker (nor its
+    ``TemporalChangeVersion`` upsert) in its history; the catalog that call brings back holds
     only the tools its steps name (the worker serves many more)."""
-    sid, result = await run(
-        temporal_client,
-        worker,
-        [Step(tool="set_flag", args={"name": "one"}), Step(tool="send_note", args={"text": "x"})],
+    sid = f"versioned-{uuid.uuid4().hex[:8]}"
+    steps = [
+        Step(tool="set_flag", args={"name": "one"}),
+        Step(tool="send_note", args={"text": "x"}),
+    ]
+    result = await temporal_client.execute_workflow(
+        STEPS_WORKFLOW,
+        SagaSpec(steps=steps, engine_version=ENGINE_VERSION),
+        id=sid,
+        task_queue=worker.task_queue,
+        result_type=SagaResult,
     )
     assert result.status is SagaState.COMPLETED, result.error
     history = await temporal_client.get_workflow_handle(sid).fetch_history()
@@ -284,11 +292,11 @@ async def test_a_new_saga_checks_its_steps_and_opens_in_its_first_call(
 async def test_a_spec_from_before_the_engine_version_decides_with_its_patch_marker(
     temporal_client: Client, worker: Worker, shop: Shop, journal: JournalStore
 ) -> None:
-    """A spec without ``engine_version`` (an older client's, or one recorded before it) takes
-    the new branch as before, through ``workflow.patched``: one marker, and Temporal's upsert."""
+    """A spec without ``engine_version`` (the default, an older client's, or one recorded before
+    it) takes the new branch as before, through ``workflow.patched``: one marker, and Temporal's
+    upsert, which a worker of the release before reads as it wrote them."""
     sid = f"old-spec-{uuid.uuid4().hex[:8]}"
-    spec = SagaSpec(steps=[Step(tool="set_flag", args={"name": "old"})]).model_dump(mode="json")
-    del spec["engine_version"]
+    spec = SagaSpec(steps=[Step(tool="set_flag", args={"name": "old"})])
     result = await temporal_client.execute_workflow(
         STEPS_WORKFLOW, spec, id=sid, task_queue=worker.task_queue, result_type=SagaResult
     )

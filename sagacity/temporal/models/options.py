@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field
 
 from sagacity.temporal.models.carry import SagaProgress
 from sagacity.temporal.models.steps import Step
@@ -30,7 +30,7 @@ class SagaOptions(BaseModel):
     continue_as_new_events: int = Field(default=10_000, ge=50)
 
 
-#: the :attr:`SagaSpec.engine_version` a spec serialized by this release carries
+#: the :attr:`SagaSpec.engine_version` this release knows
 ENGINE_VERSION = 1
 
 
@@ -41,15 +41,11 @@ class SagaSpec(BaseModel):
     options: SagaOptions = Field(default_factory=SagaOptions)
     #: set by the saga itself when it continues as new; None when a client starts it
     progress: SagaProgress | None = None
-    #: the saga engine the client that started the saga knew. Left None in a spec a client
-    #: starts (no ``progress``), it is written as :data:`ENGINE_VERSION`, so every spec a
-    #: current client sends carries it; a spec recorded before it existed decodes to None, and
-    #: a run continued as new keeps its first run's. At 1 or more the saga was started after the patches
-    #: deciding how a new saga opens its journal (``sagacity-open-in-first-call`` and those
-    #: before it) were known, so the workflow takes their new branches without patch markers
-    #: (docs/versioning.md); None decides with ``workflow.patched`` as before.
-    engine_version: int | None = Field(default=None, ge=1)
-
-    @field_serializer("engine_version")
-    def _written_version(self, version: int | None) -> int | None:
-        return ENGINE_VERSION if version is None and self.progress is None else version
+    #: the saga engine every worker of the task queue knows, set by whoever starts the saga
+    #: once all of them run a release with :data:`ENGINE_VERSION` (this one or later): at 1 the
+    #: saga takes the branches of the patches deciding how a new saga opens its journal
+    #: (``sagacity-open-in-first-call`` and those before it) without patch markers, two history
+    #: events fewer (docs/versioning.md). None (the default), or a value below 1, decides with
+    #: ``workflow.patched`` as before, so a release before it can take over the saga. A run
+    #: continued as new keeps its first run's.
+    engine_version: int | None = None
