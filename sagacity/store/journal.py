@@ -48,18 +48,24 @@ _SELECT_SAGA = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = 
 # (inserted, the stored predecessor's hash). The journal's trigger refuses an INTENT a halt
 # covers (schema 0009, SQLSTATE HALTED_SQLSTATE), waiting for a halt being written, then seeing
 # it; `writer` tells it the task queue of the worker about to act on the row ('' names none).
+#: a CTE's body telling the journal's trigger the task queue of the worker writing the row
+WRITER = "SELECT pg_catalog.set_config('sagacity.task_queue', %(task_queue)s, true)"
+
+#: a row's insert from :func:`insert_params`, as a CTE's body; ``FROM`` and ``WHERE`` follow
+INSERT_ROW = f"""INSERT INTO {{side_effect_journal}} ({_COLUMNS})
+    SELECT %(saga_id)s, %(seq)s, %(tool_name)s, %(phase)s, %(input)s, %(payload)s,
+           %(timestamp)s, %(hash)s"""
+
 _INSERT = f"""
 WITH writer AS (
-    SELECT pg_catalog.set_config('sagacity.task_queue', %(task_queue)s, true)
+    {WRITER}
 ), prev AS (
     SELECT COALESCE(
         (SELECT hash FROM {{side_effect_journal}} WHERE saga_id = %(saga_id)s AND seq = %(seq)s - 1),
         CASE WHEN %(seq)s = 1 THEN %(genesis)s END
     ) AS hash
 ), ins AS (
-    INSERT INTO {{side_effect_journal}} ({_COLUMNS})
-    SELECT %(saga_id)s, %(seq)s, %(tool_name)s, %(phase)s, %(input)s, %(payload)s,
-           %(timestamp)s, %(hash)s
+    {INSERT_ROW}
     FROM prev, writer WHERE prev.hash = %(prev_hash)s
     ON CONFLICT (saga_id, seq) DO NOTHING
     RETURNING seq

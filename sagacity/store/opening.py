@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sagacity.journal import GENESIS_HASH, Entry
 from sagacity.store.db import translate_errors
-from sagacity.store.journal import JournalStore, halts_refuse, insert_params
+from sagacity.store.journal import INSERT_ROW, WRITER, JournalStore, halts_refuse, insert_params
 from sagacity.store.owners import CLAIM_ROW, SagaOwner
 from sagacity.store.placement import pool_schema, qualify
 
@@ -20,12 +20,13 @@ _CLAIM_WITH_INTENT = (
     + """), had AS (
     SELECT EXISTS (SELECT FROM {side_effect_journal} WHERE saga_id = %(saga_id)s) AS rows
 ), writer AS (
-    SELECT pg_catalog.set_config('sagacity.task_queue', %(task_queue)s, true)
+    """
+    + WRITER
+    + """
 ), ins AS (
-    INSERT INTO {side_effect_journal}
-        (saga_id, seq, tool_name, phase, input, payload, timestamp, hash)
-    SELECT %(saga_id)s, 1, %(tool_name)s, %(phase)s, %(input)s, %(payload)s,
-           %(timestamp)s, %(hash)s
+    """
+    + INSERT_ROW
+    + """
     FROM claim, had, writer WHERE NOT had.rows
     ON CONFLICT (saga_id, seq) DO NOTHING
     RETURNING seq
