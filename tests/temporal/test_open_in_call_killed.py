@@ -3,7 +3,8 @@ one statement, the journal's claim and the call's INTENT together, waits to writ
 the open moved to when it was folded into the first call, and then into its INTENT's
 statement): nothing of it is committed, not even the claim; the next worker's attempt claims the
 journal, writes INTENT once, runs the tool once, and the saga completes with its chain whole.
-Killed after that commit, while the tool runs: the claim and the INTENT are both there, and the
+The statement's connection lost alone (an outage, to the worker): the same attempt writes it
+again once Postgres answers, with the same outcome. Killed after that commit, while the tool runs: the claim and the INTENT are both there, and the
 retry takes the call for its own and holds it SUSPECT. Real Temporal, real Postgres, a worker
 process killed with SIGKILL."""
 
@@ -13,6 +14,7 @@ import asyncio
 import uuid
 
 import psycopg
+import pytest
 from temporalio.client import Client
 
 from sagacity.store import JournalStore
@@ -38,7 +40,9 @@ async def _count(
     return 0 if row is None else int(str(row[0]))
 
 
+@pytest.mark.parametrize("kill", [True, False], ids=["worker-killed", "connection-lost"])
 async def test_a_worker_killed_between_the_claim_and_intent_leaves_one_call(
+    kill: bool,
     temporal_client: Client,
     worker_process: WorkerProcess,
     owner_database_url: str,
@@ -82,8 +86,9 @@ async def test_a_worker_killed_between_the_claim_and_intent_leaves_one_call(
                     sid,
                 )
                 assert claimed == 0, "the claim commits with the INTENT, not before it"
-                worker_process.kill()
-                # its statement dies with it (Postgres would otherwise run the orphaned statement
+                if kill:
+                    worker_process.kill()
+                # the statement dies (with its worker, or alone: to its worker, an outage) (Postgres would otherwise run the orphaned statement
                 # once the lock is free, and the call would be SUSPECT: INTENT with no outcome)
                 await watcher.execute("SELECT pg_catalog.pg_terminate_backend(%s)", (waiting,))
                 claimed = await _count(
@@ -95,8 +100,10 @@ async def test_a_worker_killed_between_the_claim_and_intent_leaves_one_call(
     # the lock is released: nothing of the killed attempt's INTENT was written
     assert await phases(journal, sid) == []
     assert (await shop.snapshot()).available["p-1"] == 10
-    await forget_killed_worker(temporal_client, sid)
-    await worker_process.start()
+    if kill:
+        await forget_killed_worker(temporal_client, sid)
+        await worker_process.start()
+    # else the same attempt writes its statement again once Postgres answers
 
     result = await asyncio.wait_for(handle.result(), timeout=TAKEN_ON_WITHIN_S)
 
