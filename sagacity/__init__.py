@@ -5,6 +5,7 @@ sagas import :mod:`sagacity.workflow`.
 """
 
 from sagacity.errors import NoEffect, PermanentCompensationError
+from sagacity.rules import ApprovalRule
 from sagacity.tools import (
     CallInfo,
     CompensableTool,
@@ -19,6 +20,7 @@ from sagacity.tools import (
 )
 
 __all__ = [
+    "ApprovalRule",
     "CallInfo",
     "CompensableTool",
     "CompensationContext",

@@ -51,6 +51,7 @@ from sagacity.errors import (
     ToolDeclarationError,
     UnknownTool,
 )
+from sagacity.rules import ALWAYS, ApprovalRule, refusal
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -184,6 +185,8 @@ class ToolOptions:
     #: exceptions that mean the call failed without any effect (:class:`~sagacity.errors.NoEffect`
     #: always does); any other failure leaves the effect unknown, so it is compensated
     no_effect_on: tuple[type[BaseException], ...] = ()
+    #: when a call waits for a human first (an IRREVERSIBLE tool's calls always do)
+    approval: ApprovalRule | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +497,7 @@ def compensable(
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
+    needs_approval: bool | ApprovalRule = False,
 ) -> Callable[[Callable[P, R]], CompensableTool[P, R]]: ...
 def compensable(
     fn: Callable[P, R] | None = None,
@@ -507,6 +511,7 @@ def compensable(
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
+    needs_approval: bool | ApprovalRule = False,
 ) -> CompensableTool[P, R] | Callable[[Callable[P, R]], CompensableTool[P, R]]:
     """Declare a tool and its undo.
 
@@ -514,7 +519,8 @@ def compensable(
     such a function in the tool's module (of a method of its class, for a tool method). Reversibility defaults to REVERSIBLE. Mistakes are
     reported when a :class:`ToolRegistry` is built (at worker start), naming the tool and the fix.
     ``no_effect_on`` lists exception types after which the call is known to have done nothing;
-    any other failure is compensated too, since its effect is unknown.
+    any other failure is compensated too, since its effect is unknown. ``needs_approval``: an
+    :class:`~sagacity.rules.ApprovalRule` (or True: always) under which a call waits for a human.
     """
     defaults = ToolOptions()
     options = ToolOptions(
@@ -522,10 +528,11 @@ def compensable(
         timeout=timeout or defaults.timeout,
         heartbeat_timeout=heartbeat_timeout or defaults.heartbeat_timeout,
         no_effect_on=tuple(no_effect_on),
+        approval=ALWAYS if needs_approval is True else needs_approval or None,
     )
 
     def wrap(f: Callable[P, R]) -> CompensableTool[P, R]:
-        return CompensableTool(
+        tool = CompensableTool(
             f,
             name=name,
             description=description,
@@ -533,6 +540,10 @@ def compensable(
             by=by,
             options=options,
         )
+        why = refusal(tool.name, options.approval, tool.reversibility is Reversibility.IRREVERSIBLE)
+        if why is not None:
+            raise ToolDeclarationError(why)
+        return tool
 
     return wrap(fn) if fn is not None else wrap
 

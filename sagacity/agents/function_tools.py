@@ -9,8 +9,9 @@ agent's run). What it returns (a string, usually) is the call's result, journale
 
 A failure is the saga's to handle: the FunctionTool's own failure handler, which would turn an
 exception into a message for the model (and so a "successful" call), is switched off for the
-saga's copy. The SDK's run-time extras (guardrails, ``needs_approval``, ``is_enabled``) belong to
-an agent run and do not apply here; Sagacity's approval gate is the IRREVERSIBLE reversibility.
+saga's copy. The SDK's run-time extras (guardrails, ``is_enabled``) belong to an agent run and do
+not apply here. Its ``needs_approval=True`` becomes Sagacity's approval gate on every call; a
+function there cannot be replayed, so it is refused in favour of an :class:`~sagacity.ApprovalRule`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agents.tool_context import ToolContext
 from pydantic import BaseModel
 
 from sagacity.errors import ToolDeclarationError
+from sagacity.rules import ApprovalRule
 from sagacity.tools import (
     CompensableTool,
     Compensation,
@@ -50,6 +52,7 @@ def compensable_function_tool(
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
+    needs_approval: bool | ApprovalRule = False,
 ) -> CompensableTool[..., Awaitable[Any]]:
     """``tool`` as a saga tool: ``book_car = compensable_function_tool(book_car_tool, by=cancel_car)``.
 
@@ -59,7 +62,8 @@ def compensable_function_tool(
     :class:`~sagacity.errors.ToolDeclarationError` for a tool that is not a FunctionTool, a name
     that is empty or not printable, a ``by`` that is not callable, a parameters schema that is
     invalid, does not describe an object or has a ``$ref`` that resolves to nothing, or a
-    FunctionTool that needs the SDK's approval but is not declared IRREVERSIBLE.
+    FunctionTool whose SDK ``needs_approval`` is a function (pass an
+    :class:`~sagacity.ApprovalRule` as ``needs_approval``; the SDK's True is an always-rule).
     """
     if not isinstance(tool, FunctionTool):
         raise ToolDeclarationError(
@@ -67,12 +71,14 @@ def compensable_function_tool(
         )
     tool_name = tool.name if name is None else name
     _check_name(tool_name)
-    if tool.needs_approval is not False and reversibility is not Reversibility.IRREVERSIBLE:
+    if not isinstance(tool.needs_approval, bool) and needs_approval is False:
         raise ToolDeclarationError(
-            f"FunctionTool {tool_name!r} needs approval: declare it "
-            "reversibility=Reversibility.IRREVERSIBLE (Sagacity's approval gate), or drop "
-            "needs_approval"
+            f"FunctionTool {tool_name!r} needs approval by a function, which a saga cannot "
+            "judge the same way on replay: pass needs_approval=ApprovalRule(...) (e.g. "
+            'ApprovalRule(name="large", field="amount", op=">", value=1000)), or True'
         )
+    # the SDK's True is Sagacity's always-rule; a rule given here wins over the SDK's function
+    needs_approval = needs_approval or tool.needs_approval is True
     if by is not None and not callable(by):
         raise ToolDeclarationError(
             f"FunctionTool {tool_name!r}: by={by!r} is not callable: pass the compensation "
@@ -105,6 +111,7 @@ def compensable_function_tool(
         or (timedelta(seconds=tool.timeout_seconds) if tool.timeout_seconds else None),
         heartbeat_timeout=heartbeat_timeout,
         no_effect_on=no_effect_on,
+        needs_approval=needs_approval,
     )
     saga_tool: CompensableTool[..., Awaitable[Any]] = declare(invoke)
     saga_tool.json_arguments = json_arguments

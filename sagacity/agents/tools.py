@@ -41,6 +41,7 @@ from sagacity.errors import (
     ToolFailed,
     UnknownTool,
 )
+from sagacity.rules import describe
 from sagacity.temporal.models import ToolSpec
 from sagacity.temporal.saga import Saga
 from sagacity.tools import Reversibility
@@ -108,6 +109,10 @@ def _description(spec: ToolSpec) -> str:
             f"{spec.description} (Irreversible: each call waits until a human approves it, "
             "and may be rejected.)"
         )
+    if spec.approval is not None:
+        # the model learns which calls wait, so it can tell its user (or keep under the rule)
+        when = "Each call" if spec.approval.always else f"A call where {describe(spec.approval)}"
+        return f"{spec.description} ({when} waits until a human approves it, and may be rejected.)"
     return spec.description
 
 

@@ -37,6 +37,7 @@ from sagacity.journal.chain import format_timestamp
 from sagacity.journal.entry import Entry
 from sagacity.journal.phases import APPROVAL_GATE
 from sagacity.journal.results import RESOLUTION
+from sagacity.rules import ApprovalRule, judge, requested_by
 
 __all__ = [
     "ANY_PRINCIPAL",
@@ -422,6 +423,8 @@ class DecisionCheck:
         #: first of each tool (a tool is known to wait only once its first request is read)
         self._gated: set[str] = set()
         self._unapproved: dict[str, int] = {}
+        #: the rule the newest request of each rule-gated tool names (``docs/decisions.md``)
+        self._rules: dict[str, ApprovalRule] = {}
         self._finished = False
 
     def feed(self, entry: Entry) -> None:
@@ -429,7 +432,13 @@ class DecisionCheck:
         phase = str(entry.phase)
         if phase == "AWAITING_APPROVAL":
             self._request = entry
-            self._gated.add(entry.tool_name)
+            rule = requested_by(payload_object(entry.payload))
+            if rule is None or rule.always:
+                self._gated.add(entry.tool_name)
+            else:
+                # a rule's request binds its own call; the tool's later calls its rule
+                # matches must each have theirs (a rule judged on redacted input may not tell)
+                self._rules[entry.tool_name] = rule
         elif entry.tool_name == APPROVAL_GATE and phase in ("APPROVED", "REJECTED"):
             self._decision(entry, phase, approved)
         elif phase == "INTENT":
@@ -569,8 +578,18 @@ class DecisionCheck:
     def _intent(self, entry: Entry, approved: tuple[Entry, int] | None) -> None:
         seq, tool = entry.seq, entry.tool_name
         if approved is None:
+            rule = self._rules.get(tool)
+            matched = rule is not None and self._matches(rule, entry)
             if tool in self._gated:
                 self.problems.append((seq, _ungated(seq, tool)))
+            elif rule is not None and matched:
+                self.problems.append(
+                    (
+                        seq,
+                        f"INTENT seq {seq} of {tool!r} has no APPROVED before it, though its "
+                        f"rule {rule.label!r} asks for one: {judge(rule, self._args(entry)).why}",
+                    )
+                )
             else:
                 self._unapproved.setdefault(tool, seq)
             return
@@ -592,6 +611,15 @@ class DecisionCheck:
                     f"{request.seq}, input sha256 {input_hash(request.input)}",
                 )
             )
+
+    @staticmethod
+    def _args(entry: Entry) -> dict[str, Any]:
+        body = payload_object(entry.input)
+        return body if body is not None else {}
+
+    def _matches(self, rule: ApprovalRule, entry: Entry) -> bool:
+        """Whether ``rule`` surely asks about the call ``entry`` journals (input as stored)."""
+        return judge(rule, self._args(entry)).asks is True
 
     def _resolution(self, entry: Entry, intent: Entry) -> None:
         """A call's outcome row: a resolution of its SUSPECT call when it records one."""

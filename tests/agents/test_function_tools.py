@@ -14,6 +14,7 @@ from sagacity.agents import AgentSagaRequest, Call, Say, Script, ScriptedModelPr
 from sagacity.agents import compensable_function_tool as saga_tool
 from sagacity.agents.models import ScriptedModel
 from sagacity.errors import ToolArgumentsInvalid, ToolDeclarationError
+from sagacity.rules import ALWAYS
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaState
 from tests.agents.conftest import WorkerFactory, start_agent
@@ -119,9 +120,12 @@ def test_function_tool_declaration_mistakes_name_the_fix() -> None:
         """Wire money."""
         return "sent"
 
-    with pytest.raises(ToolDeclarationError, match=r"'wire' needs approval: declare it "):
-        saga_tool(wire, by=return_car)
+    # the SDK's needs_approval=True is Sagacity's always-rule, whatever the reversibility
+    assert saga_tool(wire, by=return_car).options.approval == ALWAYS
     assert saga_tool(wire, reversibility=Reversibility.IRREVERSIBLE).name == "wire"
+    wire.needs_approval = lambda *_: True  # type: ignore[assignment, unused-ignore]
+    with pytest.raises(ToolDeclarationError, match=r"'wire' needs approval by a function"):
+        saga_tool(wire, by=return_car)
 
     bad = FunctionTool(
         name="bad",

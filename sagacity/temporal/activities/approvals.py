@@ -3,6 +3,7 @@ runs, and check a human's signed resolution."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from datetime import timedelta
@@ -12,6 +13,7 @@ from temporalio import activity
 from sagacity.evidence.decisions import Statement, allowed, payload_object, signed_row
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.journal import Entry, Phase, input_hash, to_json
+from sagacity.rules import request_reason
 from sagacity.store.approvals import ApprovalRequest
 from sagacity.temporal.activities.outcomes import ref
 from sagacity.temporal.activities.state import ActivityState
@@ -52,6 +54,13 @@ class Approvals:
         draft = self.state.draft(
             req.saga_id, req.tool_name, Phase.AWAITING_APPROVAL, req.input_json
         )
+        why = None
+        if req.rule is not None:
+            # a rule's request says which rule asked and why, its sentence showing no value the
+            # journal redacts; an IRREVERSIBLE tool's request keeps its empty payload
+            why = request_reason(req.rule, req.input_json, hidden_paths(draft.input))
+            payload = to_json({"rule": req.rule.label, "why": why, "condition": req.rule.wire()})
+            draft = dataclasses.replace(draft, payload=payload)
         entry = await self.writes.append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
         await self.writes.at_tail(entry)
         # the request holds the input as journaled (redacted), so what an approver is shown,
@@ -77,6 +86,7 @@ class Approvals:
             input_hash=request.input_hash,
             raw_input_hash=input_hash(req.input_json),
             hidden=list(hidden_paths(request.input)),
+            why=why,
         )
 
     @activity.defn(name=CLOSE_APPROVAL)

@@ -112,14 +112,16 @@ class Calls:
 
     def _fits(self, req: CallRequest) -> bool:
         """Whether an opening call was scheduled as its tool's spec schedules a call (the saga
-        did not know the spec yet): a tool that is irreversible (its approval comes first),
-        idempotent (retried otherwise) or timed otherwise runs once the saga knows it."""
+        did not know the spec yet): a tool that is irreversible or has an approval rule (its
+        approval may come first), idempotent (retried otherwise) or timed otherwise runs once
+        the saga knows it."""
         if req.tool_name not in self.state.tools:
             return False
         tool = self.state.tools.get(req.tool_name).tool
         info = activity.info()
         return (
             tool.reversibility is not Reversibility.IRREVERSIBLE
+            and tool.options.approval is None  # its rule is judged first, in workflow code
             and not tool.options.idempotent
             and info.heartbeat_timeout == tool.options.heartbeat_timeout
             and info.start_to_close_timeout == tool.options.timeout + OUTAGE_ALLOWANCE

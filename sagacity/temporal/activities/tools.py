@@ -70,6 +70,7 @@ def catalog(
             timeout_s=t.tool.options.timeout.total_seconds(),
             heartbeat_timeout_s=t.tool.options.heartbeat_timeout.total_seconds(),
             origin=t.tool.origin,
+            approval=t.tool.options.approval,
         )
         for t in tools
         if only is None or t.name in only

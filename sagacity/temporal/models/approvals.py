@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from sagacity.rules import ApprovalRule
 from sagacity.temporal.models.journal import RowRef
 
 
@@ -17,6 +18,9 @@ class ApprovalOpen(BaseModel):
     input_json: str
     #: how long the saga waits for a decision: the request shows its deadline without a query
     deadline_s: float | None = None
+    #: the tool's ``needs_approval`` rule that asked (None: an IRREVERSIBLE tool's request);
+    #: left off the payload when None, so an unconditional request's payload is as it was
+    rule: ApprovalRule | None = Field(default=None, exclude_if=lambda rule: rule is None)
 
 
 class ApprovalOpened(BaseModel):
@@ -29,6 +33,8 @@ class ApprovalOpened(BaseModel):
     raw_input_hash: str | None = None
     #: where ``input`` hides a field (JSON Pointers)
     hidden: list[str] = Field(default_factory=list)
+    #: why the request's rule asked, as its row says (None: not a rule's request)
+    why: str | None = Field(default=None, exclude_if=lambda why: why is None)
 
 
 class ApprovalClose(BaseModel):
@@ -45,3 +51,6 @@ class PendingApproval(BaseModel):
     deadline_s: float
     #: where ``input_json`` hides a field (JSON Pointers)
     hidden: list[str] = Field(default_factory=list)
+    #: why the tool's ``needs_approval`` rule asked ("rule 'large refund': amount 1500 > 1000");
+    #: None for an IRREVERSIBLE tool's request, which always asks
+    why: str | None = None

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.journal.chain import GENESIS_HASH
 from sagacity.journal.phases import Phase
+from sagacity.rules import ApprovalRule
 from sagacity.temporal.models.lean import Lean
 from sagacity.temporal.models.state import SagaState
 from sagacity.temporal.models.steps import Step
@@ -33,6 +34,9 @@ class ToolSpec(Lean):
     #: the declared function (``module.qualname``), which a typed call must name (absent in
     #: older histories: not checked)
     origin: str = ""
+    #: when a call waits for a human, judged on its arguments in workflow code (absent in
+    #: older histories and for tools declared without ``needs_approval``)
+    approval: ApprovalRule | None = None
 
 
 class RowRef(Lean):

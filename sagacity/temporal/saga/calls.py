@@ -1,8 +1,8 @@
 """The call path: one tool call journaled, started, recovered when its activity is lost, settled.
 
-A call goes through the approval gate when its tool is irreversible, waits out a halt, and when
-its activity ends without an outcome the journal says what happened (a call whose INTENT has no
-outcome is SUSPECT). An effect an earlier run left live for the same call is adopted instead.
+A call goes through the approval gate when its tool is irreversible or its ``needs_approval`` rule
+matches the arguments, waits out a halt, and when its activity ends without an outcome the journal
+says what happened (a call whose INTENT has no outcome is SUSPECT). An effect an earlier run left live for the same call is adopted instead.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from sagacity.errors import ApprovalRejected, ToolArgumentsInvalid, ToolFailed, UnknownTool
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, SUPERSEDED, Phase
+from sagacity.rules import asks
 from sagacity.temporal import limits, names
 from sagacity.temporal.failures import error_message, error_type, halt_notice
 from sagacity.temporal.models import (
@@ -141,6 +142,10 @@ class Calls:
                 approval_seq: int | None = None
                 if spec is not None and spec.reversibility is Reversibility.IRREVERSIBLE:
                     approval_seq = await self._gate.await_approval(spec, input_json)
+                elif spec is not None and spec.approval is not None and asks(spec.approval, args):
+                    # no patch: only a tool declared with needs_approval= has a rule in the
+                    # catalog, and no history recorded before the option existed holds one
+                    approval_seq = await self._gate.await_approval(spec, input_json, spec.approval)
                 outcome = await self._call(spec, tool, args, input_json, approval_seq, opening)
             except Desync:
                 # an opening call that failed opens the journal as a saga's start would

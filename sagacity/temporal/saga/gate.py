@@ -19,6 +19,7 @@ from sagacity.errors import ApprovalRejected, ToolFailed
 from sagacity.evidence.decisions import Statement, allowed, signed_row
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import APPROVAL_GATE, Phase
+from sagacity.rules import ApprovalRule
 from sagacity.temporal import decode, names
 from sagacity.temporal.failures import error_message, error_type
 from sagacity.temporal.models import (
@@ -81,8 +82,13 @@ class Gate:
         self.approved_input_hash: str | None = None
         self.approved_request_hash: str | None = None
 
-    async def await_approval(self, spec: ToolSpec, input_json: str) -> int:
-        """Journal AWAITING_APPROVAL, wait for a decision or the deadline; return the request seq."""
+    async def await_approval(
+        self, spec: ToolSpec, input_json: str, rule: ApprovalRule | None = None
+    ) -> int:
+        """Journal AWAITING_APPROVAL, wait for a decision or the deadline; return the request seq.
+
+        ``rule``: the tool's ``needs_approval`` rule that asked (its request row says why).
+        """
         core, controls = self._core, self._controls
         seq = core.head.seq + 1
         self._decision = self.approval = None
@@ -97,6 +103,7 @@ class Gate:
                     tool_name=spec.name,
                     input_json=input_json,
                     deadline_s=core.options.approval_deadline_s,
+                    rule=rule,
                 ),
                 ApprovalOpened,
             )
@@ -120,6 +127,7 @@ class Gate:
             input_hash=opened.input_hash,
             deadline_s=core.options.approval_deadline_s,
             hidden=opened.hidden,
+            why=opened.why,
         )
         # decisions that came with the request's opening, in the same activation (signals are
         # applied first when a worker replays history): judged now that the request is known
