@@ -78,6 +78,12 @@ class PendingRequest(BaseModel):
         default_factory=list,
         description="where `input` hides a field's value (JSON Pointers)",
     )
+    why: str | None = Field(
+        default=None,
+        description="why the tool's `needs_approval` rule asked for this call (\"rule 'large "
+        "refund': amount 1500 > 1000\"), as the saga tells while it waits; null for a call "
+        "of an IRREVERSIBLE tool (every one asks), or when the saga does not answer",
+    )
     requested_at: datetime
     workflow_status: str = Field(
         description="running, completed, failed, terminated, …; not_found; or no_answer when "
@@ -471,6 +477,7 @@ def _view(request: ApprovalRequest, live: Live, deciders: list[str] | None) -> P
         input=request.input,
         input_hash=request.input_hash,
         hidden=list(hidden_paths(request.input)),
+        why=pending.why if pending is not None else None,
         requested_at=request.created_at,
         workflow_status=live.workflow_status,
         saga_state=live.status.state if live.status else None,

@@ -172,7 +172,7 @@ def list_command(
         table.add_row(
             r.saga_id,
             str(r.journal_seq),
-            r.tool_name,
+            r.tool_name if r.why is None else f"{r.tool_name}\n({r.why})",
             r.input,
             r.input_hash[:12] + "…",
             f"{r.requested_at:%Y-%m-%d %H:%M:%S}",
@@ -208,6 +208,7 @@ def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None
         ("saga", request.saga_id),
         ("seq", str(request.journal_seq)),
         ("tool", request.tool_name),
+        ("asked by", request.why or "-"),
         ("input", request.input),
         ("hidden", ", ".join(request.hidden) or "-"),
         ("input hash", request.input_hash),

@@ -1,0 +1,267 @@
+"""Approval rules on real Temporal and Postgres, with the settings ``sagacity dev`` makes (a
+keyring, alice's key, redaction): a REVERSIBLE refund over 1,000 waits for a human, one under it
+does not, a rejected one compensates what ran before it, and ``sagacity verify`` (live and from a
+bundle) binds each rule's request to its own call and names a tampered one.
+
+The worker is ``sagacity worker --app tests.approvals.refund_app`` in a process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from sagacity.approvals import ApprovalService
+from sagacity.devstack import Endpoints
+from sagacity.journal.phases import APPROVAL_GATE
+from sagacity.settings import Settings
+from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.workflow import STEPS_WORKFLOW
+from tests.approvals import test_decisions_bound, test_signed
+from tests.approvals.conftest import Cli
+from tests.approvals.test_decisions_bound import Verifier
+from tests.approvals.test_signed import Keys
+from tests.evidence.test_default_config_tamper import Owner
+from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.test_crash import WorkerProcess
+
+keys = test_signed.keys
+anchors = test_decisions_bound.anchors
+verifier = test_decisions_bound.verifier
+
+WHY_1500 = "rule 'large refund': amount 1500 > 1000"
+CONDITION = {"name": "large refund", "field": "amount", "op": ">", "value": 1000}
+
+
+@pytest.fixture
+async def refund_worker(
+    endpoints: Endpoints,
+    database_url: str,
+    task_queue: str,
+    settings: Settings,
+    keys: Keys,
+    tmp_path: Path,
+) -> AsyncIterator[WorkerProcess]:
+    process = WorkerProcess(
+        endpoints,
+        database_url,
+        task_queue,
+        tmp_path / "worker.log",
+        apps=("tests.approvals.refund_app",),
+    )
+    process.env.update(
+        PYTHONPATH=str(Path(__file__).parents[2]),  # the app lives in tests/
+        SAGACITY_KEYRING=str(keys.keyring),
+        SAGACITY_APPROVERS="refund=alice",
+        SAGACITY_SIGNING_KEY=str(settings.signing_key),
+        SAGACITY_CHECKPOINT_DIR=str(settings.checkpoint_dir),
+        SAGACITY_TRUST_FILE=str(settings.trust_file),
+        # the transparency log's sequencer off: this test rewrites rows as an insider would
+        SAGACITY_LOG_INTERVAL="PT0S",
+    )
+    await process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+async def start(
+    client: Client, task_queue: str, *steps: tuple[str, dict[str, Any]]
+) -> WorkflowHandle[Any, SagaResult]:
+    return await client.start_workflow(
+        STEPS_WORKFLOW,
+        SagaSpec(
+            steps=[Step(tool=tool, args=args) for tool, args in steps],
+            options=SagaOptions(compensation_backoff_s=0.1),
+        ),
+        id=f"rule-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=SagaResult,
+    )
+
+
+async def approve(cli: Cli, keys: Keys, saga_id: str, seq: int) -> None:
+    done = await cli(
+        "approvals", "approve", saga_id, str(seq), "--as", "alice", extra_env=keys.env()
+    )
+    assert done.code == 0, done.stderr
+
+
+async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
+    refund_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    keys: Keys,
+    cli: Cli,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    owner_database_url: str,
+    verifier: Verifier,
+) -> None:
+    # the first step is rule-gated: the call that opens the journal waits too
+    handle = await start(
+        temporal_client,
+        task_queue,
+        ("refund", {"order_id": "o-1", "amount": 1500}),
+        ("refund", {"order_id": "o-2", "amount": 500}),
+        ("refund", {"order_id": "o-3", "amount": 2000}),
+    )
+    status = await wait_for(handle, awaiting_approval)
+    pending = status.pending_approval
+    assert pending is not None and pending.tool_name == "refund"
+    assert pending.why == WHY_1500
+    first = pending.journal_seq
+
+    # the request's row names the rule and why; the service, CLI and HTTP model show the why
+    row = (await journal.read(handle.id))[first - 1]
+    assert (row.tool_name, row.phase.value) == ("refund", "AWAITING_APPROVAL")
+    assert json.loads(row.payload) == {
+        "rule": "large refund",
+        "why": WHY_1500,
+        "condition": CONDITION,
+    }
+    shown = await ApprovalService(temporal_client, approvals).get(handle.id, first)
+    assert shown.why == WHY_1500
+    show = await cli("approvals", "show", handle.id, str(first))
+    assert show.code == 0 and WHY_1500 in show.stdout, show
+    listed = await cli("approvals", "list", "--saga", handle.id, "--json")
+    assert [r["why"] for r in listed.json()["requests"]] == [WHY_1500], listed
+
+    await approve(cli, keys, handle.id, first)
+    status = await wait_for(
+        handle,
+        lambda s: awaiting_approval(s) and s.pending_approval.journal_seq != first,  # type: ignore[union-attr]
+    )
+    assert status.pending_approval is not None
+    third = status.pending_approval.journal_seq
+    assert status.pending_approval.why == "rule 'large refund': amount 2000 > 1000"
+    await approve(cli, keys, handle.id, third)
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPLETED, result
+
+    rows = await journal.read(handle.id)
+    refunds = [
+        (json.loads(r.input)["amount"], r.phase.value) for r in rows if r.tool_name == "refund"
+    ]
+    # each refund ran once; only the two over 1,000 were asked about
+    assert refunds == [
+        (1500, "AWAITING_APPROVAL"),
+        (1500, "INTENT"),
+        (1500, "EXECUTED"),
+        (500, "INTENT"),
+        (500, "EXECUTED"),
+        (2000, "AWAITING_APPROVAL"),
+        (2000, "INTENT"),
+        (2000, "EXECUTED"),
+    ]
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said + said_offline
+
+    owner = Owner(owner_database_url)
+    honest = await owner.rows(handle.id)
+
+    # the rule's request edited to say another threshold, the chain recomputed by the owner
+    def loosen(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {**r, "payload": r["payload"].replace('"value":1000', '"value":5000')}
+            if r["seq"] == first
+            else r
+            for r in rows
+        ]
+
+    await owner.rewrite(handle.id, loosen)
+    assert '"value":5000' in (await owner.rows(handle.id))[first - 1]["payload"]
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (1, 1), said + said_offline
+    assert f"FAILED  {handle.id}" in said, said
+
+    # the same edit without recomputing the chain: the row's hash no longer holds
+    await owner.replace(handle.id, honest)
+    await owner.sql(
+        "UPDATE side_effect_journal SET payload = replace(payload, '1000', '5000') "
+        "WHERE saga_id = %s AND seq = %s",
+        handle.id,
+        first,
+    )
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (1, 1), said + said_offline
+
+    # the 2,000 refund's request and approval taken away: its rule asked, and nothing answered
+    await owner.replace(handle.id, honest)
+    await owner.rewrite(
+        handle.id, lambda rows: [r for r in rows if r["seq"] not in (third, third + 1)]
+    )
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (1, 1), said + said_offline
+    for output in (said, said_offline):
+        assert (
+            f"INTENT seq {third} of 'refund' has no APPROVED before it, though its rule "
+            "'large refund' asks for one: amount 2000 > 1000"
+        ) in output, output
+    await owner.replace(handle.id, honest)
+
+
+async def test_a_rule_gated_refund_rejected_compensates_what_ran_before_it(
+    refund_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    keys: Keys,
+    cli: Cli,
+    journal: JournalStore,
+    verifier: Verifier,
+) -> None:
+    handle = await start(
+        temporal_client,
+        task_queue,
+        ("hold_funds", {"order_id": "o-9", "amount": 1500}),
+        ("refund", {"order_id": "o-9", "amount": 1500}),
+    )
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None and status.pending_approval.why == WHY_1500
+    seq = status.pending_approval.journal_seq
+    rejected = await cli(
+        "approvals",
+        "reject",
+        handle.id,
+        str(seq),
+        "--as",
+        "alice",
+        "--reason",
+        "too much",
+        extra_env=keys.env(),
+    )
+    assert rejected.code == 0, rejected.stderr
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPENSATED, result
+    rows = await phases(journal, handle.id)
+    assert ("hold_funds", "COMPENSATED") in rows, rows
+    assert ("refund", "INTENT") not in rows, rows
+    assert (APPROVAL_GATE, "REJECTED") in rows, rows
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said + said_offline
+
+
+async def test_a_refund_under_the_threshold_opens_no_request(
+    refund_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    journal: JournalStore,
+    verifier: Verifier,
+) -> None:
+    handle = await start(
+        temporal_client, task_queue, ("refund", {"order_id": "o-5", "amount": 1000})
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPLETED, result
+    assert await phases(journal, handle.id) == [("refund", "INTENT"), ("refund", "EXECUTED")]
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said + said_offline
