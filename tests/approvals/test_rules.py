@@ -4,6 +4,8 @@ model is told about them."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -247,3 +249,17 @@ def test_the_agents_model_is_told_which_calls_wait() -> None:
 
 def test_approval_rule_is_a_public_name() -> None:
     assert "ApprovalRule" in sagacity.__all__ and sagacity.ApprovalRule is ApprovalRule
+
+
+def test_the_readme_rule_declares_a_refund_that_waits_over_1000() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Rules: approval for some calls of any tool\n", 1)[1]
+    (code,) = re.findall(r"```python\n(.*?)```", section.split("\n### ", 1)[0], flags=re.DOTALL)
+    namespace: dict[str, Any] = {"__name__": "readme_rules"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    (spec,) = catalog(ToolRegistry([namespace["refund"]]), brief=True)
+    assert spec.approval is not None and spec.reversibility is Reversibility.REVERSIBLE
+    assert asks(spec.approval, {"order_id": "o-1", "amount": 1500}) == (
+        "rule 'large refund': amount 1500 > 1000"
+    )
+    assert asks(spec.approval, {"order_id": "o-1", "amount": 500}) is None
