@@ -105,6 +105,7 @@ from sagacity.temporal.models import (
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import CompensableTool
+from tests.approvals import refund_app
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from tests.temporal.replay import (
@@ -123,7 +124,10 @@ from workflows.order.workflows import OrderRequest
 
 log = logging.getLogger("record_histories")
 
-TOOLS = cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS])
+TOOLS = cast(
+    list[CompensableTool[..., Any]],
+    [*order_app.TOOLS, *sample_tools.TOOLS, *refund_app.TOOLS],
+)
 
 #: the scripted model of the agent paths (short: every model call carries the tools' schemas)
 SCRIPTS = {
@@ -380,6 +384,35 @@ async def saga_first_call_gated(rig: Rig) -> dict[str, WorkflowHistory]:
         "the first call was not gated",
     )
     return await one(handle, "saga_first_call_gated")
+
+
+@recording("saga_rule_gated")
+async def saga_rule_gated(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Steps: a REVERSIBLE refund whose needs_approval rule (amount > 1000) matches
+    waits (the first call: the open comes back alone), is approved and runs; one of 500 runs
+    unasked; completed."""
+    handle = await rig.steps(
+        "saga_rule_gated",
+        [
+            Step(tool="refund", args={"order_id": "o-r1", "amount": 1500}),
+            Step(tool="refund", args={"order_id": "o-r2", "amount": 500}),
+        ],
+    )
+    await handle.signal("approve", Approve(journal_seq=await gate(handle), approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    expect(
+        await phases(rig.journal, handle.id)
+        == [
+            ("refund", "AWAITING_APPROVAL"),
+            ("approval-gate", "APPROVED"),
+            ("refund", "INTENT"),
+            ("refund", "EXECUTED"),
+            ("refund", "INTENT"),
+            ("refund", "EXECUTED"),
+        ],
+        "the rule did not gate the refund over 1000 alone",
+    )
+    return await one(handle, "saga_rule_gated")
 
 
 @recording("saga_queried_at_start")
