@@ -15,10 +15,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from markupsafe import escape
 from temporalio.client import Client, WorkflowHandle
 
 from sagacity.approvals import ApprovalService
+from sagacity.approvals.console import WebConsole
+from sagacity.approvals.http import create_app
 from sagacity.devstack import Endpoints
 from sagacity.journal.phases import APPROVAL_GATE
 from sagacity.settings import Settings
@@ -96,6 +100,31 @@ async def approve(cli: Cli, keys: Keys, saga_id: str, seq: int) -> None:
     assert done.code == 0, done.stderr
 
 
+async def http_and_console_show(
+    service: ApprovalService, journal: JournalStore, saga_id: str, seq: int
+) -> None:
+    """The HTTP API's request and the console's inbox and request page say why it waits."""
+    app = create_app(service, {"tok-alice": "alice"}, web=WebConsole(service, journal))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://approvals"
+    ) as web:
+        api = await web.get(
+            f"/approvals/{saga_id}/{seq}", headers={"Authorization": "Bearer tok-alice"}
+        )
+        assert api.status_code == 200 and api.json()["why"] == WHY_1500, api.text
+        signed_in = await web.post(
+            "/console/sign-in",
+            data={"token": "tok-alice", "next": "/console/"},
+            headers={"Origin": "https://approvals"},
+        )
+        assert signed_in.status_code == 303
+        said = str(escape(WHY_1500))  # as the pages' templates escape it
+        inbox = await web.get("/console/", params={"saga": saga_id})
+        assert inbox.status_code == 200 and said in inbox.text, inbox.text
+        page = await web.get(f"/console/approvals/{saga_id}/{seq}")
+        assert page.status_code == 200 and f'data-testid="why">{said}<' in page.text
+
+
 async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
     refund_worker: WorkerProcess,
     temporal_client: Client,
@@ -129,8 +158,9 @@ async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
         "why": WHY_1500,
         "condition": CONDITION,
     }
-    shown = await ApprovalService(temporal_client, approvals).get(handle.id, first)
-    assert shown.why == WHY_1500
+    service = ApprovalService(temporal_client, approvals, journal=journal)
+    assert (await service.get(handle.id, first)).why == WHY_1500
+    await http_and_console_show(service, journal, handle.id, first)
     show = await cli("approvals", "show", handle.id, str(first))
     assert show.code == 0 and WHY_1500 in show.stdout, show
     listed = await cli("approvals", "list", "--saga", handle.id, "--json")

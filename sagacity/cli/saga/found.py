@@ -138,6 +138,8 @@ def _describe(saga: Found) -> list[str]:
             f"  awaits approval: {pending.tool_name} at journal seq {pending.journal_seq} "
             f"(input hash {pending.input_hash})"
         )
+        if pending.why:
+            lines.append(f"  asked by: {pending.why}")
         lines.append(f"  input: {pending.input_json}")
         if pending.hidden:
             lines.append("  hidden (fingerprinted or removed): " + ", ".join(pending.hidden))
