@@ -34,7 +34,7 @@ from tests.approvals.conftest import Cli
 from tests.approvals.test_decisions_bound import Verifier
 from tests.approvals.test_signed import Keys
 from tests.evidence.test_default_config_tamper import Owner
-from tests.temporal.conftest import awaiting_approval, phases, wait_for
+from tests.temporal.conftest import awaiting_approval, forget_killed_worker, phases, wait_for
 from tests.temporal.test_crash import WorkerProcess
 
 keys = test_signed.keys
@@ -240,7 +240,7 @@ async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
     await owner.replace(handle.id, honest)
 
 
-async def test_a_rule_gated_refund_rejected_compensates_what_ran_before_it(
+async def test_a_rule_gated_refund_rejected_after_a_worker_kill_compensates_what_ran_before(
     refund_worker: WorkerProcess,
     temporal_client: Client,
     task_queue: str,
@@ -258,6 +258,13 @@ async def test_a_rule_gated_refund_rejected_compensates_what_ran_before_it(
     status = await wait_for(handle, awaiting_approval)
     assert status.pending_approval is not None and status.pending_approval.why == WHY_1500
     seq = status.pending_approval.journal_seq
+    # the worker SIGKILLed at the gate: a new one replays the saga, its rule judged the same
+    refund_worker.kill()
+    await forget_killed_worker(temporal_client, handle.id)
+    await refund_worker.start()
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None and status.pending_approval.why == WHY_1500
+    assert status.pending_approval.journal_seq == seq
     rejected = await cli(
         "approvals",
         "reject",
