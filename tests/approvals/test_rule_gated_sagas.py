@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.approvals import test_decisions_bound, test_signed
 from tests.approvals.conftest import Cli
 from tests.approvals.test_decisions_bound import Verifier
-from tests.approvals.test_signed import Keys
+from tests.approvals.test_signed import Keys, running, signed_env
 from tests.evidence.test_default_config_tamper import Owner
 from tests.temporal.conftest import awaiting_approval, forget_killed_worker, phases, wait_for
 from tests.temporal.test_crash import WorkerProcess
@@ -62,41 +62,38 @@ async def refund_worker(
         apps=("tests.approvals.refund_app",),
     )
     process.env.update(
+        signed_env(settings, keys, approvers="refund=alice"),
         PYTHONPATH=str(Path(__file__).parents[2]),  # the app lives in tests/
-        SAGACITY_KEYRING=str(keys.keyring),
-        SAGACITY_APPROVERS="refund=alice",
-        SAGACITY_SIGNING_KEY=str(settings.signing_key),
-        SAGACITY_CHECKPOINT_DIR=str(settings.checkpoint_dir),
-        SAGACITY_TRUST_FILE=str(settings.trust_file),
-        # the transparency log's sequencer off: this test rewrites rows as an insider would
-        SAGACITY_LOG_INTERVAL="PT0S",
     )
-    await process.start()
-    try:
+    async with running(process):
         yield process
-    finally:
-        process.stop()
 
 
-async def start(
-    client: Client, task_queue: str, *steps: tuple[str, dict[str, Any]]
-) -> WorkflowHandle[Any, SagaResult]:
-    return await client.start_workflow(
-        STEPS_WORKFLOW,
-        SagaSpec(
-            steps=[Step(tool=tool, args=args) for tool, args in steps],
-            options=SagaOptions(compensation_backoff_s=0.1),
-        ),
-        id=f"rule-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue,
-        result_type=SagaResult,
-    )
+Start = Callable[..., Coroutine[Any, Any, WorkflowHandle[Any, SagaResult]]]
 
 
-async def approve(cli: Cli, keys: Keys, saga_id: str, seq: int) -> None:
-    done = await cli(
-        "approvals", "approve", saga_id, str(seq), "--as", "alice", extra_env=keys.env()
-    )
+@pytest.fixture
+def start(temporal_client: Client, task_queue: str, refund_worker: WorkerProcess) -> Start:
+    """Start a ``sagacity.Steps`` saga of ``(tool, args)`` steps on the refund app's worker."""
+
+    async def steps(*steps: tuple[str, dict[str, Any]]) -> WorkflowHandle[Any, SagaResult]:
+        return await temporal_client.start_workflow(
+            STEPS_WORKFLOW,
+            SagaSpec(
+                steps=[Step(tool=tool, args=args) for tool, args in steps],
+                options=SagaOptions(compensation_backoff_s=0.1),
+            ),
+            id=f"rule-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            result_type=SagaResult,
+        )
+
+    return steps
+
+
+async def decide(cli: Cli, keys: Keys, saga_id: str, seq: int, *how: str) -> None:
+    """Alice's signed decision, with the CLI: ``approve``, or ``reject --reason ...``."""
+    done = await cli("approvals", *how, saga_id, str(seq), "--as", "alice", extra_env=keys.env())
     assert done.code == 0, done.stderr
 
 
@@ -126,9 +123,8 @@ async def http_and_console_show(
 
 
 async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
-    refund_worker: WorkerProcess,
+    start: Start,
     temporal_client: Client,
-    task_queue: str,
     keys: Keys,
     cli: Cli,
     journal: JournalStore,
@@ -138,8 +134,6 @@ async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
 ) -> None:
     # the first step is rule-gated: the call that opens the journal waits too
     handle = await start(
-        temporal_client,
-        task_queue,
         ("refund", {"order_id": "o-1", "amount": 1500}),
         ("refund", {"order_id": "o-2", "amount": 500}),
         ("refund", {"order_id": "o-3", "amount": 2000}),
@@ -166,7 +160,7 @@ async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
     listed = await cli("approvals", "list", "--saga", handle.id, "--json")
     assert [r["why"] for r in listed.json()["requests"]] == [WHY_1500], listed
 
-    await approve(cli, keys, handle.id, first)
+    await decide(cli, keys, handle.id, first, "approve")
     status = await wait_for(
         handle,
         lambda s: awaiting_approval(s) and s.pending_approval.journal_seq != first,  # type: ignore[union-attr]
@@ -174,7 +168,7 @@ async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
     assert status.pending_approval is not None
     third = status.pending_approval.journal_seq
     assert status.pending_approval.why == "rule 'large refund': amount 2000 > 1000"
-    await approve(cli, keys, handle.id, third)
+    await decide(cli, keys, handle.id, third, "approve")
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.status is SagaState.COMPLETED, result
 
@@ -241,17 +235,15 @@ async def test_a_refund_over_the_threshold_waits_and_one_under_it_runs_unasked(
 
 
 async def test_a_rule_gated_refund_rejected_after_a_worker_kill_compensates_what_ran_before(
+    start: Start,
     refund_worker: WorkerProcess,
     temporal_client: Client,
-    task_queue: str,
     keys: Keys,
     cli: Cli,
     journal: JournalStore,
     verifier: Verifier,
 ) -> None:
     handle = await start(
-        temporal_client,
-        task_queue,
         ("hold_funds", {"order_id": "o-9", "amount": 1500}),
         ("refund", {"order_id": "o-9", "amount": 1500}),
     )
@@ -265,18 +257,7 @@ async def test_a_rule_gated_refund_rejected_after_a_worker_kill_compensates_what
     status = await wait_for(handle, awaiting_approval)
     assert status.pending_approval is not None and status.pending_approval.why == WHY_1500
     assert status.pending_approval.journal_seq == seq
-    rejected = await cli(
-        "approvals",
-        "reject",
-        handle.id,
-        str(seq),
-        "--as",
-        "alice",
-        "--reason",
-        "too much",
-        extra_env=keys.env(),
-    )
-    assert rejected.code == 0, rejected.stderr
+    await decide(cli, keys, handle.id, seq, "reject", "--reason", "too much")
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.status is SagaState.COMPENSATED, result
     rows = await phases(journal, handle.id)
@@ -288,15 +269,9 @@ async def test_a_rule_gated_refund_rejected_after_a_worker_kill_compensates_what
 
 
 async def test_a_refund_under_the_threshold_opens_no_request(
-    refund_worker: WorkerProcess,
-    temporal_client: Client,
-    task_queue: str,
-    journal: JournalStore,
-    verifier: Verifier,
+    start: Start, journal: JournalStore, verifier: Verifier
 ) -> None:
-    handle = await start(
-        temporal_client, task_queue, ("refund", {"order_id": "o-5", "amount": 1000})
-    )
+    handle = await start(("refund", {"order_id": "o-5", "amount": 1000}))
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.status is SagaState.COMPLETED, result
     assert await phases(journal, handle.id) == [("refund", "INTENT"), ("refund", "EXECUTED")]

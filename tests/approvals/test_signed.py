@@ -15,6 +15,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,17 +91,29 @@ async def signed_worker(
     tmp_path: Path,
 ) -> AsyncIterator[WorkerProcess]:
     process = WorkerProcess(endpoints, database_url, task_queue, tmp_path / "worker.log")
-    process.env.update(
-        SAGACITY_KEYRING=str(keys.keyring),
-        SAGACITY_APPROVERS="send_confirmation=alice",
-        SAGACITY_RESOLVERS="*=alice",
-        SAGACITY_SIGNING_KEY=str(settings.signing_key),
-        SAGACITY_CHECKPOINT_DIR=str(settings.checkpoint_dir),
-        SAGACITY_TRUST_FILE=str(settings.trust_file),
-        # the transparency log's sequencer off: the session's journal is shared, and this test
-        # rewrites rows as an attacker would (a log of them would name the rewrite elsewhere)
-        SAGACITY_LOG_INTERVAL="PT0S",
-    )
+    process.env.update(signed_env(settings, keys, approvers="send_confirmation=alice"))
+    async with running(process):
+        yield process
+
+
+def signed_env(settings: Settings, keys: Keys, *, approvers: str) -> dict[str, str]:
+    """A worker's settings to take only decisions signed by a key of ``keys``' keyring."""
+    return {
+        "SAGACITY_KEYRING": str(keys.keyring),
+        "SAGACITY_APPROVERS": approvers,
+        "SAGACITY_RESOLVERS": "*=alice",
+        "SAGACITY_SIGNING_KEY": str(settings.signing_key),
+        "SAGACITY_CHECKPOINT_DIR": str(settings.checkpoint_dir),
+        "SAGACITY_TRUST_FILE": str(settings.trust_file),
+        # the transparency log's sequencer off: the session's journal is shared, and the tests
+        # rewrite rows as an attacker would (a log of them would name the rewrite elsewhere)
+        "SAGACITY_LOG_INTERVAL": "PT0S",
+    }
+
+
+@asynccontextmanager
+async def running(process: WorkerProcess) -> AsyncIterator[WorkerProcess]:
+    """``process`` started, and stopped when the block ends."""
     await process.start()
     try:
         yield process

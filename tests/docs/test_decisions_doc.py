@@ -169,6 +169,23 @@ def forged_from(first: int) -> Callable[[int, str], str]:
 def test_the_documented_verifier_agrees_with_decision_check(
     case: str, rows: list[Entry], named: list[int]
 ) -> None:
+    check, plain = both_verifiers(rows, named)
+    space = snippet()
+    assert space["signature_holds"](plain[5], {"keys": [keyring_json()]})
+    if case == "request edited too":
+        assert check.problems[0][1] == (
+            "decision seq 6 disagrees: signed over input sha256 "
+            "7c9c5842af9980e9e39aab1422cdd1c78200ea0c90495983e49bbfa7d06fa032 but the request at "
+            "seq 5 holds 4851a38b5e36b8edf78bf0d57eecd268b55cc57f9cd9bef0679b7ecf2129897d"
+        )
+        assert check.problems[0][1] in DOC.replace("\n", " ")
+
+
+def both_verifiers(
+    rows: list[Entry], named: list[int]
+) -> tuple[DecisionCheck, list[dict[str, Any]]]:
+    """Check that :class:`DecisionCheck` and the doc's ``unbound`` both name the rows ``named``;
+    the check, and the rows as the snippet reads them."""
     keyring = Keyring(keys=[keyring_entry("renée", SIGNER.key.public_key(), [WHO])])
     check = DecisionCheck("order-7f3a", keyring)
     for row in rows:
@@ -178,16 +195,8 @@ def test_the_documented_verifier_agrees_with_decision_check(
     plain = [
         {**vars_of(r), "phase": r.phase.value, "timestamp": r.timestamp.isoformat()} for r in rows
     ]
-    space = snippet()
-    assert space["unbound"](plain) == named
-    assert space["signature_holds"](plain[5], {"keys": [keyring_json()]})
-    if case == "request edited too":
-        assert check.problems[0][1] == (
-            "decision seq 6 disagrees: signed over input sha256 "
-            "7c9c5842af9980e9e39aab1422cdd1c78200ea0c90495983e49bbfa7d06fa032 but the request at "
-            "seq 5 holds 4851a38b5e36b8edf78bf0d57eecd268b55cc57f9cd9bef0679b7ecf2129897d"
-        )
-        assert check.problems[0][1] in DOC.replace("\n", " ")
+    assert snippet()["unbound"](plain) == named
+    return check, plain
 
 
 def vars_of(row: Entry) -> dict[str, Any]:

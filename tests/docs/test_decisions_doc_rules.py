@@ -5,15 +5,14 @@ of the tool the rule asks about with no approval is reported."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from sagacity.evidence.decisions import DecisionCheck, Keyring, Statement, keyring_entry, signed_row
+from sagacity.evidence.decisions import Statement, signed_row
 from sagacity.journal import Entry, to_json
 from sagacity.journal.canonical import input_hash
 from sagacity.rules import ApprovalRule, request_reason
-from tests.docs.test_decisions_doc import AT, SIGNER, WHO, chain, snippet, vars_of
+from tests.docs.test_decisions_doc import AT, SIGNER, WHO, both_verifiers, chain
 
 RULE = ApprovalRule(name="large refund", field="amount", op=">", value=1000)
 BIG = to_json({"amount": 1500, "order_id": "o-1"})
@@ -68,16 +67,7 @@ def refunds(rule: ApprovalRule, *later: str) -> list[Entry]:
 def test_a_rules_request_binds_its_own_call_and_the_rule_judges_the_rest(
     case: str, rows: list[Entry], named: list[int]
 ) -> None:
-    keyring = Keyring(keys=[keyring_entry("renée", SIGNER.key.public_key(), [WHO])])
-    check = DecisionCheck("order-7f3a", keyring)
-    for row in rows:
-        check.feed(row)
-    check.finish()
-    assert [seq for seq, _ in check.problems] == named, check.problems
-    plain: list[dict[str, Any]] = [
-        {**vars_of(r), "phase": r.phase.value, "timestamp": r.timestamp.isoformat()} for r in rows
-    ]
-    assert snippet()["unbound"](plain) == named
+    check, _ = both_verifiers(rows, named)
     assert check.checked == 1  # alice's approval verified
 
 
