@@ -258,7 +258,7 @@ class SagaCancelled(SagaAborted):
 
 
 class ApprovalRejected(SagacityError):
-    """An IRREVERSIBLE call was rejected (by a human, a deadline or failed verification)."""
+    """A call waiting for approval was rejected (by a human, a deadline or failed verification)."""
 
     code = "approval_rejected"
 

@@ -89,7 +89,8 @@ class Settings(BaseSettings):
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
     approval_deadline: timedelta = Field(
-        default=timedelta(days=7), description="how long an IRREVERSIBLE call waits for a human"
+        default=timedelta(days=7),
+        description="how long a call waiting for approval waits for a human",
     )
     max_concurrent_activities: int = Field(default=100, ge=1)
     outage_window: timedelta = Field(

@@ -1,4 +1,4 @@
-"""Human decisions: approve IRREVERSIBLE calls, resolve SUSPECT ones, from code, CLI or HTTP.
+"""Human decisions: approve gated calls, resolve SUSPECT ones, from code, CLI or HTTP.
 
 The gate itself lives in the saga engine (:mod:`sagacity.temporal.saga.gate`); this package sits on it.
 """

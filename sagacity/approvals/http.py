@@ -480,7 +480,8 @@ def _app() -> FastAPI:
     app = FastAPI(
         title="Sagacity approvals",
         version=version("sagacity"),
-        description="Pending approvals of IRREVERSIBLE tool calls, and decisions on them.",
+        description="Pending approvals of tool calls (IRREVERSIBLE ones, and those a needs_approval "
+        "rule asked about), and decisions on them.",
         generate_unique_id_function=lambda route: route.name,
     )
 

@@ -1,4 +1,4 @@
-"""``sagacity approvals``: list pending IRREVERSIBLE calls, decide or sign for them, serve the HTTP API.
+"""``sagacity approvals``: list pending gated calls, decide or sign for them, serve the HTTP API.
 
 Decisions go through :class:`~sagacity.approvals.ApprovalService`, so ``SAGACITY_APPROVERS``
 applies here as it does over HTTP. ``--as`` names the approver the journal records; each decision
@@ -50,7 +50,8 @@ __all__ = ["app"]
 
 app = typer.Typer(
     name="approvals",
-    help="Pending approvals of IRREVERSIBLE tool calls: list, show, approve, reject, sign, serve.",
+    help="Pending approvals of IRREVERSIBLE calls and calls a needs_approval rule asked about: "
+    "list, show, approve, reject, sign, serve.",
     no_args_is_help=True,
 )
 

@@ -11,7 +11,7 @@ from sagacity.temporal.models.steps import Step
 class SagaOptions(BaseModel):
     """Per-saga behaviour, chosen by whoever starts the saga."""
 
-    #: how long an IRREVERSIBLE call waits for a decision before it is rejected as ``timeout``
+    #: how long a call waiting for approval waits for a decision before it is rejected as ``timeout``
     approval_deadline_s: float = 7 * 24 * 3600
     #: who may approve: tool name (or ``"*"``) to identities; ``None`` lets any named approver decide
     approvers: dict[str, list[str]] | None = None

@@ -1,4 +1,4 @@
-"""The approval gate: an irreversible call waits for a human's decision, judged before it is taken.
+"""The approval gate: a call that needs approval waits for a human's decision, judged first.
 
 Decisions come as ``approve`` / ``reject`` signals or a ``decide`` update; a decision that cannot
 be taken (wrong seq, hash, approver, signature) is refused and recorded, never raised in a
