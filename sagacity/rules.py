@@ -32,6 +32,8 @@ __all__ = [
 Op = Literal[">", ">=", "<", "<=", "==", "!=", "in"]
 OPS: frozenset[str] = frozenset({">", ">=", "<", "<=", "==", "!=", "in"})
 _ORDERED = frozenset({">", ">=", "<", "<="})
+#: the key of the object the journal puts in place of a redacted value
+REDACTED = "$redacted"
 #: how deep rules may nest: deeper is a mistake, and bounds the work of judging one
 MAX_DEPTH = 8
 
@@ -205,6 +207,10 @@ def _judge(rule: ApprovalRule, args: Any, hidden: Collection[str], depth: int) -
     found, seen = _lookup(args, rule.field)
     if not found:
         return Verdict(None, f"{rule.field} is missing")
+    if isinstance(seen, Mapping) and REDACTED in seen:
+        # the journal's marker of a redacted value (a verifier reads the input as stored): its
+        # value is unknown, so no comparison can tell, not even != or not in
+        return Verdict(None, f"{rule.field} is redacted")
     pointer = "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in rule.field.split("."))
     shown = "(redacted)" if any(_covers(h, pointer) for h in hidden) else _show(seen)
     said = f"{rule.field} {shown} {rule.op} {_show(rule.value)}"

@@ -47,6 +47,11 @@ def refunds(rule: ApprovalRule, *later: str) -> list[Entry]:
         ("a later call over it ran with no approval", refunds(RULE, SMALL, HUGE), [7]),
         ("a later call's amount redacted: cannot be judged", refunds(RULE, HIDDEN), []),
         (
+            "a != rule on a redacted value: cannot be judged",
+            refunds(ApprovalRule(name="not 500", field="amount", op="!=", value=500), HIDDEN),
+            [],
+        ),
+        (
             "an always-rule gates every call",
             refunds(ApprovalRule(name="a", always=True), SMALL),
             [5],
