@@ -8,15 +8,12 @@ with alice's key, as ``sagacity approvals reject`` signs it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
-from datetime import timedelta
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from sagacity.agents import (
     AgentSagaRequest,
@@ -24,18 +21,13 @@ from sagacity.agents import (
     Conversation,
     Say,
     Script,
-    ScriptedModelProvider,
-    agent_plugins,
-    with_plugins,
 )
-from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import DecisionCheck, Keyring, Signer, load_keyring
-from sagacity.evidence.redaction import Redactor
 from sagacity.journal import Phase
 from sagacity.settings import Settings
-from sagacity.store import ApprovalStore, JournalStore
+from sagacity.store import JournalStore
 from sagacity.temporal.models import Reject, SagaState
-from tests.agents.conftest import start_agent
+from tests.agents.conftest import WorkerFactory, start_agent
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, wait_for
 
@@ -78,47 +70,15 @@ def alice(settings: Settings) -> Signer:
     return Signer.open(settings.approver_key)
 
 
-@contextlib.asynccontextmanager
-async def signed_agent_worker(
-    client: Client,
-    task_queue: str,
-    journal: JournalStore,
-    approvals: ApprovalStore,
-    checkpoints: CheckpointWriter,
-    redactor: Redactor,
-    keyring: Keyring,
-) -> AsyncIterator[Worker]:
-    """An agent worker as the default configuration has it: every decision must be signed."""
-    plugins = agent_plugins(
-        journal=journal,
-        approvals=approvals,
-        tools=sample_tools.TOOLS,
-        model_provider=ScriptedModelProvider({"reroute": REROUTE}),
-        model_attempts=2,
-        checkpoints=checkpoints,
-        redactor=redactor,
-        keyring=keyring,
-    )
-    async with Worker(
-        with_plugins(client, plugins),
-        task_queue=task_queue,
-        graceful_shutdown_timeout=timedelta(seconds=1),
-    ) as worker:
-        yield worker
-
-
 async def test_the_model_reads_the_rejection_message_and_takes_another_tool(
     temporal_client: Client,
-    task_queue: str,
+    agent_worker: WorkerFactory,
     journal: JournalStore,
-    approvals: ApprovalStore,
-    checkpoint_writer: CheckpointWriter,
-    redactor: Redactor,
     keyring: Keyring,
     alice: Signer,
 ) -> None:
-    async with signed_agent_worker(
-        temporal_client, task_queue, journal, approvals, checkpoint_writer, redactor, keyring
+    async with agent_worker(
+        {"reroute": REROUTE}, tools=sample_tools.TOOLS, keyring=keyring
     ) as worker:
         handle = await start_agent(
             temporal_client,

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from sagacity.approvals import ApprovalService
@@ -45,6 +45,13 @@ trip = test_sign.trip
 MESSAGE = "Send it to the billing address instead: call update_address first."
 
 
+async def waiting(client: Client, task_queue: str) -> tuple[WorkflowHandle[Any, SagaResult], int]:
+    """An Order saga at its approval gate, and the seq of the request it waits with."""
+    handle, status = await start_order(client, task_queue)
+    assert status.pending_approval is not None
+    return handle, status.pending_approval.journal_seq
+
+
 async def rejected_row(journal: JournalStore, saga_id: str) -> tuple[int, dict[str, Any]]:
     row = next(e for e in await journal.read(saga_id) if e.phase is Phase.REJECTED)
     body: dict[str, Any] = json.loads(row.payload)
@@ -61,9 +68,7 @@ async def test_a_cli_rejection_message_is_in_the_result_signed_and_an_edit_fails
     owner_database_url: str,
     verifier: Verifier,
 ) -> None:
-    handle, status = await start_order(temporal_client, task_queue)
-    assert status.pending_approval is not None
-    seq = status.pending_approval.journal_seq
+    handle, seq = await waiting(temporal_client, task_queue)
     said = await cli(
         "approvals", "reject", handle.id, str(seq), "--reason", "wrong address",
         "--message", MESSAGE, "--json", extra_env=keys.env(),
@@ -147,9 +152,7 @@ async def test_a_malformed_message_is_refused_on_every_route_and_nothing_is_jour
     message: str,
     why: str,
 ) -> None:
-    handle, status = await start_order(temporal_client, task_queue)
-    assert status.pending_approval is not None
-    seq = status.pending_approval.journal_seq
+    handle, seq = await waiting(temporal_client, task_queue)
     before = await phases(journal, handle.id)
 
     # the reject signal: refused and listed, never raised in the handler
@@ -213,9 +216,7 @@ async def test_the_console_reject_form_takes_a_message_signed_for_the_principal(
     journal: JournalStore,
     approvals: ApprovalStore,
 ) -> None:
-    handle, status = await start_order(temporal_client, task_queue)
-    assert status.pending_approval is not None
-    seq = status.pending_approval.journal_seq
+    handle, seq = await waiting(temporal_client, task_queue)
     service = ApprovalService(
         temporal_client,
         approvals,
