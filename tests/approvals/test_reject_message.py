@@ -32,7 +32,7 @@ from tests.approvals.test_decisions_bound import Verifier
 from tests.approvals.test_sign import RoundTrip
 from tests.approvals.test_signed import Keys, refusals, start_order
 from tests.evidence.test_default_config_tamper import Owner
-from tests.temporal.conftest import phases
+from tests.temporal.conftest import forget_killed_worker, phases
 from tests.temporal.test_crash import WorkerProcess
 
 # the signed-decision worker, its keyring, the verifier and the sign round trip, shared by name
@@ -128,6 +128,14 @@ async def test_sign_prints_a_rejection_with_its_message_for_the_temporal_cli(
     )  # fmt: skip
     assert signed.code == 0, signed.stderr
     assert signed.json()["message"] == MESSAGE
+    # whoever can reach Temporal changes the message under alice's signature: refused
+    forged = {**signed.json(), "message": "Resend it, twice."}
+    await trip.signal(saga.id, "reject", json.dumps(forged))
+    refused = await refusals(saga.handle, 1)
+    assert "does not verify" in refused[0], refused
+    status = await saga.handle.query("status", result_type=SagaStatus)
+    assert status.state is SagaState.AWAITING_APPROVAL
+
     await trip.signal(saga.id, "reject", signed.stdout.strip())
     result: SagaResult = await saga.handle.result()
     assert result.error is not None and result.error.rejection is not None
@@ -250,3 +258,31 @@ async def test_the_console_reject_form_takes_a_message_signed_for_the_principal(
     _, body = await rejected_row(journal, handle.id)
     assert body["message"] == "Not this address.\nCall update_address first."
     assert body["by"] == "alice" and "signature" in body
+
+
+async def test_a_rejection_sent_while_the_worker_is_dead_keeps_its_message(
+    signed_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    keys: Keys,
+    cli: Cli,
+    journal: JournalStore,
+) -> None:
+    handle, seq = await waiting(temporal_client, task_queue)
+    signed = await cli(
+        "approvals", "sign", handle.id, str(seq), "--reject", "--reason", "wrong address",
+        "--message", MESSAGE, "--json-only", extra_env=keys.env(),
+    )  # fmt: skip
+    assert signed.code == 0, signed.stderr
+    # the worker is SIGKILLed at the gate; the decision waits in the saga's history
+    signed_worker.kill()
+    await handle.signal("reject", json.loads(signed.stdout))
+    await forget_killed_worker(temporal_client, handle.id)
+    await signed_worker.start()
+    result = await handle.result()
+    assert result.status is SagaState.COMPENSATED
+    assert result.error is not None and result.error.rejection is not None
+    assert result.error.rejection.message == MESSAGE
+    at, body = await rejected_row(journal, handle.id)
+    assert (at, body["message"]) == (seq + 1, MESSAGE)
+    assert [p for _, p in await phases(journal, handle.id)].count("REJECTED") == 1

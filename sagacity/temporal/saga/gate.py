@@ -323,6 +323,8 @@ class Gate:
 def _rejected_row(decision: Reject) -> str:
     """An unsigned REJECTED row's payload: who, why, and the message when there is one (rows
     without one are as they always were)."""
+    # no patch: a message arrives only in a decision that carries one, which no recorded
+    # history holds; the commands are the same either way (only the row's payload differs)
     row = {"by": decision.approver, "reason": decision.reason}
     if decision.message is not None:
         row["message"] = decision.message
