@@ -258,9 +258,29 @@ class SagaCancelled(SagaAborted):
 
 
 class ApprovalRejected(SagacityError):
-    """A call waiting for approval was rejected (by a human, a deadline or failed verification)."""
+    """A call waiting for approval was rejected (by a human, a deadline or failed verification).
+
+    ``tool``, ``by`` and ``reason`` say which call, who rejected it and why; ``message`` is what
+    the approver told whoever made the call to do instead (None when nothing). They are None
+    when the gate did not say (a call refused because its approved input failed to verify).
+    """
 
     code = "approval_rejected"
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        tool: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(text)
+        self.tool = tool
+        self.by = by
+        self.reason = reason
+        self.message = message
 
 
 class ApprovalNotFound(ApprovalRefused):

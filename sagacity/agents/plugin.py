@@ -34,6 +34,7 @@ from temporalio.plugin import SimplePlugin
 from sagacity.agents.conversation import conversation_activities
 from sagacity.agents.workflow import AgentSagaWorkflow
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.decisions import Keyring
 from sagacity.evidence.redaction import Redactor
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
@@ -88,12 +89,14 @@ def agent_plugins(
     model_timeout: timedelta = timedelta(seconds=120),
     model_attempts: int = 5,
     codec: CodecChoice = CODEC_FROM_SETTINGS,
+    keyring: Keyring | None = None,
 ) -> list[SimplePlugin]:
     """All plugins of a client whose workers run agent sagas (and the plain saga workflow).
 
     ``checkpoints`` signs the chain head each activity leaves and ``redactor`` keeps secrets
     out of what is written, as a plain worker's do; ``codec`` encrypts every payload, the model's
-    conversation included, as :class:`SagacityPlugin`'s does.
+    conversation included, as :class:`SagacityPlugin`'s does; with ``keyring`` every decision
+    must be signed by a key in it.
     """
     others = [w for w in workflows if w is not AgentSagaWorkflow]
     return [
@@ -105,6 +108,7 @@ def agent_plugins(
             redactor=redactor,
             checkpoints=checkpoints,
             codec=codec,
+            keyring=keyring,
         ),
         *openai_agents_plugins(
             model_provider, model_timeout=model_timeout, model_attempts=model_attempts

@@ -42,11 +42,17 @@ from sagacity.errors import (
     UnknownTool,
 )
 from sagacity.rules import describe
-from sagacity.temporal.models import ToolSpec
+from sagacity.temporal.models import Rejection, ToolSpec, rejection_of
 from sagacity.temporal.saga import Saga
 from sagacity.tools import Reversibility
 
-__all__ = ["AgentStep", "failure_message", "function_tool_for", "saga_function_tools"]
+__all__ = [
+    "AgentStep",
+    "failure_message",
+    "function_tool_for",
+    "rejection_message",
+    "saga_function_tools",
+]
 
 StepStatus = Literal["executed", "failed", "rejected", "invalid"]
 
@@ -62,6 +68,8 @@ class AgentStep(BaseModel):
     #: journal seq of the row that opened the call (INTENT; AWAITING_APPROVAL or REJECTED when
     #: it never ran); None when it never reached the journal
     seq: int | None = None
+    #: who rejected the call, why, and their message to the model (status ``rejected``)
+    rejection: Rejection | None = None
     #: which turn of a multi-turn saga the call belongs to (0 for the first)
     turn: int = 0
 
@@ -69,10 +77,21 @@ class AgentStep(BaseModel):
 def failure_message(_ctx: RunContextWrapper[Any], error: Exception) -> str:
     """What the model is told when a call fails (plain text, never JSON)."""
     if isinstance(error, ApprovalRejected):
-        return f"Not approved, the tool did not run: {error}"
+        return rejection_message(error)
     if isinstance(error, ToolFailed):
         return f"The tool call failed ({error.error_type}): {error.error_message}"
     return f"The tool call failed: {error}"
+
+
+def rejection_message(error: ApprovalRejected) -> str:
+    """What the model is told of a rejected call: who rejected it, why, and the approver's
+    message, so it can try another way."""
+    if error.tool is None or error.by is None:
+        return f"Not approved, the tool did not run: {error}"
+    text = f"Not approved, the tool did not run. Rejected by {error.by}. Reason: {error.reason}"
+    if error.message is not None:
+        text += f"\nMessage from the approver: {error.message}"
+    return text
 
 
 def _status(error: SagacityError) -> StepStatus:
@@ -168,6 +187,7 @@ def function_tool_for(
                     status=_status(error),
                     output=message or str(error),
                     seq=seq,
+                    rejection=rejection_of(error),
                 )
             )
             if message is None:

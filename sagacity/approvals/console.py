@@ -284,12 +284,14 @@ def console_router(console: WebConsole) -> APIRouter:
         form = await _checked_form(request)
         if form is None:
             return forged(request)
-        reason = form.get("reason", "").strip()
+        reason = _box(form, "reason")
+        # an empty box is no message: the model is told the reason alone
+        message = _box(form, "message") or None
         try:
             if not reason:
                 raise InvalidInput("give a reason: it is journaled with the rejection")
             await console.service.reject(
-                saga_id, seq, approver=request.state.principal, reason=reason
+                saga_id, seq, approver=request.state.principal, reason=reason, message=message
             )
         except SagacityError as exc:
             return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
@@ -518,6 +520,12 @@ async def _form(request: Request) -> dict[str, str]:
     except UnicodeDecodeError:
         raise InvalidInput("the form is not UTF-8 text") from None
     return {k: v[0] for k, v in fields.items() if v}
+
+
+def _box(form: dict[str, str], name: str) -> str:
+    """A text box's value, trimmed, its line breaks as ``\n`` (browsers send a textarea's as
+    CR LF, and a journaled text holds no CR)."""
+    return form.get(name, "").replace("\r\n", "\n").strip()
 
 
 async def _checked_form(request: Request) -> dict[str, str] | None:

@@ -118,6 +118,10 @@ def _plain(value: str) -> str:
     return value
 
 
+def _plain_or_none(value: str | None) -> str | None:
+    return None if value is None else _plain(value)
+
+
 def _saga_id(value: str | None) -> str | None:
     if value is not None:
         check_name(value, what="a saga id", max_len=_ID_MAX)
@@ -155,6 +159,19 @@ class RejectBody(BaseModel):
             json_schema_extra={"pattern": _PLAIN_PATTERN},
         ),
         AfterValidator(_plain),
+    ]
+    message: Annotated[
+        str | None,
+        Field(
+            default=None,
+            min_length=1,
+            max_length=2000,
+            description="for whoever made the call: an agent's model gets it as the tool's "
+            "result, to try another way; journaled and signed with REJECTED; no control "
+            "characters but tab and newline",
+            json_schema_extra={"pattern": _PLAIN_PATTERN},
+        ),
+        AfterValidator(_plain_or_none),
     ]
 
 
@@ -601,8 +618,11 @@ def _app() -> FastAPI:
     async def reject(
         service: Service, principal: Principal, saga_id: SagaId, seq: Seq, body: RejectBody
     ) -> DecisionResult:
-        """Reject the call as the token's principal; the saga compensates what ran before it."""
-        return await service.reject(saga_id, seq, approver=principal, reason=body.reason)
+        """Reject the call as the token's principal; the saga compensates what ran before it
+        (an agent's model is told, with the message, and may try another way)."""
+        return await service.reject(
+            saga_id, seq, approver=principal, reason=body.reason, message=body.message
+        )
 
     @app.get(
         "/sagas/{saga_id}",

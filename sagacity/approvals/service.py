@@ -38,7 +38,6 @@ from sagacity.errors import (
 from sagacity.evidence.decisions import (
     Keyring,
     Signer,
-    Statement,
     allowed,
     permitted,
     signer_refusal,
@@ -126,6 +125,8 @@ class DecisionResult(BaseModel):
     decision: Literal["approved", "rejected"]
     approver: str
     reason: str | None = None
+    #: a rejection's message for the model, as journaled (None: none was given)
+    message: str | None = None
 
 
 def check_signer(signer: Signer | None, keyring: Keyring | None, principal: str) -> None:
@@ -249,11 +250,22 @@ class ApprovalService:
         return await self._decide(saga_id, decision)
 
     async def reject(
-        self, saga_id: str, journal_seq: int, *, approver: str, reason: str
+        self,
+        saga_id: str,
+        journal_seq: int,
+        *,
+        approver: str,
+        reason: str,
+        message: str | None = None,
     ) -> DecisionResult:
-        """Reject the call; returns once REJECTED is journaled (the saga then compensates)."""
+        """Reject the call; returns once REJECTED is journaled (the saga then compensates, or an
+        agent's model is told, ``message`` included, and may try another way)."""
         decision = _decision(
-            journal_seq=journal_seq, approver=approver, approve=False, reason=reason
+            journal_seq=journal_seq,
+            approver=approver,
+            approve=False,
+            reason=reason,
+            message=message,
         )
         return await self._decide(saga_id, decision)
 
@@ -302,12 +314,15 @@ class ApprovalService:
         approver: str,
         approve: bool,
         reason: str | None = None,
+        message: str | None = None,
     ) -> tuple[Decision, PendingApproval]:
         """The ``decide`` payload for the request the saga waits with at ``journal_seq``,
         checked and signed as :meth:`approve` / :meth:`reject` send it, but not sent (another
         client, such as the plain ``temporal`` CLI, delivers it; :meth:`Decision.as_signal` is
         the ``approve`` / ``reject`` signal's); with the request as the saga holds it."""
-        fields = {} if reason is None else {"reason": reason}
+        fields: dict[str, Any] = {} if reason is None else {"reason": reason}
+        if message is not None:
+            fields["message"] = message
         decision = _decision(journal_seq=journal_seq, approver=approver, approve=approve, **fields)
         return await self._prepare(saga_id, decision)
 
@@ -343,6 +358,7 @@ class ApprovalService:
             decision="approved" if outcome == "approved" else "rejected",
             approver=decision.approver,
             reason=None if decision.approve else decision.reason,
+            message=decision.message,
         )
 
     def _signed(self, saga_id: str, decision: Decision, pending: PendingApproval) -> Decision:
@@ -351,14 +367,7 @@ class ApprovalService:
         check_signer(self.signer, self.keyring, decision.approver)
         if self.signer is None:
             return decision
-        statement = Statement(
-            saga_id=saga_id,
-            seq=decision.journal_seq,
-            input_hash=pending.input_hash,
-            decision="approve" if decision.approve else "reject",
-            principal=decision.approver,
-            reason="" if decision.approve else decision.reason,
-        )
+        statement = decision.statement(saga_id, pending.input_hash)
         return decision.model_copy(
             update={"input_hash": pending.input_hash, "signature": self.signer.sign(statement)}
         )

@@ -63,6 +63,15 @@ SeqArg = Annotated[
         min=1, max=2**63 - 1, help="Journal seq of the AWAITING_APPROVAL row.", show_default=False
     ),
 ]
+RejectionMessage = Annotated[
+    str | None,
+    typer.Option(
+        "--message",
+        help="A message for whoever made the call (an agent's model gets it as the tool's "
+        "result, to try another way); journaled and signed with REJECTED.",
+        show_default=False,
+    ),
+]
 Approver = Annotated[
     str | None,
     typer.Option(
@@ -231,6 +240,8 @@ def _report(result: DecisionResult, as_json: bool) -> None:
         f"{result.decision} {result.tool_name} (saga {result.saga_id}, seq {result.journal_seq}) "
         f"as {result.approver}{why}"
     )
+    if result.message is not None:
+        typer.echo(f"message: {result.message}")
 
 
 @app.command("approve")
@@ -262,10 +273,12 @@ def reject_command(
     saga_id: SagaArg,
     seq: SeqArg,
     reason: Annotated[str, typer.Option("--reason", help="Journaled with REJECTED.")],
+    message: RejectionMessage = None,
     approver: Approver = None,
     as_json: AsJson = False,
 ) -> None:
-    """Reject the call; the saga compensates what ran before it."""
+    """Reject the call; the saga compensates what ran before it (an agent's model is told,
+    with the message, and may try another way)."""
     settings = service_settings_or_exit()
 
     async def work() -> DecisionResult:
@@ -275,6 +288,7 @@ def reject_command(
                 seq,
                 approver=approver or signing_identity(service.signer, service.keyring),
                 reason=reason,
+                message=message,
             )
 
     _report(run_or_exit(work()), as_json)
@@ -292,6 +306,7 @@ def sign_command(
     reason: Annotated[
         str | None, typer.Option("--reason", help="A rejection's reason (signed with it).")
     ] = None,
+    message: RejectionMessage = None,
     approver: Approver = None,
     key: Annotated[
         Path | None,
@@ -326,13 +341,17 @@ def sign_command(
     key = key or settings.approver_key
     if reason is not None and approve:
         raise fail("--reason goes with --reject: an approval carries none")
+    if message is not None and approve:
+        raise fail("--message goes with --reject: an approval carries none")
     if key is None:
         raise fail("no key to sign with: give --key or set SAGACITY_APPROVER_KEY")
 
     async def work() -> tuple[Decision, PendingApproval]:
         async with _service(settings, key) as service:
             who = approver or signing_identity(service.signer, service.keyring)
-            return await service.sign(saga_id, seq, approver=who, approve=approve, reason=reason)
+            return await service.sign(
+                saga_id, seq, approver=who, approve=approve, reason=reason, message=message
+            )
 
     decision, pending = run_or_exit(work())
     assert decision.signature is not None and settings.temporal_address

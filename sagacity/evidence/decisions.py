@@ -95,7 +95,7 @@ class Statement:
     """What a signature vouches for. ``seq`` is the request's AWAITING_APPROVAL seq (approvals)
     or the SUSPECT call's INTENT seq (resolutions); ``input_hash`` is the request's input hash
     (approvals) or the INTENT row's chain hash (resolutions); ``result`` is the canonical JSON of
-    what a call that happened returned, else empty."""
+    what a call that happened returned, a rejection's message for the model, else empty."""
 
     saga_id: str
     seq: int
@@ -197,7 +197,7 @@ class Keyring(BaseModel):
         except (InvalidSignature, binascii.Error, ValueError):
             return (
                 f"the signature by key {signature.key_id} ({entry.name}) does not verify: it was "
-                "made for another decision, saga, seq, input hash, reason or time"
+                "made for another decision, saga, seq, input hash, reason, message or time"
             )
         return None
 
@@ -273,7 +273,10 @@ def signer_refusal(signer: Signer | None, keyring: Keyring | None, principal: st
 def signed_row(statement: Statement, signature: Signature, signer: str, **extra: Any) -> str:
     """The payload of a journal row that records a signed decision: the statement's fields the
     row's place does not give, the signature, the signer's name in the keyring, and ``extra``
-    (an abort's ``"abort": true``, a halt's record, a resolution's result)."""
+    (an abort's ``"abort": true``, a halt's record, a resolution's result). A rejection's
+    message (its statement's ``result``) is ``"message"``, absent when there is none."""
+    if statement.decision == "reject" and statement.result:
+        extra = {**extra, "message": statement.result}
     return to_json(
         {
             **extra,
@@ -386,8 +389,14 @@ def row_statement(
         statement = Statement(
             saga_id, seq - 1, signed, "happened", by, result=to_json(body["result"])
         )
+    elif decision == "reject":
+        # about the request before; its message for the model, if any, is the signed result
+        note = body.get("message", "")
+        if not isinstance(note, str) or ("message" in body and not note):
+            raise ValueError("a signed rejection's message must be non-empty text")
+        statement = Statement(saga_id, seq - 1, signed, "reject", by, reason, note)
     else:
-        # approve, reject, not_happened: about the row before (the request, the INTENT)
+        # approve, not_happened: about the row before (the request, the INTENT)
         statement = Statement(saga_id, seq - 1, signed, decision, by, reason)
     return statement, signature, body["signer"]
 

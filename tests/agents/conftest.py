@@ -27,6 +27,7 @@ from sagacity.agents import (
     with_plugins,
 )
 from sagacity.evidence.checkpoints import CheckpointWriter
+from sagacity.evidence.decisions import Keyring
 from sagacity.evidence.redaction import Redactor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.tools import CompensableTool
@@ -53,8 +54,9 @@ def agent_worker(
     """Start a worker for agent sagas: ``async with agent_worker(scripts) as worker: ...``.
 
     The model is the scripted one over ``scripts`` (the Order example's by default), or
-    ``provider``; the tools are the Order example's and the sample tools, or ``tools``; other
-    keywords go to the :class:`Worker`.
+    ``provider``; the tools are the Order example's and the sample tools, or ``tools``; with
+    ``keyring`` every decision must be signed by a key in it; other keywords go to the
+    :class:`Worker`.
     """
 
     @contextlib.asynccontextmanager
@@ -63,6 +65,7 @@ def agent_worker(
         *,
         provider: ModelProvider | None = None,
         tools: Sequence[CompensableTool[..., Any]] = (),
+        keyring: Keyring | None = None,
         **worker_options: Any,
     ) -> AsyncIterator[Worker]:
         default = cast(list[CompensableTool[..., Any]], [*order_app.TOOLS, *sample_tools.TOOLS])
@@ -74,6 +77,7 @@ def agent_worker(
             model_attempts=2,
             checkpoints=checkpoint_writer,
             redactor=redactor,
+            keyring=keyring,
         )
         worker = Worker(
             with_plugins(temporal_client, plugins),

@@ -57,6 +57,21 @@ VECTORS = {
         "approval-gate",
         {},
     ),
+    "Reject": Vector(
+        Statement(
+            "order-7f3a",
+            5,
+            input_hash(ORDER),
+            "reject",
+            WHO,
+            "wrong address",
+            "Ship it to the billing address: call update_address first.",
+        ),
+        6,
+        "REJECTED",
+        "approval-gate",
+        {},
+    ),
     "Abort": Vector(
         Statement("order-7f3a", 0, "", "abort", WHO, "customer called"),
         6,

@@ -108,6 +108,9 @@ def _describe(saga: Found) -> list[str]:
             lines.append(f"  result: {json.dumps(saga.value, ensure_ascii=False)}")
         if saga.error is not None:
             lines.append(f"  why: {saga.error.type}: {saga.error.message}")
+            rejected = saga.error.rejection
+            if rejected is not None and rejected.message is not None:
+                lines.append(f"  message from {rejected.by}: {rejected.message}")
         restored = [e.tool_name for e in saga.compensated if e.undone_as == "restored"]
         if restored:
             lines.append("  undone: " + ", ".join(restored))

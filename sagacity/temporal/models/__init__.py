@@ -21,10 +21,12 @@ from sagacity.temporal.models.calls import (
     CallStatus,
     ErrorInfo,
     Journaled,
+    Rejection,
     Resolved,
     ResolveRequest,
     Suspect,
     failure_payload,
+    rejection_of,
 )
 from sagacity.temporal.models.carry import (
     SagaCarry,
@@ -39,6 +41,7 @@ from sagacity.temporal.models.decisions import (
     InputHash,
     Reason,
     Reject,
+    RejectMessage,
     Resolve,
     resolution_statement,
 )
@@ -126,6 +129,8 @@ __all__ = [
     "PendingApproval",
     "Reason",
     "Reject",
+    "RejectMessage",
+    "Rejection",
     "Resolve",
     "ResolveRequest",
     "Resolved",
@@ -148,6 +153,7 @@ __all__ = [
     "Suspect",
     "ToolSpec",
     "failure_payload",
+    "rejection_of",
     "resolution_statement",
     "undo_attempt",
     "undo_attempt_detail",

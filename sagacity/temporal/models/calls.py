@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from sagacity.errors import ApprovalRejected
 from sagacity.evidence.decisions import Signature
 from sagacity.journal.canonical import to_json
 from sagacity.temporal.models.decisions import Resolve
@@ -16,9 +17,30 @@ from sagacity.temporal.models.lean import Lean
 from sagacity.temporal.models.state import SagaState
 
 
-class ErrorInfo(BaseModel):
+class Rejection(Lean):
+    """A call a human (or the deadline) rejected: which tool, who, why, and the message to the
+    caller (None when none was given), as the REJECTED row holds them."""
+
+    tool: str
+    by: str
+    reason: str
+    message: str | None = None
+
+
+def rejection_of(error: BaseException) -> Rejection | None:
+    """The rejection ``error`` tells of: a call rejected at its gate, saying who and why."""
+    if not isinstance(error, ApprovalRejected) or error.tool is None or error.by is None:
+        return None
+    return Rejection(tool=error.tool, by=error.by, reason=error.reason or "", message=error.message)
+
+
+class ErrorInfo(Lean):
+    """Why a call or a saga failed: the error's type and message; ``rejection`` when a human
+    rejected the call (left out of the payload otherwise)."""
+
     type: str
     message: str
+    rejection: Rejection | None = None
 
 
 class CallRequest(Lean):

@@ -34,8 +34,21 @@ Identity = Annotated[
 Reason = Annotated[str, Field(max_length=2000), AfterValidator(_plain_text)]
 
 
+#: a message for the model (or whoever made the call) given with a rejection: what to do instead
+RejectMessage = Annotated[str, Field(max_length=2000), AfterValidator(_plain_text)]
+
+
 #: a sha-256 in hex, as ``input_hash`` is stored
 InputHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
+#: an optional message, left out of the payload when there is none: a worker of the release
+#: before (which forbids unknown fields) still reads a decision that carries no message
+_NO_MESSAGE = Field(default=None, exclude_if=_absent)
 
 
 class _Strict(BaseModel):
@@ -64,13 +77,35 @@ class Approve(_Signed):
     journal_seq: int = Field(ge=1)
     approver: Identity
 
+    def statement(self, saga_id: str, input_hash: str) -> Statement:
+        """What a signature on this approval vouches for: the request and the input it saw."""
+        return Statement(saga_id, self.journal_seq, input_hash, "approve", self.approver)
+
 
 class Reject(_Signed):
-    """Signal ``reject``: a human refuses the call awaiting approval at ``journal_seq``."""
+    """Signal ``reject``: a human refuses the call awaiting approval at ``journal_seq``.
+
+    ``message`` (optional) is for whoever made the call: an agent's model gets it as the tool's
+    result, so it can try another way. It is journaled and, signed, covered by the signature.
+    """
 
     journal_seq: int = Field(ge=1)
     approver: Identity
     reason: Reason = "rejected"
+    message: RejectMessage | None = _NO_MESSAGE
+
+    def statement(self, saga_id: str, input_hash: str) -> Statement:
+        """What a signature on this rejection vouches for: the request, the input it saw, the
+        reason and the message (field ``result``; empty when none)."""
+        return Statement(
+            saga_id,
+            self.journal_seq,
+            input_hash,
+            "reject",
+            self.approver,
+            self.reason,
+            self.message or "",
+        )
 
 
 class Decision(_Signed):
@@ -80,6 +115,18 @@ class Decision(_Signed):
     approver: Identity
     approve: bool
     reason: Reason = "rejected"
+    #: a rejection's message for the model (see :class:`Reject`); an approval carries none
+    message: RejectMessage | None = _NO_MESSAGE
+
+    @model_validator(mode="after")
+    def _message_with_rejection(self) -> Decision:
+        if self.approve and self.message is not None:
+            raise ValueError("a message goes with a rejection: an approval carries none")
+        return self
+
+    def statement(self, saga_id: str, input_hash: str) -> Statement:
+        """What a signature on this decision vouches for (the signal's :meth:`statement`)."""
+        return self.as_signal().statement(saga_id, input_hash)
 
     def as_signal(self) -> Approve | Reject:
         """The same decision as the ``approve`` or ``reject`` signal would carry it."""
@@ -96,6 +143,7 @@ class Decision(_Signed):
             input_hash=self.input_hash,
             signature=self.signature,
             reason=self.reason,
+            message=self.message,
         )
 
 

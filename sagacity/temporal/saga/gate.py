@@ -30,6 +30,7 @@ from sagacity.temporal.models import (
     ErrorInfo,
     PendingApproval,
     Reject,
+    Rejection,
     RowDraft,
     SagaCarry,
     SagaState,
@@ -177,31 +178,33 @@ class Gate:
                 approver=controls.abort.by or "sagacity",
                 reason=f"aborted before the approved call ran: {controls.abort.reason}",
             )
-        payload = self._decision_payload(decision, pending) or to_json(
-            {"by": decision.approver, "reason": decision.reason}
-        )
+        payload = self._decision_payload(decision, pending) or _rejected_row(decision)
         if controls.abort is not None and workflow.patched(ABORT_ROW_PATCH):
             payload = controls.abort_row(controls.abort, decision.reason, signed=bound)
         await self._journal.append(
             [RowDraft(tool_name=APPROVAL_GATE, phase=Phase.REJECTED, payload=payload, **request)]
         )
         await self._journal.close_request(seq)
-        error = ErrorInfo(type="ApprovalRejected", message=f"{spec.name}: {decision.reason}")
+        rejection = Rejection(
+            tool=spec.name, by=decision.approver, reason=decision.reason, message=decision.message
+        )
+        error = ErrorInfo(
+            type="ApprovalRejected",
+            message=f"{spec.name}: {decision.reason}",
+            rejection=rejection,
+        )
         core.failures.append(error)
         if controls.abort is not None:
             controls.raise_if_aborted()
-        raise ApprovalRejected(f"{spec.name} rejected by {decision.approver}: {decision.reason}")
+        raise ApprovalRejected(
+            f"{spec.name} rejected by {decision.approver}: {decision.reason}",
+            **rejection.model_dump(),
+        )
 
     def _statement(self, decision: Approve | Reject, pending: PendingApproval) -> Statement:
-        """What a signature on ``decision`` must vouch for: this saga, the request, its hash."""
-        return Statement(
-            saga_id=self._core.saga_id,
-            seq=pending.journal_seq,
-            input_hash=pending.input_hash,
-            decision="approve" if isinstance(decision, Approve) else "reject",
-            principal=decision.approver,
-            reason=decision.reason if isinstance(decision, Reject) else "",
-        )
+        """What a signature on ``decision`` must vouch for: this saga, the request, its hash
+        (and a rejection's reason and message)."""
+        return decision.statement(self._core.saga_id, pending.input_hash)
 
     def _decision_payload(
         self, decision: Approve | Reject, pending: PendingApproval | None
@@ -323,3 +326,14 @@ class Gate:
         written = next((r for r in core.rows if r.seq == seq + 1), None)
         approved = written.phase is Phase.APPROVED if written else decision.approve
         return "approved" if approved else "rejected"
+
+
+def _rejected_row(decision: Reject) -> str:
+    """An unsigned REJECTED row's payload: who, why, and the message when there is one (rows
+    without one are as they always were)."""
+    # no patch: a message arrives only in a decision that carries one, which no recorded
+    # history holds; the commands are the same either way (only the row's payload differs)
+    row = {"by": decision.approver, "reason": decision.reason}
+    if decision.message is not None:
+        row["message"] = decision.message
+    return to_json(row)

@@ -36,6 +36,7 @@ from sagacity.temporal.models import (
     SagaStatus,
     Step,
     ToolSpec,
+    rejection_of,
 )
 from sagacity.temporal.saga.carry import carry_of
 from sagacity.temporal.saga.parts import SagaParts
@@ -267,7 +268,9 @@ class Saga:
                 value = await body()
         except (SagacityError, ActivityError) as exc:
             # an activity that exhausted its retries is a failure too: compensate what ran
-            error = ErrorInfo(type=type(exc).__name__, message=str(exc))
+            error = ErrorInfo(
+                type=type(exc).__name__, message=str(exc), rejection=rejection_of(exc)
+            )
         except asyncio.CancelledError:
             self._parts.controls.cancel_requested()
         return await self._parts.ending.finish(
