@@ -91,6 +91,18 @@ class Settings(BaseSettings):
     approval_deadline: timedelta = Field(
         default=timedelta(days=7), description="how long an IRREVERSIBLE call waits for a human"
     )
+    escalation_webhook: SecretStr | None = Field(
+        default=None,
+        repr=False,
+        description="a chat tool's incoming webhook (Slack, Mattermost: it takes "
+        '`{"text": …}`) that approval requests past their SLA are posted to; unset: '
+        "escalations are only recorded",
+    )
+    console_url: str | None = Field(
+        default=None,
+        description="the approvals service's base URL, which escalation messages link to "
+        "(`<url>/console/approvals/<saga>/<seq>`)",
+    )
     max_concurrent_activities: int = Field(default=100, ge=1)
     outage_window: timedelta = Field(
         default=timedelta(minutes=10),

@@ -184,6 +184,9 @@ class ToolOptions:
     #: exceptions that mean the call failed without any effect (:class:`~sagacity.errors.NoEffect`
     #: always does); any other failure leaves the effect unknown, so it is compensated
     no_effect_on: tuple[type[BaseException], ...] = ()
+    #: an IRREVERSIBLE call's approval request still undecided after this is escalated: the
+    #: next tier is notified once, and the saga waits on until its deadline (None: never)
+    approval_sla: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +497,7 @@ def compensable(
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
+    approval_sla: timedelta | None = None,
 ) -> Callable[[Callable[P, R]], CompensableTool[P, R]]: ...
 def compensable(
     fn: Callable[P, R] | None = None,
@@ -507,6 +511,7 @@ def compensable(
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
+    approval_sla: timedelta | None = None,
 ) -> CompensableTool[P, R] | Callable[[Callable[P, R]], CompensableTool[P, R]]:
     """Declare a tool and its undo.
 
@@ -514,14 +519,19 @@ def compensable(
     such a function in the tool's module (of a method of its class, for a tool method). Reversibility defaults to REVERSIBLE. Mistakes are
     reported when a :class:`ToolRegistry` is built (at worker start), naming the tool and the fix.
     ``no_effect_on`` lists exception types after which the call is known to have done nothing;
-    any other failure is compensated too, since its effect is unknown.
+    any other failure is compensated too, since its effect is unknown. ``approval_sla``: how
+    long an approval request of this tool may wait before the next tier is notified
+    (``docs/signals.md``, escalation).
     """
+    if approval_sla is not None and approval_sla <= timedelta(0):
+        raise ValueError(f"approval_sla must be positive, not {approval_sla}")
     defaults = ToolOptions()
     options = ToolOptions(
         idempotent=idempotent,
         timeout=timeout or defaults.timeout,
         heartbeat_timeout=heartbeat_timeout or defaults.heartbeat_timeout,
         no_effect_on=tuple(no_effect_on),
+        approval_sla=approval_sla,
     )
 
     def wrap(f: Callable[P, R]) -> CompensableTool[P, R]:

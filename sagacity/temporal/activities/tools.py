@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -70,10 +71,15 @@ def catalog(
             timeout_s=t.tool.options.timeout.total_seconds(),
             heartbeat_timeout_s=t.tool.options.heartbeat_timeout.total_seconds(),
             origin=t.tool.origin,
+            approval_sla_s=_seconds(t.tool.options.approval_sla),
         )
         for t in tools
         if only is None or t.name in only
     ]
+
+
+def _seconds(span: timedelta | None) -> float | None:
+    return None if span is None else span.total_seconds()
 
 
 def bound(

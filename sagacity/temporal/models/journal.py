@@ -33,6 +33,9 @@ class ToolSpec(Lean):
     #: the declared function (``module.qualname``), which a typed call must name (absent in
     #: older histories: not checked)
     origin: str = ""
+    #: past this many seconds undecided, an approval request is escalated (None: never; absent
+    #: from every catalog recorded before escalation existed, so their sagas wait as they did)
+    approval_sla_s: float | None = None
 
 
 class RowRef(Lean):
