@@ -172,11 +172,55 @@ def escalated_to(status: SagaStatus, *outcomes: str) -> bool:
     )
 
 
-async def decision_row(journal: JournalStore, saga_id: str, seq: int) -> tuple[Entry, Any]:
-    """The row that decided the request at ``seq``: always the next one."""
-    rows = await journal.read(saga_id)
-    row = next(r for r in rows if r.seq == seq + 1)
-    return row, json.loads(row.payload)
+@dataclasses.dataclass
+class Scene:
+    """A test's parts: the webhook, the shipped worker (started by the test), the stores, the
+    approvals service deciding as alice, and the Order saga's shop."""
+
+    receiver: Receiver
+    start_worker: StartWorker
+    client: Client
+    task_queue: str
+    service: ApprovalService
+    journal: JournalStore
+    approvals: ApprovalStore
+    shop: Shop
+    settings: Settings
+
+    async def worker(self, webhook: str | None = None) -> WorkerProcess:
+        """The worker, escalating to ``webhook`` (default: the receiver, at its secret path)."""
+        return await self.start_worker(webhook or self.receiver.url + SECRET_PATH)
+
+    async def order(self, **options: Any) -> tuple[WorkflowHandle[Any, SagaResult], int]:
+        return await start_order(self.client, self.task_queue, **options)
+
+    async def outbox(self) -> int:
+        """Confirmations sent: the gated call's effect."""
+        return (await self.shop.snapshot()).outbox
+
+    async def decided(self, saga_id: str, seq: int) -> tuple[Entry, Any]:
+        """The row that decided the request at ``seq`` (always the next one), and its payload."""
+        rows = await self.journal.read(saga_id)
+        row = next(r for r in rows if r.seq == seq + 1)
+        return row, json.loads(row.payload)
+
+
+@pytest.fixture
+def scene(
+    receiver: Receiver,
+    start_worker: StartWorker,
+    temporal_client: Client,
+    task_queue: str,
+    service: ApprovalService,
+    journal: JournalStore,
+    approvals: ApprovalStore,
+    shop: Shop,
+    settings: Settings,
+) -> Scene:
+    return Scene(
+        receiver, start_worker, temporal_client, task_queue, service, journal, approvals, shop,
+        settings,
+    )  # fmt: skip
 
 
 def decisions_hold(rows: list[Entry], settings: Settings) -> DecisionCheck:
@@ -189,67 +233,59 @@ def decisions_hold(rows: list[Entry], settings: Settings) -> DecisionCheck:
 
 
 async def test_past_the_sla_the_next_tier_is_told_once_and_the_saga_waits_for_its_human(
-    receiver: Receiver,
-    start_worker: StartWorker,
-    temporal_client: Client,
-    task_queue: str,
-    service: ApprovalService,
-    journal: JournalStore,
-    approvals: ApprovalStore,
-    shop: Shop,
-    settings: Settings,
+    scene: Scene,
 ) -> None:
-    await start_worker(receiver.url + SECRET_PATH)
-    handle, seq = await start_order(temporal_client, task_queue, approval_sla_s=1)
+    await scene.worker()
+    handle, seq = await scene.order(approval_sla_s=1)
     status = await wait_for(handle, lambda s: escalated_to(s, "sent"))
-    assert len(receiver.posts) == 1 and receiver.paths == [SECRET_PATH]
+    assert len(scene.receiver.posts) == 1 and scene.receiver.paths == [SECRET_PATH]
     # a body Slack's and Mattermost's incoming webhooks take: text, naming saga, tool, wait, link
-    (body,) = receiver.posts
+    (body,) = scene.receiver.posts
     assert list(body) == ["text"]
     link = f"{CONSOLE}/console/approvals/{handle.id}/{seq}"
     assert link in body["text"]
     assert handle.id in body["text"] and "send_confirmation" in body["text"]
     assert "has waited 1 s" in body["text"]
     # the link is the request's console page, which shows the escalation (so does the inbox)
-    async with console(service, journal) as web:
+    async with console(scene.service, scene.journal) as web:
         page = await web.get(link.removeprefix(CONSOLE))
         assert page.status_code == 200
-        assert "escalated at" in page.text and receiver.url in page.text
+        assert "escalated at" in page.text and scene.receiver.url in page.text
         inbox = await web.get(f"{PREFIX}/")
         assert 'data-testid="escalated"' in inbox.text
 
     # the saga still waits, and says it escalated; so do the request row and the inbox
     assert status.state is SagaState.AWAITING_APPROVAL
     escalation = status.pending_approval.escalation  # type: ignore[union-attr]
-    assert escalation is not None and escalation.to == receiver.url
-    stored = await approvals.get(handle.id, seq)
+    assert escalation is not None and escalation.to == scene.receiver.url
+    stored = await scene.approvals.get(handle.id, seq)
     assert stored is not None and stored.escalated_at == escalation.at
     assert (stored.escalated_to, stored.escalation_state, stored.escalation_attempts) == (
-        receiver.url,
+        scene.receiver.url,
         "sent",
         1,
     )
-    shown = await service.get(handle.id, seq)
+    shown = await scene.service.get(handle.id, seq)
     assert shown.waiting and shown.escalation is not None
-    assert (shown.escalation.state, shown.escalation.to) == ("sent", receiver.url)
+    assert (shown.escalation.state, shown.escalation.to) == ("sent", scene.receiver.url)
 
     await asyncio.sleep(2)  # twice the SLA again: no second message
-    assert len(receiver.posts) == 1
+    assert len(scene.receiver.posts) == 1
 
-    await service.approve(handle.id, seq, approver="alice")
+    await scene.service.approve(handle.id, seq, approver="alice")
     result = await handle.result()
     assert result.status is SagaState.COMPLETED
-    assert (await shop.snapshot()).outbox == 1
-    row, payload = await decision_row(journal, handle.id, seq)
+    assert await scene.outbox() == 1
+    row, payload = await scene.decided(handle.id, seq)
     assert row.phase is Phase.APPROVED and payload["by"] == "alice"
     assert payload["escalated"] == {
         "at": escalation.at.isoformat().replace("+00:00", "Z"),
-        "to": receiver.url,
+        "to": scene.receiver.url,
         "outcome": "sent",
     }
-    rows = await journal.read(handle.id)
-    assert (await journal.verify(handle.id)).ok
-    check = decisions_hold(rows, settings)
+    rows = await scene.journal.read(handle.id)
+    assert (await scene.journal.verify(handle.id)).ok
+    check = decisions_hold(rows, scene.settings)
     assert check.problems == [] and check.checked >= 1
     # the escalation record is outside the signed statement, inside the row's hash: removing or
     # editing it breaks the chain
@@ -265,131 +301,92 @@ async def test_past_the_sla_the_next_tier_is_told_once_and_the_saga_waits_for_it
         assert not verifier.verdict().ok
 
 
-async def test_a_decision_before_the_sla_escalates_nothing(
-    receiver: Receiver,
-    start_worker: StartWorker,
-    temporal_client: Client,
-    task_queue: str,
-    service: ApprovalService,
-    journal: JournalStore,
-) -> None:
-    await start_worker(receiver.url + SECRET_PATH)
-    handle, seq = await start_order(temporal_client, task_queue, approval_sla_s=2)
-    await service.approve(handle.id, seq, approver="alice")
+async def test_a_decision_before_the_sla_escalates_nothing(scene: Scene) -> None:
+    await scene.worker()
+    handle, seq = await scene.order(approval_sla_s=2)
+    await scene.service.approve(handle.id, seq, approver="alice")
     assert (await handle.result()).status is SagaState.COMPLETED
     await asyncio.sleep(3)  # past the SLA the saga no longer waits on
-    assert receiver.posts == []
-    _, payload = await decision_row(journal, handle.id, seq)
+    assert scene.receiver.posts == []
+    _, payload = await scene.decided(handle.id, seq)
     assert "escalated" not in payload
 
 
 async def test_a_webhook_that_fails_is_retried_shown_and_never_holds_the_decision(
-    receiver: Receiver,
-    start_worker: StartWorker,
-    temporal_client: Client,
-    task_queue: str,
-    service: ApprovalService,
-    journal: JournalStore,
-    approvals: ApprovalStore,
-    shop: Shop,
+    scene: Scene,
 ) -> None:
-    receiver.mode = "fail"
-    await start_worker(receiver.url + SECRET_PATH)
-    handle, seq = await start_order(temporal_client, task_queue, approval_sla_s=1)
-    await receiver.count(2)  # tried again, with backoff
-    shown = await service.get(handle.id, seq)
+    scene.receiver.mode = "fail"
+    await scene.worker()
+    handle, seq = await scene.order(approval_sla_s=1)
+    await scene.receiver.count(2)  # tried again, with backoff
+    shown = await scene.service.get(handle.id, seq)
     assert shown.waiting and shown.escalation is not None
     assert shown.escalation.state in ("failed", "posting") and shown.escalation.attempts >= 2
-    stored = await approvals.get(handle.id, seq)
+    stored = await scene.approvals.get(handle.id, seq)
     assert stored is not None and stored.escalation_error is not None
-    assert stored.escalation_error == f"{receiver.url} answered 500"
+    assert stored.escalation_error == f"{scene.receiver.url} answered 500"
     assert SECRET_PATH not in stored.escalation_error  # the secret stays out of every record
 
     # the human decides as ever, while the webhook keeps failing
-    await service.reject(handle.id, seq, approver="alice", reason="not today")
+    await scene.service.reject(handle.id, seq, approver="alice", reason="not today")
     result = await handle.result()
     assert result.status is SagaState.COMPENSATED
-    assert (await shop.snapshot()).outbox == 0
-    row, payload = await decision_row(journal, handle.id, seq)
+    assert await scene.outbox() == 0
+    row, payload = await scene.decided(handle.id, seq)
     assert row.phase is Phase.REJECTED and payload["reason"] == "not today"
     assert payload["escalated"]["outcome"] == "pending"  # still trying when decided
     assert payload["escalated"]["to"] == ""  # no attempt had told the saga where
 
 
-async def test_a_webhook_that_refuses_connections_does_not_wedge_the_saga(
-    start_worker: StartWorker,
-    temporal_client: Client,
-    task_queue: str,
-    service: ApprovalService,
-    approvals: ApprovalStore,
-    shop: Shop,
-) -> None:
+async def test_a_webhook_that_refuses_connections_does_not_wedge_the_saga(scene: Scene) -> None:
     closed = "http://127.0.0.1:9"  # discard: nothing listens
-    await start_worker(closed + SECRET_PATH)
-    handle, seq = await start_order(temporal_client, task_queue, approval_sla_s=1)
+    await scene.worker(closed + SECRET_PATH)
+    handle, seq = await scene.order(approval_sla_s=1)
     for _ in range(300):
-        stored = await approvals.get(handle.id, seq)
+        stored = await scene.approvals.get(handle.id, seq)
         if stored is not None and stored.escalation_state == "failed":
             break
         await asyncio.sleep(0.1)
     assert stored is not None and stored.escalation_error == f"ConnectError from {closed}"
-    await service.approve(handle.id, seq, approver="alice")
+    await scene.service.approve(handle.id, seq, approver="alice")
     assert (await handle.result()).status is SagaState.COMPLETED
-    assert (await shop.snapshot()).outbox == 1
+    assert await scene.outbox() == 1
 
 
-async def test_the_deadline_after_escalation_still_rejects_as_timeout(
-    receiver: Receiver,
-    start_worker: StartWorker,
-    temporal_client: Client,
-    task_queue: str,
-    journal: JournalStore,
-    shop: Shop,
-) -> None:
-    await start_worker(receiver.url + SECRET_PATH)
-    handle, seq = await start_order(
-        temporal_client, task_queue, approval_sla_s=1, approval_deadline_s=4
-    )
+async def test_the_deadline_after_escalation_still_rejects_as_timeout(scene: Scene) -> None:
+    await scene.worker()
+    handle, seq = await scene.order(approval_sla_s=1, approval_deadline_s=4)
     result = await handle.result()
     assert result.status is SagaState.COMPENSATED
-    assert len(receiver.posts) == 1
-    row, payload = await decision_row(journal, handle.id, seq)
+    assert len(scene.receiver.posts) == 1
+    row, payload = await scene.decided(handle.id, seq)
     assert row.phase is Phase.REJECTED
     assert (payload["by"], payload["reason"]) == ("sagacity", "timeout")
     assert payload["escalated"]["outcome"] == "sent"
-    assert (await shop.snapshot()).outbox == 0
+    assert await scene.outbox() == 0
 
 
-async def test_a_worker_killed_mid_post_does_not_post_again(
-    receiver: Receiver,
-    start_worker: StartWorker,
-    temporal_client: Client,
-    task_queue: str,
-    service: ApprovalService,
-    journal: JournalStore,
-    approvals: ApprovalStore,
-    shop: Shop,
-) -> None:
-    receiver.mode = "hang"
-    worker = await start_worker(receiver.url + SECRET_PATH)
-    handle, seq = await start_order(temporal_client, task_queue, approval_sla_s=1)
-    await asyncio.wait_for(receiver.received.wait(), 60)
+async def test_a_worker_killed_mid_post_does_not_post_again(scene: Scene) -> None:
+    scene.receiver.mode = "hang"
+    worker = await scene.worker()
+    handle, seq = await scene.order(approval_sla_s=1)
+    await asyncio.wait_for(scene.receiver.received.wait(), 60)
     worker.kill()  # the POST is out; its answer never reaches the worker
-    receiver.release.set()
-    await forget_killed_worker(temporal_client, handle.id)
+    scene.receiver.release.set()
+    await forget_killed_worker(scene.client, handle.id)
     await worker.start()
     # the next attempt finds the POST in flight: taken as unknown, not sent twice
     status = await wait_for(handle, lambda s: escalated_to(s, "unknown"), timeout=60)
     assert status.state is SagaState.AWAITING_APPROVAL
-    assert len(receiver.posts) == 1
-    stored = await approvals.get(handle.id, seq)
+    assert len(scene.receiver.posts) == 1
+    stored = await scene.approvals.get(handle.id, seq)
     assert stored is not None
     assert (stored.escalation_state, stored.escalation_attempts) == ("unknown", 1)
     assert stored.escalation_error and "stopped while posting" in stored.escalation_error
 
-    await service.approve(handle.id, seq, approver="alice")
+    await scene.service.approve(handle.id, seq, approver="alice")
     assert (await handle.result()).status is SagaState.COMPLETED
-    assert (await shop.snapshot()).outbox == 1
-    _, payload = await decision_row(journal, handle.id, seq)
+    assert await scene.outbox() == 1
+    _, payload = await scene.decided(handle.id, seq)
     assert payload["escalated"]["outcome"] == "unknown"
-    assert len(receiver.posts) == 1
+    assert len(scene.receiver.posts) == 1
