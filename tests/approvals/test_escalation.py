@@ -24,6 +24,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
 from sagacity.approvals import ApprovalService
@@ -36,6 +39,7 @@ from sagacity.journal.verify import ChainVerifier
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaState, SagaStatus
+from sagacity.temporal.names import ESCALATE_APPROVAL
 from tests.serving import serve
 from tests.temporal.conftest import awaiting_approval, forget_killed_worker, wait_for
 from tests.temporal.test_crash import WorkerProcess
@@ -316,7 +320,7 @@ async def test_a_webhook_that_fails_is_retried_shown_and_never_holds_the_decisio
     scene: Scene,
 ) -> None:
     scene.receiver.mode = "fail"
-    await scene.worker()
+    worker = await scene.worker()
     handle, seq = await scene.order(approval_sla_s=1)
     await scene.receiver.count(2)  # tried again, with backoff
     shown = await scene.service.get(handle.id, seq)
@@ -325,7 +329,11 @@ async def test_a_webhook_that_fails_is_retried_shown_and_never_holds_the_decisio
     stored = await scene.approvals.get(handle.id, seq)
     assert stored is not None and stored.escalation_error is not None
     assert stored.escalation_error == f"{scene.receiver.url} answered 500"
-    assert SECRET_PATH not in stored.escalation_error  # the secret stays out of every record
+    # the webhook's secret path stays out of every record: the row, the log (httpx's own
+    # request lines included), history (the saga's failure details)
+    assert SECRET_PATH not in stored.escalation_error
+    logged = worker.log.read_text()
+    assert f"POST {scene.receiver.url} " in logged and SECRET_PATH not in logged
 
     # the human decides as ever, while the webhook keeps failing
     await scene.service.reject(handle.id, seq, approver="alice", reason="not today")
@@ -390,3 +398,44 @@ async def test_a_worker_killed_mid_post_does_not_post_again(scene: Scene) -> Non
     _, payload = await scene.decided(handle.id, seq)
     assert payload["escalated"]["outcome"] == "unknown"
     assert len(scene.receiver.posts) == 1
+
+
+async def test_a_reset_to_before_the_escalation_runs_it_again_without_a_second_post(
+    scene: Scene,
+) -> None:
+    await scene.worker()
+    handle, seq = await scene.order(approval_sla_s=1)
+    await wait_for(handle, lambda s: escalated_to(s, "sent"))
+    point = None
+    async for event in handle.fetch_history_events():
+        attributes = event.activity_task_scheduled_event_attributes
+        if attributes.activity_type.name == ESCALATE_APPROVAL:
+            point = attributes.workflow_task_completed_event_id
+    assert point is not None
+    # the task that started the escalation runs again in a new run: the escalation with it
+    reset = await scene.client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=scene.client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=handle.id),
+            reason="test: reset to before the escalation",
+            workflow_task_finish_event_id=point,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    again = scene.client.get_workflow_handle(handle.id, run_id=reset.run_id, result_type=SagaResult)
+    await wait_for(again, lambda s: escalated_to(s, "sent"))
+    scheduled, completed = set(), set()
+    async for event in again.fetch_history_events():
+        if event.activity_task_scheduled_event_attributes.activity_type.name == ESCALATE_APPROVAL:
+            scheduled.add(event.event_id)
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed.add(event.activity_task_completed_event_attributes.scheduled_event_id)
+    escalated = [e for e in scheduled & completed if e > point]
+    assert escalated  # the new run ran the activity: its claim found the request told
+    assert len(scene.receiver.posts) == 1
+    await scene.service.approve(handle.id, seq, approver="alice")
+    assert (await again.result()).status is SagaState.COMPLETED
+    assert await scene.outbox() == 1
+    _, payload = await scene.decided(handle.id, seq)
+    assert payload["escalated"]["outcome"] == "sent"
+    assert (await scene.journal.verify(handle.id)).ok

@@ -77,6 +77,19 @@ def escalation_text(req: Escalate, target: EscalationTarget) -> str:
     )
 
 
+class _WebhookHidden(logging.Filter):
+    """Shows the webhook as its scheme and host in httpx's request log (which names the URL)."""
+
+    def __init__(self, target: EscalationTarget) -> None:
+        super().__init__()
+        self._url, self._shown = target.webhook, target.to
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(str(a) == self._url for a in record.args):
+            record.args = tuple(self._shown if str(a) == self._url else a for a in record.args)
+        return True
+
+
 class Escalations:
     """Posts escalations to the worker's webhook; the request row lets one attempt post."""
 
@@ -84,6 +97,8 @@ class Escalations:
         self.state = state
         self.target = target or EscalationTarget()
         self._warned = False
+        if self.target.webhook:
+            logging.getLogger("httpx").addFilter(_WebhookHidden(self.target))
 
     @activity.defn(name=ESCALATE_APPROVAL)
     @typed
