@@ -50,6 +50,7 @@ def compensable_function_tool(
     timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
+    approval_sla: timedelta | None = None,
 ) -> CompensableTool[..., Awaitable[Any]]:
     """``tool`` as a saga tool: ``book_car = compensable_function_tool(book_car_tool, by=cancel_car)``.
 
@@ -105,6 +106,7 @@ def compensable_function_tool(
         or (timedelta(seconds=tool.timeout_seconds) if tool.timeout_seconds else None),
         heartbeat_timeout=heartbeat_timeout,
         no_effect_on=no_effect_on,
+        approval_sla=approval_sla,
     )
     saga_tool: CompensableTool[..., Awaitable[Any]] = declare(invoke)
     saga_tool.json_arguments = json_arguments

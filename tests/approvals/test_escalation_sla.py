@@ -12,9 +12,11 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from agents import function_tool
 from temporalio.client import Client
 
 from sagacity import Reversibility, compensable
+from sagacity.agents import compensable_function_tool
 from sagacity.approvals import ApprovalService
 from sagacity.evidence.decisions import load_keyring
 from sagacity.evidence.redaction import Redactor
@@ -47,6 +49,12 @@ async def wire_money(amount: int) -> int:
     return amount
 
 
+@function_tool
+def close_account(account: str) -> str:
+    """Close a customer's account."""
+    return account
+
+
 def test_the_sla_a_tool_declares_is_in_its_catalog_entry_and_absent_otherwise() -> None:
     paged, wired = catalog(ToolRegistry([page_oncall, wire_money]), brief=True)
     assert paged.approval_sla_s == 1.0
@@ -60,6 +68,12 @@ def test_the_sla_a_tool_declares_is_in_its_catalog_entry_and_absent_otherwise() 
     with pytest.raises(ValueError):
         SagaOptions(approval_sla_s=0)
     assert ToolSpec.model_validate(wired.model_dump()) == wired
+    # an Agents SDK FunctionTool declares one the same way
+    closing = compensable_function_tool(
+        close_account, reversibility=Reversibility.IRREVERSIBLE, approval_sla=timedelta(hours=4)
+    )
+    (closed,) = catalog(ToolRegistry([closing]), brief=True)
+    assert closed.approval_sla_s == 4 * 3600
 
 
 async def test_a_tool_declared_sla_escalates_a_saga_that_sets_none(
