@@ -40,6 +40,7 @@ from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaState, SagaStatus
 from sagacity.temporal.names import ESCALATE_APPROVAL
+from tests.approvals.conftest import Cli
 from tests.serving import serve
 from tests.temporal.conftest import awaiting_approval, forget_killed_worker, wait_for
 from tests.temporal.test_crash import WorkerProcess
@@ -190,6 +191,7 @@ class Scene:
     approvals: ApprovalStore
     shop: Shop
     settings: Settings
+    cli: Cli
 
     async def worker(self, webhook: str | None = None) -> WorkerProcess:
         """The worker, escalating to ``webhook`` (default: the receiver, at its secret path)."""
@@ -220,10 +222,11 @@ def scene(
     approvals: ApprovalStore,
     shop: Shop,
     settings: Settings,
+    cli: Cli,
 ) -> Scene:
     return Scene(
         receiver, start_worker, temporal_client, task_queue, service, journal, approvals, shop,
-        settings,
+        settings, cli,
     )  # fmt: skip
 
 
@@ -257,6 +260,13 @@ async def test_past_the_sla_the_next_tier_is_told_once_and_the_saga_waits_for_it
         assert "escalated at" in page.text and scene.receiver.url in page.text
         inbox = await web.get(f"{PREFIX}/")
         assert 'data-testid="escalated"' in inbox.text
+        # the HTTP API says it as data
+        api = await web.get(
+            f"/approvals/{handle.id}/{seq}", headers={"Authorization": "Bearer tok-alice"}
+        )
+        assert api.status_code == 200
+        told = api.json()["escalation"]
+        assert (told["state"], told["to"], told["attempts"]) == ("sent", scene.receiver.url, 1)
 
     # the saga still waits, and says it escalated; so do the request row and the inbox
     assert status.state is SagaState.AWAITING_APPROVAL
@@ -272,6 +282,14 @@ async def test_past_the_sla_the_next_tier_is_told_once_and_the_saga_waits_for_it
     shown = await scene.service.get(handle.id, seq)
     assert shown.waiting and shown.escalation is not None
     assert (shown.escalation.state, shown.escalation.to) == ("sent", scene.receiver.url)
+
+    # and `sagacity approvals list` / `show`
+    listed = await scene.cli("approvals", "list", "--saga", handle.id)
+    assert listed.code == 0, listed.stderr
+    assert f"waiting, escalated {escalation.at:%Y-%m-%d %H:%M:%S}" in listed.stdout
+    shown_cli = await scene.cli("approvals", "show", handle.id, str(seq))
+    assert shown_cli.code == 0, shown_cli.stderr
+    assert f"to {scene.receiver.url}, sent, 1 attempt" in shown_cli.stdout
 
     await asyncio.sleep(2)  # twice the SLA again: no second message
     assert len(scene.receiver.posts) == 1

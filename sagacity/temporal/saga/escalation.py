@@ -8,8 +8,7 @@ always did (no patch needed: the option decides, and it is in history).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -91,7 +90,9 @@ class Escalations:
                 # decided (or timed out) first: a late POST would call people to nothing
                 escalating.cancel()
 
-    async def _until(self, started: Any, deadline_s: float, condition: Callable[[], bool]) -> None:
+    async def _until(
+        self, started: datetime, deadline_s: float, condition: Callable[[], bool]
+    ) -> None:
         """Wait for ``condition`` until ``deadline_s`` after ``started``; TimeoutError then."""
         left = deadline_s - (workflow.now() - started).total_seconds()
         if left <= 0:
@@ -101,10 +102,10 @@ class Escalations:
         await self._controls.wait(condition, timeout=timedelta(seconds=left))
 
     @staticmethod
-    def _outcome(escalation: Escalation, done: Any) -> Escalation:
+    def _outcome(escalation: Escalation, done: workflow.ActivityHandle[Escalated]) -> Escalation:
         """``escalation`` with what the finished activity ``done`` says."""
         try:
-            result: Escalated = done.result()
+            result = done.result()
         except ActivityError as err:
             cause = err.cause
             details = cause.details if isinstance(cause, ApplicationError) else ()

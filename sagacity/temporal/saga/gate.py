@@ -167,6 +167,8 @@ class Gate:
                 self.approval = decision
                 return seq
             # aborted while the approval was being journaled: the approved call never starts
+            # (this row is not the decision: the escalation is on the APPROVED row already)
+            escalation = None
             decision = Reject(
                 journal_seq=seq,
                 approver=controls.abort.by or "sagacity",
