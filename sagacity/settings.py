@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -313,6 +314,19 @@ class Settings(BaseSettings):
         except EvidenceUnavailable as exc:
             raise SettingsError(f"SAGACITY_KEYRING: {exc}") from None
 
+    @field_validator("escalation_webhook", "console_url", mode="before")
+    @classmethod
+    def _http_url(cls, value: object) -> object:
+        """An http(s) URL with a host; empty is unset (a webhook that cannot be posted to would
+        only show up when the first request is overdue)."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or text == "":
+            return None
+        parts = urlsplit(text) if isinstance(text, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
     @field_validator("approval_tokens", mode="before")
     @classmethod
     def _parse_tokens(cls, value: object) -> object:
@@ -529,7 +543,7 @@ def load_settings(**overrides: object) -> Settings:
         lines = []
         for err in exc.errors():
             name = "SAGACITY_" + "_".join(str(p) for p in err["loc"]).upper()
-            secret = any(word in name for word in ("TOKEN", "KEY", "PASSWORD", "SECRET"))
+            secret = any(word in name for word in ("TOKEN", "KEY", "PASSWORD", "SECRET", "WEBHOOK"))
             got = "a value, not shown" if secret else repr(err.get("input"))
             lines.append(f"{name}: {err['msg']} (got {got})")
         raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None

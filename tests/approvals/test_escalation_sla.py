@@ -18,13 +18,15 @@ from temporalio.client import Client
 from sagacity import Reversibility, compensable
 from sagacity.agents import compensable_function_tool
 from sagacity.approvals import ApprovalService
+from sagacity.errors import SettingsError
 from sagacity.evidence.decisions import load_keyring
 from sagacity.evidence.redaction import Redactor
-from sagacity.settings import Settings
+from sagacity.settings import Settings, load_settings
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.activities.escalation import EscalationTarget
 from sagacity.temporal.activities.tools import catalog
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step, ToolSpec
+from sagacity.temporal.plugin import escalation_target
 from sagacity.temporal.saga.escalation import approval_sla_s
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import ToolRegistry
@@ -53,6 +55,29 @@ async def wire_money(amount: int) -> int:
 def close_account(account: str) -> str:
     """Close a customer's account."""
     return account
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SAGACITY_ESCALATION_WEBHOOK", "hooks.slack.com/services/T0/B0/s3cr3t"),
+        ("SAGACITY_ESCALATION_WEBHOOK", "ftp://hooks.example/s3cr3t"),
+        ("SAGACITY_CONSOLE_URL", "approvals.example.com"),
+    ],
+)
+def test_a_webhook_or_console_url_that_is_no_http_url_stops_the_worker_at_start(
+    variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=f"{variable}: .*must be an http") as raised:
+        load_settings()
+    assert "s3cr3t" not in str(raised.value)  # a webhook's URL is its secret
+
+
+def test_an_empty_webhook_is_unset() -> None:
+    assert load_settings(escalation_webhook="").escalation_webhook is None
+    target = escalation_target(load_settings(escalation_webhook="https://h.example:8443/x/y"))
+    assert (target.webhook, target.to) == ("https://h.example:8443/x/y", "https://h.example:8443")
 
 
 def test_the_sla_a_tool_declares_is_in_its_catalog_entry_and_absent_otherwise() -> None:
