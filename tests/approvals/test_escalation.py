@@ -290,6 +290,11 @@ async def test_past_the_sla_the_next_tier_is_told_once_and_the_saga_waits_for_it
     shown_cli = await scene.cli("approvals", "show", handle.id, str(seq))
     assert shown_cli.code == 0, shown_cli.stderr
     assert f"to {scene.receiver.url}, sent, 1 attempt" in shown_cli.stdout
+    status_cli = await scene.cli("saga", "status", handle.id)
+    assert status_cli.code == 0, status_cli.stderr
+    assert f"escalated at {escalation.at.isoformat()} to {scene.receiver.url}: sent" in (
+        status_cli.stdout
+    )
 
     await asyncio.sleep(2)  # twice the SLA again: no second message
     assert len(scene.receiver.posts) == 1
