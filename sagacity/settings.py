@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -91,6 +92,18 @@ class Settings(BaseSettings):
     approval_deadline: timedelta = Field(
         default=timedelta(days=7),
         description="how long a call waiting for approval waits for a human",
+    )
+    escalation_webhook: SecretStr | None = Field(
+        default=None,
+        repr=False,
+        description="a chat tool's incoming webhook (Slack, Mattermost: it takes "
+        '`{"text": …}`) that approval requests past their SLA are posted to; unset: '
+        "escalations are only recorded",
+    )
+    console_url: str | None = Field(
+        default=None,
+        description="the approvals service's base URL, which escalation messages link to "
+        "(`<url>/console/approvals/<saga>/<seq>`)",
     )
     max_concurrent_activities: int = Field(default=100, ge=1)
     outage_window: timedelta = Field(
@@ -301,6 +314,19 @@ class Settings(BaseSettings):
             return load_keyring(self.keyring)
         except EvidenceUnavailable as exc:
             raise SettingsError(f"SAGACITY_KEYRING: {exc}") from None
+
+    @field_validator("escalation_webhook", "console_url", mode="before")
+    @classmethod
+    def _http_url(cls, value: object) -> object:
+        """An http(s) URL with a host; empty is unset (a webhook that cannot be posted to would
+        only show up when the first request is overdue)."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or text == "":
+            return None
+        parts = urlsplit(text) if isinstance(text, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL")
+        return value
 
     @field_validator("approval_tokens", mode="before")
     @classmethod
@@ -518,7 +544,7 @@ def load_settings(**overrides: object) -> Settings:
         lines = []
         for err in exc.errors():
             name = "SAGACITY_" + "_".join(str(p) for p in err["loc"]).upper()
-            secret = any(word in name for word in ("TOKEN", "KEY", "PASSWORD", "SECRET"))
+            secret = any(word in name for word in ("TOKEN", "KEY", "PASSWORD", "SECRET", "WEBHOOK"))
             got = "a value, not shown" if secret else repr(err.get("input"))
             lines.append(f"{name}: {err['msg']} (got {got})")
         raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None

@@ -187,6 +187,9 @@ class ToolOptions:
     no_effect_on: tuple[type[BaseException], ...] = ()
     #: when a call waits for a human first (an IRREVERSIBLE tool's calls always do)
     approval: ApprovalRule | None = None
+    #: a call's approval request still undecided after this is escalated: the
+    #: next tier is notified once, and the saga waits on until its deadline (None: never)
+    approval_sla: timedelta | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,6 +501,7 @@ def compensable(
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
     needs_approval: bool | ApprovalRule = False,
+    approval_sla: timedelta | None = None,
 ) -> Callable[[Callable[P, R]], CompensableTool[P, R]]: ...
 def compensable(
     fn: Callable[P, R] | None = None,
@@ -512,6 +516,7 @@ def compensable(
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
     needs_approval: bool | ApprovalRule = False,
+    approval_sla: timedelta | None = None,
 ) -> CompensableTool[P, R] | Callable[[Callable[P, R]], CompensableTool[P, R]]:
     """Declare a tool and its undo.
 
@@ -521,7 +526,12 @@ def compensable(
     ``no_effect_on`` lists exception types after which the call is known to have done nothing;
     any other failure is compensated too, since its effect is unknown. ``needs_approval``: an
     :class:`~sagacity.rules.ApprovalRule` (or True: always) under which a call waits for a human.
+    ``approval_sla``: how
+    long an approval request of this tool may wait before the next tier is notified
+    (``docs/signals.md``, escalation).
     """
+    if approval_sla is not None and approval_sla <= timedelta(0):
+        raise ValueError(f"approval_sla must be positive, not {approval_sla}")
     defaults = ToolOptions()
     options = ToolOptions(
         idempotent=idempotent,
@@ -529,6 +539,7 @@ def compensable(
         heartbeat_timeout=heartbeat_timeout or defaults.heartbeat_timeout,
         no_effect_on=tuple(no_effect_on),
         approval=ALWAYS if needs_approval is True else needs_approval or None,
+        approval_sla=approval_sla,
     )
 
     def wrap(f: Callable[P, R]) -> CompensableTool[P, R]:

@@ -94,7 +94,7 @@ from sagacity.store import ApprovalStore, JournalStore, Pool, journal_rights, op
 from sagacity.store.migrate import migrate as apply_migrations
 from sagacity.store.migrate import unapplied
 from sagacity.store.roles import placement
-from sagacity.temporal.plugin import SagacityPlugin
+from sagacity.temporal.plugin import SagacityPlugin, escalation_target
 from sagacity.tools import CompensableTool, app_tools
 
 __all__ = [
@@ -419,6 +419,7 @@ class Sagacity:
                 keyring=keyring,
                 policy=settings.policy(),
                 codec=codec,
+                escalation=escalation_target(settings),
             )
             stack.push_async_callback(_cancelled, _sequencer(settings, database_url))
             client = None

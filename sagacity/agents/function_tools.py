@@ -53,6 +53,7 @@ def compensable_function_tool(
     heartbeat_timeout: timedelta | None = None,
     no_effect_on: tuple[type[BaseException], ...] = (),
     needs_approval: bool | ApprovalRule = False,
+    approval_sla: timedelta | None = None,
 ) -> CompensableTool[..., Awaitable[Any]]:
     """``tool`` as a saga tool: ``book_car = compensable_function_tool(book_car_tool, by=cancel_car)``.
 
@@ -112,6 +113,7 @@ def compensable_function_tool(
         heartbeat_timeout=heartbeat_timeout,
         no_effect_on=no_effect_on,
         needs_approval=needs_approval,
+        approval_sla=approval_sla,
     )
     saga_tool: CompensableTool[..., Awaitable[Any]] = declare(invoke)
     saga_tool.json_arguments = json_arguments

@@ -57,8 +57,26 @@ __all__ = [
     "Inbox",
     "InboxFilter",
     "PendingRequest",
+    "RequestEscalation",
     "inbox_filter",
 ]
+
+
+class RequestEscalation(BaseModel):
+    """How a request past its SLA was escalated: the next tier notified, once."""
+
+    at: datetime = Field(description="when the saga escalated the request")
+    to: str = Field(
+        default="",
+        description="where the notification went: the webhook's scheme and host (empty: no "
+        "webhook is configured, the escalation is only recorded)",
+    )
+    state: str = Field(
+        description="posting, sent, failed (tried again with backoff), unknown (a worker "
+        "stopped mid-POST: not posted again), recorded (no webhook), pending (not yet tried)"
+    )
+    attempts: int = Field(default=0, description="POST attempts so far")
+    error: str | None = Field(default=None, description="the last attempt's failure")
 
 
 class PendingRequest(BaseModel):
@@ -102,6 +120,11 @@ class PendingRequest(BaseModel):
     intact: bool = Field(
         description="the stored input hashes to `input_hash`, which is the hash the saga waits "
         "for; false means the row was altered and approving it will not run it"
+    )
+    escalation: RequestEscalation | None = Field(
+        default=None,
+        description="the request waited past its SLA and the next tier was notified; null: not "
+        "escalated",
     )
 
 
@@ -494,7 +517,26 @@ def _view(request: ApprovalRequest, live: Live, deciders: list[str] | None) -> P
         deadline=deadline,
         deciders=deciders,
         intact=intact,
+        escalation=_escalation(request, pending),
     )
+
+
+def _escalation(
+    request: ApprovalRequest, pending: PendingApproval | None
+) -> RequestEscalation | None:
+    """The request's escalation as its row records it, else as its waiting saga says."""
+    if request.escalated_at is not None:
+        return RequestEscalation(
+            at=request.escalated_at,
+            to=request.escalated_to or "",
+            state=request.escalation_state or "pending",
+            attempts=request.escalation_attempts,
+            error=request.escalation_error,
+        )
+    told = pending.escalation if pending is not None else None
+    if told is None:
+        return None
+    return RequestEscalation(at=told.at, to=told.to, state=told.outcome)
 
 
 def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused:

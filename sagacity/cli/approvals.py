@@ -132,7 +132,21 @@ def _print_json(value: BaseModel | Sequence[BaseModel]) -> None:
 def _flags(req: PendingRequest) -> str:
     if not req.intact:
         return "ALTERED: approving it will not run it"
-    return "waiting" if req.waiting else f"not waiting ({req.workflow_status})"
+    flags = "waiting" if req.waiting else f"not waiting ({req.workflow_status})"
+    if req.escalation is not None:
+        flags += f", escalated {req.escalation.at:%Y-%m-%d %H:%M:%S}"
+    return flags
+
+
+def _escalated(req: PendingRequest) -> str:
+    """When and where the request was escalated, and how the notification went."""
+    esc = req.escalation
+    if esc is None:
+        return "-"
+    where = f" to {esc.to}" if esc.to else " (no webhook: recorded only)"
+    tries = f", {esc.attempts} attempt{'s' if esc.attempts != 1 else ''}" if esc.attempts else ""
+    error = f": {esc.error}" if esc.error else ""
+    return f"{esc.at.isoformat()}{where}, {esc.state}{tries}{error}"
 
 
 @app.command("list")
@@ -224,6 +238,7 @@ def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None
         ("input hash", request.input_hash),
         ("requested", request.requested_at.isoformat()),
         ("deadline", request.deadline.isoformat() if request.deadline else "-"),
+        ("escalated", _escalated(request)),
         ("saga state", request.saga_state.value if request.saga_state else "-"),
         ("status", _flags(request)),
     ):

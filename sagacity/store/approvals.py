@@ -21,6 +21,11 @@ from sagacity.store.placement import pool_schema, qualify
 __all__ = ["ApprovalRequest", "ApprovalStore", "InboxCounts", "InboxFilter", "input_hash"]
 
 _COLUMNS = "saga_id, journal_seq, tool_name, input, input_hash, created_at, expires_at"
+#: what a read returns: the request and its escalation (``schema/0010_approval_escalation.sql``)
+_READ = (
+    f"{_COLUMNS}, escalated_at, escalated_to, escalation_state, escalation_attempts,"
+    " escalation_error"
+)
 _TABLE = "sagacity_approval_request"
 
 # Templates: {table} is the table in the journal's schema (sagacity.store.placement).
@@ -34,15 +39,40 @@ ON CONFLICT (saga_id, journal_seq) DO UPDATE SET
     created_at = EXCLUDED.created_at,
     expires_at = EXCLUDED.expires_at
 """
-_GET = (
-    f"SELECT {_COLUMNS} FROM {{sagacity_approval_request}} WHERE saga_id = %s AND journal_seq = %s"
-)
+_GET = f"SELECT {_READ} FROM {{sagacity_approval_request}} WHERE saga_id = %s AND journal_seq = %s"
 _LIST = (
-    f"SELECT {_COLUMNS} FROM {{sagacity_approval_request}}"
+    f"SELECT {_READ} FROM {{sagacity_approval_request}}"
     " WHERE %(saga_id)s::text IS NULL OR saga_id = %(saga_id)s"
     " ORDER BY created_at, saga_id, journal_seq"
 )
 _DELETE = "DELETE FROM {sagacity_approval_request} WHERE saga_id = %s AND journal_seq = %s"
+# One attempt at a time may post: the first, or one after an attempt that failed visibly. An
+# attempt that finds another's POST in flight (a worker that stopped mid-POST, or one still
+# posting) takes it as unknown and does not post again.
+_CLAIM = """
+UPDATE {sagacity_approval_request} SET
+    escalated_at = COALESCE(escalated_at, %s),
+    escalated_to = %s,
+    escalation_state = 'posting',
+    escalation_attempts = escalation_attempts + 1
+WHERE saga_id = %s AND journal_seq = %s
+  AND (escalation_state IS NULL OR escalation_state = 'failed')
+RETURNING escalation_attempts
+"""
+_IN_FLIGHT = """
+UPDATE {sagacity_approval_request} SET escalation_state = 'unknown', escalation_error = %s
+WHERE saga_id = %s AND journal_seq = %s AND escalation_state = 'posting'
+"""
+_STATE = (
+    "SELECT escalation_state FROM {sagacity_approval_request}"
+    " WHERE saga_id = %s AND journal_seq = %s"
+)
+# the attempt that claimed says how its POST went (a later one may have taken it as unknown)
+_FINISH = """
+UPDATE {sagacity_approval_request} SET escalation_state = %s, escalation_error = %s
+WHERE saga_id = %s AND journal_seq = %s AND escalation_attempts = %s
+  AND escalation_state IN ('posting', 'unknown')
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +87,15 @@ class ApprovalRequest:
     created_at: datetime  # aware UTC when read back
     #: when the saga rejects the call as timed out; None: it waits until decided
     expires_at: datetime | None = None
+    #: when the saga escalated the request past its SLA (None: not escalated)
+    escalated_at: datetime | None = None
+    #: where the escalation went: the webhook's scheme and host ("" when none is configured)
+    escalated_to: str | None = None
+    #: posting, sent, failed (to be tried again), unknown (a POST's end unseen), recorded
+    escalation_state: str | None = None
+    escalation_attempts: int = 0
+    #: the last attempt's failure, as the worker saw it
+    escalation_error: str | None = None
 
     @property
     def cursor(self) -> tuple[datetime, str, int]:
@@ -146,7 +185,7 @@ class ApprovalStore:
             async with self._pool.connection() as conn:
                 table = sql.Identifier(await pool_schema(self._pool, conn), _TABLE)
                 cur = await conn.execute(
-                    query.format(columns=sql.SQL(_COLUMNS), table=table, where=_where(conditions)),
+                    query.format(columns=sql.SQL(_READ), table=table, where=_where(conditions)),
                     [*params, limit],
                 )
                 return [_request(row) for row in await cur.fetchall()]
@@ -165,6 +204,37 @@ class ApprovalStore:
                 by_tool = {str(tool): int(n) for tool, n in await cur.fetchall()}
         chosen = where.tool_names or tuple(by_tool)
         return InboxCounts(sum(by_tool.get(t, 0) for t in set(chosen)), by_tool)
+
+    async def claim_escalation(
+        self, saga_id: str, journal_seq: int, *, at: datetime, to: str
+    ) -> int | str:
+        """Claim the request's escalation for this attempt: its number when it may post, else
+        the state that keeps it from posting (``sent``, ``recorded``, ``unknown``; ``gone``: the
+        request was decided and removed). A POST found in flight becomes ``unknown``."""
+        key = (saga_id, journal_seq)
+        with translate_errors(f"escalate approval request {saga_id!r} seq {journal_seq}"):
+            async with self._pool.connection() as conn:
+                schema = await pool_schema(self._pool, conn)
+                cur = await conn.execute(qualify(_CLAIM, schema), (naive_utc(at), to, *key))
+                row = await cur.fetchone()
+                if row is not None:
+                    return int(row[0])
+                why = "an earlier attempt stopped while posting: not posted again"
+                await conn.execute(qualify(_IN_FLIGHT, schema), (why, *key))
+                cur = await conn.execute(qualify(_STATE, schema), key)
+                state = await cur.fetchone()
+        return "gone" if state is None else str(state[0])
+
+    async def finish_escalation(
+        self, saga_id: str, journal_seq: int, attempt: int, state: str, error: str | None = None
+    ) -> None:
+        """Record how escalation attempt ``attempt`` went: ``sent``, ``failed`` or ``recorded``."""
+        with translate_errors(f"escalate approval request {saga_id!r} seq {journal_seq}"):
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    qualify(_FINISH, await pool_schema(self._pool, conn)),
+                    (state, error, saga_id, journal_seq, attempt),
+                )
 
     async def delete(self, saga_id: str, journal_seq: int) -> bool:
         """Remove the request once decided; False when there was none."""
@@ -203,7 +273,8 @@ def _where(conditions: builtins.list[sql.Composable]) -> sql.Composable:
 
 
 def _request(row: tuple[Any, ...]) -> ApprovalRequest:
-    saga_id, journal_seq, tool_name, input_, hash_, created_at, expires_at = row
+    saga_id, journal_seq, tool_name, input_, hash_, created_at, expires_at, *escalation = row
+    escalated_at, escalated_to, state, attempts, error = escalation
     return ApprovalRequest(
         saga_id,
         journal_seq,
@@ -212,4 +283,9 @@ def _request(row: tuple[Any, ...]) -> ApprovalRequest:
         hash_,
         utc_micros(created_at),
         None if expires_at is None else utc_micros(expires_at),
+        None if escalated_at is None else utc_micros(escalated_at),
+        escalated_to,
+        state,
+        int(attempts or 0),
+        error,
     )

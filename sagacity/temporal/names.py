@@ -14,5 +14,7 @@ RESOLVE_CALL = "sagacity.resolve_call"
 SEAL_SAGA = "sagacity.seal_saga"
 VALIDATE_STEPS = "sagacity.validate_steps"
 READ_HALT = "sagacity.read_halt"
+#: notify the next tier of an approval request past its SLA (only sagas with an SLA run it)
+ESCALATE_APPROVAL = "sagacity.escalate_approval"
 
 VERIFICATION_REFUSED = "verification refused execution"

@@ -19,11 +19,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from sagacity.evidence.checkpoints import CheckpointWriter
 from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.evidence.redaction import Redactor
-from sagacity.settings import load_settings
+from sagacity.settings import Settings, load_settings
 from sagacity.store.approvals import ApprovalStore
 from sagacity.store.journal import JournalStore
 from sagacity.temporal import codec_scope, visibility
 from sagacity.temporal.activities import DEFAULT_OUTAGE_WINDOW, SagaActivities
+from sagacity.temporal.activities.escalation import EscalationTarget
 from sagacity.temporal.codec import data_converter
 from sagacity.temporal.codec_scope import CodecScope, ScopedCodec
 from sagacity.temporal.limits import SizeLimits
@@ -64,6 +65,15 @@ def _tool_modules(tools: ToolRegistry, workflows: Sequence[type]) -> list[str]:
     return sorted({t.tool.fn.__module__ for t in tools} - own)
 
 
+def escalation_target(settings: Settings) -> EscalationTarget:
+    """Where ``settings`` send escalations (``SAGACITY_ESCALATION_WEBHOOK``, ``_CONSOLE_URL``)."""
+    webhook = settings.escalation_webhook
+    return EscalationTarget(
+        webhook=webhook.get_secret_value() if webhook is not None else None,
+        console_url=settings.console_url,
+    )
+
+
 def _type_names(workflow_classes: Iterable[type]) -> list[str]:
     """The workflow types ``workflow_classes`` are registered under (a dynamic one has none)."""
     names = (workflow._Definition.must_from_class(c).name for c in workflow_classes)
@@ -96,7 +106,8 @@ class SagacityPlugin(SimplePlugin):
     signals included. ``codec`` encrypts every payload (:mod:`sagacity.temporal.codec`) but
     those of the app's own workflows served beside the sagas (:mod:`.codec_scope`); by default
     it is the one the settings name, so clients and workers configured alike read each other's
-    payloads; ``None`` turns it off.
+    payloads; ``None`` turns it off. ``escalation`` is where approval requests past their
+    SLA are escalated (default: the settings' webhook and console URL).
     """
 
     def __init__(
@@ -112,6 +123,7 @@ class SagacityPlugin(SimplePlugin):
         keyring: Keyring | None = None,
         policy: Policy | None = None,
         codec: CodecChoice = CODEC_FROM_SETTINGS,
+        escalation: EscalationTarget | None = None,
     ) -> None:
         if codec is CODEC_FROM_SETTINGS:
             # every process of a deployment (worker, CLI, approvals service, the user's own
@@ -133,6 +145,7 @@ class SagacityPlugin(SimplePlugin):
                 outage_window=outage_window,
                 keyring=keyring,
                 policy=policy,
+                escalation=escalation or escalation_target(load_settings()),
             )
         converter = data_converter(None if codec is None else ScopedCodec(codec))
         self._workflows = [StepsWorkflow, SagaWorkflow, RollbackWorkflow, *workflows]

@@ -63,6 +63,12 @@ async def test_schema_is_the_spec(owner: psycopg.AsyncConnection) -> None:
         ("sagacity_approval_request", "created_at", stamp, None, "NO", None),
         # beyond the spec: the deadline the inbox shows without asking the saga (0006)
         ("sagacity_approval_request", "expires_at", stamp, None, "YES", None),
+        # beyond the spec: the escalation past a request's SLA, working state like the rest (0010)
+        ("sagacity_approval_request", "escalated_at", stamp, None, "YES", None),
+        ("sagacity_approval_request", "escalated_to", text, None, "YES", None),
+        ("sagacity_approval_request", "escalation_state", text, None, "YES", None),
+        ("sagacity_approval_request", "escalation_attempts", "integer", None, "NO", "0"),
+        ("sagacity_approval_request", "escalation_error", text, None, "YES", None),
         ("side_effect_journal", "saga_id", text, None, "NO", None),
         ("side_effect_journal", "seq", big, None, "NO", None),
         ("side_effect_journal", "tool_name", text, None, "NO", None),

@@ -727,6 +727,25 @@ async def order_approval_timeout(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "order_approval_timeout")
 
 
+@recording("order_escalated_approved")
+async def order_escalated_approved(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: undecided past its SLA (1 s), escalated once (no webhook: recorded),
+    then approved by signal ``approve``; completed."""
+    handle = await rig.order("order_escalated_approved", SagaOptions(approval_sla_s=1))
+    seq = await gate(handle)
+    status = await wait_for(
+        handle,
+        lambda s: s.pending_approval is not None and s.pending_approval.escalation is not None
+        and s.pending_approval.escalation.outcome == "recorded",
+    )  # fmt: skip
+    expect(status.state is SagaState.AWAITING_APPROVAL, status.state)
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    await result(handle, SagaState.COMPLETED)
+    rows = await rig.journal.read(handle.id)
+    expect('"escalated"' in rows[seq].payload, rows[seq].payload)
+    return await one(handle, "order_escalated_approved")
+
+
 @recording("order_aborted")
 async def order_aborted(rig: Rig) -> dict[str, WorkflowHistory]:
     """order.PlaceOrder: signal ``abort`` at the approval gate; aborted, all undone."""

@@ -146,6 +146,10 @@ def _describe(saga: Found) -> list[str]:
         lines.append(f"  input: {pending.input_json}")
         if pending.hidden:
             lines.append("  hidden (fingerprinted or removed): " + ", ".join(pending.hidden))
+        told = pending.escalation
+        if told is not None:
+            where = f" to {told.to}" if told.to else ""
+            lines.append(f"  escalated at {told.at.isoformat()}{where}: {told.outcome}")
     if saga.suspect is not None:
         lines.append(
             f"  SUSPECT: {saga.suspect.tool_name} at seq {saga.suspect.call_seq} has no outcome: "

@@ -15,6 +15,7 @@ from sagacity.store.journal import JournalStore
 from sagacity.temporal.activities.approvals import Approvals
 from sagacity.temporal.activities.calls import Calls
 from sagacity.temporal.activities.compensation import Compensation
+from sagacity.temporal.activities.escalation import Escalations, EscalationTarget
 from sagacity.temporal.activities.state import DEFAULT_OUTAGE_WINDOW, ActivityState
 from sagacity.temporal.activities.tools import ToolActivities
 from sagacity.temporal.activities.writes import JournalWrites
@@ -37,6 +38,7 @@ class SagaActivities:
         outage_window: timedelta = DEFAULT_OUTAGE_WINDOW,
         keyring: Keyring | None = None,
         policy: Policy | None = None,
+        escalation: EscalationTarget | None = None,
     ) -> None:
         self.state = ActivityState(
             journal=journal,
@@ -69,6 +71,7 @@ class SagaActivities:
         self.open_and_call = calls.open_and_call
         self.resolve_call = calls.resolve_call
         self.compensate = undo.compensate
+        self.escalate_approval = Escalations(self.state, escalation).escalate_approval
 
     def all(self) -> list[Callable[..., Awaitable[Any]]]:
         return [
@@ -84,4 +87,5 @@ class SagaActivities:
             self.seal_saga,
             self.validate_steps,
             self.read_halt,
+            self.escalate_approval,
         ]

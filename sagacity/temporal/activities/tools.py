@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -71,10 +72,15 @@ def catalog(
             heartbeat_timeout_s=t.tool.options.heartbeat_timeout.total_seconds(),
             origin=t.tool.origin,
             approval=t.tool.options.approval,
+            approval_sla_s=_seconds(t.tool.options.approval_sla),
         )
         for t in tools
         if only is None or t.name in only
     ]
+
+
+def _seconds(span: timedelta | None) -> float | None:
+    return None if span is None else span.total_seconds()
 
 
 def bound(

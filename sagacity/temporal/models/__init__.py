@@ -13,6 +13,10 @@ from sagacity.temporal.models.approvals import (
     ApprovalClose,
     ApprovalOpen,
     ApprovalOpened,
+    Escalate,
+    Escalated,
+    Escalation,
+    EscalationOutcome,
     PendingApproval,
 )
 from sagacity.temporal.models.calls import (
@@ -116,6 +120,10 @@ __all__ = [
     "Effect",
     "EffectRefs",
     "ErrorInfo",
+    "Escalate",
+    "Escalated",
+    "Escalation",
+    "EscalationOutcome",
     "HaltLookedUp",
     "HaltLookup",
     "HaltNotice",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from sagacity.rules import ApprovalRule
@@ -42,6 +45,39 @@ class ApprovalClose(BaseModel):
     journal_seq: int
 
 
+#: how an escalation's notification went: ``sent`` (the webhook took it), ``recorded`` (no
+#: webhook configured), ``unknown`` (a worker stopped mid-POST: not posted again), ``failed``
+#: (every attempt failed), ``pending`` (still trying when the request was decided)
+EscalationOutcome = Literal["sent", "recorded", "unknown", "failed", "pending"]
+
+
+class Escalate(BaseModel):
+    """Notify the next tier that the request at ``journal_seq`` is past its SLA, once."""
+
+    saga_id: str
+    journal_seq: int
+    tool_name: str
+    #: when the saga escalated (workflow time), which the request row records
+    at: datetime
+    #: how long the request had waited then, in seconds
+    waited_s: float
+
+
+class Escalated(BaseModel):
+    """Where an escalation went (the webhook's scheme and host, never its secret path) and how."""
+
+    to: str = ""
+    outcome: EscalationOutcome
+
+
+class Escalation(BaseModel):
+    """A request's escalation, as the saga's ``status`` and the decision row show it."""
+
+    at: datetime
+    to: str = ""
+    outcome: EscalationOutcome = "pending"
+
+
 class PendingApproval(BaseModel):
     journal_seq: int
     tool_name: str
@@ -54,3 +90,5 @@ class PendingApproval(BaseModel):
     #: why the tool's ``needs_approval`` rule asked ("rule 'large refund': amount 1500 > 1000");
     #: None for an IRREVERSIBLE tool's request, which always asks
     why: str | None = None
+    #: the next tier was notified: the request is past its SLA (None: not escalated)
+    escalation: Escalation | None = None

@@ -37,6 +37,9 @@ class ToolSpec(Lean):
     #: when a call waits for a human, judged on its arguments in workflow code (absent in
     #: older histories and for tools declared without ``needs_approval``)
     approval: ApprovalRule | None = None
+    #: past this many seconds undecided, an approval request is escalated (None: never; absent
+    #: from every catalog recorded before escalation existed, so their sagas wait as they did)
+    approval_sla_s: float | None = None
 
 
 class RowRef(Lean):

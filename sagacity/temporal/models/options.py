@@ -13,6 +13,10 @@ class SagaOptions(BaseModel):
 
     #: how long a call waiting for approval waits for a decision before it is rejected as ``timeout``
     approval_deadline_s: float = 7 * 24 * 3600
+    #: past this many seconds undecided, an approval request is escalated once (the next tier
+    #: notified; ``docs/signals.md``), and the saga waits on until the deadline; None: only the
+    #: tool's own SLA, if it declares one (the shorter of the two wins)
+    approval_sla_s: float | None = Field(default=None, gt=0)
     #: who may approve: tool name (or ``"*"``) to identities; ``None`` lets any named approver decide
     approvers: dict[str, list[str]] | None = None
     #: attempts at each compensation before COMPENSATION_FAILED is journaled; with the backoff

@@ -38,6 +38,7 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.saga.controls import Controls
 from sagacity.temporal.saga.core import SagaCore
+from sagacity.temporal.saga.escalation import Escalations, approval_sla_s, with_escalation
 from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.patches import ABORT_ROW_PATCH, BOUND_ROWS_PATCH, DECIDE_RECORDED_PATCH
 from sagacity.temporal.saga.signals import Refusals, sender, validated
@@ -71,6 +72,7 @@ class Gate:
         self._refusals = refusals
         self._controls = controls
         self._journal = journal
+        self._escalations = Escalations(core, controls)
         self.pending: PendingApproval | None = None
         self._decision: Approve | Reject | None = None
         #: the approval the next call runs under: its approver and signature go to the worker
@@ -121,7 +123,7 @@ class Gate:
         self.approved_input_hash = opened.raw_input_hash
         self.approved_request_hash = opened.input_hash
         # approvers see the request as stored (secrets redacted); its hash is what they confirm
-        self.pending = PendingApproval(
+        self.pending = waiting = PendingApproval(
             journal_seq=seq,
             tool_name=spec.name,
             input_json=opened.input,
@@ -137,13 +139,11 @@ class Gate:
             self._take(sent, given_hash)
         core.enter(SagaState.AWAITING_APPROVAL, spec.name)
         try:
-            await controls.wait(
-                lambda: self._decision is not None or controls.abort is not None,
-                timeout=timedelta(seconds=core.options.approval_deadline_s),
-            )
+            await self._wait(spec, waiting)
         except TimeoutError:
             self._decision = Reject(journal_seq=seq, approver="sagacity", reason="timeout")
         decision = self._decision
+        escalation = waiting.escalation
         if decision is None or controls.abort is not None:
             # an abort (or cancel) wins over a decision taken in the same moment
             decision = Reject(
@@ -163,8 +163,11 @@ class Gate:
                     RowDraft(
                         tool_name=APPROVAL_GATE,
                         phase=Phase.APPROVED,
-                        payload=self._decision_payload(decision, pending)
-                        or f"approver={decision.approver}",
+                        payload=with_escalation(
+                            self._decision_payload(decision, pending)
+                            or f"approver={decision.approver}",
+                            escalation,
+                        ),
                         **request,
                     )
                 ]
@@ -173,6 +176,8 @@ class Gate:
                 self.approval = decision
                 return seq
             # aborted while the approval was being journaled: the approved call never starts
+            # (this row is not the decision: the escalation is on the APPROVED row already)
+            escalation = None
             decision = Reject(
                 journal_seq=seq,
                 approver=controls.abort.by or "sagacity",
@@ -181,6 +186,7 @@ class Gate:
         payload = self._decision_payload(decision, pending) or _rejected_row(decision)
         if controls.abort is not None and workflow.patched(ABORT_ROW_PATCH):
             payload = controls.abort_row(controls.abort, decision.reason, signed=bound)
+        payload = with_escalation(payload, escalation)
         await self._journal.append(
             [RowDraft(tool_name=APPROVAL_GATE, phase=Phase.REJECTED, payload=payload, **request)]
         )
@@ -200,6 +206,21 @@ class Gate:
             f"{spec.name} rejected by {decision.approver}: {decision.reason}",
             **rejection.model_dump(),
         )
+
+    async def _wait(self, spec: ToolSpec, pending: PendingApproval) -> None:
+        """Wait for a decision, an abort or the deadline (``TimeoutError``), escalating past the
+        request's SLA when the tool or the saga declares one."""
+        controls, options = self._controls, self._core.options
+
+        def decided() -> bool:
+            return self._decision is not None or controls.abort is not None
+
+        sla_s = approval_sla_s(spec, options.approval_sla_s)
+        if sla_s is None:
+            # no SLA (every history recorded before escalation existed): the one timer as ever
+            await controls.wait(decided, timeout=timedelta(seconds=options.approval_deadline_s))
+        else:
+            await self._escalations.wait(pending, decided, sla_s)
 
     def _statement(self, decision: Approve | Reject, pending: PendingApproval) -> Statement:
         """What a signature on ``decision`` must vouch for: this saga, the request, its hash
