@@ -13,6 +13,8 @@ from sagacity.temporal.models.approvals import (
     ApprovalClose,
     ApprovalOpen,
     ApprovalOpened,
+    EditCheck,
+    EditChecked,
     PendingApproval,
 )
 from sagacity.temporal.models.calls import (
@@ -40,6 +42,8 @@ from sagacity.temporal.models.decisions import (
     Reason,
     Reject,
     Resolve,
+    approval_statement,
+    edited_hash,
     resolution_statement,
 )
 from sagacity.temporal.models.effects import (
@@ -103,6 +107,10 @@ __all__ = [
     "ApprovalOpen",
     "ApprovalOpened",
     "Approve",
+    "EditCheck",
+    "EditChecked",
+    "approval_statement",
+    "edited_hash",
     "CallOutcome",
     "CallRequest",
     "CallStatus",

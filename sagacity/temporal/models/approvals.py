@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from sagacity.temporal.models.journal import RowRef
@@ -45,3 +47,19 @@ class PendingApproval(BaseModel):
     deadline_s: float
     #: where ``input_json`` hides a field (JSON Pointers)
     hidden: list[str] = Field(default_factory=list)
+
+
+class EditCheck(BaseModel):
+    """Check an approver's edited arguments for ``tool_name`` as a call's are checked."""
+
+    saga_id: str
+    tool_name: str
+    args: dict[str, Any]
+
+
+class EditChecked(BaseModel):
+    """Edited arguments that fit the tool: as the journal will hold them (redacted as a call's
+    INTENT is), and the SHA-256 of their unredacted canonical JSON."""
+
+    input: str
+    raw_input_hash: str

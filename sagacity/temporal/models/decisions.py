@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from sagacity.evidence.decisions import Signature, Statement
-from sagacity.journal.canonical import to_json
+from sagacity.journal.canonical import input_hash, to_json
 
 
 def _plain_text(value: str) -> str:
@@ -58,11 +58,28 @@ class _Signed(_Strict):
         return self
 
 
+def _edited_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
+    if args is not None:
+        to_json(args)  # NaN or an infinity has no canonical JSON, so no hash to sign
+    return args
+
+
+#: the arguments an approver changed the call to (a JSON object): the call runs with these.
+#: Left out of the payload when absent, so an approval without edits reads on older workers
+EditedArgs = Annotated[
+    dict[str, Any] | None,
+    AfterValidator(_edited_args),
+    Field(exclude_if=lambda value: value is None),
+]
+
+
 class Approve(_Signed):
-    """Signal ``approve``: a human allows the call awaiting approval at ``journal_seq``."""
+    """Signal ``approve``: a human allows the call awaiting approval at ``journal_seq``;
+    with ``args``, allows it with those arguments instead of the proposed ones."""
 
     journal_seq: int = Field(ge=1)
     approver: Identity
+    args: EditedArgs = None
 
 
 class Reject(_Signed):
@@ -80,6 +97,14 @@ class Decision(_Signed):
     approver: Identity
     approve: bool
     reason: Reason = "rejected"
+    #: with ``approve``: the edited arguments the call runs with instead of the proposed ones
+    args: EditedArgs = None
+
+    @model_validator(mode="after")
+    def _edits_approve(self) -> Decision:
+        if self.args is not None and not self.approve:
+            raise ValueError("args (edited arguments) come with an approval only")
+        return self
 
     def as_signal(self) -> Approve | Reject:
         """The same decision as the ``approve`` or ``reject`` signal would carry it."""
@@ -89,6 +114,7 @@ class Decision(_Signed):
                 approver=self.approver,
                 input_hash=self.input_hash,
                 signature=self.signature,
+                args=self.args,
             )
         return Reject.model_construct(
             journal_seq=self.journal_seq,
@@ -97,6 +123,27 @@ class Decision(_Signed):
             signature=self.signature,
             reason=self.reason,
         )
+
+
+def edited_hash(args: dict[str, Any]) -> str:
+    """What a signed edit names (the statement's ``result``): SHA-256 hex of the edited
+    arguments' canonical JSON, unredacted."""
+    return input_hash(to_json(args))
+
+
+def approval_statement(
+    saga_id: str, seq: int, request_hash: str, approver: str, *, edited: str | None = None
+) -> Statement:
+    """What a signed approval of the request at ``seq`` vouches for; ``edited``: the
+    :func:`edited_hash` of the arguments it changed the call to (``approve_edited``)."""
+    return Statement(
+        saga_id=saga_id,
+        seq=seq,
+        input_hash=request_hash,
+        decision="approve" if edited is None else "approve_edited",
+        principal=approver,
+        result=edited or "",
+    )
 
 
 class Resolve(_Strict):
@@ -148,3 +195,4 @@ class Abort(_Strict):
 
 
 DecisionKind = Literal["approve", "reject"]
+

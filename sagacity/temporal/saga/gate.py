@@ -26,6 +26,7 @@ from sagacity.temporal.models import (
     ApprovalOpened,
     Approve,
     Decision,
+    EditChecked,
     ErrorInfo,
     PendingApproval,
     Reject,
@@ -33,9 +34,12 @@ from sagacity.temporal.models import (
     SagaCarry,
     SagaState,
     ToolSpec,
+    approval_statement,
+    edited_hash,
 )
 from sagacity.temporal.saga.controls import Controls
 from sagacity.temporal.saga.core import SagaCore
+from sagacity.temporal.saga.edits import Edits
 from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.patches import ABORT_ROW_PATCH, BOUND_ROWS_PATCH, DECIDE_RECORDED_PATCH
 from sagacity.temporal.saga.signals import Refusals, sender, validated
@@ -51,6 +55,7 @@ RefusalKind = Literal[
     "unsigned",
     "bad_signature",
     "invalid",
+    "invalid_edit",
 ]
 
 
@@ -80,6 +85,8 @@ class Gate:
         #: the hashes of the input the approver confirmed, raw and as the request shows it
         self.approved_input_hash: str | None = None
         self.approved_request_hash: str | None = None
+        #: an approval's edited arguments, checked before it is journaled
+        self.edits = Edits(core, journal)
 
     async def await_approval(self, spec: ToolSpec, input_json: str) -> int:
         """Journal AWAITING_APPROVAL, wait for a decision or the deadline; return the request seq."""
@@ -127,13 +134,7 @@ class Gate:
         for sent, given_hash in early:
             self._take(sent, given_hash)
         core.enter(SagaState.AWAITING_APPROVAL, spec.name)
-        try:
-            await controls.wait(
-                lambda: self._decision is not None or controls.abort is not None,
-                timeout=timedelta(seconds=core.options.approval_deadline_s),
-            )
-        except TimeoutError:
-            self._decision = Reject(journal_seq=seq, approver="sagacity", reason="timeout")
+        await self._wait_decision(spec, seq)
         decision = self._decision
         if decision is None or controls.abort is not None:
             # an abort (or cancel) wins over a decision taken in the same moment
@@ -149,14 +150,21 @@ class Gate:
         bound = workflow.patched(BOUND_ROWS_PATCH)
         request = {"input": "", "input_of": seq} if bound else {"input": input_json}
         if isinstance(decision, Approve):
+            edit = self.edits.checked if decision.args is not None else None
+            approved: dict[str, Any] = request
+            if edit is not None:
+                # the row holds the approved input (redacted as its INTENT will be); the
+                # request's row before it keeps the proposed one
+                approved = {"input": edit.input}
+                self.approved_input_hash = edit.raw_input_hash
             await self._journal.append(
                 [
                     RowDraft(
                         tool_name=APPROVAL_GATE,
                         phase=Phase.APPROVED,
                         payload=self._decision_payload(decision, pending)
-                        or f"approver={decision.approver}",
-                        **request,
+                        or _unsigned_approval(decision, edit),
+                        **approved,
                     )
                 ]
             )
@@ -184,8 +192,45 @@ class Gate:
             controls.raise_if_aborted()
         raise ApprovalRejected(f"{spec.name} rejected by {decision.approver}: {decision.reason}")
 
+    async def _wait_decision(self, spec: ToolSpec, seq: int) -> None:
+        """Wait for a decision, an abort or the deadline. An edited approval is taken only once
+        its arguments pass the tool's check: else it is refused, and the request stays open."""
+        core, controls = self._core, self._controls
+        timeout = timedelta(seconds=core.options.approval_deadline_s)
+        until = workflow.now() + timeout
+        while True:
+            try:
+                await controls.wait(
+                    lambda: self._decision is not None or controls.abort is not None,
+                    timeout=timeout,
+                )
+            except TimeoutError:
+                self._decision = Reject(journal_seq=seq, approver="sagacity", reason="timeout")
+                return
+            decision, pending = self._decision, self.pending
+            if not isinstance(decision, Approve) or decision.args is None or pending is None:
+                return
+            if controls.abort is not None:
+                return
+            why = await self.edits.check(spec.name, decision, pending.input_json)
+            if why is None:
+                return
+            self._refusals.refuse(decision.approver, why)
+            self.edits.refused = (decision, why)
+            self._decision = None
+            timeout = max(until - workflow.now(), timedelta(milliseconds=1))
+
     def _statement(self, decision: Approve | Reject, pending: PendingApproval) -> Statement:
-        """What a signature on ``decision`` must vouch for: this saga, the request, its hash."""
+        """What a signature on ``decision`` must vouch for: this saga, the request, its hash
+        (and an edited approval's arguments, by their hash)."""
+        if isinstance(decision, Approve) and decision.args is not None:
+            return approval_statement(
+                self._core.saga_id,
+                pending.journal_seq,
+                pending.input_hash,
+                decision.approver,
+                edited=edited_hash(decision.args),
+            )
         return Statement(
             saga_id=self._core.saga_id,
             seq=pending.journal_seq,
@@ -204,7 +249,9 @@ class Gate:
             return None
         signer = keyring.find(decision.signature.key_id)
         name = signer.name if signer is not None else ""
-        return signed_row(self._statement(decision, pending), decision.signature, name)
+        statement = self._statement(decision, pending)
+        extra = _edited_fields(statement.result) if statement.decision == "approve_edited" else {}
+        return signed_row(statement, decision.signature, name, **extra)
 
     def _refusal(
         self, decision: Approve | Reject, given_hash: str | None
@@ -214,6 +261,12 @@ class Gate:
         journal_seq, approver = decision.journal_seq, decision.approver
         if not approver.strip():
             return "no_approver", "a decision must name its approver"
+        if self.edits.checking and pending is not None and pending.journal_seq == journal_seq:
+            return (
+                "already_decided",
+                f"an edited approval of the request at seq {journal_seq} is being checked; "
+                "if its arguments are refused, decide again",
+            )
         if journal_seq in self.decided or (
             pending is not None
             and pending.journal_seq == journal_seq
@@ -307,11 +360,36 @@ class Gate:
         )
 
     async def _on_decide(self, decision: Decision) -> str:
-        self._decision = decision.as_signal()
+        self._decision = sent = decision.as_signal()
         seq = decision.journal_seq
-        core = self._core
-        await workflow.wait_condition(lambda: core.head.seq > seq)
+        core, edits = self._core, self.edits
+        refused = None
+        if isinstance(sent, Approve) and sent.args is not None:
+            # an edit can still be refused after it was taken: its arguments may not fit
+            await workflow.wait_condition(
+                lambda: core.head.seq > seq or edits.refusal_of(sent) is not None
+            )
+            refused = edits.refusal_of(sent)
+        else:
+            await workflow.wait_condition(lambda: core.head.seq > seq)
+        if refused is not None:
+            # recorded in refused_decisions already, where the approval was refused
+            raise ApplicationError(
+                decode.encodable(refused), "invalid_edit", type="ApprovalRefused", non_retryable=True
+            )
         # what was journaled: an abort in the same moment turns an approval into REJECTED
         written = next((r for r in core.rows if r.seq == seq + 1), None)
         approved = written.phase is Phase.APPROVED if written else decision.approve
         return "approved" if approved else "rejected"
+
+
+def _edited_fields(approved_hash: str) -> dict[str, Any]:
+    """What an edited approval's row payload adds: that it is one, and the hash it approved."""
+    return {"edited": True, "approved_input_hash": approved_hash}
+
+
+def _unsigned_approval(decision: Approve, edit: EditChecked | None) -> str:
+    """An unsigned approval's row payload (no keyring): its approver, and an edit's hash."""
+    if edit is None:
+        return f"approver={decision.approver}"
+    return to_json({"by": decision.approver, **_edited_fields(edit.raw_input_hash)})
