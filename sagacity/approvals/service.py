@@ -48,7 +48,14 @@ from sagacity.inputs import invalid
 from sagacity.journal import Phase, input_hash
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import Decision, PendingApproval, SagaState, SagaStatus
+from sagacity.temporal.models import (
+    Decision,
+    PendingApproval,
+    SagaState,
+    SagaStatus,
+    approval_statement,
+    edited_hash,
+)
 
 __all__ = [
     "CURSOR_PATTERN",
@@ -120,6 +127,9 @@ class DecisionResult(BaseModel):
     decision: Literal["approved", "rejected"]
     approver: str
     reason: str | None = None
+    edited: bool = Field(
+        default=False, description="approved with changed arguments: the call runs with those"
+    )
 
 
 def check_signer(signer: Signer | None, keyring: Keyring | None, principal: str) -> None:
@@ -231,14 +241,26 @@ class ApprovalService:
         return self._view(request, await self._live(saga_id))
 
     async def approve(
-        self, saga_id: str, journal_seq: int, *, approver: str, input_hash: str | None = None
+        self,
+        saga_id: str,
+        journal_seq: int,
+        *,
+        approver: str,
+        input_hash: str | None = None,
+        args: dict[str, Any] | None = None,
     ) -> DecisionResult:
-        """Approve the call; with ``input_hash``, only if it is the input the approver saw.
+        """Approve the call; with ``input_hash``, only if it is the input the approver saw;
+        with ``args``, changed to those arguments (checked against the tool by the saga first:
+        :class:`InvalidInput` when they do not fit, and the request stays open).
 
         Returns once APPROVED is journaled; the call itself runs after that.
         """
         decision = _decision(
-            journal_seq=journal_seq, approver=approver, approve=True, input_hash=input_hash
+            journal_seq=journal_seq,
+            approver=approver,
+            approve=True,
+            input_hash=input_hash,
+            **({} if args is None else {"args": args}),
         )
         return await self._decide(saga_id, decision)
 
@@ -296,12 +318,15 @@ class ApprovalService:
         approver: str,
         approve: bool,
         reason: str | None = None,
+        args: dict[str, Any] | None = None,
     ) -> tuple[Decision, PendingApproval]:
         """The ``decide`` payload for the request the saga waits with at ``journal_seq``,
         checked and signed as :meth:`approve` / :meth:`reject` send it, but not sent (another
         client, such as the plain ``temporal`` CLI, delivers it; :meth:`Decision.as_signal` is
         the ``approve`` / ``reject`` signal's); with the request as the saga holds it."""
-        fields = {} if reason is None else {"reason": reason}
+        fields: dict[str, Any] = {} if reason is None else {"reason": reason}
+        if args is not None:
+            fields["args"] = args
         decision = _decision(journal_seq=journal_seq, approver=approver, approve=approve, **fields)
         return await self._prepare(saga_id, decision)
 
@@ -337,6 +362,7 @@ class ApprovalService:
             decision="approved" if outcome == "approved" else "rejected",
             approver=decision.approver,
             reason=None if decision.approve else decision.reason,
+            edited=decision.args is not None,
         )
 
     def _signed(self, saga_id: str, decision: Decision, pending: PendingApproval) -> Decision:
@@ -345,14 +371,23 @@ class ApprovalService:
         check_signer(self.signer, self.keyring, decision.approver)
         if self.signer is None:
             return decision
-        statement = Statement(
-            saga_id=saga_id,
-            seq=decision.journal_seq,
-            input_hash=pending.input_hash,
-            decision="approve" if decision.approve else "reject",
-            principal=decision.approver,
-            reason="" if decision.approve else decision.reason,
-        )
+        if decision.args is not None:
+            statement = approval_statement(
+                saga_id,
+                decision.journal_seq,
+                pending.input_hash,
+                decision.approver,
+                edited=edited_hash(decision.args),
+            )
+        else:
+            statement = Statement(
+                saga_id=saga_id,
+                seq=decision.journal_seq,
+                input_hash=pending.input_hash,
+                decision="approve" if decision.approve else "reject",
+                principal=decision.approver,
+                reason="" if decision.approve else decision.reason,
+            )
         return decision.model_copy(
             update={"input_hash": pending.input_hash, "signature": self.signer.sign(statement)}
         )
@@ -481,12 +516,14 @@ def _view(request: ApprovalRequest, live: Live, deciders: list[str] | None) -> P
     )
 
 
-def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused:
+def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused | InvalidInput:
     message = str(getattr(cause, "message", "") or cause)
     details = getattr(cause, "details", ()) or ()
     kind = str(details[0]) if details else None
     if kind == "not_allowed":
         return ApproverNotAllowed(message)
+    if kind == "invalid_edit":
+        return InvalidInput(f"saga {saga_id!r} refused the edited arguments: {message}")
     if kind in {"unsigned", "bad_signature"}:
         return DecisionUnsigned(f"saga {saga_id!r} refused the decision: {message}")
     if kind in {"already_decided", "not_waiting", "unknown_seq", "input_hash_mismatch"}:

@@ -78,7 +78,12 @@ DecisionKind = Literal[
     "approve",
     "approve_edited",
     "reject",
-    "happened", "not_happened", "halt", "resume", "halt_report", "abort"
+    "happened",
+    "not_happened",
+    "halt",
+    "resume",
+    "halt_report",
+    "abort",
 ]
 
 _TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
@@ -327,7 +332,10 @@ def payload_object(payload: str) -> dict[str, Any] | None:
 def _kinds(gate: bool, phase: str) -> tuple[str, ...]:
     """The decisions a row of the approval gate (``gate``) or of a tool may record."""
     if gate:
-        return {"APPROVED": ("approve", "approve_edited"), "REJECTED": ("reject", "abort", "halt")}.get(phase, ())
+        return {
+            "APPROVED": ("approve", "approve_edited"),
+            "REJECTED": ("reject", "abort", "halt"),
+        }.get(phase, ())
     return {"EXECUTED": ("happened",), "FAILED": ("not_happened",)}.get(phase, ())
 
 
@@ -466,9 +474,7 @@ class DecisionCheck:
 
     # -- approval gate -------------------------------------------------------------------------
 
-    def _decision(
-        self, entry: Entry, phase: str, approved: tuple[Entry, int, str] | None
-    ) -> None:
+    def _decision(self, entry: Entry, phase: str, approved: tuple[Entry, int, str] | None) -> None:
         seq = entry.seq
         body = payload_object(entry.payload)
         abort = body is not None and body.get("abort") is True

@@ -26,7 +26,6 @@ from tests.approvals import test_decisions_bound, test_signed
 from tests.approvals.test_decisions_bound import Verifier, edit_inputs
 from tests.approvals.test_signed import Keys, refusals, start_order
 from tests.evidence.test_default_config_tamper import Owner
-from tests.temporal.conftest import wait_for
 from tests.temporal.test_crash import WorkerProcess
 from workflows.order.shop import Shop
 

@@ -195,4 +195,3 @@ class Abort(_Strict):
 
 
 DecisionKind = Literal["approve", "reject"]
-

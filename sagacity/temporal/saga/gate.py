@@ -375,7 +375,10 @@ class Gate:
         if refused is not None:
             # recorded in refused_decisions already, where the approval was refused
             raise ApplicationError(
-                decode.encodable(refused), "invalid_edit", type="ApprovalRefused", non_retryable=True
+                decode.encodable(refused),
+                "invalid_edit",
+                type="ApprovalRefused",
+                non_retryable=True,
             )
         # what was journaled: an abort in the same moment turns an approval into REJECTED
         written = next((r for r in core.rows if r.seq == seq + 1), None)
