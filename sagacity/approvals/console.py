@@ -56,8 +56,8 @@ from sagacity.evidence.export import export_bundle
 from sagacity.evidence.graph import duration, saga_path, visible
 from sagacity.evidence.graph_svg import svg
 from sagacity.evidence.report import SagaReport
-from sagacity.inputs import check_name
-from sagacity.journal import Entry, parse_json
+from sagacity.inputs import check_name, load_object
+from sagacity.journal import Entry
 from sagacity.store.halts import Halt, HaltPolicy, HaltScope
 from sagacity.store.journal import JournalStore
 from sagacity.temporal.runs import RunChains
@@ -278,7 +278,9 @@ def console_router(console: WebConsole) -> APIRouter:
                 seq,
                 approver=principal,
                 input_hash=form.get("input_hash") or None,
-                args=_edited(form["args"]) if "args" in form else None,
+                args=load_object(form["args"], what="the changed arguments")
+                if "args" in form
+                else None,
             )
         except SagacityError as exc:
             return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
@@ -508,18 +510,6 @@ def _status(refusal: SagacityError) -> int:
     if isinstance(refusal, InvalidInput):
         return 422
     return 403 if isinstance(refusal, ApproverNotAllowed) else 409
-
-
-def _edited(text: str) -> dict[str, Any]:
-    """The arguments the "approve with changes" form gives; :class:`InvalidInput` unless they
-    are a JSON object."""
-    try:
-        args = parse_json(text)
-    except ValueError as exc:
-        raise InvalidInput(f"the changed arguments are not JSON: {exc}") from None
-    if not isinstance(args, dict):
-        raise InvalidInput("the changed arguments must be a JSON object: the tool's arguments")
-    return args
 
 
 def _to_saga(saga_id: str, done: str) -> RedirectResponse:

@@ -40,8 +40,10 @@ from sagacity.cli._common import (
     signing_identity,
 )
 from sagacity.cli._exit import hard_exit
+from sagacity.errors import InvalidInput
 from sagacity.evidence.decisions import permitted
-from sagacity.journal import parse_json, to_json
+from sagacity.inputs import load_object
+from sagacity.journal import to_json
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.store.halts import HaltStore
@@ -263,12 +265,9 @@ def _edited_args(text: str | None, path: Path | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        args = parse_json(text)
-    except ValueError as exc:
-        raise fail(f"--args is not JSON: {exc}") from None
-    if not isinstance(args, dict):
-        raise fail("--args must be a JSON object: the tool's arguments by name")
-    return args
+        return load_object(text, what="--args")
+    except InvalidInput as exc:
+        raise fail(str(exc)) from None
 
 
 @app.command("approve")

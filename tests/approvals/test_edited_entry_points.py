@@ -60,8 +60,8 @@ async def test_approve_with_args_refuses_what_does_not_fit_then_runs_the_edit(
     env = trip.keys.env()
     for args, said in (
         ('{"order_id": 5}', "do not fit 'send_confirmation'"),
-        ("[1, 2]", "--args must be a JSON object"),
-        ('{"order_id": "o-1"', "--args is not JSON"),
+        ("[1, 2]", "--args: must be a JSON object"),
+        ('{"order_id": "o-1"', "--args: not valid JSON"),
     ):
         result = await trip.cli(
             "approvals", "approve", saga.id, str(saga.seq), "--args", args, extra_env=env
