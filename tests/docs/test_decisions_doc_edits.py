@@ -27,6 +27,7 @@ from tests.docs.test_decisions_doc import (
     ORDER,
     SIGNER,
     WHO,
+    approved_saga,
     blocks,
     chain,
     keyring_json,
@@ -71,20 +72,24 @@ def test_the_vector_is_what_the_code_signs_and_journals() -> None:
 
 
 def edited_saga(swap: Callable[[int, str], str] = lambda seq, text: text) -> list[Entry]:
-    """The vector's saga: the request at 5 proposes o-17, APPROVED at 6 changes it to o-18."""
+    """The approve vector's saga, approved with changes instead: the request at 5 proposes
+    o-17, APPROVED at 6 changes it to o-18, which the call at 7-8 runs."""
+    rows = [(r.tool_name, r.phase.value, r.input, r.payload) for r in approved_saga()]
     approved = to_json(EDITED)
-    return chain(
-        [
-            ("reserve", "INTENT", "{}", ""),
-            ("reserve", "EXECUTED", "{}", "{}"),
-            ("create_order", "INTENT", "{}", ""),
-            ("create_order", "EXECUTED", "{}", ORDER),
-            ("send_confirmation", "AWAITING_APPROVAL", swap(5, ORDER), ""),
-            ("approval-gate", "APPROVED", swap(6, approved), PAYLOAD),
-            ("send_confirmation", "INTENT", swap(7, approved), ""),
-            ("send_confirmation", "EXECUTED", swap(8, approved), "{}"),
-        ]
+    rows[5] = ("approval-gate", "APPROVED", approved, PAYLOAD)
+    rows[6:8] = [(tool, phase, approved, payload) for tool, phase, _, payload in rows[6:8]]
+    return chain([(t, p, swap(seq, i), pay) for seq, (t, p, i, pay) in enumerate(rows, 1)])
+
+
+def checked(rows: list[Entry]) -> DecisionCheck:
+    """:class:`DecisionCheck` fed ``rows``, with the vectors' keyring."""
+    check = DecisionCheck(
+        "order-7f3a", Keyring(keys=[keyring_entry("renée", SIGNER.key.public_key(), [WHO])])
     )
+    for row in rows:
+        check.feed(row)
+    check.finish()
+    return check
 
 
 def forged_from(first: int) -> Callable[[int, str], str]:
@@ -107,11 +112,7 @@ def forged_from(first: int) -> Callable[[int, str], str]:
 def test_the_documented_verifier_agrees_with_decision_check_on_edits(
     case: str, rows: list[Entry], named: list[int]
 ) -> None:
-    keyring = Keyring(keys=[keyring_entry("renée", SIGNER.key.public_key(), [WHO])])
-    check = DecisionCheck("order-7f3a", keyring)
-    for row in rows:
-        check.feed(row)
-    check.finish()
+    check = checked(rows)
     assert [seq for seq, _ in check.problems] == named, check.problems
     assert check.unverified == []
     plain = [
@@ -139,11 +140,7 @@ def test_an_unsigned_row_may_not_change_the_input() -> None:
         [(r.tool_name, r.phase.value, r.input, r.payload) for r in rows[:5]]
         + [("approval-gate", "APPROVED", to_json(EDITED), to_json(body))]
     )[5]
-    keyring = Keyring(keys=[keyring_entry("renée", SIGNER.key.public_key(), [WHO])])
-    check = DecisionCheck("order-7f3a", keyring)
-    for row in rows[:6]:
-        check.feed(row)
-    check.finish()
+    check = checked(rows[:6])
     assert [seq for seq, _ in check.problems] == [6, 6]
     assert "repeats input sha256" in check.problems[0][1]
     assert "carries no signature" in check.problems[1][1]
@@ -152,11 +149,7 @@ def test_an_unsigned_row_may_not_change_the_input() -> None:
 def test_a_redacted_edited_input_is_a_warning_not_a_failure() -> None:
     marked = to_json({"order_id": {"$redacted": "k1:abcd"}})
     rows = edited_saga(lambda seq, text: marked if seq >= 6 else text)
-    keyring = Keyring(keys=[keyring_entry("renée", SIGNER.key.public_key(), [WHO])])
-    check = DecisionCheck("order-7f3a", keyring)
-    for row in rows:
-        check.feed(row)
-    check.finish()
+    check = checked(rows)
     assert check.problems == []
     assert [seq for seq, _ in check.unverified] == [6]
     assert "redacted" in check.unverified[0][1]
