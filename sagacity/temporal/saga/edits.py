@@ -8,17 +8,20 @@ recorded history holds such a decision, so the activity it schedules needs no pa
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from temporalio.exceptions import ActivityError
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from sagacity.journal.canonical import to_json
-from sagacity.temporal import limits, names
+from sagacity.temporal import decode, limits, names
 from sagacity.temporal.failures import error_message, error_type
 from sagacity.temporal.models import Approve, EditCheck, EditChecked
 from sagacity.temporal.saga.core import SagaCore
 from sagacity.temporal.saga.journal import Journal
+from sagacity.temporal.saga.signals import Refusals
 
 #: how many calls' changes are kept for their callers (asked for right after the call returns)
 _KEPT = 64
@@ -101,7 +104,32 @@ class Edits:
         )
         return None
 
-    def refusal_of(self, decision: Approve) -> str | None:
+    async def judged(
+        self, tool: str, decision: Approve, proposed_json: str, refusals: Refusals
+    ) -> bool:
+        """Whether ``decision``'s edit may be taken (:meth:`check`); refused and recorded
+        otherwise, for the ``decide`` update that sent it to answer with (:meth:`verdict`)."""
+        why = await self.check(tool, decision, proposed_json)
+        if why is None:
+            return True
+        refusals.refuse(decision.approver, why)
+        self.refused = (decision, why)
+        return False
+
+    async def verdict(self, sent: Approve, journaled: Callable[[], bool]) -> None:
+        """Wait until the edited approval ``sent`` is ``journaled`` or refused; a refusal is
+        raised to the ``decide`` caller (recorded already, where it was judged)."""
+        await workflow.wait_condition(lambda: journaled() or self._refusal_of(sent) is not None)
+        refused = self._refusal_of(sent)
+        if refused is not None:
+            raise ApplicationError(
+                decode.encodable(refused),
+                "invalid_edit",
+                type="ApprovalRefused",
+                non_retryable=True,
+            )
+
+    def _refusal_of(self, decision: Approve) -> str | None:
         """Why ``decision`` (this very object) was refused, or None."""
         refused = self.refused
         return refused[1] if refused is not None and refused[0] is decision else None
@@ -117,6 +145,18 @@ class Edits:
     def of(self, call_seq: int | None) -> Change | None:
         """How the approver changed the call at ``call_seq`` (None: not changed)."""
         return self._changes.get(call_seq) if call_seq is not None else None
+
+
+def edited_fields(approved_hash: str) -> dict[str, Any]:
+    """What an edited approval's row payload adds: that it is one, and the hash it approved."""
+    return {"edited": True, "approved_input_hash": approved_hash}
+
+
+def unsigned_approval(decision: Approve, edit: EditChecked | None) -> str:
+    """An unsigned approval's row payload (no keyring): its approver, and an edit's hash."""
+    if edit is None:
+        return f"approver={decision.approver}"
+    return to_json({"by": decision.approver, **edited_fields(edit.raw_input_hash)})
 
 
 def _object(json_text: str) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from sagacity.temporal.models import (
     ApprovalOpened,
     Approve,
     Decision,
-    EditChecked,
     ErrorInfo,
     PendingApproval,
     Reject,
@@ -39,7 +38,7 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.saga.controls import Controls
 from sagacity.temporal.saga.core import SagaCore
-from sagacity.temporal.saga.edits import Edits
+from sagacity.temporal.saga.edits import Edits, edited_fields, unsigned_approval
 from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.patches import ABORT_ROW_PATCH, BOUND_ROWS_PATCH, DECIDE_RECORDED_PATCH
 from sagacity.temporal.saga.signals import Refusals, sender, validated
@@ -163,7 +162,7 @@ class Gate:
                         tool_name=APPROVAL_GATE,
                         phase=Phase.APPROVED,
                         payload=self._decision_payload(decision, pending)
-                        or _unsigned_approval(decision, edit),
+                        or unsigned_approval(decision, edit),
                         **approved,
                     )
                 ]
@@ -212,11 +211,8 @@ class Gate:
                 return
             if controls.abort is not None:
                 return
-            why = await self.edits.check(spec.name, decision, pending.input_json)
-            if why is None:
+            if await self.edits.judged(spec.name, decision, pending.input_json, self._refusals):
                 return
-            self._refusals.refuse(decision.approver, why)
-            self.edits.refused = (decision, why)
             self._decision = None
             timeout = max(until - workflow.now(), timedelta(milliseconds=1))
 
@@ -250,7 +246,7 @@ class Gate:
         signer = keyring.find(decision.signature.key_id)
         name = signer.name if signer is not None else ""
         statement = self._statement(decision, pending)
-        extra = _edited_fields(statement.result) if statement.decision == "approve_edited" else {}
+        extra = edited_fields(statement.result) if statement.decision == "approve_edited" else {}
         return signed_row(statement, decision.signature, name, **extra)
 
     def _refusal(
@@ -362,37 +358,12 @@ class Gate:
     async def _on_decide(self, decision: Decision) -> str:
         self._decision = sent = decision.as_signal()
         seq = decision.journal_seq
-        core, edits = self._core, self.edits
-        refused = None
+        core = self._core
         if isinstance(sent, Approve) and sent.args is not None:
-            # an edit can still be refused after it was taken: its arguments may not fit
-            await workflow.wait_condition(
-                lambda: core.head.seq > seq or edits.refusal_of(sent) is not None
-            )
-            refused = edits.refusal_of(sent)
+            await self.edits.verdict(sent, lambda: core.head.seq > seq)
         else:
             await workflow.wait_condition(lambda: core.head.seq > seq)
-        if refused is not None:
-            # recorded in refused_decisions already, where the approval was refused
-            raise ApplicationError(
-                decode.encodable(refused),
-                "invalid_edit",
-                type="ApprovalRefused",
-                non_retryable=True,
-            )
         # what was journaled: an abort in the same moment turns an approval into REJECTED
         written = next((r for r in core.rows if r.seq == seq + 1), None)
         approved = written.phase is Phase.APPROVED if written else decision.approve
         return "approved" if approved else "rejected"
-
-
-def _edited_fields(approved_hash: str) -> dict[str, Any]:
-    """What an edited approval's row payload adds: that it is one, and the hash it approved."""
-    return {"edited": True, "approved_input_hash": approved_hash}
-
-
-def _unsigned_approval(decision: Approve, edit: EditChecked | None) -> str:
-    """An unsigned approval's row payload (no keyring): its approver, and an edit's hash."""
-    if edit is None:
-        return f"approver={decision.approver}"
-    return to_json({"by": decision.approver, **_edited_fields(edit.raw_input_hash)})
