@@ -10,6 +10,7 @@ import json
 from temporalio.client import Client
 
 from sagacity.agents import AgentSagaRequest, Call, Say, Script
+from sagacity.evidence.graph import saga_path
 from sagacity.journal import Phase
 from sagacity.store import JournalStore
 from sagacity.temporal.models import Approve, SagaState
@@ -71,3 +72,6 @@ async def test_the_agent_is_told_its_call_ran_with_the_approvers_changes(
     assert json.loads(rows[at + 1].payload)["edited"] is True
     assert rows[at + 2].phase is Phase.INTENT and rows[at + 2].input == rows[at + 1].input
     assert (await journal.verify(handle.id)).ok
+    # the saga's picture says the approval changed the call
+    (gate,) = [s for s in saga_path(handle.id, list(rows.values())).forward if s.kind == "gate"]
+    assert gate.detail == "by alice: with changes"
