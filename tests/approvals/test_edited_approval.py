@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from sagacity.evidence.decisions import Signer
 from sagacity.evidence.keys import load_private_key
@@ -74,7 +75,8 @@ async def test_an_edited_approval_runs_the_edited_input_once_and_verify_names_a_
     # edits that do not fit send_confirmation(order_id: str): refused, nothing journaled
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await decide(handle, edited(keys, handle.id, seq, request_hash, {"order_id": 5}))
-    assert refused.value.cause.details[0] == "invalid_edit"  # type: ignore[union-attr]
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.details[0] == "invalid_edit"
     unknown = {"order_id": "o-edited", "cc": "mallory@example.com"}
     await handle.signal("approve", edited(keys, handle.id, seq, request_hash, unknown))
     await refusals(handle, 2)

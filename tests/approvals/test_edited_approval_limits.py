@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+
 from sagacity.journal import Phase
 from sagacity.store import JournalStore
 from sagacity.temporal import limits
@@ -60,3 +63,38 @@ async def test_edited_arguments_too_large_for_a_call_are_refused_and_the_request
     assert (await shop.snapshot()).outbox == 1
     final = await waiting.handle.query("status", result_type=SagaStatus)
     assert [r.phase for r in final.rows][-2:] == [Phase.INTENT, Phase.EXECUTED]
+
+
+def edit_payload(seq: int, args: bytes) -> RawValue:
+    """An ``approve`` payload whose ``args`` is ``args`` (raw JSON text), as any client may send."""
+    body = b'{"journal_seq":%d,"approver":"eve","args":%s}' % (seq, args)
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=body))
+
+
+#: edited arguments no call could take, and what their refusal says
+BAD_ARGS = {
+    "a JSON array": (b"[1]", "args"),
+    "a lone surrogate": (b'{"order_id":"\\udc00x"}', "cannot be decoded"),
+    "10k-deep": (b'{"order_id":' + b"[" * 10_000 + b"]" * 10_000 + b"}", "cannot be decoded"),
+    "NaN": (b'{"order_id":NaN}', "args"),
+    "an unknown field": (b'{"order_id":"o-1","cc":"x"}', "do not fit 'send_confirmation'"),
+}
+
+
+async def test_bad_edited_arguments_are_refused_recorded_and_the_saga_stays_decidable(
+    start_order: StartOrder, journal: JournalStore, shop: Shop
+) -> None:
+    waiting = await start_order()
+    handle, seq = waiting.handle, waiting.seq
+    for count, (args, _) in enumerate(BAD_ARGS.values(), start=1):
+        await handle.signal("approve", edit_payload(seq, args))
+        # one at a time: while an edit is checked, another decision is refused as taken
+        await wait_for(handle, lambda s, n=count: len(s.refused_decisions) >= n)  # type: ignore[misc]
+    status = await handle.query("status", result_type=SagaStatus)
+    for (case, (_, why)), refusal in zip(BAD_ARGS.items(), status.refused_decisions, strict=True):
+        assert why in refusal, (case, refusal)
+    assert status.state is SagaState.AWAITING_APPROVAL
+    assert (await journal.read(handle.id))[-1].phase is Phase.AWAITING_APPROVAL
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    assert (await handle.result()).status is SagaState.COMPLETED
+    assert (await shop.snapshot()).outbox == 1

@@ -69,8 +69,8 @@ async def test_approve_with_args_refuses_what_does_not_fit_then_runs_the_edit(
         assert result.code != 0 and said in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
     # the worker's refusal is recorded; the client's own refusals never reached the saga
-    said = await refusals(saga.handle, 1)
-    assert len(said) == 1 and "do not fit" in said[0]
+    recorded = await refusals(saga.handle, 1)
+    assert len(recorded) == 1 and "do not fit" in recorded[0]
     status = await saga.handle.query("status", result_type=SagaStatus)
     assert status.state is SagaState.AWAITING_APPROVAL
     assert await trip.outbox() == 0
