@@ -78,6 +78,7 @@ BAD_ARGS = {
     "10k-deep": (b'{"order_id":' + b"[" * 10_000 + b"]" * 10_000 + b"}", "cannot be decoded"),
     "NaN": (b'{"order_id":NaN}', "args"),
     "an unknown field": (b'{"order_id":"o-1","cc":"x"}', "do not fit 'send_confirmation'"),
+    "a fingerprint sent back": (b'{"order_id":{"$redacted":"k1:ab"}}', "markers at /order_id"),
 }
 
 

@@ -9,9 +9,11 @@ from datetime import timedelta
 
 from temporalio import activity
 
+from sagacity.errors import ToolArgumentsInvalid
 from sagacity.evidence.decisions import allowed, payload_object, signed_row
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.journal import Entry, Phase, input_hash, to_json
+from sagacity.journal.results import marker_paths
 from sagacity.store.approvals import ApprovalRequest
 from sagacity.temporal.activities.outcomes import ref
 from sagacity.temporal.activities.state import ActivityState
@@ -93,6 +95,14 @@ class Approvals:
         """Edited arguments checked as a call's are before its INTENT (the tool's signature),
         and redacted as its INTENT will hold them; ``ToolArgumentsInvalid`` when they do not fit.
         Nothing is journaled: the approval is written only once they pass."""
+        hidden = marker_paths(req.args)
+        if hidden:
+            # the request showed a secret as its fingerprint; sent back, the tool would get
+            # the fingerprint in place of the value
+            raise ToolArgumentsInvalid(
+                f"arguments for tool {req.tool_name!r} hold redaction markers at "
+                f"{', '.join(hidden[:5])}: give the real values"
+            )
         bound(self.state, req.tool_name, req.args)
         text = to_json(req.args)
         journaled = self.state.draft(req.saga_id, req.tool_name, Phase.INTENT, text).input
