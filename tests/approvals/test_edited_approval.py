@@ -24,6 +24,7 @@ from sagacity.temporal.models import (
     edited_hash,
 )
 from tests.approvals import test_decisions_bound, test_signed
+from tests.approvals.conftest import Cli
 from tests.approvals.test_decisions_bound import Verifier, edit_inputs
 from tests.approvals.test_signed import Keys, refusals, start_order
 from tests.evidence.test_default_config_tamper import Owner
@@ -65,6 +66,8 @@ async def test_an_edited_approval_runs_the_edited_input_once_and_verify_names_a_
     journal: JournalStore,
     owner_database_url: str,
     verifier: Verifier,
+    cli: Cli,
+    anchors: dict[str, str],
 ) -> None:
     handle, status = await start_order(temporal_client, task_queue)
     pending = status.pending_approval
@@ -136,7 +139,9 @@ async def test_an_edited_approval_runs_the_edited_input_once_and_verify_names_a_
     await owner.rewrite(handle.id, edit_inputs(seq + 1, "o-edited", "o-forged"))
     live, said_live, offline, said_offline = await verifier.both(handle.id)
     assert (live, offline) == (1, 1), said_live + said_offline
-    for output in (said_live, said_offline):
+    everything = await cli("verify", "--all", extra_env=anchors)
+    assert everything.code != 0
+    for output in (said_live, said_offline, everything.stdout + everything.stderr):
         assert (
             f"edited approval seq {seq + 1} disagrees: it holds input sha256 {forged_hash} but "
             f"its approver signed {edited_hash(approved_args)}"
