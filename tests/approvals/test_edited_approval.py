@@ -28,6 +28,7 @@ from tests.approvals.conftest import Cli
 from tests.approvals.test_decisions_bound import Verifier, edit_inputs
 from tests.approvals.test_signed import Keys, refusals, start_order
 from tests.evidence.test_default_config_tamper import Owner
+from tests.temporal.conftest import forget_killed_worker
 from tests.temporal.test_crash import WorkerProcess
 from workflows.order.shop import Shop
 
@@ -146,3 +147,32 @@ async def test_an_edited_approval_runs_the_edited_input_once_and_verify_names_a_
             f"edited approval seq {seq + 1} disagrees: it holds input sha256 {forged_hash} but "
             f"its approver signed {edited_hash(approved_args)}"
         ) in output, output
+
+
+async def test_an_edit_sent_while_the_worker_is_killed_runs_once_on_the_next_worker(
+    signed_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    keys: Keys,
+    shop: Shop,
+    journal: JournalStore,
+    verifier: Verifier,
+) -> None:
+    handle, status = await start_order(temporal_client, task_queue)
+    pending = status.pending_approval
+    assert pending is not None
+    signed_worker.kill()  # SIGKILL at the gate: the saga's history holds the wait
+    approved_args = {"order_id": "o-after-kill"}
+    await handle.signal(
+        "approve",
+        edited(keys, handle.id, pending.journal_seq, pending.input_hash, approved_args),
+    )
+    await forget_killed_worker(temporal_client, handle.id)
+    await signed_worker.start()
+    assert (await handle.result()).status is SagaState.COMPLETED
+    assert (await shop.snapshot()).outbox == 1
+    assert await shop.sent("o-after-kill", "confirmation", handle.id) is not None
+    intents = [e for e in await journal.read(handle.id) if e.phase is Phase.INTENT]
+    assert json.loads(intents[-1].input) == approved_args
+    live, said_live, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said_live + said_offline
