@@ -258,7 +258,7 @@ def console_router(console: WebConsole) -> APIRouter:
             status,
             req=pending,
             input=_pretty(pending.input, pending.hidden),
-            editable=json.dumps(json.loads(pending.input or "{}"), indent=2, ensure_ascii=False),
+            editable=_editable(pending.input),
             rows=rows,
             total=total,
             may_decide=may,
@@ -610,6 +610,15 @@ class Token:
 
     text: str
     hidden: bool = False
+
+
+def _editable(json_text: str) -> str:
+    """The proposed arguments as the "approve with changes" form starts from: indented JSON
+    (text that is not JSON, as a row altered behind Sagacity's back may hold, as it is)."""
+    try:
+        return json.dumps(json.loads(json_text or "{}"), indent=2, ensure_ascii=False)
+    except ValueError:
+        return json_text
 
 
 def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:

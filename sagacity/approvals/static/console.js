@@ -12,7 +12,8 @@
   if (!form) { return; }
   var area = form.querySelector("textarea[name=args]");
   var list = form.querySelector("[data-testid=changes]");
-  var proposed = JSON.parse(area.getAttribute("data-proposed") || "{}");
+  var proposed = {};
+  try { proposed = JSON.parse(area.getAttribute("data-proposed") || "{}") || {}; } catch (e) { proposed = {}; }
   function show() {
     list.textContent = "";
     var edited;
