@@ -35,6 +35,7 @@ __all__ = [
     "check_text",
     "invalid",
     "load_json",
+    "load_object",
 ]
 
 #: how deeply arrays and objects may nest in JSON from outside
@@ -74,6 +75,14 @@ def load_json(data: bytes | str, *, what: str, max_depth: int = MAX_DEPTH) -> An
         reason = "a number has too many digits" if "digits" in str(exc) else str(exc)
         raise InvalidInput(f"{what}: not valid JSON: {reason}") from None
     check_json(value, what=what, max_depth=max_depth)
+    return value
+
+
+def load_object(data: bytes | str, *, what: str) -> dict[str, Any]:
+    """:func:`load_json` of text that must be one JSON object (a tool's arguments by name)."""
+    value = load_json(data, what=what)
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{what}: must be a JSON object, not {type(value).__name__}")
     return value
 
 

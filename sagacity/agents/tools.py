@@ -72,6 +72,10 @@ class AgentStep(BaseModel):
     rejection: Rejection | None = None
     #: which turn of a multi-turn saga the call belongs to (0 for the first)
     turn: int = 0
+    #: the arguments the model proposed, when an approver changed them (``arguments`` are the
+    #: approved ones, which ran), and who did
+    proposed: dict[str, Any] | None = None
+    approved_by: str | None = None
 
 
 def failure_message(_ctx: RunContextWrapper[Any], error: Exception) -> str:
@@ -196,16 +200,21 @@ def function_tool_for(
         # the step is shown as journaled, secrets redacted; the model is given the real result
         seq = saga.last_call_seq(spec.name)
         shown = saga.journaled(seq)
+        change = saga.approved_change(seq)
         record(
             AgentStep(
                 tool=spec.name,
-                arguments=shown.input if shown else args,
+                arguments=change.approved if change else shown.input if shown else args,
                 status="executed",
                 output=shown.result if shown else result,
                 seq=seq,
+                proposed=change.proposed if change else None,
+                approved_by=change.approver if change else None,
             )
         )
-        return json.dumps(result, ensure_ascii=False)
+        output = json.dumps(result, ensure_ascii=False)
+        # the model must know the call it made is not the call that ran
+        return f"{change.summary()}\nResult: {output}" if change else output
 
     return FunctionTool(
         name=spec.name,

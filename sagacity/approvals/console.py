@@ -56,7 +56,7 @@ from sagacity.evidence.export import export_bundle
 from sagacity.evidence.graph import duration, saga_path, visible
 from sagacity.evidence.graph_svg import svg
 from sagacity.evidence.report import SagaReport
-from sagacity.inputs import check_name
+from sagacity.inputs import check_name, load_object
 from sagacity.journal import Entry
 from sagacity.store.halts import Halt, HaltPolicy, HaltScope
 from sagacity.store.journal import JournalStore
@@ -258,6 +258,7 @@ def console_router(console: WebConsole) -> APIRouter:
             status,
             req=pending,
             input=_pretty(pending.input, pending.hidden),
+            editable=_editable(pending.input),
             rows=rows,
             total=total,
             may_decide=may,
@@ -273,7 +274,13 @@ def console_router(console: WebConsole) -> APIRouter:
         principal = request.state.principal
         try:
             await console.service.approve(
-                saga_id, seq, approver=principal, input_hash=form.get("input_hash") or None
+                saga_id,
+                seq,
+                approver=principal,
+                input_hash=form.get("input_hash") or None,
+                args=load_object(form["args"], what="the changed arguments")
+                if "args" in form
+                else None,
             )
         except SagacityError as exc:
             return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
@@ -611,6 +618,15 @@ class Token:
 
     text: str
     hidden: bool = False
+
+
+def _editable(json_text: str) -> str:
+    """The proposed arguments as the "approve with changes" form starts from: indented JSON
+    (text that is not JSON, as a row altered behind Sagacity's back may hold, as it is)."""
+    try:
+        return json.dumps(json.loads(json_text or "{}"), indent=2, ensure_ascii=False)
+    except ValueError:
+        return json_text
 
 
 def _pretty(json_text: str, hidden: Sequence[str]) -> list[Token]:

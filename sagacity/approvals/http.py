@@ -145,6 +145,12 @@ class ApproveBody(BaseModel):
         description="the input hash (SHA-256, lowercase hex) the approver saw; the saga refuses "
         "the approval (409) if it is not the hash of the call it waits to run",
     )
+    args: dict[str, Any] | None = Field(
+        default=None,
+        description="approve with changes: the arguments the call runs with instead of the "
+        "proposed ones (a JSON object). The saga checks them against the tool first and refuses "
+        "arguments that do not fit (422), leaving the request open; the journal keeps both",
+    )
 
 
 class RejectBody(BaseModel):
@@ -612,7 +618,8 @@ def _app() -> FastAPI:
     ) -> DecisionResult:
         """Approve the call as the token's principal; the call runs once APPROVED is journaled."""
         given = body.input_hash if body else None
-        return await service.approve(saga_id, seq, approver=principal, input_hash=given)
+        args = body.args if body else None
+        return await service.approve(saga_id, seq, approver=principal, input_hash=given, args=args)
 
     @app.post("/approvals/{saga_id}/{seq}/reject", responses=_DECISION_ERRORS)
     async def reject(

@@ -47,7 +47,12 @@ from sagacity.inputs import invalid
 from sagacity.journal import Phase, input_hash
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
-from sagacity.temporal.models import Decision, PendingApproval, SagaState, SagaStatus
+from sagacity.temporal.models import (
+    Decision,
+    PendingApproval,
+    SagaState,
+    SagaStatus,
+)
 
 __all__ = [
     "CURSOR_PATTERN",
@@ -150,6 +155,9 @@ class DecisionResult(BaseModel):
     reason: str | None = None
     #: a rejection's message for the model, as journaled (None: none was given)
     message: str | None = None
+    edited: bool = Field(
+        default=False, description="approved with changed arguments: the call runs with those"
+    )
 
 
 def check_signer(signer: Signer | None, keyring: Keyring | None, principal: str) -> None:
@@ -261,14 +269,26 @@ class ApprovalService:
         return self._view(request, await self._live(saga_id))
 
     async def approve(
-        self, saga_id: str, journal_seq: int, *, approver: str, input_hash: str | None = None
+        self,
+        saga_id: str,
+        journal_seq: int,
+        *,
+        approver: str,
+        input_hash: str | None = None,
+        args: dict[str, Any] | None = None,
     ) -> DecisionResult:
-        """Approve the call; with ``input_hash``, only if it is the input the approver saw.
+        """Approve the call; with ``input_hash``, only if it is the input the approver saw;
+        with ``args``, changed to those arguments (checked against the tool by the saga first:
+        :class:`InvalidInput` when they do not fit, and the request stays open).
 
         Returns once APPROVED is journaled; the call itself runs after that.
         """
         decision = _decision(
-            journal_seq=journal_seq, approver=approver, approve=True, input_hash=input_hash
+            journal_seq=journal_seq,
+            approver=approver,
+            approve=True,
+            input_hash=input_hash,
+            **({} if args is None else {"args": args}),
         )
         return await self._decide(saga_id, decision)
 
@@ -338,6 +358,7 @@ class ApprovalService:
         approve: bool,
         reason: str | None = None,
         message: str | None = None,
+        args: dict[str, Any] | None = None,
     ) -> tuple[Decision, PendingApproval]:
         """The ``decide`` payload for the request the saga waits with at ``journal_seq``,
         checked and signed as :meth:`approve` / :meth:`reject` send it, but not sent (another
@@ -346,6 +367,8 @@ class ApprovalService:
         fields: dict[str, Any] = {} if reason is None else {"reason": reason}
         if message is not None:
             fields["message"] = message
+        if args is not None:
+            fields["args"] = args
         decision = _decision(journal_seq=journal_seq, approver=approver, approve=approve, **fields)
         return await self._prepare(saga_id, decision)
 
@@ -382,6 +405,7 @@ class ApprovalService:
             approver=decision.approver,
             reason=None if decision.approve else decision.reason,
             message=decision.message,
+            edited=decision.args is not None,
         )
 
     def _signed(self, saga_id: str, decision: Decision, pending: PendingApproval) -> Decision:
@@ -539,12 +563,14 @@ def _escalation(
     return RequestEscalation(at=told.at, to=told.to, state=told.outcome)
 
 
-def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused:
+def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused | InvalidInput:
     message = str(getattr(cause, "message", "") or cause)
     details = getattr(cause, "details", ()) or ()
     kind = str(details[0]) if details else None
     if kind == "not_allowed":
         return ApproverNotAllowed(message)
+    if kind == "invalid_edit":
+        return InvalidInput(f"saga {saga_id!r} refused the edited arguments: {message}")
     if kind in {"unsigned", "bad_signature"}:
         return DecisionUnsigned(f"saga {saga_id!r} refused the decision: {message}")
     if kind in {"already_decided", "not_waiting", "unknown_seq", "input_hash_mismatch"}:

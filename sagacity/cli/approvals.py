@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import BaseModel
@@ -39,7 +40,10 @@ from sagacity.cli._common import (
     signing_identity,
 )
 from sagacity.cli._exit import hard_exit
+from sagacity.errors import InvalidInput
 from sagacity.evidence.decisions import permitted
+from sagacity.inputs import load_object
+from sagacity.journal import to_json
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore, open_pool
 from sagacity.store.halts import HaltStore
@@ -259,6 +263,41 @@ def _report(result: DecisionResult, as_json: bool) -> None:
         typer.echo(f"message: {result.message}")
 
 
+#: approve with changes: the arguments, as JSON text or in a file
+EditArgs = Annotated[
+    str | None,
+    typer.Option(
+        "--args",
+        help="Approve with changes: the arguments the call runs with instead (a JSON object). "
+        "The saga checks them against the tool first; the journal keeps both.",
+        show_default=False,
+    ),
+]
+EditArgsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--args-file", help="As --args, read from this file ('-': stdin).", show_default=False
+    ),
+]
+
+
+def _edited_args(text: str | None, path: Path | None) -> dict[str, Any] | None:
+    """The edited arguments ``--args`` or ``--args-file`` give (None: approved as proposed)."""
+    if text is not None and path is not None:
+        raise fail("give --args or --args-file, not both")
+    if path is not None:
+        try:
+            text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"cannot read --args-file {path}: {exc}") from None
+    if text is None:
+        return None
+    try:
+        return load_object(text, what="--args")
+    except InvalidInput as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command("approve")
 @hard_exit
 def approve_command(
@@ -269,15 +308,21 @@ def approve_command(
         str | None,
         typer.Option("--input-hash", help="Approve only if this is the hash of the input to run."),
     ] = None,
+    args_text: EditArgs = None,
+    args_file: EditArgsFile = None,
     as_json: AsJson = False,
 ) -> None:
-    """Approve the call; it runs once APPROVED is journaled."""
+    """Approve the call, as proposed or with changed arguments (--args); it runs once APPROVED
+    is journaled."""
     settings = service_settings_or_exit()
+    args = _edited_args(args_text, args_file)
 
     async def work() -> DecisionResult:
         async with _service(settings, settings.approver_key) as service:
             who = approver or signing_identity(service.signer, service.keyring)
-            return await service.approve(saga_id, seq, approver=who, input_hash=input_hash)
+            return await service.approve(
+                saga_id, seq, approver=who, input_hash=input_hash, args=args
+            )
 
     _report(run_or_exit(work()), as_json)
 
@@ -342,6 +387,8 @@ def sign_command(
     json_only: Annotated[
         bool, typer.Option("--json-only", help="Print nothing on stderr, only the JSON.")
     ] = False,
+    args_text: EditArgs = None,
+    args_file: EditArgsFile = None,
 ) -> None:
     """Print a signed approval or rejection for another client to send, without sending it:
     signed over the input hash of the request the saga waits with at SEQ, and checked as
@@ -360,12 +407,21 @@ def sign_command(
         raise fail("--message goes with --reject: an approval carries none")
     if key is None:
         raise fail("no key to sign with: give --key or set SAGACITY_APPROVER_KEY")
+    args = _edited_args(args_text, args_file)
+    if args is not None and not approve:
+        raise fail("--args goes with --approve: a rejection changes nothing")
 
     async def work() -> tuple[Decision, PendingApproval]:
         async with _service(settings, key) as service:
             who = approver or signing_identity(service.signer, service.keyring)
             return await service.sign(
-                saga_id, seq, approver=who, approve=approve, reason=reason, message=message
+                saga_id,
+                seq,
+                approver=who,
+                approve=approve,
+                reason=reason,
+                message=message,
+                args=args,
             )
 
     decision, pending = run_or_exit(work())
@@ -391,6 +447,7 @@ def sign_command(
         f"with key {decision.signature.key_id}",
         f"input: {pending.input_json}",
         f"input hash: {pending.input_hash}",
+        *([f"approved with changes: {to_json(args)}"] if args is not None else []),
         "send it with:",
         f"  {shlex.join(send)}",
     ]

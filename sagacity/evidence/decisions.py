@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,11 +71,20 @@ HALT_SUBJECT = "sagacity:halt"
 #: In a keyring entry's ``principals``: a service key that may sign for anyone it authenticated
 ANY_PRINCIPAL = "*"
 
-#: ``approve``/``reject`` an approval request; ``happened``/``not_happened`` resolve a SUSPECT call;
+#: ``approve``/``reject`` an approval request, ``approve_edited`` approve it with changed arguments
+#: (``result``: the SHA-256 of their canonical JSON); ``happened``/``not_happened`` resolve a SUSPECT call;
 #: ``halt``/``resume`` and ``halt_report`` are an operator's halt, its lifting and its blast radius;
 #: ``abort`` stops one saga (``seq`` 0, no input hash: it names the saga and the reason only)
 DecisionKind = Literal[
-    "approve", "reject", "happened", "not_happened", "halt", "resume", "halt_report", "abort"
+    "approve",
+    "approve_edited",
+    "reject",
+    "happened",
+    "not_happened",
+    "halt",
+    "resume",
+    "halt_report",
+    "abort",
 ]
 
 _TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
@@ -326,7 +336,10 @@ def payload_object(payload: str) -> dict[str, Any] | None:
 def _kinds(gate: bool, phase: str) -> tuple[str, ...]:
     """The decisions a row of the approval gate (``gate``) or of a tool may record."""
     if gate:
-        return {"APPROVED": ("approve",), "REJECTED": ("reject", "abort", "halt")}.get(phase, ())
+        return {
+            "APPROVED": ("approve", "approve_edited"),
+            "REJECTED": ("reject", "abort", "halt"),
+        }.get(phase, ())
     return {"EXECUTED": ("happened",), "FAILED": ("not_happened",)}.get(phase, ())
 
 
@@ -395,6 +408,11 @@ def row_statement(
         if not isinstance(note, str) or ("message" in body and not note):
             raise ValueError("a signed rejection's message must be non-empty text")
         statement = Statement(saga_id, seq - 1, signed, "reject", by, reason, note)
+    elif decision == "approve_edited":
+        edited = body.get("approved_input_hash")
+        if not (isinstance(edited, str) and re.fullmatch(r"[0-9a-f]{64}", edited)):
+            raise ValueError("an edited approval needs approved_input_hash, a SHA-256 in hex")
+        statement = Statement(saga_id, seq - 1, signed, decision, by, reason, result=edited)
     else:
         # approve, not_happened: about the row before (the request, the INTENT)
         statement = Statement(saga_id, seq - 1, signed, decision, by, reason)
@@ -426,8 +444,9 @@ class DecisionCheck:
         #: the newest approval request, and the decision row of each request decided
         self._request: Entry | None = None
         self._decided: dict[int, int] = {}
-        #: an APPROVED row (its request, its seq) whose call's INTENT is the next row
-        self._approved: tuple[Entry, int] | None = None
+        #: an APPROVED row (its request, its seq, the input it approved) whose call's INTENT is
+        #: the next row
+        self._approved: tuple[Entry, int, str] | None = None
         #: tools that wait for approval in this saga; INTENTs with no approval before them, the
         #: first of each tool (a tool is known to wait only once its first request is read)
         self._gated: set[str] = set()
@@ -473,7 +492,7 @@ class DecisionCheck:
 
     # -- approval gate -------------------------------------------------------------------------
 
-    def _decision(self, entry: Entry, phase: str, approved: tuple[Entry, int] | None) -> None:
+    def _decision(self, entry: Entry, phase: str, approved: tuple[Entry, int, str] | None) -> None:
         seq = entry.seq
         body = payload_object(entry.payload)
         abort = body is not None and body.get("abort") is True
@@ -507,7 +526,10 @@ class DecisionCheck:
             )
             return
         self._decided.setdefault(request.seq, seq)
-        if entry.input != request.input:
+        edited = phase == "APPROVED" and _edited(body)
+        if edited:
+            self._edited_input(entry, body or {})
+        elif entry.input != request.input:
             self.problems.append(
                 (
                     seq,
@@ -518,8 +540,30 @@ class DecisionCheck:
             )
         self._signature(entry, phase, request)
         if phase == "APPROVED":
-            # the call it approved is checked whatever its signature said (reported already)
-            self._approved = (request, seq)
+            # the call it approved is checked whatever its signature said (reported already):
+            # an edited approval's call runs the input the row approved, any other the request's
+            self._approved = (request, seq, entry.input if edited else request.input)
+
+    def _edited_input(self, entry: Entry, body: dict[str, Any]) -> None:
+        """An edited approval's row must hold the input its signature names: the SHA-256 of
+        its canonical JSON. Held redacted, the row cannot show it (a warning, not a failure)."""
+        seq, signed = entry.seq, body.get("approved_input_hash")
+        if hidden_paths(entry.input):
+            self.unverified.append(
+                (
+                    seq,
+                    f"the edited approval at seq {seq} is signed over an input the journal holds "
+                    "redacted: its hash cannot be checked from the journal",
+                )
+            )
+        elif input_hash(entry.input) != signed:
+            self.problems.append(
+                (
+                    seq,
+                    f"edited approval seq {seq} disagrees: it holds input sha256 "
+                    f"{input_hash(entry.input)} but its approver signed {signed}",
+                )
+            )
 
     def _signature(self, entry: Entry, phase: str, request: Entry | None) -> None:
         """Check the row's signature, if any, and the input hash it names."""
@@ -536,7 +580,7 @@ class DecisionCheck:
             return
         statement, signature, signer = found
         kind = statement.decision
-        if request is not None and kind in ("approve", "reject"):
+        if request is not None and kind in _GATE_KINDS:
             held = input_hash(request.input)
             if statement.input_hash != held:
                 self.problems.append(
@@ -558,7 +602,7 @@ class DecisionCheck:
         if why is None and named is not None and named.name != signer:
             why = f"the row names signer {signer!r}, but key {signature.key_id} is {named.name!r}"
         if why is not None:
-            what = phase if kind in ("approve", "reject") else f"{phase} {kind}"
+            what = phase if kind in _GATE_KINDS else f"{phase} {kind}"
             self.problems.append((seq, f"{what} by {statement.principal!r}: {why}"))
             return
         self.checked += 1
@@ -584,7 +628,7 @@ class DecisionCheck:
 
     # -- calls ---------------------------------------------------------------------------------
 
-    def _intent(self, entry: Entry, approved: tuple[Entry, int] | None) -> None:
+    def _intent(self, entry: Entry, approved: tuple[Entry, int, str] | None) -> None:
         seq, tool = entry.seq, entry.tool_name
         if approved is None:
             rule = self._rules.get(tool)
@@ -602,7 +646,7 @@ class DecisionCheck:
             else:
                 self._unapproved.setdefault(tool, seq)
             return
-        request, at = approved
+        request, at, input_ = approved
         if tool != request.tool_name:
             self.problems.append(
                 (
@@ -611,13 +655,13 @@ class DecisionCheck:
                     f"{request.tool_name!r} (the request at seq {request.seq})",
                 )
             )
-        elif entry.input != request.input:
+        elif entry.input != input_:
             self.problems.append(
                 (
                     seq,
                     f"INTENT seq {seq} disagrees: it runs input sha256 {input_hash(entry.input)} "
                     f"but the APPROVED row at seq {at} approved the request at seq "
-                    f"{request.seq}, input sha256 {input_hash(request.input)}",
+                    f"{request.seq}, input sha256 {input_hash(input_)}",
                 )
             )
 
@@ -684,8 +728,16 @@ class DecisionCheck:
         self._signature(entry, phase, None)
 
 
+#: the decisions about an approval request, each signed over the request's input hash
+_GATE_KINDS = ("approve", "approve_edited", "reject")
 #: text every resolution's outcome row holds (a signature, a resolver, a resolved failure)
 _RESOLUTION_MARKS = ('"signature"', '"resolved_by"', "SuspectResolved")
+
+
+def _edited(body: dict[str, Any] | None) -> bool:
+    """Whether a decision row's payload records a signed edited approval (an unsigned one
+    proves nothing, so its input must be the request's)."""
+    return body is not None and body.get("decision") == "approve_edited" and "signature" in body
 
 
 def _ungated(seq: int, tool: str) -> str:

@@ -231,6 +231,8 @@ def _decider(payload: str) -> str:
     body = payload_object(payload) or {}
     by, reason = body.get("by"), body.get("reason")
     said = [f"by {by}" if isinstance(by, str) else "", reason if isinstance(reason, str) else ""]
+    if body.get("edited") is True:
+        said.append("with changes")  # the row's input is the approved one, not the request's
     return ": ".join(part for part in said if part)
 
 

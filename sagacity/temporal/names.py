@@ -10,6 +10,8 @@ COMPENSATE = "sagacity.compensate"
 APPEND = "sagacity.append"
 OPEN_APPROVAL = "sagacity.open_approval"
 CLOSE_APPROVAL = "sagacity.close_approval"
+#: an approver's edited arguments checked against the tool (a worker from before edits lacks it)
+CHECK_EDIT = "sagacity.check_edit"
 RESOLVE_CALL = "sagacity.resolve_call"
 SEAL_SAGA = "sagacity.seal_saga"
 VALIDATE_STEPS = "sagacity.validate_steps"

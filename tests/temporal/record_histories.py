@@ -707,6 +707,22 @@ async def order_approved_by_update(rig: Rig) -> dict[str, WorkflowHistory]:
     return await one(handle, "order_approved_by_update")
 
 
+@recording("order_approved_with_changes")
+async def order_approved_with_changes(rig: Rig) -> dict[str, WorkflowHistory]:
+    """order.PlaceOrder: an edit that does not fit refused (update ``decide``, invalid_edit),
+    then approved with changed arguments by signal ``approve``; the edited call ran."""
+    handle = await rig.order("order_approved_with_changes")
+    seq = await gate(handle)
+    unfit = Decision(journal_seq=seq, approver="alice", approve=True, args={"order_id": 5})
+    with contextlib.suppress(WorkflowUpdateFailedError):
+        await handle.execute_update("decide", unfit, result_type=str)
+        expect(False, "an edit that does not fit the tool was taken")
+    edited = Approve(journal_seq=seq, approver="alice", args={"order_id": "ord-edited"})
+    await handle.signal("approve", edited)
+    await result(handle, SagaState.COMPLETED)
+    return await one(handle, "order_approved_with_changes")
+
+
 @recording("order_rejected")
 async def order_rejected(rig: Rig) -> dict[str, WorkflowHistory]:
     """order.PlaceOrder: the confirmation rejected by signal ``reject``; compensated."""

@@ -10,9 +10,11 @@ from datetime import timedelta
 
 from temporalio import activity
 
-from sagacity.evidence.decisions import Statement, allowed, payload_object, signed_row
+from sagacity.errors import ToolArgumentsInvalid
+from sagacity.evidence.decisions import allowed, payload_object, signed_row
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.journal import Entry, Phase, input_hash, to_json
+from sagacity.journal.results import marker_paths
 from sagacity.rules import request_reason
 from sagacity.store.approvals import ApprovalRequest
 from sagacity.temporal.activities.outcomes import ref
@@ -27,13 +29,21 @@ from sagacity.temporal.models import (
     CallOutcome,
     CallRequest,
     CallStatus,
+    EditCheck,
+    EditChecked,
     ErrorInfo,
     Resolve,
     ResolveRequest,
     RowDraft,
+    approval_statement,
     resolution_statement,
 )
-from sagacity.temporal.names import CLOSE_APPROVAL, OPEN_APPROVAL, VERIFICATION_REFUSED
+from sagacity.temporal.names import (
+    CHECK_EDIT,
+    CLOSE_APPROVAL,
+    OPEN_APPROVAL,
+    VERIFICATION_REFUSED,
+)
 
 __all__ = ["Approvals"]
 
@@ -88,6 +98,25 @@ class Approvals:
             hidden=list(hidden_paths(request.input)),
             why=why,
         )
+
+    @activity.defn(name=CHECK_EDIT)
+    @typed
+    async def check_edit(self, req: EditCheck) -> EditChecked:
+        """Edited arguments checked as a call's are before its INTENT (the tool's signature),
+        and redacted as its INTENT will hold them; ``ToolArgumentsInvalid`` when they do not fit.
+        Nothing is journaled: the approval is written only once they pass."""
+        hidden = marker_paths(req.args)
+        if hidden:
+            # the request showed a secret as its fingerprint; sent back, the tool would get
+            # the fingerprint in place of the value
+            raise ToolArgumentsInvalid(
+                f"arguments for tool {req.tool_name!r} hold redaction markers at "
+                f"{', '.join(hidden[:5])}: give the real values"
+            )
+        bound(self.state, req.tool_name, req.args)
+        text = to_json(req.args)
+        journaled = self.state.draft(req.saga_id, req.tool_name, Phase.INTENT, text).input
+        return EditChecked(input=journaled, raw_input_hash=input_hash(text))
 
     @activity.defn(name=CLOSE_APPROVAL)
     @typed
@@ -152,12 +181,13 @@ class Approvals:
             return f"{approver!r} may not approve {req.tool_name!r}"
         if self.state.keyring is None:
             return None
-        statement = Statement(
-            saga_id=req.saga_id,
-            seq=req.approval_seq or 0,
-            input_hash=req.approved_request_hash or "",
-            decision="approve",
-            principal=approver,
+        statement = approval_statement(
+            req.saga_id,
+            req.approval_seq or 0,
+            req.approved_request_hash or "",
+            approver,
+            # an edit is signed over the arguments about to run, whose hash was checked above
+            edited=req.approved_input_hash if req.edited else None,
         )
         return self.state.keyring.refusal(statement, req.approval_signature)
 

@@ -67,6 +67,7 @@ class SagaActivities:
         self.read_halt = writes.read_halt
         self.open_approval = approving.open_approval
         self.close_approval = approving.close_approval
+        self.check_edit = approving.check_edit
         self.call_tool = calls.call_tool
         self.open_and_call = calls.open_and_call
         self.resolve_call = calls.resolve_call
@@ -83,6 +84,7 @@ class SagaActivities:
             self.append,
             self.open_approval,
             self.close_approval,
+            self.check_edit,
             self.resolve_call,
             self.seal_saga,
             self.validate_steps,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -92,3 +92,19 @@ class PendingApproval(BaseModel):
     why: str | None = None
     #: the next tier was notified: the request is past its SLA (None: not escalated)
     escalation: Escalation | None = None
+
+
+class EditCheck(BaseModel):
+    """Check an approver's edited arguments for ``tool_name`` as a call's are checked."""
+
+    saga_id: str
+    tool_name: str
+    args: dict[str, Any]
+
+
+class EditChecked(BaseModel):
+    """Edited arguments that fit the tool: as the journal will hold them (redacted as a call's
+    INTENT is), and the SHA-256 of their unredacted canonical JSON."""
+
+    input: str
+    raw_input_hash: str

@@ -66,6 +66,9 @@ class CallRequest(Lean):
     #: who approved, and their signature: checked against the worker's keyring before INTENT
     approver: str | None = None
     approval_signature: Signature | None = None
+    #: the approver edited the arguments: ``args`` are theirs, ``approved_input_hash`` their
+    #: hash, and the signature is over an ``approve_edited`` statement naming it
+    edited: bool = False
     #: a new saga's first call opens its journal: claimed (its steps checked first) before
     #: INTENT, in this activity rather than a local activity of its own
     opening: SagaOpen | None = None

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from sagacity.evidence.decisions import Signature, Statement
-from sagacity.journal.canonical import to_json
+from sagacity.journal.canonical import input_hash, to_json
 
 
 def _plain_text(value: str) -> str:
@@ -71,15 +71,36 @@ class _Signed(_Strict):
         return self
 
 
+def _edited_args(args: dict[str, Any] | None) -> dict[str, Any] | None:
+    if args is not None:
+        to_json(args)  # NaN or an infinity has no canonical JSON, so no hash to sign
+    return args
+
+
+#: the arguments an approver changed the call to (a JSON object): the call runs with these.
+#: Left out of the payload when absent, so an approval without edits reads on older workers
+EditedArgs = Annotated[
+    dict[str, Any] | None,
+    AfterValidator(_edited_args),
+    Field(exclude_if=lambda value: value is None),
+]
+
+
 class Approve(_Signed):
-    """Signal ``approve``: a human allows the call awaiting approval at ``journal_seq``."""
+    """Signal ``approve``: a human allows the call awaiting approval at ``journal_seq``;
+    with ``args``, allows it with those arguments instead of the proposed ones."""
 
     journal_seq: int = Field(ge=1)
     approver: Identity
+    args: EditedArgs = None
 
     def statement(self, saga_id: str, input_hash: str) -> Statement:
-        """What a signature on this approval vouches for: the request and the input it saw."""
-        return Statement(saga_id, self.journal_seq, input_hash, "approve", self.approver)
+        """What a signature on this approval vouches for: the request and the input it saw
+        (and an edit's arguments, by their hash)."""
+        edited = edited_hash(self.args) if self.args is not None else None
+        return approval_statement(
+            saga_id, self.journal_seq, input_hash, self.approver, edited=edited
+        )
 
 
 class Reject(_Signed):
@@ -117,11 +138,15 @@ class Decision(_Signed):
     reason: Reason = "rejected"
     #: a rejection's message for the model (see :class:`Reject`); an approval carries none
     message: RejectMessage | None = _NO_MESSAGE
+    #: with ``approve``: the edited arguments the call runs with instead of the proposed ones
+    args: EditedArgs = None
 
     @model_validator(mode="after")
-    def _message_with_rejection(self) -> Decision:
+    def _fits_the_decision(self) -> Decision:
         if self.approve and self.message is not None:
             raise ValueError("a message goes with a rejection: an approval carries none")
+        if self.args is not None and not self.approve:
+            raise ValueError("args (edited arguments) come with an approval only")
         return self
 
     def statement(self, saga_id: str, input_hash: str) -> Statement:
@@ -136,6 +161,7 @@ class Decision(_Signed):
                 approver=self.approver,
                 input_hash=self.input_hash,
                 signature=self.signature,
+                args=self.args,
             )
         return Reject.model_construct(
             journal_seq=self.journal_seq,
@@ -145,6 +171,27 @@ class Decision(_Signed):
             reason=self.reason,
             message=self.message,
         )
+
+
+def edited_hash(args: dict[str, Any]) -> str:
+    """What a signed edit names (the statement's ``result``): SHA-256 hex of the edited
+    arguments' canonical JSON, unredacted."""
+    return input_hash(to_json(args))
+
+
+def approval_statement(
+    saga_id: str, seq: int, request_hash: str, approver: str, *, edited: str | None = None
+) -> Statement:
+    """What a signed approval of the request at ``seq`` vouches for; ``edited``: the
+    :func:`edited_hash` of the arguments it changed the call to (``approve_edited``)."""
+    return Statement(
+        saga_id=saga_id,
+        seq=seq,
+        input_hash=request_hash,
+        decision="approve" if edited is None else "approve_edited",
+        principal=approver,
+        result=edited or "",
+    )
 
 
 class Resolve(_Strict):

@@ -138,6 +138,7 @@ class Calls:
             adopted = self._view.adopt(tool, args, input_json)
             if adopted is not None:
                 return adopted.result
+            run_args, run_json = args, input_json
             try:
                 approval_seq: int | None = None
                 if spec is not None and spec.reversibility is Reversibility.IRREVERSIBLE:
@@ -146,18 +147,29 @@ class Calls:
                     # no patch: only a tool declared with needs_approval= has a rule in the
                     # catalog, and no history recorded before the option existed holds one
                     approval_seq = await self._gate.await_approval(spec, input_json, spec.approval)
-                outcome = await self._call(spec, tool, args, input_json, approval_seq, opening)
+                if approval_seq is not None:
+                    run_args, run_json = self._approved(args, input_json)
+                outcome = await self._call(spec, tool, run_args, run_json, approval_seq, opening)
             except Desync:
                 # an opening call that failed opens the journal as a saga's start would
                 await (self._view.tools() if opening is not None else self._view.catch_up())
                 self._controls.raise_if_aborted()
             else:
                 if outcome.status is not CallStatus.OPENED:
-                    return self._settle(tool, args, outcome)
+                    if run_args is not args and outcome.rows:
+                        self._gate.edits.ran(outcome.rows[0].seq)
+                    return self._settle(tool, run_args, outcome)
             if opening is not None:
                 # the journal is open now: the call goes as the catalog says
                 opening, spec = None, (await self._view.tools()).get(tool)
                 _check_origin(tool, spec, origin)
+
+    def _approved(self, args: dict[str, Any], input_json: str) -> tuple[dict[str, Any], str]:
+        """The arguments the approved call runs with: an approver's edit, else as proposed."""
+        approval = self._gate.approval
+        if approval is None or approval.args is None:
+            return args, input_json
+        return approval.args, to_json(approval.args)
 
     async def _call(
         self,
@@ -187,6 +199,7 @@ class Calls:
             anchor_intent=ending.anchor_intent(),
             approver=approval.approver if approval else None,
             approval_signature=approval.signature if approval else None,
+            edited=approval is not None and approval.args is not None,
             opening=opening,
         )
         core.running = tool

@@ -47,18 +47,22 @@ class Escalations:
         self._controls = controls
 
     async def wait(
-        self, pending: PendingApproval, decided: Callable[[], bool], sla_s: float
+        self,
+        pending: PendingApproval,
+        decided: Callable[[], bool],
+        sla_s: float,
+        started: datetime,
     ) -> None:
-        """Wait for ``decided`` until the deadline (``TimeoutError`` then), escalating once if
-        still undecided past ``sla_s``: a decision, abort or cancel before it escalates nothing.
+        """Wait for ``decided`` until the deadline after ``started`` (``TimeoutError`` then),
+        escalating once if still undecided past ``sla_s``: a decision, abort or cancel before it
+        escalates nothing. Called again after a refused edit, it escalates at most once in all.
         ``pending.escalation`` says what escalating did."""
         deadline_s = self._core.options.approval_deadline_s
-        if sla_s >= deadline_s:
-            await self._controls.wait(decided, timeout=timedelta(seconds=deadline_s))
+        if sla_s >= deadline_s or pending.escalation is not None:
+            await self._until(started, deadline_s, decided)
             return
-        started = workflow.now()
         try:
-            await self._controls.wait(decided, timeout=timedelta(seconds=sla_s))
+            await self._until(started, sla_s, decided)
             return
         except TimeoutError:
             pass

@@ -38,6 +38,7 @@ from sagacity.temporal.models import (
 )
 from sagacity.temporal.saga.controls import Controls
 from sagacity.temporal.saga.core import SagaCore
+from sagacity.temporal.saga.edits import Edits, edited_fields, unsigned_approval
 from sagacity.temporal.saga.escalation import Escalations, approval_sla_s, with_escalation
 from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.patches import ABORT_ROW_PATCH, BOUND_ROWS_PATCH, DECIDE_RECORDED_PATCH
@@ -54,6 +55,7 @@ RefusalKind = Literal[
     "unsigned",
     "bad_signature",
     "invalid",
+    "invalid_edit",
 ]
 
 
@@ -84,6 +86,8 @@ class Gate:
         #: the hashes of the input the approver confirmed, raw and as the request shows it
         self.approved_input_hash: str | None = None
         self.approved_request_hash: str | None = None
+        #: an approval's edited arguments, checked before it is journaled
+        self.edits = Edits(core, journal)
 
     async def await_approval(
         self, spec: ToolSpec, input_json: str, rule: ApprovalRule | None = None
@@ -158,6 +162,13 @@ class Gate:
         bound = workflow.patched(BOUND_ROWS_PATCH)
         request = {"input": "", "input_of": seq} if bound else {"input": input_json}
         if isinstance(decision, Approve):
+            edit = self.edits.checked if decision.args is not None else None
+            approved: dict[str, Any] = request
+            if edit is not None:
+                # the row holds the approved input (redacted as its INTENT will be); the
+                # request's row before it keeps the proposed one
+                approved = {"input": edit.input}
+                self.approved_input_hash = edit.raw_input_hash
             await self._journal.append(
                 [
                     RowDraft(
@@ -165,10 +176,10 @@ class Gate:
                         phase=Phase.APPROVED,
                         payload=with_escalation(
                             self._decision_payload(decision, pending)
-                            or f"approver={decision.approver}",
+                            or unsigned_approval(decision, edit),
                             escalation,
                         ),
-                        **request,
+                        **approved,
                     )
                 ]
             )
@@ -209,22 +220,39 @@ class Gate:
 
     async def _wait(self, spec: ToolSpec, pending: PendingApproval) -> None:
         """Wait for a decision, an abort or the deadline (``TimeoutError``), escalating past the
-        request's SLA when the tool or the saga declares one."""
+        request's SLA when the tool or the saga declares one. An edited approval is taken only
+        once its arguments pass the tool's check: else it is refused, and the request stays
+        open until the same deadline."""
         controls, options = self._controls, self._core.options
 
         def decided() -> bool:
             return self._decision is not None or controls.abort is not None
 
         sla_s = approval_sla_s(spec, options.approval_sla_s)
-        if sla_s is None:
-            # no SLA (every history recorded before escalation existed): the one timer as ever
-            await controls.wait(decided, timeout=timedelta(seconds=options.approval_deadline_s))
-        else:
-            await self._escalations.wait(pending, decided, sla_s)
+        started = workflow.now()
+        until = started + timedelta(seconds=options.approval_deadline_s)
+        while True:
+            if sla_s is None:
+                # no SLA (every history recorded before escalation existed): the one timer as
+                # ever, re-armed for what is left of it after a refused edit
+                left = max(until - workflow.now(), timedelta(milliseconds=1))
+                await controls.wait(decided, timeout=left)
+            else:
+                await self._escalations.wait(pending, decided, sla_s, started)
+            decision = self._decision
+            if (
+                not isinstance(decision, Approve)
+                or decision.args is None
+                or controls.abort is not None
+            ):
+                return
+            if await self.edits.judged(spec.name, decision, pending.input_json, self._refusals):
+                return
+            self._decision = None
 
     def _statement(self, decision: Approve | Reject, pending: PendingApproval) -> Statement:
         """What a signature on ``decision`` must vouch for: this saga, the request, its hash
-        (and a rejection's reason and message)."""
+        (a rejection's reason and message, an edited approval's arguments by their hash)."""
         return decision.statement(self._core.saga_id, pending.input_hash)
 
     def _decision_payload(
@@ -236,7 +264,9 @@ class Gate:
             return None
         signer = keyring.find(decision.signature.key_id)
         name = signer.name if signer is not None else ""
-        return signed_row(self._statement(decision, pending), decision.signature, name)
+        statement = self._statement(decision, pending)
+        extra = edited_fields(statement.result) if statement.decision == "approve_edited" else {}
+        return signed_row(statement, decision.signature, name, **extra)
 
     def _refusal(
         self, decision: Approve | Reject, given_hash: str | None
@@ -246,6 +276,12 @@ class Gate:
         journal_seq, approver = decision.journal_seq, decision.approver
         if not approver.strip():
             return "no_approver", "a decision must name its approver"
+        if self.edits.checking and pending is not None and pending.journal_seq == journal_seq:
+            return (
+                "already_decided",
+                f"an edited approval of the request at seq {journal_seq} is being checked; "
+                "if its arguments are refused, decide again",
+            )
         if journal_seq in self.decided or (
             pending is not None
             and pending.journal_seq == journal_seq
@@ -339,10 +375,13 @@ class Gate:
         )
 
     async def _on_decide(self, decision: Decision) -> str:
-        self._decision = decision.as_signal()
+        self._decision = sent = decision.as_signal()
         seq = decision.journal_seq
         core = self._core
-        await workflow.wait_condition(lambda: core.head.seq > seq)
+        if isinstance(sent, Approve) and sent.args is not None:
+            await self.edits.verdict(sent, lambda: core.head.seq > seq)
+        else:
+            await workflow.wait_condition(lambda: core.head.seq > seq)
         # what was journaled: an abort in the same moment turns an approval into REJECTED
         written = next((r for r in core.rows if r.seq == seq + 1), None)
         approved = written.phase is Phase.APPROVED if written else decision.approve

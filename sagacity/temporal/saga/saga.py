@@ -39,6 +39,7 @@ from sagacity.temporal.models import (
     rejection_of,
 )
 from sagacity.temporal.saga.carry import carry_of
+from sagacity.temporal.saga.edits import Change
 from sagacity.temporal.saga.parts import SagaParts
 from sagacity.temporal.saga.tooltyping import (
     ToolName,
@@ -218,6 +219,11 @@ class Saga:
         """The seq of the row that opened ``tool``'s newest call (INTENT; AWAITING_APPROVAL or
         REJECTED when it never ran), or None."""
         return self._parts.view.last_call_seq(tool)
+
+    def approved_change(self, call_seq: int | None) -> Change | None:
+        """How an approver changed the call at ``call_seq`` before it ran (None: approved as
+        proposed, or not gated): who, and both inputs as journaled."""
+        return self._parts.gate.edits.of(call_seq)
 
     def journaled(self, call_seq: int | None) -> Journaled | None:
         """How the journal holds the call at ``call_seq`` when redaction changed it (None when it
