@@ -4,10 +4,10 @@ The root holds what tool authors need; workflow code and the clients that start 
 sagas import :mod:`sagacity.workflow`.
 """
 
+from sagacity.call_context import CallInfo, current_call
 from sagacity.errors import NoEffect, PermanentCompensationError
 from sagacity.rules import ApprovalRule
 from sagacity.tools import (
-    CallInfo,
     CompensableTool,
     CompensationContext,
     Found,
@@ -15,7 +15,6 @@ from sagacity.tools import (
     Reversibility,
     ToolRegistry,
     compensable,
-    current_call,
     tools_of,
 )
 

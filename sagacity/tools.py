@@ -21,7 +21,6 @@ import inspect
 import sys
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -777,31 +776,3 @@ def _return_hint(fn: Callable[..., Any]) -> Any:
 # resolved once per function: every declarative saga's steps are checked when it opens, and
 # resolving hints evaluates each annotation again (bounded: tools made at run time, by MCP say)
 _cached_return_hint = functools.lru_cache(maxsize=4096)(_return_hint)
-
-
-@dataclass(frozen=True, slots=True)
-class CallInfo:
-    """Which saga call a tool is running for (for idempotency keys or logs)."""
-
-    saga_id: str
-    seq: int
-    attempt: int
-
-
-_CALL: ContextVar[CallInfo | None] = ContextVar("sagacity_call", default=None)
-
-
-def current_call() -> CallInfo:
-    """The saga call the running tool belongs to; raises ``LookupError`` outside a saga."""
-    info = _CALL.get()
-    if info is None:
-        raise LookupError("no saga call is running in this context")
-    return info
-
-
-def set_current_call(info: CallInfo) -> Token[CallInfo | None]:
-    return _CALL.set(info)
-
-
-def reset_current_call(token: Token[CallInfo | None]) -> None:
-    _CALL.reset(token)

@@ -27,6 +27,7 @@ from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 from pydantic import BaseModel
 
+from sagacity.call_context import current_call
 from sagacity.errors import ToolDeclarationError
 from sagacity.rules import ApprovalRule
 from sagacity.tools import (
@@ -35,7 +36,6 @@ from sagacity.tools import (
     JsonArguments,
     Reversibility,
     compensable,
-    current_call,
 )
 
 __all__ = ["compensable_function_tool"]

@@ -12,13 +12,9 @@ import functools
 import inspect
 from typing import Any
 
+from sagacity.call_context import current_call
 from sagacity.testing.report import RollbackCase
-from sagacity.tools import (
-    CompensableTool,
-    CompensationContext,
-    ToolRegistry,
-    current_call,
-)
+from sagacity.tools import CompensableTool, CompensationContext, ToolRegistry
 
 __all__ = ["AttemptLost", "FaultPlan", "InjectedFault"]
 

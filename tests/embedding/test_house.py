@@ -28,6 +28,7 @@ FLOORS: dict[str, int] = {
     "errors": 0,
     "asgi": 0,
     "rules": 0,
+    "call_context": 0,
     "journal": 1,
     "tools": 1,
     "inputs": 1,

@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from sagacity import compensable
+from sagacity.call_context import current_call
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.bundle import BundleVerdict, verify_bundle
 from sagacity.evidence.checkpoints import (
@@ -44,7 +45,7 @@ from sagacity.temporal.models import Abort, SagaOptions, SagaResult, SagaSpec, S
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.saga import Saga
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from sagacity.tools import CompensationContext, current_call
+from sagacity.tools import CompensationContext
 from tests.approvals.conftest import CliResult
 from tests.evidence.conftest import anchored_saga
 from tests.evidence.test_cli import json_lines

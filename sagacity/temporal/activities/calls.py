@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 
+from sagacity.call_context import CallInfo, reset_current_call, set_current_call
 from sagacity.errors import (
     Halted,
     InvalidEntry,
@@ -51,11 +52,8 @@ from sagacity.temporal.models import (
 from sagacity.temporal.names import CALL_TOOL, OPEN_AND_CALL, RESOLVE_CALL
 from sagacity.temporal.waits import OUTAGE_ALLOWANCE
 from sagacity.tools import (
-    CallInfo,
     RegisteredTool,
     Reversibility,
-    reset_current_call,
-    set_current_call,
 )
 
 __all__ = ["Calls"]
