@@ -4,6 +4,7 @@ The root holds what tool authors need; workflow code and the clients that start 
 sagas import :mod:`sagacity.workflow`.
 """
 
+from sagacity.approval_policy import ApprovalPolicy
 from sagacity.call_context import CallInfo, current_call
 from sagacity.errors import NoEffect, PermanentCompensationError
 from sagacity.rules import ApprovalRule
@@ -19,6 +20,7 @@ from sagacity.tools import (
 )
 
 __all__ = [
+    "ApprovalPolicy",
     "ApprovalRule",
     "CallInfo",
     "CompensableTool",

@@ -44,6 +44,7 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
+from sagacity.approval_policy import ApprovalPolicy, policy_refusal
 from sagacity.errors import (
     ContextKeyMissing,
     ToolArgumentsInvalid,
@@ -189,6 +190,8 @@ class ToolOptions:
     #: a call's approval request still undecided after this is escalated: the
     #: next tier is notified once, and the saga waits on until its deadline (None: never)
     approval_sla: timedelta | None = None
+    #: how many distinct approvers of which group each gated call needs (None: one)
+    approval_policy: ApprovalPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +504,7 @@ def compensable(
     no_effect_on: tuple[type[BaseException], ...] = (),
     needs_approval: bool | ApprovalRule = False,
     approval_sla: timedelta | None = None,
+    approval_policy: ApprovalPolicy | None = None,
 ) -> Callable[[Callable[P, R]], CompensableTool[P, R]]: ...
 def compensable(
     fn: Callable[P, R] | None = None,
@@ -516,6 +520,7 @@ def compensable(
     no_effect_on: tuple[type[BaseException], ...] = (),
     needs_approval: bool | ApprovalRule = False,
     approval_sla: timedelta | None = None,
+    approval_policy: ApprovalPolicy | None = None,
 ) -> CompensableTool[P, R] | Callable[[Callable[P, R]], CompensableTool[P, R]]:
     """Declare a tool and its undo.
 
@@ -527,7 +532,7 @@ def compensable(
     :class:`~sagacity.rules.ApprovalRule` (or True: always) under which a call waits for a human.
     ``approval_sla``: how
     long an approval request of this tool may wait before the next tier is notified
-    (``docs/signals.md``, escalation).
+    (``docs/signals.md``, escalation). ``approval_policy``: M approvals of a group for each.
     """
     if approval_sla is not None and approval_sla <= timedelta(0):
         raise ValueError(f"approval_sla must be positive, not {approval_sla}")
@@ -539,6 +544,7 @@ def compensable(
         no_effect_on=tuple(no_effect_on),
         approval=ALWAYS if needs_approval is True else needs_approval or None,
         approval_sla=approval_sla,
+        approval_policy=approval_policy,
     )
 
     def wrap(f: Callable[P, R]) -> CompensableTool[P, R]:
@@ -550,7 +556,10 @@ def compensable(
             by=by,
             options=options,
         )
-        why = refusal(tool.name, options.approval, tool.reversibility is Reversibility.IRREVERSIBLE)
+        gated = tool.reversibility is Reversibility.IRREVERSIBLE
+        why = refusal(tool.name, options.approval, gated) or policy_refusal(
+            tool.name, approval_policy, gated or options.approval is not None
+        )
         if why is not None:
             raise ToolDeclarationError(why)
         return tool

@@ -131,6 +131,36 @@ class PendingRequest(BaseModel):
         description="the request waited past its SLA and the next tier was notified; null: not "
         "escalated",
     )
+    approvals: RequestQuorum | None = Field(
+        default=None,
+        description="the tool's approval policy needs several approvers: how far it is, as the "
+        "saga tells while it waits (null: one approval decides, or the saga does not answer)",
+    )
+
+
+class RequestQuorum(BaseModel):
+    """A request whose tool needs several approvals: how many, from whom, who approved so far."""
+
+    required: int = Field(description="approvals by distinct principals the call needs")
+    group: str = Field(
+        default="", description="the keyring group approvers come from ('': any principal)"
+    )
+    approved_by: list[str] = Field(
+        default_factory=list, description="who approved so far, in order"
+    )
+    started_by: str | None = Field(
+        default=None, description="who started the saga (null: not said)"
+    )
+    starter_may_approve: bool = Field(
+        default=True, description="false: the saga's starter's approval is refused"
+    )
+
+    @property
+    def line(self) -> str:
+        """ "1 of 2 approvals (finance): alice", as the CLI and the console say it."""
+        group = f" ({self.group})" if self.group else ""
+        who = f": {', '.join(self.approved_by)}" if self.approved_by else ""
+        return f"{len(self.approved_by)} of {self.required} approvals{group}{who}"
 
 
 class Inbox(BaseModel):
@@ -157,6 +187,11 @@ class DecisionResult(BaseModel):
     message: str | None = None
     edited: bool = Field(
         default=False, description="approved with changed arguments: the call runs with those"
+    )
+    awaiting: str | None = Field(
+        default=None,
+        description="a co-approval the tool's approval policy counts, with more still needed: "
+        "'1 of 2' (the request stays open, nothing is journaled yet)",
     )
 
 
@@ -401,7 +436,9 @@ class ApprovalService:
             saga_id=saga_id,
             journal_seq=decision.journal_seq,
             tool_name=pending.tool_name,
-            decision="approved" if outcome == "approved" else "rejected",
+            decision="approved" if outcome.startswith("approved") else "rejected",
+            # a co-approval that leaves the quorum short: "approved 1 of 2", the request open
+            awaiting=outcome.removeprefix("approved ") if outcome.startswith("approved ") else None,
             approver=decision.approver,
             reason=None if decision.approve else decision.reason,
             message=decision.message,
@@ -542,6 +579,9 @@ def _view(request: ApprovalRequest, live: Live, deciders: list[str] | None) -> P
         deciders=deciders,
         intact=intact,
         escalation=_escalation(request, pending),
+        approvals=RequestQuorum.model_validate(pending.quorum.model_dump())
+        if pending is not None and pending.quorum is not None
+        else None,
     )
 
 
@@ -567,12 +607,18 @@ def _refused(saga_id: str, cause: BaseException) -> ApprovalRefused | InvalidInp
     message = str(getattr(cause, "message", "") or cause)
     details = getattr(cause, "details", ()) or ()
     kind = str(details[0]) if details else None
-    if kind == "not_allowed":
+    if kind in {"not_allowed", "not_in_group", "starter"}:
         return ApproverNotAllowed(message)
     if kind == "invalid_edit":
         return InvalidInput(f"saga {saga_id!r} refused the edited arguments: {message}")
     if kind in {"unsigned", "bad_signature"}:
         return DecisionUnsigned(f"saga {saga_id!r} refused the decision: {message}")
-    if kind in {"already_decided", "not_waiting", "unknown_seq", "input_hash_mismatch"}:
+    if kind in {
+        "already_decided",
+        "already_approved",
+        "not_waiting",
+        "unknown_seq",
+        "input_hash_mismatch",
+    }:
         return ApprovalConflict(kind, f"saga {saga_id!r}: {message}")
     return ApprovalRefused(f"saga {saga_id!r} refused the decision: {message}")

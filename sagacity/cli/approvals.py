@@ -237,6 +237,7 @@ def show_command(saga_id: SagaArg, seq: SeqArg, as_json: AsJson = False) -> None
         ("seq", str(request.journal_seq)),
         ("tool", request.tool_name),
         ("asked by", request.why or "-"),
+        ("approvals", request.approvals.line if request.approvals else "-"),
         ("input", request.input),
         ("hidden", ", ".join(request.hidden) or "-"),
         ("input hash", request.input_hash),
@@ -261,6 +262,8 @@ def _report(result: DecisionResult, as_json: bool) -> None:
     )
     if result.message is not None:
         typer.echo(f"message: {result.message}")
+    if result.awaiting is not None:
+        typer.echo(f"{result.awaiting} approvals in: the request waits for more")
 
 
 #: approve with changes: the arguments, as JSON text or in a file

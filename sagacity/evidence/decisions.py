@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sagacity.errors import EvidenceUnavailable
 from sagacity.evidence.keys import key_id, load_private_key
+from sagacity.evidence.quorum_check import quorum_problems
 from sagacity.evidence.redaction import hidden_paths
 from sagacity.journal import parse_json
 from sagacity.journal.canonical import input_hash, to_json
@@ -186,6 +187,9 @@ class Keyring(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     keys: list[KeyringKey] = Field(default_factory=list)
+    #: named groups of principals an ``ApprovalPolicy`` draws its approvers from (left off
+    #: the file and the wire when there are none, so keyrings without them read as before)
+    groups: dict[str, list[str]] = Field(default_factory=dict, exclude_if=lambda g: not g)
 
     def find(self, fingerprint: str) -> KeyringKey | None:
         return next((k for k in self.keys if k.key_id == fingerprint), None)
@@ -539,10 +543,38 @@ class DecisionCheck:
                 )
             )
         self._signature(entry, phase, request)
+        found, verified = quorum_problems(
+            seq,
+            phase,
+            payload_object(request.payload),
+            body,
+            self.keyring.groups,
+            lambda item: self._co_signature(item, request),
+            lambda key: ANY_PRINCIPAL not in getattr(self.keyring.find(key), "principals", ()),
+        )
+        self.problems.extend((seq, why) for why in found)
+        self.checked += verified
         if phase == "APPROVED":
             # the call it approved is checked whatever its signature said (reported already):
             # an edited approval's call runs the input the row approved, any other the request's
             self._approved = (request, seq, entry.input if edited else request.input)
+
+    def _co_signature(self, item: dict[str, Any], request: Entry) -> str | None:
+        """Why a listed co-approval does not prove itself (None: its signature verifies, by a
+        key allowed to sign for its principal, over the request's input)."""
+        try:
+            found = row_statement(self.saga_id, request.seq + 1, "APPROVED", to_json(item))
+        except ValueError as exc:
+            return f"damaged: {exc}"
+        if found is None or found[0].decision != "approve":
+            return "it carries no signature of an approval"
+        statement, signature, signer = found
+        if statement.input_hash != input_hash(request.input):
+            return f"signed over input sha256 {statement.input_hash}, not the request's"
+        named = self.keyring.find(signature.key_id)
+        if named is not None and named.name != signer:
+            return f"it names signer {signer!r}, but key {signature.key_id} is {named.name!r}"
+        return self.keyring.refusal(statement, signature)
 
     def _edited_input(self, entry: Entry, body: dict[str, Any]) -> None:
         """An edited approval's row must hold the input its signature names: the SHA-256 of

@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
     "asgi": 0,
     "rules": 0,
     "call_context": 0,
+    "approval_policy": 0,
     "journal": 1,
     "tools": 1,
     "inputs": 1,

@@ -7,6 +7,7 @@ that each ``$ref`` names an earlier step): bad input is one line, exit 2.
 
 from __future__ import annotations
 
+import getpass
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -85,6 +86,15 @@ def start(
         str | None,
         typer.Option("--task-queue", help="Task queue (SAGACITY_TASK_QUEUE).", show_default=False),
     ] = None,
+    starter: Annotated[
+        str | None,
+        typer.Option(
+            "--as",
+            help="Who starts it (default: your user name): a tool whose approval policy "
+            "forbids the starter refuses this principal's approval.",
+            show_default=False,
+        ),
+    ] = None,
     wait: Wait = False,
     as_json: AsJson = False,
 ) -> None:
@@ -96,7 +106,10 @@ def start(
             raise Usage("--input goes with --workflow NAME: the workflow type it is the input of")
         name = workflow or (STEPS_WORKFLOW if steps is not None else ORDER_WORKFLOW)
         # the deadline setting is the default for sagas started here; a steps file may override
-        options = SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds())
+        options = SagaOptions(
+            approval_deadline_s=settings.approval_deadline.total_seconds(),
+            started_by=starter or getpass.getuser(),
+        )
         argument = _input(name, steps, order, given, options)
         if saga_id is not None:
             check_name(saga_id, what="--id", max_len=ID_MAX)
@@ -186,6 +199,9 @@ def _steps(path: Path, options: SagaOptions) -> SagaSpec:
         raise invalid(exc, what=what) from None
     if not spec.steps:
         raise InvalidInput(f"{what}: no steps to run")
+    if spec.options.started_by is None:
+        # a file's own options leave out who starts it: whoever runs the command
+        spec.options.started_by = options.started_by
     done: list[str] = []
     for i, step in enumerate(spec.steps):
         check_name(step.tool, what=f"{what}: steps[{i}].tool")

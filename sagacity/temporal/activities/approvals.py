@@ -71,6 +71,13 @@ class Approvals:
             why = request_reason(req.rule, req.input_json, hidden_paths(draft.input))
             payload = to_json({"rule": req.rule.label, "why": why, "condition": req.rule.wire()})
             draft = dataclasses.replace(draft, payload=payload)
+        if req.policy is not None:
+            # the policy the decision must meet, and who may not approve under it, go in the
+            # hash-chained request so the verifier can check the decision offline (starter
+            # null: not said, so no approval was refused as the starter's)
+            body = payload_object(draft.payload) or {}
+            recorded = {**body, "policy": req.policy.wire(), "started_by": req.started_by}
+            draft = dataclasses.replace(draft, payload=to_json(recorded))
         entry = await self.writes.append_at(draft, seq=req.seq, prev_hash=req.prev_hash)
         await self.writes.at_tail(entry)
         # the request holds the input as journaled (redacted), so what an approver is shown,

@@ -73,6 +73,7 @@ def catalog(
             origin=t.tool.origin,
             approval=t.tool.options.approval,
             approval_sla_s=_seconds(t.tool.options.approval_sla),
+            approval_policy=t.tool.options.approval_policy,
         )
         for t in tools
         if only is None or t.name in only

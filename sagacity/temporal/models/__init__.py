@@ -20,6 +20,7 @@ from sagacity.temporal.models.approvals import (
     Escalation,
     EscalationOutcome,
     PendingApproval,
+    QuorumStatus,
 )
 from sagacity.temporal.models.calls import (
     CallOutcome,
@@ -141,6 +142,7 @@ __all__ = [
     "Lean",
     "Original",
     "PendingApproval",
+    "QuorumStatus",
     "Reason",
     "Reject",
     "RejectMessage",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from sagacity.approval_policy import ApprovalPolicy
 from sagacity.rules import ApprovalRule
 from sagacity.temporal.models.journal import RowRef
 
@@ -24,6 +25,10 @@ class ApprovalOpen(BaseModel):
     #: the tool's ``needs_approval`` rule that asked (None: an IRREVERSIBLE tool's request);
     #: left off the payload when None, so an unconditional request's payload is as it was
     rule: ApprovalRule | None = Field(default=None, exclude_if=lambda rule: rule is None)
+    #: the tool's approval policy, recorded with the saga's starter in the request row (left
+    #: off when None: only a tool declared with ``approval_policy`` has one)
+    policy: ApprovalPolicy | None = Field(default=None, exclude_if=lambda p: p is None)
+    started_by: str | None = Field(default=None, exclude_if=lambda s: s is None)
 
 
 class ApprovalOpened(BaseModel):
@@ -78,6 +83,18 @@ class Escalation(BaseModel):
     outcome: EscalationOutcome = "pending"
 
 
+class QuorumStatus(BaseModel):
+    """How far a request under an ``ApprovalPolicy`` is: who approved so far, of how many."""
+
+    required: int
+    #: the keyring group approvers come from ("": any principal)
+    group: str = ""
+    approved_by: list[str] = Field(default_factory=list)
+    #: who started the saga (None: not said, so no one is refused as the starter)
+    started_by: str | None = None
+    starter_may_approve: bool = True
+
+
 class PendingApproval(BaseModel):
     journal_seq: int
     tool_name: str
@@ -92,6 +109,8 @@ class PendingApproval(BaseModel):
     why: str | None = None
     #: the next tier was notified: the request is past its SLA (None: not escalated)
     escalation: Escalation | None = None
+    #: the tool's approval policy and the co-approvals in so far (None: one approval decides)
+    quorum: QuorumStatus | None = None
 
 
 class EditCheck(BaseModel):

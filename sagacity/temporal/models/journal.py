@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from sagacity.approval_policy import ApprovalPolicy
 from sagacity.evidence.decisions import Keyring, Policy
 from sagacity.journal.chain import GENESIS_HASH
 from sagacity.journal.phases import Phase
@@ -40,6 +41,10 @@ class ToolSpec(Lean):
     #: past this many seconds undecided, an approval request is escalated (None: never; absent
     #: from every catalog recorded before escalation existed, so their sagas wait as they did)
     approval_sla_s: float | None = None
+    #: how many distinct approvers of which group a gated call needs (None: one, as ever; only
+    #: a catalog of a tool declared with ``approval_policy`` holds one, so no recorded history
+    #: changes: the option decides, no patch needed)
+    approval_policy: ApprovalPolicy | None = None
 
 
 class RowRef(Lean):

@@ -32,6 +32,13 @@ class SagaOptions(BaseModel):
     #: continue as new once history has this many events (besides whenever Temporal suggests
     #: it), so a saga of any length never reaches Temporal's history limit
     continue_as_new_events: int = Field(default=10_000, ge=50)
+    #: who started the saga (``sagacity saga start`` fills it from ``--as`` or the login): a
+    #: tool's ``ApprovalPolicy(starter_may_approve=False)`` refuses that principal's approval.
+    #: None (left off the wire): unknown, so no approval is refused for it (the request row
+    #: records the starter as unknown)
+    started_by: str | None = Field(
+        default=None, min_length=1, max_length=200, exclude_if=lambda v: v is None
+    )
 
 
 #: the :attr:`SagaSpec.engine_version` this release knows

@@ -42,6 +42,7 @@ from sagacity.temporal.saga.edits import Edits, edited_fields, unsigned_approval
 from sagacity.temporal.saga.escalation import Escalations, approval_sla_s, with_escalation
 from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.patches import ABORT_ROW_PATCH, BOUND_ROWS_PATCH, DECIDE_RECORDED_PATCH
+from sagacity.temporal.saga.quorum import Quorum
 from sagacity.temporal.saga.signals import Refusals, sender, validated
 
 #: why a decision was refused, as an update caller finds it in the error's first detail
@@ -56,6 +57,9 @@ RefusalKind = Literal[
     "bad_signature",
     "invalid",
     "invalid_edit",
+    "already_approved",
+    "not_in_group",
+    "starter",
 ]
 
 
@@ -88,6 +92,8 @@ class Gate:
         self.approved_request_hash: str | None = None
         #: an approval's edited arguments, checked before it is journaled
         self.edits = Edits(core, journal)
+        #: the co-approvals of a request whose tool declares an approval policy
+        self.quorum = Quorum(core)
 
     async def await_approval(
         self, spec: ToolSpec, input_json: str, rule: ApprovalRule | None = None
@@ -100,6 +106,7 @@ class Gate:
         seq = core.head.seq + 1
         self._decision = self.approval = None
         self._opening = seq
+        self.quorum.open(spec.approval_policy)
         try:
             opened: ApprovalOpened = await self._journal.activity(
                 names.OPEN_APPROVAL,
@@ -111,6 +118,8 @@ class Gate:
                     input_json=input_json,
                     deadline_s=core.options.approval_deadline_s,
                     rule=rule,
+                    policy=spec.approval_policy,
+                    started_by=core.options.started_by if spec.approval_policy else None,
                 ),
                 ApprovalOpened,
             )
@@ -135,6 +144,7 @@ class Gate:
             deadline_s=core.options.approval_deadline_s,
             hidden=opened.hidden,
             why=opened.why,
+            quorum=self.quorum.status(),
         )
         # decisions that came with the request's opening, in the same activation (signals are
         # applied first when a worker replays history): judged now that the request is known
@@ -175,8 +185,11 @@ class Gate:
                         tool_name=APPROVAL_GATE,
                         phase=Phase.APPROVED,
                         payload=with_escalation(
-                            self._decision_payload(decision, pending)
-                            or unsigned_approval(decision, edit),
+                            self.quorum.onto(
+                                self._decision_payload(decision, pending)
+                                or unsigned_approval(decision, edit),
+                                pending,
+                            ),
                             escalation,
                         ),
                         **approved,
@@ -197,7 +210,7 @@ class Gate:
         payload = self._decision_payload(decision, pending) or _rejected_row(decision)
         if controls.abort is not None and workflow.patched(ABORT_ROW_PATCH):
             payload = controls.abort_row(controls.abort, decision.reason, signed=bound)
-        payload = with_escalation(payload, escalation)
+        payload = with_escalation(self.quorum.onto(payload, pending), escalation)
         await self._journal.append(
             [RowDraft(tool_name=APPROVAL_GATE, phase=Phase.REJECTED, payload=payload, **request)]
         )
@@ -309,7 +322,7 @@ class Gate:
             why = keyring.refusal(self._statement(decision, pending), decision.signature)
             if why is not None:
                 return ("unsigned" if decision.signature is None else "bad_signature"), why
-        return None
+        return self.quorum.refusal(decision)
 
     def _take(self, decision: Approve | Reject, given_hash: str | None) -> None:
         if self.pending is None and self._opening == decision.journal_seq:
@@ -319,7 +332,8 @@ class Gate:
         if refusal is not None:
             self._refusals.refuse(decision.approver, refusal[1])
             return
-        self._decision = decision
+        if not self.quorum.partial(decision, self.pending):
+            self._decision = decision
 
     # -- the handlers: signals approve and reject, update decide ----------------------------
 
@@ -375,7 +389,10 @@ class Gate:
         )
 
     async def _on_decide(self, decision: Decision) -> str:
-        self._decision = sent = decision.as_signal()
+        sent = decision.as_signal()
+        if self.quorum.partial(sent, self.pending):
+            return self.quorum.progress  # "approved 1 of 2": the request stays open
+        self._decision = sent
         seq = decision.journal_seq
         core = self._core
         if isinstance(sent, Approve) and sent.args is not None:

@@ -1,0 +1,286 @@
+"""Two of three: a tool's ``ApprovalPolicy(required=2, group="finance",
+starter_may_approve=False)`` on real Temporal and Postgres, with the settings ``sagacity dev``
+makes (a keyring, each approver's own key, redaction).
+
+An approval by alice leaves the request open ("1 of 2"); alice again, the starter dave (in the
+group) and mallory (not in it) are refused and recorded; a worker SIGKILLed between the two
+approvals changes nothing (the next one still needs just bob's); bob's approval runs the call
+once, its APPROVED row lists both signatures, and ``sagacity verify`` (live and from a bundle)
+checks them and names a removed or duplicated one. A rejection by carol after alice's approval
+ends the request and compensates what ran before.
+
+The worker is ``sagacity worker --app tests.approvals.quorum_app`` in a process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from sagacity import ApprovalPolicy, Reversibility, compensable
+from sagacity.devstack import Endpoints
+from sagacity.errors import ToolDeclarationError
+from sagacity.evidence.decisions import keyring_entry, load_keyring, write_keyring
+from sagacity.evidence.keys import generate_key
+from sagacity.journal.phases import APPROVAL_GATE
+from sagacity.settings import Settings
+from sagacity.store import JournalStore
+from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.workflow import STEPS_WORKFLOW
+from tests.approvals import test_decisions_bound, test_signed
+from tests.approvals.conftest import Cli, CliResult
+from tests.approvals.test_decisions_bound import Verifier
+from tests.approvals.test_signed import Keys, running, signed_env
+from tests.evidence.test_default_config_tamper import Owner
+from tests.temporal.conftest import awaiting_approval, forget_killed_worker, phases, wait_for
+from tests.temporal.test_crash import WorkerProcess
+
+keys = test_signed.keys
+anchors = test_decisions_bound.anchors
+verifier = test_decisions_bound.verifier
+
+FINANCE = ["alice", "bob", "carol", "dave"]
+
+
+@pytest.fixture
+def people(keys: Keys, tmp_path: Path) -> dict[str, Path]:
+    """Each person's own signing key; the keyring trusts them and names the finance group."""
+    keyring = load_keyring(keys.keyring)
+    found = {"alice": keys.alice, "mallory": keys.mallory}
+    for name in ("bob", "carol", "dave"):
+        found[name] = tmp_path / f"{name}.pem"
+        keyring.keys.append(keyring_entry(name, generate_key(found[name]).public_key(), [name]))
+    keyring.groups = {"finance": FINANCE}
+    write_keyring(keys.keyring, keyring)
+    return found
+
+
+@pytest.fixture
+async def quorum_worker(
+    endpoints: Endpoints,
+    database_url: str,
+    task_queue: str,
+    settings: Settings,
+    keys: Keys,
+    people: dict[str, Path],
+    tmp_path: Path,
+) -> AsyncIterator[WorkerProcess]:
+    process = WorkerProcess(
+        endpoints,
+        database_url,
+        task_queue,
+        tmp_path / "worker.log",
+        apps=("tests.approvals.quorum_app",),
+    )
+    process.env.update(
+        signed_env(settings, keys, approvers="wire_funds=alice|bob|carol|dave|mallory"),
+        PYTHONPATH=str(Path(__file__).parents[2]),  # the app lives in tests/
+    )
+    async with running(process):
+        yield process
+
+
+Start = Callable[..., Coroutine[Any, Any, WorkflowHandle[Any, SagaResult]]]
+
+
+@pytest.fixture
+def start(temporal_client: Client, task_queue: str, quorum_worker: WorkerProcess) -> Start:
+    """Start a hold then a wire of ``amount``, started by dave (who is in the group)."""
+
+    async def steps(amount: int) -> WorkflowHandle[Any, SagaResult]:
+        args = {"order_id": "o-7", "amount": amount}
+        return await temporal_client.start_workflow(
+            STEPS_WORKFLOW,
+            SagaSpec(
+                steps=[Step(tool="hold_funds", args=args), Step(tool="wire_funds", args=args)],
+                options=SagaOptions(compensation_backoff_s=0.1, started_by="dave"),
+            ),
+            id=f"quorum-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            result_type=SagaResult,
+        )
+
+    return steps
+
+
+Decide = Callable[..., Coroutine[Any, Any, CliResult]]
+
+
+@pytest.fixture
+def decide(cli: Cli, keys: Keys, people: dict[str, Path]) -> Decide:
+    """``who``'s decision with the CLI, signed with their own key."""
+
+    async def run(who: str, saga_id: str, seq: int, *how: str) -> CliResult:
+        return await cli(
+            "approvals", *how, saga_id, str(seq), "--as", who, extra_env=keys.env(people[who])
+        )
+
+    return run
+
+
+async def test_two_of_three_needs_two_distinct_approvers_not_the_starter(
+    start: Start,
+    quorum_worker: WorkerProcess,
+    temporal_client: Client,
+    decide: Decide,
+    cli: Cli,
+    journal: JournalStore,
+    owner_database_url: str,
+    verifier: Verifier,
+) -> None:
+    handle = await start(900)
+    status = await wait_for(handle, awaiting_approval)
+    pending = status.pending_approval
+    assert pending is not None and pending.tool_name == "wire_funds"
+    assert pending.quorum is not None
+    assert (pending.quorum.required, pending.quorum.group, pending.quorum.approved_by) == (
+        2,
+        "finance",
+        [],
+    )
+    seq = pending.journal_seq
+    # the request row records the policy and the starter (hash-chained)
+    request = (await journal.read(handle.id))[seq - 1]
+    assert json.loads(request.payload) == {
+        "policy": {"required": 2, "group": "finance", "starter_may_approve": False},
+        "started_by": "dave",
+    }
+
+    first = await decide("alice", handle.id, seq, "approve")
+    assert first.code == 0, first.stderr
+    assert "1 of 2 approvals in" in first.stdout, first.stdout
+    status = await handle.query("status", result_type=type(status))
+    assert status.state is SagaState.AWAITING_APPROVAL
+    assert status.pending_approval is not None and status.pending_approval.quorum is not None
+    assert status.pending_approval.quorum.approved_by == ["alice"]
+    listed = await cli("approvals", "show", handle.id, str(seq))
+    assert "1 of 2 approvals (finance): alice" in listed.stdout, listed
+
+    again = await decide("alice", handle.id, seq, "approve")
+    assert again.code != 0 and "already approved" in again.stderr, again
+    starter = await decide("dave", handle.id, seq, "approve")
+    assert starter.code != 0 and "started this saga" in starter.stderr, starter
+    outsider = await decide("mallory", handle.id, seq, "approve")
+    assert outsider.code != 0 and "not in the group 'finance'" in outsider.stderr, outsider
+    status = await handle.query("status", result_type=type(status))
+    refused = status.refused_decisions
+    assert [r.split(": ", 1)[0] for r in refused] == ["alice", "dave", "mallory"], refused
+
+    # the worker SIGKILLed between the two approvals: the next one rebuilds alice's from history
+    quorum_worker.kill()
+    await forget_killed_worker(temporal_client, handle.id)
+    await quorum_worker.start()
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None and status.pending_approval.quorum is not None
+    assert status.pending_approval.quorum.approved_by == ["alice"]
+
+    second = await decide("bob", handle.id, seq, "approve")
+    assert second.code == 0 and "approvals in" not in second.stdout, second
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPLETED, result
+    rows = await journal.read(handle.id)
+    assert [(r.tool_name, r.phase.value) for r in rows if r.tool_name == "wire_funds"] == [
+        ("wire_funds", "AWAITING_APPROVAL"),
+        ("wire_funds", "INTENT"),
+        ("wire_funds", "EXECUTED"),
+    ]
+    approved = rows[seq]
+    assert (approved.seq, approved.phase.value) == (seq + 1, "APPROVED")
+    body = json.loads(approved.payload)
+    assert body["required"] == 2 and body["by"] == "bob"
+    assert [(a["by"], a["signer"]) for a in body["approvals"]] == [
+        ("alice", "alice"),
+        ("bob", "bob"),
+    ]
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said + said_offline
+
+    owner = Owner(owner_database_url)
+    honest = await owner.rows(handle.id)
+
+    def co_approvals(change: Callable[[list[Any]], list[Any]]) -> Callable[..., Any]:
+        def rewrite(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            out = []
+            for r in rows:
+                if r["seq"] == seq + 1:
+                    payload = json.loads(r["payload"])
+                    payload["approvals"] = change(payload["approvals"])
+                    r = {**r, "payload": json.dumps(payload, separators=(",", ":"))}
+                out.append(r)
+            return out
+
+        return rewrite
+
+    tampers = {
+        # alice's co-signature deleted by the tables' owner, the chain recomputed
+        "removed": (
+            co_approvals(lambda listed: listed[1:]),
+            f"approval seq {seq + 1} has 1 of the 2 co-signatures its request requires",
+        ),
+        # bob's listed twice in place of alice's
+        "duplicated": (
+            co_approvals(lambda listed: [listed[1], listed[1]]),
+            f"approval seq {seq + 1} lists 'bob' twice",
+        ),
+        # alice's co-signature said to be carol's
+        "swapped": (
+            co_approvals(lambda listed: [{**listed[0], "by": "carol"}, listed[1]]),
+            "co-approval by 'carol'",
+        ),
+    }
+    for name, (change, named) in tampers.items():
+        await owner.rewrite(handle.id, change)
+        live, said, offline, said_offline = await verifier.both(handle.id)
+        assert (live, offline) == (1, 1), (name, said + said_offline)
+        for output in (said, said_offline):
+            assert named in output, (name, output)
+        await owner.replace(handle.id, honest)
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said + said_offline
+
+
+async def test_one_rejection_after_an_approval_ends_the_request_and_compensates(
+    start: Start, decide: Decide, journal: JournalStore, verifier: Verifier
+) -> None:
+    handle = await start(400)
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    seq = status.pending_approval.journal_seq
+    assert (await decide("alice", handle.id, seq, "approve")).code == 0
+    rejected = await decide("carol", handle.id, seq, "reject", "--reason", "not this month")
+    assert rejected.code == 0 and "rejected" in rejected.stdout, rejected
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.COMPENSATED, result
+    rows = await phases(journal, handle.id)
+    assert ("hold_funds", "COMPENSATED") in rows and ("wire_funds", "INTENT") not in rows, rows
+    decision = (await journal.read(handle.id))[seq]
+    assert (decision.tool_name, decision.phase.value) == (APPROVAL_GATE, "REJECTED")
+    body = json.loads(decision.payload)
+    assert (body["by"], body["reason"], body["required"]) == ("carol", "not this month", 2)
+    assert [a["by"] for a in body["approvals"]] == ["alice"]
+    live, said, offline, said_offline = await verifier.both(handle.id)
+    assert (live, offline) == (0, 0), said + said_offline
+
+
+def test_a_policy_is_declared_on_calls_that_wait_and_as_an_approval_policy() -> None:
+    def pay(amount: int) -> str:
+        return "paid"
+
+    with pytest.raises(ToolDeclarationError, match="none of this tool's do"):
+        compensable(approval_policy=ApprovalPolicy(required=2))(pay)
+    with pytest.raises(ToolDeclarationError, match="takes an ApprovalPolicy"):
+        compensable(  # type: ignore[call-overload]
+            reversibility=Reversibility.IRREVERSIBLE, approval_policy={"required": 2}
+        )(pay)
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        ApprovalPolicy(required=0)
+    policy = ApprovalPolicy(required=2, group="finance")
+    tool = compensable(reversibility=Reversibility.IRREVERSIBLE, approval_policy=policy)(pay)
+    assert tool.options.approval_policy == policy
