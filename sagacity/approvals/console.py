@@ -273,7 +273,7 @@ def console_router(console: WebConsole) -> APIRouter:
             return forged(request)
         principal = request.state.principal
         try:
-            await console.service.approve(
+            taken = await console.service.approve(
                 saga_id,
                 seq,
                 approver=principal,
@@ -284,7 +284,8 @@ def console_router(console: WebConsole) -> APIRouter:
             )
         except SagacityError as exc:
             return await _request_view(request, saga_id, seq, error=str(exc), status=_status(exc))
-        return _to_saga(saga_id, "approved")
+        # a co-approval the tool's policy counts, more still needed: the request stays open
+        return _to_saga(saga_id, "co-approved" if taken.awaiting else "approved")
 
     @router.post("/approvals/{saga_id}/{seq}/reject")
     async def reject(request: Request, saga_id: str, seq: int) -> Response:
@@ -328,7 +329,7 @@ def console_router(console: WebConsole) -> APIRouter:
             graph=graph,
             report=report,
             pending=pending,
-            done=done if done in {"approved", "rejected", "rollback"} else "",
+            done=done if done in {"approved", "co-approved", "rejected", "rollback"} else "",
             live=view.workflow_status == "running",
             left_live=left_live,
             corrected=corrections(saga_id, rows),
