@@ -105,7 +105,7 @@ from sagacity.temporal.models import (
 from sagacity.temporal.plugin import SagacityPlugin
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from sagacity.tools import CompensableTool
-from tests.approvals import refund_app
+from tests.approvals import quorum_app, refund_app
 from tests.temporal import sample_tools
 from tests.temporal.conftest import awaiting_approval, phases, wait_for
 from tests.temporal.replay import (
@@ -126,7 +126,7 @@ log = logging.getLogger("record_histories")
 
 TOOLS = cast(
     list[CompensableTool[..., Any]],
-    [*order_app.TOOLS, *sample_tools.TOOLS, *refund_app.TOOLS],
+    [*order_app.TOOLS, *sample_tools.TOOLS, *refund_app.TOOLS, quorum_app.wire_funds],
 )
 
 #: the scripted model of the agent paths (short: every model call carries the tools' schemas)
@@ -413,6 +413,38 @@ async def saga_rule_gated(rig: Rig) -> dict[str, WorkflowHistory]:
         "the rule did not gate the refund over 1000 alone",
     )
     return await one(handle, "saga_rule_gated")
+
+
+@recording("saga_quorum")
+async def saga_quorum(rig: Rig) -> dict[str, WorkflowHistory]:
+    """sagacity.Steps: a wire under ApprovalPolicy(required=2, starter_may_approve=False),
+    started by dave: alice's approval by update ``decide`` is counted ("approved 1 of 2"), hers
+    again and dave's refused, bob's by signal completes it; the wire ran once; completed."""
+    handle = await rig.steps(
+        "saga_quorum",
+        [Step(tool="wire_funds", args={"order_id": "o-q1", "amount": 900})],
+        SagaOptions(started_by="dave"),
+    )
+    seq = await gate(handle)
+    first = Decision(journal_seq=seq, approver="alice", approve=True)
+    answer = await handle.execute_update("decide", first, result_type=str)
+    expect(answer == "approved 1 of 2", answer)
+    await handle.signal("approve", Approve(journal_seq=seq, approver="alice"))
+    await handle.signal("approve", Approve(journal_seq=seq, approver="dave"))
+    await wait_for(handle, lambda s: len(s.refused_decisions) == 2)
+    await handle.signal("approve", Approve(journal_seq=seq, approver="bob"))
+    await result(handle, SagaState.COMPLETED)
+    expect(
+        await phases(rig.journal, handle.id)
+        == [
+            ("wire_funds", "AWAITING_APPROVAL"),
+            ("approval-gate", "APPROVED"),
+            ("wire_funds", "INTENT"),
+            ("wire_funds", "EXECUTED"),
+        ],
+        "the quorum did not gate the wire",
+    )
+    return await one(handle, "saga_quorum")
 
 
 @recording("saga_queried_at_start")
