@@ -21,17 +21,20 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from sagacity import ApprovalPolicy, Reversibility, compensable
+from sagacity.approvals import ApprovalService
+from sagacity.approvals.http import create_app
 from sagacity.devstack import Endpoints
 from sagacity.errors import ToolDeclarationError
-from sagacity.evidence.decisions import keyring_entry, load_keyring, write_keyring
+from sagacity.evidence.decisions import Signer, keyring_entry, load_keyring, write_keyring
 from sagacity.evidence.keys import generate_key
 from sagacity.journal.phases import APPROVAL_GATE
 from sagacity.settings import Settings
-from sagacity.store import JournalStore
+from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.approvals import test_decisions_bound, test_signed
@@ -284,3 +287,67 @@ def test_a_policy_is_declared_on_calls_that_wait_and_as_an_approval_policy() -> 
     policy = ApprovalPolicy(required=2, group="finance")
     tool = compensable(reversibility=Reversibility.IRREVERSIBLE, approval_policy=policy)(pay)
     assert tool.options.approval_policy == policy
+
+
+async def test_the_http_api_counts_a_co_approval_and_an_abort_lists_it(
+    start: Start,
+    temporal_client: Client,
+    approvals: ApprovalStore,
+    journal: JournalStore,
+    settings: Settings,
+    keys: Keys,
+    decide: Decide,
+    verifier: Verifier,
+) -> None:
+    handle = await start(300)
+    status = await wait_for(handle, awaiting_approval)
+    assert status.pending_approval is not None
+    seq = status.pending_approval.journal_seq
+    assert settings.service_key is not None
+    service = ApprovalService(
+        temporal_client,
+        approvals,
+        journal=journal,
+        signer=Signer.open(settings.service_key),
+        keyring=load_keyring(keys.keyring),
+    )
+    app = create_app(service, {"tok-alice": "alice", "tok-dave": "dave"})
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://approvals"
+    ) as web:
+        url = f"/approvals/{handle.id}/{seq}"
+
+        async def approve(token: str, body: dict[str, Any]) -> httpx.Response:
+            auth = {"Authorization": f"Bearer {token}"}
+            return await web.post(f"{url}/approve", json=body, headers=auth)
+
+        counted = await approve("tok-alice", {})
+        assert counted.status_code == 200, counted.text
+        assert (counted.json()["decision"], counted.json()["awaiting"]) == ("approved", "1 of 2")
+        shown = await web.get(url, headers={"Authorization": "Bearer tok-alice"})
+        assert shown.json()["approvals"] == {
+            "required": 2,
+            "group": "finance",
+            "approved_by": ["alice"],
+            "started_by": "dave",
+            "starter_may_approve": False,
+        }, shown.text
+        # the starter, through the service key that may sign for anyone: still refused
+        starter = await approve("tok-dave", {})
+        assert starter.status_code == 403, starter.text
+        assert "started this saga" in starter.text, starter.text
+        # an edit on a request two people must approve as proposed
+        edited = await approve("tok-alice", {"args": {"order_id": "o-8", "amount": 1}})
+        assert edited.status_code in (409, 422), edited.text
+    edit = await decide("bob", handle.id, seq, "approve", "--args", '{"order_id":"o-8","amount":1}')
+    assert edit.code != 0 and "cannot be approved with changes" in edit.stderr, edit
+
+    await handle.signal("abort", {"reason": "test over", "by": "alice"})
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status is SagaState.ABORTED, result
+    decision = (await journal.read(handle.id))[seq]
+    assert (decision.tool_name, decision.phase.value) == (APPROVAL_GATE, "REJECTED")
+    body = json.loads(decision.payload)
+    assert body["abort"] is True and [a["by"] for a in body["approvals"]] == ["alice"]
+    _, said, _, said_offline = await verifier.both(handle.id)
+    assert "co-approval" not in said + said_offline and "FAILED" not in said, said
