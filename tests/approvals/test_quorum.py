@@ -40,7 +40,7 @@ from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.approvals import test_decisions_bound, test_signed
 from tests.approvals.conftest import Cli, CliResult
 from tests.approvals.test_decisions_bound import Verifier
-from tests.approvals.test_signed import Keys, running, signed_env
+from tests.approvals.test_signed import Keys, app_worker, running
 from tests.evidence.test_default_config_tamper import Owner
 from tests.temporal.conftest import awaiting_approval, forget_killed_worker, phases, wait_for
 from tests.temporal.test_crash import WorkerProcess
@@ -75,19 +75,33 @@ async def quorum_worker(
     people: dict[str, Path],
     tmp_path: Path,
 ) -> AsyncIterator[WorkerProcess]:
-    process = WorkerProcess(
+    process = app_worker(
         endpoints,
         database_url,
         task_queue,
+        settings,
+        keys,
         tmp_path / "worker.log",
-        apps=("tests.approvals.quorum_app",),
-    )
-    process.env.update(
-        signed_env(settings, keys, approvers="wire_funds=alice|bob|carol|dave|mallory"),
-        PYTHONPATH=str(Path(__file__).parents[2]),  # the app lives in tests/
+        app="tests.approvals.quorum_app",
+        approvers="wire_funds=alice|bob|carol|dave|mallory",
     )
     async with running(process):
         yield process
+
+
+def signed_service(
+    client: Client, approvals: ApprovalStore, journal: JournalStore, settings: Settings, keys: Keys
+) -> ApprovalService:
+    """The approvals service as ``sagacity approvals serve`` runs it: decisions signed with the
+    service key (which vouches for whom it authenticated), checked against the keyring."""
+    assert settings.service_key is not None
+    return ApprovalService(
+        client,
+        approvals,
+        journal=journal,
+        signer=Signer.open(settings.service_key),
+        keyring=load_keyring(keys.keyring),
+    )
 
 
 Start = Callable[..., Coroutine[Any, Any, WorkflowHandle[Any, SagaResult]]]
@@ -303,14 +317,7 @@ async def test_the_http_api_counts_a_co_approval_and_an_abort_lists_it(
     status = await wait_for(handle, awaiting_approval)
     assert status.pending_approval is not None
     seq = status.pending_approval.journal_seq
-    assert settings.service_key is not None
-    service = ApprovalService(
-        temporal_client,
-        approvals,
-        journal=journal,
-        signer=Signer.open(settings.service_key),
-        keyring=load_keyring(keys.keyring),
-    )
+    service = signed_service(temporal_client, approvals, journal, settings, keys)
     app = create_app(service, {"tok-alice": "alice", "tok-dave": "dave"})
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="https://approvals"

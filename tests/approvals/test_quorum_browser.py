@@ -15,10 +15,8 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 from temporalio.client import Client
 
-from sagacity.approvals import ApprovalService
 from sagacity.approvals.console import WebConsole
 from sagacity.approvals.http import create_app
-from sagacity.evidence.decisions import Signer, load_keyring
 from sagacity.journal import Phase
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
@@ -26,7 +24,7 @@ from sagacity.temporal.models import SagaState
 from tests.approvals import test_quorum
 from tests.approvals.test_console_browser import page_errors, sign_in
 from tests.approvals.test_decisions_bound import Verifier
-from tests.approvals.test_quorum import Start
+from tests.approvals.test_quorum import Start, signed_service
 from tests.approvals.test_signed import Keys
 from tests.browser import save_screenshot
 from tests.serving import serve
@@ -51,16 +49,8 @@ async def console_url(
     people: dict[str, Path],
     quorum_worker: WorkerProcess,
 ) -> AsyncIterator[str]:
-    """The console as ``sagacity approvals serve`` runs it: decisions signed with the service
-    key, checked against the keyring that names the finance group."""
-    assert settings.service_key is not None
-    service = ApprovalService(
-        temporal_client,
-        approvals,
-        journal=journal,
-        signer=Signer.open(settings.service_key),
-        keyring=load_keyring(keys.keyring),
-    )
+    """The console as ``sagacity approvals serve`` runs it (the keyring names the group)."""
+    service = signed_service(temporal_client, approvals, journal, settings, keys)
     tokens = {"tok-alice": "alice", "tok-bob": "bob"}
     async with serve(create_app(service, tokens, web=WebConsole(service, journal))) as url:
         yield url

@@ -32,7 +32,7 @@ from sagacity.temporal.workflow import STEPS_WORKFLOW
 from tests.approvals import test_decisions_bound, test_signed
 from tests.approvals.conftest import Cli
 from tests.approvals.test_decisions_bound import Verifier
-from tests.approvals.test_signed import Keys, running, signed_env
+from tests.approvals.test_signed import Keys, app_worker, running
 from tests.evidence.test_default_config_tamper import Owner
 from tests.temporal.conftest import awaiting_approval, forget_killed_worker, phases, wait_for
 from tests.temporal.test_crash import WorkerProcess
@@ -54,16 +54,15 @@ async def refund_worker(
     keys: Keys,
     tmp_path: Path,
 ) -> AsyncIterator[WorkerProcess]:
-    process = WorkerProcess(
+    process = app_worker(
         endpoints,
         database_url,
         task_queue,
+        settings,
+        keys,
         tmp_path / "worker.log",
-        apps=("tests.approvals.refund_app",),
-    )
-    process.env.update(
-        signed_env(settings, keys, approvers="refund=alice"),
-        PYTHONPATH=str(Path(__file__).parents[2]),  # the app lives in tests/
+        app="tests.approvals.refund_app",
+        approvers="refund=alice",
     )
     async with running(process):
         yield process

@@ -111,6 +111,26 @@ def signed_env(settings: Settings, keys: Keys, *, approvers: str) -> dict[str, s
     }
 
 
+def app_worker(
+    endpoints: Endpoints,
+    database_url: str,
+    task_queue: str,
+    settings: Settings,
+    keys: Keys,
+    log: Path,
+    *,
+    app: str,
+    approvers: str,
+) -> WorkerProcess:
+    """``sagacity worker --app <app>`` (a module of tests/) taking only signed decisions."""
+    process = WorkerProcess(endpoints, database_url, task_queue, log, apps=(app,))
+    process.env.update(
+        signed_env(settings, keys, approvers=approvers),
+        PYTHONPATH=str(Path(__file__).parents[2]),  # the app lives in tests/
+    )
+    return process
+
+
 @asynccontextmanager
 async def running(process: WorkerProcess) -> AsyncIterator[WorkerProcess]:
     """``process`` started, and stopped when the block ends."""
