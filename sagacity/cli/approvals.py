@@ -200,7 +200,11 @@ def list_command(
         table.add_row(
             r.saga_id,
             str(r.journal_seq),
-            r.tool_name if r.why is None else f"{r.tool_name}\n({r.why})",
+            "\n".join(
+                [r.tool_name]
+                + ([f"({r.why})"] if r.why is not None else [])
+                + ([r.approvals.line] if r.approvals is not None else [])
+            ),
             r.input,
             r.input_hash[:12] + "…",
             f"{r.requested_at:%Y-%m-%d %H:%M:%S}",

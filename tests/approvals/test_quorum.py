@@ -179,6 +179,8 @@ async def test_two_of_three_needs_two_distinct_approvers_not_the_starter(
     assert status.pending_approval.quorum.approved_by == ["alice"]
     listed = await cli("approvals", "show", handle.id, str(seq))
     assert "1 of 2 approvals (finance): alice" in listed.stdout, listed
+    inbox = await cli("approvals", "list", "--saga", handle.id, "--json")
+    assert [r["approvals"]["approved_by"] for r in inbox.json()["requests"]] == [["alice"]]
 
     again = await decide("alice", handle.id, seq, "approve")
     assert again.code != 0 and "already approved" in again.stderr, again

@@ -130,3 +130,29 @@ def test_a_rejection_lists_the_approvals_before_it_and_needs_no_quorum() -> None
     plain = [{**vars_of(r), "phase": r.phase.value} for r in rejected]
     assert check.problems == [] and check.checked == 2
     assert snippet()["co_signed"](plain, json.loads(KEYRING.model_dump_json())) == []
+
+
+def test_one_personal_key_is_one_pair_of_eyes_a_service_key_vouches_for_several() -> None:
+    """renée's key, trusted for both principals, signs both co-approvals: one person's key
+    counts once; the same signatures by a service key ("*") count for two people."""
+    both = [WHO, CO]
+    renee_as_hugo = co_approval(SIGNER, CO, "renée")
+    rows = quorum_saga(lambda listed: [listed[0], renee_as_hugo])
+    rows = chain([(r.tool_name, r.phase.value, r.input, r.payload) for r in rows[:5]] + [
+        (rows[5].tool_name, "APPROVED", rows[5].input,
+         to_json({**renee_as_hugo, "approvals": [RENEE, renee_as_hugo], "required": 2}))
+    ])  # fmt: skip
+    plain = [{**vars_of(r), "phase": r.phase.value} for r in rows]
+    for principals, named in ((both, [6]), (["*"], [])):
+        keyring = Keyring(
+            keys=[keyring_entry("renée", SIGNER.key.public_key(), principals)],
+            groups={"finance": both},
+        )
+        check = DecisionCheck("order-7f3a", keyring)
+        for row in rows:
+            check.feed(row)
+        check.finish()
+        assert [seq for seq, _ in check.problems] == named, check.problems
+        assert snippet()["co_signed"](plain, json.loads(keyring.model_dump_json())) == named
+        if named:
+            assert "two co-signatures by the one key" in check.problems[0][1]
