@@ -360,3 +360,49 @@ async def test_the_http_api_counts_a_co_approval_and_an_abort_lists_it(
     assert body["abort"] is True and [a["by"] for a in body["approvals"]] == ["alice"]
     _, said, _, said_offline = await verifier.both(handle.id)
     assert "co-approval" not in said + said_offline and "FAILED" not in said, said
+
+
+async def test_the_starter_is_who_ran_saga_start_and_unknown_refuses_no_one(
+    quorum_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    cli: Cli,
+    decide: Decide,
+    journal: JournalStore,
+    tmp_path: Path,
+) -> None:
+    steps = tmp_path / "steps.json"
+    args = {"order_id": "o-9", "amount": 100}
+    steps.write_text(json.dumps({"steps": [{"tool": "wire_funds", "args": args}]}))
+    started = await cli(
+        "saga", "start", "--steps", str(steps), "--task-queue", task_queue, "--as", "dave"
+    )
+    assert started.code == 0, started.stderr
+    by_cli = temporal_client.get_workflow_handle(started.stdout.strip(), result_type=SagaResult)
+    status = await wait_for(by_cli, awaiting_approval)
+    assert status.pending_approval is not None and status.pending_approval.quorum is not None
+    assert status.pending_approval.quorum.started_by == "dave"
+    refused = await decide("dave", by_cli.id, status.pending_approval.journal_seq, "approve")
+    assert refused.code != 0 and "started this saga" in refused.stderr, refused
+    await by_cli.signal("abort", {"reason": "test over", "by": "alice"})
+
+    # started through the Python API without saying who: the request records the starter as
+    # unknown (null), and no one is refused as the starter
+    unknown = await temporal_client.start_workflow(
+        STEPS_WORKFLOW,
+        SagaSpec(steps=[Step(tool="wire_funds", args=args)]),
+        id=f"quorum-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=SagaResult,
+    )
+    status = await wait_for(unknown, awaiting_approval)
+    assert status.pending_approval is not None
+    seq = status.pending_approval.journal_seq
+    row = (await journal.read(unknown.id))[seq - 1]
+    assert json.loads(row.payload)["started_by"] is None
+    counted = await decide("dave", unknown.id, seq, "approve")
+    assert counted.code == 0 and "1 of 2 approvals in" in counted.stdout, counted
+    assert (await decide("carol", unknown.id, seq, "approve")).code == 0
+    result = await asyncio.wait_for(unknown.result(), 60)
+    assert result.status is SagaState.COMPLETED, result
+    assert (await asyncio.wait_for(by_cli.result(), 60)).status is SagaState.ABORTED
