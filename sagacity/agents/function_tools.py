@@ -27,6 +27,7 @@ from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 from pydantic import BaseModel
 
+from sagacity.approval_policy import ApprovalPolicy
 from sagacity.call_context import current_call
 from sagacity.errors import ToolDeclarationError
 from sagacity.rules import ApprovalRule
@@ -54,6 +55,7 @@ def compensable_function_tool(
     no_effect_on: tuple[type[BaseException], ...] = (),
     needs_approval: bool | ApprovalRule = False,
     approval_sla: timedelta | None = None,
+    approval_policy: ApprovalPolicy | None = None,
 ) -> CompensableTool[..., Awaitable[Any]]:
     """``tool`` as a saga tool: ``book_car = compensable_function_tool(book_car_tool, by=cancel_car)``.
 
@@ -114,6 +116,7 @@ def compensable_function_tool(
         no_effect_on=no_effect_on,
         needs_approval=needs_approval,
         approval_sla=approval_sla,
+        approval_policy=approval_policy,
     )
     saga_tool: CompensableTool[..., Awaitable[Any]] = declare(invoke)
     saga_tool.json_arguments = json_arguments

@@ -23,9 +23,11 @@ from typing import Any
 
 import httpx
 import pytest
+from agents import function_tool
 from temporalio.client import Client, WorkflowHandle
 
-from sagacity import ApprovalPolicy, Reversibility, compensable
+from sagacity import ApprovalPolicy, Reversibility, ToolRegistry, compensable
+from sagacity.agents import compensable_function_tool
 from sagacity.approvals import ApprovalService
 from sagacity.approvals.http import create_app
 from sagacity.devstack import Endpoints
@@ -35,9 +37,17 @@ from sagacity.evidence.keys import generate_key
 from sagacity.journal.phases import APPROVAL_GATE
 from sagacity.settings import Settings
 from sagacity.store import ApprovalStore, JournalStore
-from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
+from sagacity.temporal.activities.tools import catalog
+from sagacity.temporal.models import (
+    SagaOptions,
+    SagaResult,
+    SagaSpec,
+    SagaState,
+    Step,
+    ToolSpec,
+)
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from tests.approvals import test_decisions_bound, test_signed
+from tests.approvals import quorum_app, test_decisions_bound, test_signed
 from tests.approvals.conftest import Cli, CliResult
 from tests.approvals.test_decisions_bound import Verifier
 from tests.approvals.test_signed import Keys, app_worker, running
@@ -406,3 +416,21 @@ async def test_the_starter_is_who_ran_saga_start_and_unknown_refuses_no_one(
     result = await asyncio.wait_for(unknown.result(), 60)
     assert result.status is SagaState.COMPLETED, result
     assert (await asyncio.wait_for(by_cli.result(), 60)).status is SagaState.ABORTED
+
+
+def test_a_policy_travels_in_the_catalog_and_old_catalogs_decode_without_one() -> None:
+    @function_tool
+    def pay_out(account: str) -> str:
+        """Pay an account out."""
+        return account
+
+    policy = ApprovalPolicy(required=2, group="finance", starter_may_approve=False)
+    agent_tool = compensable_function_tool(
+        pay_out, reversibility=Reversibility.IRREVERSIBLE, approval_policy=policy
+    )
+    wired, plain = catalog(ToolRegistry([agent_tool, quorum_app.hold_funds]), brief=True)
+    assert wired.approval_policy == policy
+    assert ToolSpec.model_validate_json(wired.model_dump_json()) == wired
+    # a tool without one: nothing on the wire, so every catalog recorded before reads as it did
+    assert plain.approval_policy is None and "approval_policy" not in plain.model_dump_json()
+    assert "started_by" not in SagaOptions().model_dump_json()
