@@ -62,6 +62,8 @@ class Quorum:
         if any(a.approver == who for a in self.approvals):
             return "already_approved", f"{who!r} already approved this request"
         keyring = self._core.keyring
+        # without a keyring (unsigned decisions, dev only) the groups are unknown: the group
+        # is not enforced, distinct principals and the starter still are
         if policy.group and keyring is not None:
             members = keyring.groups.get(policy.group)
             if members is None:
