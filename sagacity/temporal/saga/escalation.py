@@ -73,6 +73,11 @@ class Escalations:
         except TimeoutError:
             pass
         at = workflow.now()
+        if (at - started).total_seconds() >= deadline_s:
+            # the SLA's wait ended past the deadline: a wait begun by a worker of the release
+            # before (its one timer was the deadline's), or no worker until then. The request
+            # is rejected now: no one is told, and no escalation is recorded
+            raise TimeoutError
         pending.escalation = Escalation(at=at)
         request = Escalate(
             saga_id=self._core.saga_id,
