@@ -12,22 +12,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
-from sagacity.devstack import Endpoints
 from sagacity.journal import Phase
-from sagacity.settings import Settings
 from sagacity.store import JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from tests.approvals import test_decisions_bound, test_signed
+from tests.approvals import test_decisions_bound, test_rule_gated_sagas, test_signed
 from tests.approvals.test_decisions_bound import Verifier, edit_inputs
 from tests.approvals.test_edited_approval import decide, edited
-from tests.approvals.test_signed import Keys, running, signed_env
+from tests.approvals.test_signed import Keys
 from tests.evidence.test_default_config_tamper import Owner
 from tests.temporal.conftest import awaiting_approval, wait_for
 from tests.temporal.test_crash import WorkerProcess
@@ -35,34 +31,16 @@ from tests.temporal.test_crash import WorkerProcess
 keys = test_signed.keys
 anchors = test_decisions_bound.anchors
 verifier = test_decisions_bound.verifier
+refund_worker = test_rule_gated_sagas.refund_worker
 
 
 @pytest.fixture
-async def secret_worker(
-    endpoints: Endpoints,
-    database_url: str,
-    task_queue: str,
-    settings: Settings,
-    keys: Keys,
-    tmp_path: Path,
-) -> AsyncIterator[WorkerProcess]:
-    process = WorkerProcess(
-        endpoints,
-        database_url,
-        task_queue,
-        tmp_path / "worker.log",
-        apps=("tests.approvals.secret_refund_app",),
-    )
-    process.env.update(
-        signed_env(settings, keys, approvers="refund=alice"),
-        PYTHONPATH=str(Path(__file__).parents[2]),
-    )
-    async with running(process):
-        yield process
+def refund_app() -> str:
+    return "tests.approvals.secret_refund_app"
 
 
 async def test_the_owner_changing_an_edited_amount_beside_a_redacted_secret_is_named(
-    secret_worker: WorkerProcess,
+    refund_worker: WorkerProcess,
     temporal_client: Client,
     task_queue: str,
     keys: Keys,

@@ -46,6 +46,12 @@ CONDITION = {"name": "large refund", "field": "amount", "op": ">", "value": 1000
 
 
 @pytest.fixture
+def refund_app() -> str:
+    """The app module the refund worker serves (a test module may serve another)."""
+    return "tests.approvals.refund_app"
+
+
+@pytest.fixture
 async def refund_worker(
     endpoints: Endpoints,
     database_url: str,
@@ -53,13 +59,10 @@ async def refund_worker(
     settings: Settings,
     keys: Keys,
     tmp_path: Path,
+    refund_app: str,
 ) -> AsyncIterator[WorkerProcess]:
     process = WorkerProcess(
-        endpoints,
-        database_url,
-        task_queue,
-        tmp_path / "worker.log",
-        apps=("tests.approvals.refund_app",),
+        endpoints, database_url, task_queue, tmp_path / "worker.log", apps=(refund_app,)
     )
     process.env.update(
         signed_env(settings, keys, approvers="refund=alice"),
