@@ -10,6 +10,7 @@ settings ``sagacity dev`` makes (keyring, alice's key, redaction on).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
@@ -27,6 +28,7 @@ from tests.approvals.test_signed import Keys
 from tests.evidence.test_default_config_tamper import Owner
 from tests.temporal.conftest import awaiting_approval, wait_for
 from tests.temporal.test_crash import WorkerProcess
+from tests.temporal.test_operations import reset_after_first_call
 
 keys = test_signed.keys
 anchors = test_decisions_bound.anchors
@@ -87,3 +89,39 @@ async def test_the_owner_changing_an_edited_amount_beside_a_redacted_secret_is_n
         assert f"checkpoint seq {seq + 1}" in output and "the journal was rewritten" in output
         warned = f"the edited approval at seq {seq + 1} is signed over an input the journal holds"
         assert warned in output
+
+
+async def test_a_reset_after_an_edit_beside_a_redacted_secret_takes_the_call_from_the_journal(
+    refund_worker: WorkerProcess,
+    temporal_client: Client,
+    task_queue: str,
+    keys: Keys,
+    journal: JournalStore,
+) -> None:
+    small = {"order_id": "o-0", "amount": 500, "api_token": "tok-s3cr3t-0"}
+    proposed = {"order_id": "o-1", "amount": 1500, "api_token": "tok-s3cr3t-1"}
+    handle = await temporal_client.start_workflow(
+        STEPS_WORKFLOW,
+        SagaSpec(
+            steps=[Step(tool="refund", args=small), Step(tool="refund", args=proposed)],
+            options=SagaOptions(),
+        ),
+        id=f"redacted-reset-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=SagaResult,
+    )
+    pending = (await wait_for(handle, awaiting_approval)).pending_approval
+    assert pending is not None
+    approved = {**proposed, "amount": 300}
+    body = edited(keys, handle.id, pending.journal_seq, pending.input_hash, approved)
+    assert await decide(handle, body) == "approved"
+    done = await handle.result()
+    assert done.status is SagaState.COMPLETED
+    before = await journal.read(handle.id)
+
+    run_id = await reset_after_first_call(temporal_client, handle)
+    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    result = await asyncio.wait_for(again.result(), 60)
+    # the edited refund, its token a marker in the journal, is neither asked for nor made again
+    assert result.status is SagaState.COMPLETED and result.value == done.value
+    assert await journal.read(handle.id) == before
