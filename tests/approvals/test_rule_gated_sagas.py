@@ -46,6 +46,12 @@ CONDITION = {"name": "large refund", "field": "amount", "op": ">", "value": 1000
 
 
 @pytest.fixture
+def refund_app() -> str:
+    """The app module the refund worker serves (a test module may serve another)."""
+    return "tests.approvals.refund_app"
+
+
+@pytest.fixture
 async def refund_worker(
     endpoints: Endpoints,
     database_url: str,
@@ -53,6 +59,7 @@ async def refund_worker(
     settings: Settings,
     keys: Keys,
     tmp_path: Path,
+    refund_app: str,
 ) -> AsyncIterator[WorkerProcess]:
     process = app_worker(
         endpoints,
@@ -61,7 +68,7 @@ async def refund_worker(
         settings,
         keys,
         tmp_path / "worker.log",
-        app="tests.approvals.refund_app",
+        app=refund_app,
         approvers="refund=alice",
     )
     async with running(process):

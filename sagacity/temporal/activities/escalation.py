@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import quote, urlsplit
@@ -66,13 +67,23 @@ def _span(seconds: float) -> str:
     return f"{minutes} min" if minutes else f"{secs} s"
 
 
+def _as_text(value: str) -> str:
+    """``value`` as a chat tool shows text, not markup: one line, in a code span (no
+    ``@channel`` mention, no formatting), Slack's ``&``, ``<``, ``>`` escaped (no ``<!channel>``,
+    no ``<url|label>`` link). A saga id is chosen by whoever starts the saga."""
+    line = "".join(" " if c.isspace() or not c.isprintable() else c for c in value)
+    line = line.replace("`", "'").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return f"`{line}`"
+
+
 def escalation_text(req: Escalate, target: EscalationTarget) -> str:
     """The message: which saga and tool wait, for how long, and where to decide. The call's
     input stays out of it (a chat channel is no place for it, redacted or not)."""
     link = target.link(req.saga_id, req.journal_seq)
-    where = link or f"sagacity approvals show {req.saga_id} {req.journal_seq}"
+    command = f"sagacity approvals show {shlex.quote(req.saga_id)} {req.journal_seq}"
+    where = link or _as_text(command)
     return (
-        f"Approval overdue: saga {req.saga_id} has waited {_span(req.waited_s)} for a decision "
+        f"Approval overdue: saga {_as_text(req.saga_id)} has waited {_span(req.waited_s)} for a decision "
         f"on {req.tool_name} (request seq {req.journal_seq}). Decide: {where}"
     )
 

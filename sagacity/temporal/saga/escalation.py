@@ -45,6 +45,8 @@ class Escalations:
     def __init__(self, core: SagaCore, controls: Controls) -> None:
         self._core = core
         self._controls = controls
+        #: the escalation posting now: it outlives a wait that an edit, refused later, ended
+        self._live: workflow.ActivityHandle[Escalated] | None = None
 
     async def wait(
         self,
@@ -56,8 +58,12 @@ class Escalations:
         """Wait for ``decided`` until the deadline after ``started`` (``TimeoutError`` then),
         escalating once if still undecided past ``sla_s``: a decision, abort or cancel before it
         escalates nothing. Called again after a refused edit, it escalates at most once in all.
-        ``pending.escalation`` says what escalating did."""
+        ``pending.escalation`` says what escalating did. The escalation goes on after this
+        returns (an edited approval may yet be refused) until :meth:`stop`."""
         deadline_s = self._core.options.approval_deadline_s
+        if pending.escalation is not None and self._live is not None:
+            await self._told(pending, decided, started, self._live)
+            return
         if sla_s >= deadline_s or pending.escalation is not None:
             await self._until(started, deadline_s, decided)
             return
@@ -67,6 +73,11 @@ class Escalations:
         except TimeoutError:
             pass
         at = workflow.now()
+        if (at - started).total_seconds() >= deadline_s:
+            # the SLA's wait ended past the deadline: a wait begun by a worker of the release
+            # before (its one timer was the deadline's), or no worker until then. The request
+            # is rejected now: no one is told, and no escalation is recorded
+            raise TimeoutError
         pending.escalation = Escalation(at=at)
         request = Escalate(
             saga_id=self._core.saga_id,
@@ -76,7 +87,7 @@ class Escalations:
             waited_s=(at - started).total_seconds(),
         )
         # beside the wait, not before it: a webhook that hangs or keeps failing holds nothing
-        escalating = workflow.start_activity(
+        self._live = workflow.start_activity(
             names.ESCALATE_APPROVAL,
             request,
             result_type=Escalated,
@@ -84,15 +95,31 @@ class Escalations:
             heartbeat_timeout=self._core.heartbeat_timeout(None),
             retry_policy=ESCALATION_RETRY,
         )
-        try:
-            await self._until(started, deadline_s, lambda: decided() or escalating.done())
-            if escalating.done():
+        await self._told(pending, decided, started, self._live)
+
+    async def _told(
+        self,
+        pending: PendingApproval,
+        decided: Callable[[], bool],
+        started: datetime,
+        escalating: workflow.ActivityHandle[Escalated],
+    ) -> None:
+        """Wait for ``decided`` until the deadline, taking the escalation's outcome when it
+        ends first."""
+        deadline_s = self._core.options.approval_deadline_s
+        await self._until(started, deadline_s, lambda: decided() or escalating.done())
+        if escalating.done():
+            assert pending.escalation is not None
+            if pending.escalation.outcome == "pending":
                 pending.escalation = self._outcome(pending.escalation, escalating)
-                await self._until(started, deadline_s, decided)
-        finally:
-            if not escalating.done():
-                # decided (or timed out) first: a late POST would call people to nothing
-                escalating.cancel()
+            await self._until(started, deadline_s, decided)
+
+    def stop(self) -> None:
+        """The request is decided (or timed out): an escalation still posting is cancelled,
+        a late POST would call people to nothing."""
+        live, self._live = self._live, None
+        if live is not None and not live.done():
+            live.cancel()
 
     async def _until(
         self, started: datetime, deadline_s: float, condition: Callable[[], bool]

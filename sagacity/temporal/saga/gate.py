@@ -244,24 +244,29 @@ class Gate:
         sla_s = approval_sla_s(spec, options.approval_sla_s)
         started = workflow.now()
         until = started + timedelta(seconds=options.approval_deadline_s)
-        while True:
-            if sla_s is None:
-                # no SLA (every history recorded before escalation existed): the one timer as
-                # ever, re-armed for what is left of it after a refused edit
-                left = max(until - workflow.now(), timedelta(milliseconds=1))
-                await controls.wait(decided, timeout=left)
-            else:
-                await self._escalations.wait(pending, decided, sla_s, started)
-            decision = self._decision
-            if (
-                not isinstance(decision, Approve)
-                or decision.args is None
-                or controls.abort is not None
-            ):
-                return
-            if await self.edits.judged(spec.name, decision, pending.input_json, self._refusals):
-                return
-            self._decision = None
+        try:
+            while True:
+                if sla_s is None:
+                    # no SLA (every history recorded before escalation existed): the one timer
+                    # as ever, re-armed for what is left of it after a refused edit
+                    left = max(until - workflow.now(), timedelta(milliseconds=1))
+                    await controls.wait(decided, timeout=left)
+                else:
+                    await self._escalations.wait(pending, decided, sla_s, started)
+                decision = self._decision
+                if (
+                    not isinstance(decision, Approve)
+                    or decision.args is None
+                    or controls.abort is not None
+                ):
+                    return
+                if await self.edits.judged(spec.name, decision, pending.input_json, self._refusals):
+                    return
+                self._decision = None
+        finally:
+            # an edit that is refused is no decision: the escalation goes on across its check
+            # (the cancel is issued in the same activation as before for every other decision)
+            self._escalations.stop()
 
     def _statement(self, decision: Approve | Reject, pending: PendingApproval) -> Statement:
         """What a signature on ``decision`` must vouch for: this saga, the request, its hash

@@ -88,6 +88,10 @@ class View:
         # journal rows read back but not yet paired: an INTENT and an approval request
         self._open_intent: JournalRow | None = None
         self._open_gate: JournalRow | None = None
+        #: an approver's edit approved next: the request's input (what the code proposes); then
+        #: by INTENT seq, the calls that ran an edit, and the input their code proposed
+        self._edited_from: str | None = None
+        self._proposed: dict[int, str] = {}
         #: the journal opens in the saga's first call (``defer_open``), with these steps to check
         self._deferred: list[Step] | None = None
 
@@ -239,6 +243,9 @@ class View:
             )
             if row.phase is Phase.INTENT:
                 self._open_intent = row
+                if self._edited_from is not None:
+                    self._proposed[row.seq] = self._edited_from
+                self._edited_from = None
             elif row.phase in (Phase.EXECUTED, Phase.FAILED):
                 intent, self._open_intent = self._open_intent, None
                 if intent is None or intent.tool_name != row.tool_name:
@@ -270,7 +277,12 @@ class View:
             elif row.phase is Phase.AWAITING_APPROVAL:
                 self._open_gate = row
             elif row.phase in (Phase.APPROVED, Phase.REJECTED) and row.tool_name == APPROVAL_GATE:
-                self._open_gate = None
+                request, self._open_gate = self._open_gate, None
+                # an APPROVED row holding another input than its request's is an approver's
+                # edit (a row bound to its request holds none): the call ran with that input
+                self._edited_from = None
+                if row.phase is Phase.APPROVED and request is not None and row.input:
+                    self._edited_from = request.input if row.input != request.input else None
             elif row.tool_name == ROLLBACK and workflow.patched(ROLLED_BACK_PATCH):
                 self._controls.rolled_back(row)
 
@@ -363,6 +375,12 @@ class View:
                 and could_be(made.input, args)
                 and workflow.patched(ADOPT_REDACTED_PATCH)
             )
+            # a call an approver edited ran other arguments than this run's code proposes: it
+            # is the same call if the request proposed these (no patch: only a journal with an
+            # edited approval, new on the wire, has such a call)
+            proposed = self._proposed.get(effect.call_seq)
+            if not same and proposed is not None:
+                same = proposed == input_json or could_be(loads(proposed) or {}, args)
             if same:
                 self._adoptable.remove(effect)
                 if effect.by_ref and effect.call_seq not in self._originals:
