@@ -10,7 +10,6 @@ settings ``sagacity dev`` makes (keyring, alice's key, redaction on).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 
@@ -28,7 +27,7 @@ from tests.approvals.test_signed import Keys
 from tests.evidence.test_default_config_tamper import Owner
 from tests.temporal.conftest import awaiting_approval, wait_for
 from tests.temporal.test_crash import WorkerProcess
-from tests.temporal.test_operations import reset_after_first_call
+from tests.temporal.test_operations import rerun_after_first_call
 
 keys = test_signed.keys
 anchors = test_decisions_bound.anchors
@@ -119,9 +118,7 @@ async def test_a_reset_after_an_edit_beside_a_redacted_secret_takes_the_call_fro
     assert done.status is SagaState.COMPLETED
     before = await journal.read(handle.id)
 
-    run_id = await reset_after_first_call(temporal_client, handle)
-    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
-    result = await asyncio.wait_for(again.result(), 60)
+    result = await rerun_after_first_call(temporal_client, handle)
     # the edited refund, its token a marker in the journal, is neither asked for nor made again
     assert result.status is SagaState.COMPLETED and result.value == done.value
     assert await journal.read(handle.id) == before

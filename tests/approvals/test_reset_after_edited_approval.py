@@ -5,17 +5,15 @@ same result, the chain unchanged (real Temporal, Postgres, shipped worker with a
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio.client import Client
 
 from sagacity.store import JournalStore
-from sagacity.temporal.models import SagaResult, SagaState
+from sagacity.temporal.models import SagaState
 from tests.approvals import test_decisions_bound, test_signed
 from tests.approvals.test_edited_approval import decide, edited
 from tests.approvals.test_signed import Keys, start_order
 from tests.temporal.test_crash import WorkerProcess
-from tests.temporal.test_operations import reset_after_first_call
+from tests.temporal.test_operations import rerun_after_first_call
 from workflows.order.shop import Shop
 
 keys = test_signed.keys
@@ -40,9 +38,7 @@ async def test_a_reset_after_an_edited_approval_takes_the_edited_call_from_the_j
     assert done.status is SagaState.COMPLETED
     before = await journal.read(handle.id)
 
-    run_id = await reset_after_first_call(temporal_client, handle)
-    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
-    result = await asyncio.wait_for(again.result(), 60)
+    result = await rerun_after_first_call(temporal_client, handle)
     assert result.status is SagaState.COMPLETED, result
     assert result.value == done.value
     assert await journal.read(handle.id) == before

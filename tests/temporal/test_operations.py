@@ -102,6 +102,15 @@ async def reset_after_first_call(client: Client, handle: WorkflowHandle[Any, Any
     return response.run_id
 
 
+async def rerun_after_first_call(
+    client: Client, handle: WorkflowHandle[Any, Any], within: float = 60
+) -> SagaResult:
+    """Reset the saga after its first tool call; the new run's result, within ``within`` s."""
+    run_id = await reset_after_first_call(client, handle)
+    again = client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
+    return await asyncio.wait_for(again.result(), within)
+
+
 # -- one id, one journal ----------------------------------------------------------------------
 
 
@@ -156,9 +165,7 @@ async def test_a_reset_completed_order_repeats_no_effect(
     assert done.status is SagaState.COMPLETED
     before = await journal.read(handle.id)
 
-    run_id = await reset_after_first_call(temporal_client, handle)
-    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
-    result = await asyncio.wait_for(again.result(), 60)
+    result = await rerun_after_first_call(temporal_client, handle)
 
     # the new run took create_order and send_confirmation from the journal: nothing twice
     assert result.status is SagaState.COMPLETED
@@ -187,9 +194,7 @@ async def test_a_reset_saga_takes_a_call_with_redacted_input_from_the_journal(
     done = await handle.result()
     before = await journal.read(handle.id)
 
-    run_id = await reset_after_first_call(temporal_client, handle)
-    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
-    result = await asyncio.wait_for(again.result(), 30)
+    result = await rerun_after_first_call(temporal_client, handle, within=30)
 
     # the wire the journal shows EXECUTED, its token a marker there, is not asked for or made
     # again: the reset run completes without a second approval
@@ -216,9 +221,7 @@ async def test_a_reset_compensated_saga_continues_the_chain(
     first_rows = len(await journal.read(handle.id))
     sample_tools.EFFECTS.clear()
 
-    run_id = await reset_after_first_call(temporal_client, handle)
-    again = temporal_client.get_workflow_handle(handle.id, run_id=run_id, result_type=SagaResult)
-    result = await asyncio.wait_for(again.result(), 60)
+    result = await rerun_after_first_call(temporal_client, handle)
 
     # the journal said set_flag and send_note were undone: send_note is a new call (after the
     # journal's head), set_flag is not undone twice
