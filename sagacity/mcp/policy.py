@@ -292,8 +292,7 @@ def _strictly(model: type[_M], value: Any) -> _M:
     except ValidationError as exc:
         raise ValueError(
             "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
-                for e in exc.errors()
+                f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors()
             )
         ) from None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -71,8 +72,7 @@ def test_a_rule_an_sla_and_a_policy_reach_the_tool() -> None:
     wire = parse_policy(
         with_keys(
             "send_email",
-            "    needs_approval: true\n    approval_sla: P1D\n"
-            "    approval_policy: {required: 2}\n",
+            "    needs_approval: true\n    approval_sla: P1D\n    approval_policy: {required: 2}\n",
         )
     ).tools["send_email"]
     assert wire.approval_policy == ApprovalPolicy(required=2)
@@ -156,7 +156,7 @@ def test_a_policy_built_in_code_is_refused_as_the_decorator_refuses(
     data["tools"]["send_email"]["needs_approval"] = {"field": "to", "op": "==", "value": "x"}
     policy = Policy.model_validate(data)  # parse_policy's checks skipped
     upstream = Upstream(policy.server, folder=ROOT)  # declaring its tools does not call it
-    with pytest.raises(PolicyError, match="the policy: tools.send_email: tool 'send_email' is"):
+    with pytest.raises(PolicyError, match=re.escape("the policy: tools.send_email: tool 'send")):
         mcp_tools(policy, upstream, listed)
 
 
@@ -170,8 +170,11 @@ def test_the_skeleton_shows_needs_approval_and_its_example_loads(listed: list[To
     for i, line in enumerate(lines):
         if line.startswith("    # ") and ("needs_approval" in line or "close_ticket" in line):
             lines[i] = "    " + line.removeprefix("    # ")
-    lines = [line for line in lines if line != "    reversibility: IRREVERSIBLE   # each call "
-             "waits for a human's approval"]
+    lines = [
+        line
+        for line in lines
+        if line != "    reversibility: IRREVERSIBLE   # each call waits for a human's approval"
+    ]
     policy = parse_policy("\n".join(lines))
     check_against(policy, listed)
     assert policy.tools["create_ticket"].needs_approval == ApprovalRule(
