@@ -17,12 +17,14 @@ from mcp.types import Tool
 from sagacity.approval_policy import ApprovalPolicy
 from sagacity.devstack import Endpoints
 from sagacity.errors import PolicyError
+from sagacity.mcp.gateway import waiting_message
 from sagacity.mcp.policy import Policy, Seen, check_against, parse_policy, skeleton
 from sagacity.mcp.tools import mcp_tools
 from sagacity.mcp.upstream import Upstream
 from sagacity.rules import ALWAYS, ApprovalRule
 from sagacity.settings import Settings
 from sagacity.store import JournalStore
+from sagacity.temporal.models import PendingApproval, QuorumStatus
 from tests.approvals.conftest import Cli, cli
 from tests.mcp.conftest import ROOT
 from tests.mcp.gateway_fixtures import Heard, McpStack, calls, started_stack, stdio_gateway
@@ -158,6 +160,40 @@ def test_a_policy_built_in_code_is_refused_as_the_decorator_refuses(
     upstream = Upstream(policy.server, folder=ROOT)  # declaring its tools does not call it
     with pytest.raises(PolicyError, match=re.escape("the policy: tools.send_email: tool 'send")):
         mcp_tools(policy, upstream, listed)
+
+
+def test_the_keys_reach_the_declared_tool(listed: list[Tool]) -> None:
+    """What the engine reads: the tool's options, as @compensable(...) would set them."""
+    keys = RULE + "    approval_sla: 600\n    approval_policy: {required: 2, group: ops}\n"
+    policy = parse_policy(with_keys("create_ticket", keys))
+    upstream = Upstream(policy.server, folder=ROOT)
+    tools = {t.name: t for t in mcp_tools(policy, upstream, listed)}
+    options = tools["create_ticket"].options
+    assert options.approval == policy.tools["create_ticket"].needs_approval
+    assert options.approval_sla == timedelta(minutes=10)
+    assert options.approval_policy == ApprovalPolicy(required=2, group="ops")
+    assert tools["list_tickets"].options.approval is None
+
+
+def test_the_waiting_message_says_why_and_who() -> None:
+    pending = PendingApproval(
+        journal_seq=5, tool_name="create_ticket", input_json="{}", input_hash="h", deadline_s=60
+    )
+    plain = waiting_message("send_email", "s-1", pending)
+    assert plain.startswith("send_email is IRREVERSIBLE and waits for a human's approval (saga")
+    ruled = pending.model_copy(
+        update={
+            "why": "rule 'urgent ticket': priority 5 > 3",
+            "quorum": QuorumStatus(required=2, group="oncall", starter_may_approve=False),
+        }
+    )
+    said = waiting_message("create_ticket", "s-1", ruled)
+    assert said.startswith(
+        "create_ticket waits for a human's approval under rule 'urgent ticket': priority 5 > 3 "
+        "(saga s-1, request 5). It needs 2 of oncall, not the starter. Approve: sagacity "
+        "approvals approve s-1 5"
+    ), said
+    assert "IRREVERSIBLE" not in said
 
 
 def test_the_skeleton_shows_needs_approval_and_its_example_loads(listed: list[Tool]) -> None:
