@@ -34,6 +34,18 @@ from sagacity.evidence.redaction import DEFAULT_RULES, Redactor, Rule, parse_rul
 from sagacity.temporal.codec import AesGcmCodec, parse_keys
 
 
+def seconds_or_iso(value: object) -> object:
+    """A duration as settings read it, before pydantic parses it into a ``timedelta``: a bare
+    number of seconds, as the environment spells it (``"30"``), is a number; anything else (ISO
+    8601, ``PT30S``) is left for pydantic, which names the setting when it is wrong."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 class Settings(BaseSettings):
     """Where Sagacity finds Temporal and Postgres, and how it behaves.
 
@@ -354,13 +366,7 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _seconds(cls, value: object) -> object:
-        """A bare number of seconds, as the environment spells it (``"30"``), is a duration."""
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                return value  # ISO 8601 (``PT30S``), or an error naming the setting
-        return value
+        return seconds_or_iso(value)
 
     def worker_folders(self) -> list[Path]:
         """The folders the workers write: their checkpoint folder and their signing key's

@@ -62,7 +62,8 @@ def mcp(
         str | None,
         typer.Option(
             "--elicit-approvals-as",
-            help="Also ask the MCP client's user to approve IRREVERSIBLE calls (MCP "
+            help="Also ask the MCP client's user to approve calls that wait for approval "
+            "(IRREVERSIBLE ones, and those a tool's needs_approval rule asks about; MCP "
             "elicitation, where the client supports it); answers are decisions of this approver, "
             "signed with SAGACITY_APPROVER_KEY. Off by default.",
             show_default=False,
@@ -108,7 +109,8 @@ def mcp(
 
     Calls run as journaled steps on `sagacity worker --app sagacity.mcp.app` (same policy).
 
-    IRREVERSIBLE calls wait for an approval (the client is told the command that approves).
+    IRREVERSIBLE calls, and calls a tool's needs_approval rule asks about, wait for an approval
+    (the client is told why, and the command that approves).
 
     With --observe, calls go straight to the upstream and a policy skeleton is written.
     """
@@ -239,7 +241,7 @@ async def _gateway(
         accept_timeout_s=accept_timeout,
         elicitation=elicitation,
         shared_saga=shared_saga,
-        # as `sagacity saga start`: an IRREVERSIBLE call waits the configured deadline
+        # as `sagacity saga start`: a call waiting for approval waits the configured deadline
         options=SagaOptions(approval_deadline_s=settings.approval_deadline.total_seconds()),
     )
     log.info(

@@ -2,8 +2,8 @@
 
 Each client session gets a saga, the workflow ``sagacity.McpSession`` (:mod:`sagacity.mcp.session`),
 started on the configured Temporal and task queue. A tool call becomes that workflow's update
-``call``: the workers run it against the upstream as a journaled step (an IRREVERSIBLE one after a
-human approves it), so the gateway itself holds nothing that must survive it. While the client is
+``call``: the workers run it against the upstream as a journaled step (an IRREVERSIBLE one, or one
+its ``needs_approval`` rule asks about, after a human approves it), so the gateway itself holds nothing that must survive it. While the client is
 connected the gateway sends ``keepalive``; on a clean close, ``end``; a gateway killed outright
 sends nothing, and the saga ends by its lease on the workers.
 
@@ -11,7 +11,7 @@ The client sees the tools the policy names (their schemas from the upstream) and
 policy's ``commit_tool`` and ``rollback_tool``. A tool the policy does not name is refused with
 an MCP error before anything starts. A failed call comes back as an ``isError`` result naming the
 saga and what it compensated. While a call waits for its approval, the client gets a log message
-and a progress notification with the command that approves it; with an :class:`Elicitation`,
+and a progress notification saying why it waits, with the command that approves it; with an :class:`Elicitation`,
 its user is also asked to decide (MCP elicitation), and the answer is a decision like any other.
 
 Observe mode (:class:`Observer`) forwards every call straight to the upstream instead, records
@@ -50,6 +50,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from sagacity.approval_policy import ApprovalPolicy
 from sagacity.approvals import ApprovalService
 from sagacity.errors import ApprovalConflict, ApprovalNotFound, PayloadTooLarge, SagacityError
 from sagacity.mcp.policy import Policy, Seen, ServerSpec, result_data, skeleton
@@ -340,12 +341,7 @@ class SagaSession:
             if pending is None or pending.journal_seq in told:
                 continue
             told.add(pending.journal_seq)
-            message = (
-                f"{tool} is IRREVERSIBLE and waits for a human's approval (saga {handle.id}, "
-                f"request {pending.journal_seq}). Approve: sagacity approvals approve "
-                f"{handle.id} {pending.journal_seq}   Reject: sagacity approvals reject "
-                f"{handle.id} {pending.journal_seq} --reason '...'"
-            )
+            message = waiting_message(tool, handle.id, pending)
             log.warning("%s", message)
             await _notify(ctx, message)
             if self.gateway.elicitation is not None and _can_elicit(ctx):
@@ -418,6 +414,29 @@ class SagaSession:
                 await handle.signal("end", reason)
         except RPCError as err:
             log.warning("session %s: could not end %s: %s", self.id, handle.id, err)
+
+
+def waiting_message(tool: str, saga_id: str, pending: PendingApproval) -> str:
+    """What the client is told of a call at its approval gate: why it waits (the tool is
+    IRREVERSIBLE, or the sentence of the rule that asked), who must approve, and how."""
+    seq = pending.journal_seq
+    if pending.why is None:  # only an IRREVERSIBLE tool's request names no rule
+        said = f"{tool} is IRREVERSIBLE and waits for a human's approval (saga {saga_id}, "
+    else:
+        said = f"{tool} waits for a human's approval under {pending.why} (saga {saga_id}, "
+    said += f"request {seq})."
+    quorum = pending.quorum
+    if quorum is not None:
+        needs = ApprovalPolicy(
+            required=quorum.required,
+            group=quorum.group,
+            starter_may_approve=quorum.starter_may_approve,
+        )
+        said += f" It needs {needs.label}."
+    return (
+        f"{said} Approve: sagacity approvals approve {saga_id} {seq}   Reject: sagacity "
+        f"approvals reject {saga_id} {seq} --reason '...'"
+    )
 
 
 #: how much of a call's input an elicitation shows (the CLI and console show all of it)

@@ -13,14 +13,26 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from mcp.types import Tool
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from sagacity.approval_policy import ApprovalPolicy, policy_refusal
 from sagacity.errors import PolicyError
+from sagacity.rules import ALWAYS, ApprovalRule, refusal
+from sagacity.settings import seconds_or_iso
 from sagacity.tools import Reversibility
 
 __all__ = [
@@ -40,6 +52,7 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+_M = TypeVar("_M", bound=BaseModel)
 #: a server name goes into workflow ids and logs: plain characters only
 _SERVER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _FUNCTION = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -49,6 +62,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 TIMEOUT_MAX_S = 3600.0
 LEASE_MIN_S = 1.0
 LEASE_MAX_S = 86400.0
+#: the longest approval SLA a policy may give (a request past its deadline is long decided)
+APPROVAL_SLA_MAX = timedelta(days=365)
 #: a yes/no that is written true or false (never 'yes', never 1)
 StrictBool = Annotated[bool, Field(strict=True)]
 #: a plain text value with no control characters
@@ -170,6 +185,49 @@ class ToolPolicy(BaseModel):
     compensation: Compensation | None = None
     #: an ``isError`` result may still have had an effect (default: it had none)
     error_may_have_effect: StrictBool = False
+    #: ``true`` (every call) or a rule (``{field, op, value}``, ``any_of``, ``all_of``) under
+    #: which a call waits for a human, as ``@compensable(needs_approval=...)``
+    needs_approval: ApprovalRule | None = None
+    #: a request undecided this long is escalated (ISO 8601 duration or seconds)
+    approval_sla: timedelta | None = None
+    #: how many approvers of which group each waiting call needs
+    approval_policy: ApprovalPolicy | None = None
+
+    @field_validator("needs_approval", mode="before")
+    @classmethod
+    def _rule(cls, value: Any) -> ApprovalRule | None:
+        """``true``/``false`` or a rule, as ``sagacity.rules`` reads it, no key left unknown."""
+        if value is True:
+            return ALWAYS
+        if value is False or value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError(
+                "give true (every call waits for a human) or a rule: {field: amount, op: '>', "
+                "value: 1000}, {any_of: [...]}, {all_of: [...]}"
+            )
+        _known_rule_keys(value)
+        return _strictly(ApprovalRule, value)
+
+    @field_validator("approval_sla", mode="before")
+    @classmethod
+    def _sla_given(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("give an ISO 8601 duration (PT4H) or seconds, not true or false")
+        return seconds_or_iso(value)
+
+    @field_validator("approval_sla")
+    @classmethod
+    def _sla_bounded(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and not timedelta(0) < value <= APPROVAL_SLA_MAX:
+            raise ValueError(f"must be above 0 and at most {APPROVAL_SLA_MAX.days} days")
+        return value
+
+    @field_validator("approval_policy", mode="before")
+    @classmethod
+    def _policy(cls, value: Any) -> Any:
+        # strict: required: "2" or starter_may_approve: no is a mistake, as elsewhere in a policy
+        return value if value is None else _strictly(ApprovalPolicy, value)
 
     @model_validator(mode="after")
     def _undo_fits(self) -> ToolPolicy:
@@ -177,6 +235,12 @@ class ToolPolicy(BaseModel):
             if self.reversibility is not None or self.compensation is not None:
                 raise ValueError(
                     "a read_only tool has nothing to undo: drop reversibility and compensation"
+                )
+            if self.needs_approval or self.approval_sla or self.approval_policy:
+                raise ValueError(
+                    "a read_only tool has no effect for a human to approve: drop "
+                    "needs_approval, approval_sla and approval_policy (or give it a "
+                    "reversibility)"
                 )
             return self
         if self.reversibility is None:
@@ -199,6 +263,51 @@ class ToolPolicy(BaseModel):
     @property
     def is_idempotent(self) -> bool:
         return self.read_only if self.idempotent is None else self.idempotent
+
+    def approval_refusals(self, name: str) -> list[tuple[str, str]]:
+        """What ``@compensable`` would refuse of this tool's approval keys (key, why): a
+        conditional rule on an IRREVERSIBLE tool, a rule that cannot be judged; an SLA or a
+        policy on a tool whose calls never wait."""
+        irreversible = self.reversibility is Reversibility.IRREVERSIBLE
+        gated = irreversible or self.needs_approval is not None
+        found = [
+            ("needs_approval", refusal(name, self.needs_approval, irreversible)),
+            ("approval_policy", policy_refusal(name, self.approval_policy, gated)),
+        ]
+        if self.approval_sla is not None and not gated:
+            found.append(
+                (
+                    "approval_sla",
+                    f"tool {name!r}: approval_sla applies to calls that wait for approval, "
+                    "and none of this tool's do: give it needs_approval or make it IRREVERSIBLE",
+                )
+            )
+        return [(key, why) for key, why in found if why is not None]
+
+
+def _strictly(model: type[_M], value: Any) -> _M:
+    """``value`` as ``model``, strictly (a policy writes 2, not "2"); one line per problem."""
+    try:
+        return model.model_validate(value, strict=True)
+    except ValidationError as exc:
+        raise ValueError(
+            "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors()
+            )
+        ) from None
+
+
+def _known_rule_keys(rule: dict[Any, Any]) -> None:
+    """A rule's keys are ApprovalRule's (it keeps unknown ones quietly: a policy refuses them)."""
+    unknown = sorted(map(str, rule.keys() - ApprovalRule.model_fields.keys()))
+    if unknown:
+        raise ValueError(
+            f"unknown rule key {', '.join(unknown)} (a rule takes name, field, op, value, "
+            "any_of, all_of or always)"
+        )
+    for nested in (*(rule.get("any_of") or ()), *(rule.get("all_of") or ())):
+        if isinstance(nested, dict):
+            _known_rule_keys(nested)
 
 
 class Policy(BaseModel):
@@ -276,6 +385,13 @@ def parse_policy(text: str, *, source: Path | None = None) -> Policy:
         policy = Policy.model_validate(data)
     except ValidationError as exc:
         raise PolicyError(_problems(where, node, exc)) from None
+    refused = [
+        f"tools.{name}.{key} (line {_line_of(node, ['tools', name, key])}): {why}"
+        for name, spec in policy.tools.items()
+        for key, why in spec.approval_refusals(name)
+    ]
+    if refused:
+        raise PolicyError(f"{where}: " + "\n  ".join(refused))
     if not policy.reviewed:
         raise PolicyError(
             f"{where}: reviewed is false: this is an unreviewed skeleton (observe mode writes "
@@ -504,6 +620,10 @@ def skeleton(server: ServerSpec, seen: Mapping[str, Seen], upstream: Iterable[To
     out = [
         "# A policy skeleton written by `sagacity mcp --observe`. Review every tool:",
         "# its reversibility, idempotency and compensation; then set reviewed: true.",
+        "# A REVERSIBLE or COMPENSATABLE tool may still need a human for some calls:",
+        '#   needs_approval: {field: amount, op: ">", value: 1000}   (or true: every call)',
+        "#   approval_sla: PT4H   (undecided this long: the next tier is told)",
+        "#   approval_policy: {required: 2, group: finance, starter_may_approve: false}",
         "version: 1",
         "reviewed: false",
         server_yaml.rstrip(),
@@ -517,11 +637,19 @@ def skeleton(server: ServerSpec, seen: Mapping[str, Seen], upstream: Iterable[To
         )
         out.append(f"  {_scalar(name)}:")
         out.append("    reversibility: IRREVERSIBLE   # each call waits for a human's approval")
-        for guess in _undo_guesses(name, offered):
+        guesses = _undo_guesses(name, offered)
+        for guess in guesses:
             required = offered[guess].input_schema.get("required") or ["id"]
             out.append(f"    # reversibility: REVERSIBLE   # if {guess} undoes it:")
             out.append(
                 f"    # compensation: {{tool: {guess}, arguments: {{{required[0]}: result.id}}}}"
+            )
+        if guesses:
+            # an undoable tool's calls run unasked; a rule can still send some to a human
+            field_ = _scalar(min(what.argument_keys, default="amount"))
+            out.append(
+                f'    # needs_approval: {{field: {field_}, op: ">", value: 1000}}   # then the '
+                "calls it matches wait for a human (true: every call)"
             )
     unseen = sorted(n for n in offered if n not in seen)
     if unseen:

@@ -2,7 +2,7 @@
 
 The gateway (:mod:`sagacity.mcp.gateway`) starts one for a client session and sends each tool
 call as the update ``call``; the workflow body runs them one at a time with ``saga.call`` (each a
-journaled activity on the workers, an IRREVERSIBLE one after its approval), so the saga's
+journaled activity on the workers, one that needs approval after it), so the saga's
 compensation runs on the workers whatever becomes of the gateway.
 
 How a session's saga ends:

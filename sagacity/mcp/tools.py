@@ -3,7 +3,8 @@
 ``mcp_tools(policy, upstream, listed)`` gives one :class:`~sagacity.tools.CompensableTool` per
 tool the policy names: named as the MCP tool (so an agent's model calls it by that name), its
 arguments checked against the upstream's ``inputSchema`` before INTENT, its description the
-upstream's, its reversibility and idempotency the policy's. A call runs through the shared
+upstream's, its reversibility, idempotency and approval keys (``needs_approval``,
+``approval_sla``, ``approval_policy``) the policy's. A call runs through the shared
 :class:`~sagacity.mcp.upstream.Upstream`; its journaled result is the upstream's result without
 ``isError`` (``{"content": [...], "structuredContent": {...}}``).
 
@@ -32,6 +33,7 @@ from mcp.types import Tool
 from sagacity.errors import (
     CompensationUnresolvable,
     PolicyError,
+    ToolDeclarationError,
     UpstreamReported,
     UpstreamUnavailable,
 )
@@ -84,6 +86,10 @@ def _saga_tool(
         no_effect += (UpstreamReported,)
     declare = compensable(
         by=_compensation(policy, upstream, name, spec),
+        # the engine judges these as any tool's: they travel in the catalog a saga records
+        needs_approval=spec.needs_approval or False,
+        approval_sla=spec.approval_sla,
+        approval_policy=spec.approval_policy,
         reversibility=Reversibility.REVERSIBLE if spec.read_only else spec.reversibility,
         name=name,
         description=tool.description
@@ -93,7 +99,10 @@ def _saga_tool(
         timeout=2 * timedelta(seconds=upstream.timeout_s) + _SLACK,
         no_effect_on=no_effect,
     )
-    saga_tool: CompensableTool[..., Awaitable[dict[str, Any]]] = declare(call)
+    try:
+        saga_tool: CompensableTool[..., Awaitable[dict[str, Any]]] = declare(call)
+    except ToolDeclarationError as exc:  # a Policy built in code skips parse_policy's checks
+        raise PolicyError(f"{policy.where()}: tools.{name}: {exc}") from None
     saga_tool.json_arguments = JsonArguments.of(
         tool.input_schema,
         owner=f"MCP tool {name!r} of upstream {upstream.server.name!r}",

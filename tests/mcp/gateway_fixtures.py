@@ -47,8 +47,10 @@ def policy_text(
     boundary: str = "session",
     on_end: str = "compensate",
     lease_s: float = LEASE_S,
+    create_ticket: str = "",
 ) -> str:
-    """A policy for the ticket server keeping its state in ``state``."""
+    """A policy for the ticket server keeping its state in ``state``; ``create_ticket``: more
+    keys of that tool (YAML lines, indented as its others)."""
     command = json.dumps([sys.executable, "-m", "tests.mcp.ticket_server", "--state", str(state)])
     return f"""\
 version: 1
@@ -69,7 +71,7 @@ tools:
       tool: close_ticket
       arguments: {{ticket_id: result.id}}
       constants: {{reason: rolled back by a saga}}
-  list_tickets:
+{create_ticket}  list_tickets:
     read_only: true
   send_email:
     reversibility: IRREVERSIBLE
@@ -120,10 +122,23 @@ async def mcp_stack(
     settings: Settings,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[McpStack]:
+    async with started_stack(endpoints, database_url, settings, tmp_path_factory) as stack:
+        yield stack
+
+
+@contextlib.asynccontextmanager
+async def started_stack(
+    endpoints: Endpoints,
+    database_url: str,
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+    create_ticket: str = "",
+) -> AsyncIterator[McpStack]:
+    """The worker process of :func:`mcp_stack`; ``create_ticket``: as :func:`policy_text`'s."""
     folder = tmp_path_factory.mktemp("mcp-gateway")
     state = folder / "tickets.json"
     policy = folder / "worker.policy.yaml"
-    policy.write_text(policy_text(state))
+    policy.write_text(policy_text(state, create_ticket=create_ticket))
     task_queue = f"mcp-{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(
         endpoints, database_url, task_queue, folder / "worker.log", apps=("sagacity.mcp.app",)

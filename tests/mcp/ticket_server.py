@@ -1,7 +1,8 @@
 """A ticket desk as an MCP server, the upstream of the MCP tests: ``python -m
 tests.mcp.ticket_server --state FILE [--http PORT]`` (stdio without ``--http``).
 
-Tools: ``create_ticket(title) -> {id, title, status}`` (structured output), ``close_ticket(
+Tools: ``create_ticket(title, priority=0) -> {id, title, status}`` (structured output; a
+priority is logged only when given, so the approval rule tests have a number to judge), ``close_ticket(
 ticket_id, reason?)``, ``send_email(to, body)`` (appends to an outbox), ``list_tickets()``,
 ``describe_ticket(ticket_id)`` (plain, non-JSON text), ``ticket_history(ticket_id, padding)``
 (text as long as asked) and ``ticket_badge(ticket_id)`` (an image).
@@ -105,14 +106,15 @@ def build(state_file: Path) -> MCPServer:
                 os._exit(3)
 
     @server.tool()
-    async def create_ticket(title: str) -> Ticket:
+    async def create_ticket(title: str, priority: int = 0) -> Ticket:
         """Open a ticket; returns it with its new id."""
         await steer(title)
         with _locked(state_file) as state:
             ticket = Ticket(id=f"T-{state['next_id']}", title=title, status="open")
             state["next_id"] += 1
             state["tickets"][ticket["id"]] = ticket
-            log(state, "create_ticket", {"title": title}, True)
+            given = {"priority": priority} if priority else {}
+            log(state, "create_ticket", {"title": title, **given}, True)
         return ticket
 
     @server.tool()
