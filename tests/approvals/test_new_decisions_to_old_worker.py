@@ -1,11 +1,14 @@
 """Rolling deploy: an approvals client of this release sends what is new in a decision (a
 rejection's ``message``, an approval's edited ``args``) to a saga whose worker runs the release
-before (``/work/main``'s code, the shipped Order worker, decisions signed). Each must be refused
+before (its code taken from this repository's history at :data:`OLD_RELEASE`, the shipped Order
+worker, decisions signed). Each must be refused
 with a typed error and recorded in the saga, which keeps waiting and takes a plain decision.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,28 +30,50 @@ start_worker = test_escalation.start_worker
 service = test_escalation.service
 scene = test_escalation.scene
 
-OLD_CODE = Path("/work/main")
+ROOT = Path(__file__).parents[2]
+#: the last commit before decisions could carry a message or edited arguments (issue 32)
+OLD_RELEASE = "f74db712e9c99a1e521674a7df4bc5d3077f99cb"
+
+
+def old_code(into: Path) -> Path:
+    """The release before, its ``sagacity`` and ``workers`` unpacked from git into ``into``."""
+    git = shutil.which("git")
+    if (
+        git is None
+        or subprocess.run(
+            [git, "-C", str(ROOT), "cat-file", "-e", f"{OLD_RELEASE}^{{commit}}"],
+            capture_output=True,
+        ).returncode
+    ):
+        pytest.skip(f"this checkout has no commit {OLD_RELEASE[:12]} (a shallow clone?)")
+    into.mkdir()
+    archive = subprocess.run(
+        [git, "-C", str(ROOT), "archive", OLD_RELEASE, "sagacity", "workers"],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 @pytest.fixture
 async def old_worker(
     endpoints: Endpoints, database_url: str, task_queue: str, settings: Settings, tmp_path: Path
 ) -> AsyncIterator[WorkerProcess]:
-    if not (OLD_CODE / "workers" / "saga_worker.py").exists():
-        pytest.skip("the release before is not checked out at /work/main")
+    code = old_code(tmp_path / "old")
     process = WorkerProcess(endpoints, database_url, task_queue, tmp_path / "old-worker.log")
     # the old release's code ahead of this tree's on the path (cwd is this tree)
     process.command = [
         sys.executable,
         "-c",
-        f"import sys, runpy; sys.path.insert(0, {str(OLD_CODE)!r}); "
+        f"import sys, runpy; sys.path.insert(0, {str(code)!r}); "
         "import sagacity; assert sagacity.__file__.startswith("
-        f"{str(OLD_CODE)!r}), sagacity.__file__; "
+        f"{str(code)!r}), sagacity.__file__; "
         "runpy.run_module('workers.saga_worker', run_name='__main__')",
     ]
     assert settings.keyring is not None
     process.env.update(
-        PYTHONPATH=str(OLD_CODE),
+        PYTHONPATH=str(code),
         SAGACITY_KEYRING=str(settings.keyring),
         SAGACITY_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
         SAGACITY_SIGNING_KEY=str(settings.signing_key),
