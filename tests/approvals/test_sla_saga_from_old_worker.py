@@ -1,6 +1,6 @@
 """Rolling deploy: a saga started with ``approval_sla_s`` while a worker of the release before
-(``/work/main``'s code, which ignores the option) took its first tasks, then finished by a
-worker of this release. Whatever the new worker does, its journal must not claim an escalation
+(from git history; it ignores the option) took its first tasks, then finished by a worker of
+this release. Whatever the new worker does, its journal must not claim an escalation
 that never told anyone (real Temporal, Postgres, the shipped Order worker, a real webhook)."""
 
 from __future__ import annotations
