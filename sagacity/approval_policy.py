@@ -42,7 +42,7 @@ class ApprovalPolicy(BaseModel):
 
 
 def read_policy(value: Any) -> ApprovalPolicy | None:
-    """A request row's recorded ``policy`` as an :class:`ApprovalPolicy`; None when it is not one."""
+    """A request row's recorded ``policy`` as an :class:`ApprovalPolicy`; None if it is not one."""
     if not isinstance(value, dict):
         return None
     try:

@@ -2,7 +2,8 @@
 
 A call goes through the approval gate when its tool is irreversible or its ``needs_approval`` rule
 matches the arguments, waits out a halt, and when its activity ends without an outcome the journal
-says what happened (a call whose INTENT has no outcome is SUSPECT). An effect an earlier run left live for the same call is adopted instead.
+says what happened (a call whose INTENT has no outcome is SUSPECT). An effect an earlier run left
+live for the same call is adopted instead.
 """
 
 from __future__ import annotations
