@@ -1,0 +1,269 @@
+"""The floor under ``bench.saga_overhead``: what a saga's guarantees cost with no Sagacity code.
+
+A plain workflow of three trivial steps (``bench.floor_workflow``) is given, one at a time and
+then together, what those guarantees ask of the servers:
+
+* ``journal``: each step commits a row before its work and a row after it, each its own durable
+  single-row insert (two commits per call: INTENT before the tool runs, its outcome before the
+  activity completes);
+* ``heartbeat timeout``: each step is scheduled with one (a dead worker's call is tried again
+  within 30 s, not at the end of its start-to-close timeout);
+* ``end state``: the workflow shows how it ended in the ``SagacityState`` search attribute
+  (Temporal's own list answers "which sagas compensated").
+
+Sagacity itself runs in the same rounds, as ``bench.saga_overhead`` runs it (a new user's
+worker: checkpoints, the transparency log's sequencer and a witness, the codec, a keyring). All
+kinds alternate round by round on one Temporal server and one Postgres; throughput and CPU per
+saga are reported against plain's. The ``floor`` row is the most any code keeping those
+guarantees could reach on this machine; Sagacity's distance from it is what its own code costs.
+
+Run from the repository root: ``python -m bench.floor`` (embedded Postgres and in-memory
+Temporal; set ``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` to measure your own servers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from bench._support import (
+    CPU_ACCOUNTS,
+    BenchStack,
+    CpuMeter,
+    bench_stack,
+    machine,
+    positive,
+    run,
+    table,
+)
+from bench.floor_workflow import NAME, STEP, Adds, FloorThreeSteps
+from bench.sides import (
+    SAGACITY,
+    Anchors,
+    Rig,
+    execute,
+    sagacity_plugin,
+    sagacity_worker,
+    witness_process,
+)
+from sagacity.temporal.visibility import register
+
+#: the kinds, in the order they are reported: plain first, Sagacity last
+FLOOR_KINDS: dict[str, Adds] = {
+    "plain": Adds(),
+    "journal": Adds(journal=True),
+    "heartbeat timeout": Adds(heartbeat_timeout=True),
+    "end state": Adds(end_state=True),
+    "floor": Adds(journal=True, heartbeat_timeout=True, end_state=True),
+}
+KINDS = (*FLOOR_KINDS, SAGACITY)
+
+_TABLE = """
+CREATE TABLE IF NOT EXISTS floor_rows (
+    workflow_id text NOT NULL,
+    seq integer NOT NULL,
+    phase text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (workflow_id, seq)
+)
+"""
+_INSERT = "INSERT INTO floor_rows (workflow_id, seq, phase) VALUES (%s, %s, %s)"
+
+
+class Steps:
+    """The floor's step: the plain step's trivial work, between two commits when asked."""
+
+    def __init__(self, pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
+        self.pool = pool
+
+    @activity.defn(name=STEP)
+    async def step(self, workflow_id: str, n: int, journal: bool) -> dict[str, int]:
+        if journal:
+            await self._commit(workflow_id, 2 * n - 1, "intent")
+        result = {"n": n}
+        if journal:
+            await self._commit(workflow_id, 2 * n, "executed")
+        return result
+
+    async def _commit(self, workflow_id: str, seq: int, phase: str) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(_INSERT, (workflow_id, seq, phase))
+
+
+@dataclass
+class Totals:
+    """Sagas of one kind: how many, their wall time together, and the CPU they cost."""
+
+    sagas: int = 0
+    wall_s: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CPU_ACCOUNTS, 0.0))
+
+    @property
+    def per_s(self) -> float:
+        return self.sagas / self.wall_s if self.wall_s else 0.0
+
+    def cpu_ms(self) -> dict[str, float]:
+        """CPU ms per saga by account (NaN: that server is not on this machine)."""
+        return {k: v / self.sagas * 1000 for k, v in self.cpu_s.items()}
+
+    def cpu_total_ms(self) -> float:
+        return sum(v for v in self.cpu_ms().values() if not math.isnan(v))
+
+
+@dataclass(frozen=True)
+class FloorRig:
+    """Sagacity's rig (bench.sides) and the floor kinds' client and task queue."""
+
+    sagacity: Rig
+    client: Client
+    task_queue: str
+
+
+async def one(rig: FloorRig, kind: str) -> None:
+    if kind == SAGACITY:
+        await execute(rig.sagacity, SAGACITY, fail_last=False)
+        return
+    result = await rig.client.execute_workflow(
+        NAME,
+        FLOOR_KINDS[kind],
+        id=f"bench-floor-{uuid4().hex[:12]}",
+        task_queue=rig.task_queue,
+        result_type=dict,
+    )
+    if result.get("status") != "completed":
+        raise RuntimeError(f"a {kind} saga ended {result}")
+
+
+async def batch(rig: FloorRig, kind: str, n: int, concurrency: int) -> Totals:
+    """``n`` sagas of ``kind``, ``concurrency`` at a time."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def gated() -> None:
+        async with gate:
+            await one(rig, kind)
+
+    meter = rig.sagacity.meter
+    began, cpu = time.perf_counter(), await meter.reading()
+    await asyncio.gather(*(gated() for _ in range(n)))
+    return Totals(sagas=n, wall_s=time.perf_counter() - began, cpu_s=await meter.since(cpu))
+
+
+async def rounds(rig: FloorRig, args: argparse.Namespace) -> dict[str, Totals]:
+    """Every kind once a round, the order reversed every other round."""
+    totals = {kind: Totals() for kind in KINDS}
+    for r in range(args.rounds):
+        for kind in KINDS if r % 2 == 0 else reversed(KINDS):
+            got = await batch(rig, kind, args.sagas, args.concurrency)
+            t = totals[kind]
+            t.sagas += got.sagas
+            t.wall_s += got.wall_s
+            t.cpu_s = {k: t.cpu_s[k] + got.cpu_s[k] for k in CPU_ACCOUNTS}
+    return totals
+
+
+def report(totals: dict[str, Totals], args: argparse.Namespace, stack: BenchStack) -> None:
+    plain = totals["plain"]
+    print("\n# The floor: what a saga's guarantees cost with no Sagacity code")
+    print(f"machine: {machine()}")
+    print(f"Postgres: {stack.postgres_origin}; Temporal: {stack.temporal_origin}")
+    print(
+        f"{args.rounds} alternating rounds of {args.sagas} sagas per kind, "
+        f"{args.concurrency} in flight, 3 trivial steps each\n"
+    )
+    rows: list[list[object]] = []
+    for kind in KINDS:
+        t = totals[kind]
+        cpu = t.cpu_ms()
+        rows.append([
+            kind, t.sagas, t.per_s, f"{t.per_s / plain.per_s:.2f}x",
+            *(cpu[k] for k in CPU_ACCOUNTS), t.cpu_total_ms(),
+            f"{plain.cpu_total_ms() / t.cpu_total_ms():.2f}x",
+        ])  # fmt: skip
+    print(table(
+        ["kind", "sagas", "sagas/s", "throughput / plain's", *(f"CPU ms {k}" for k in CPU_ACCOUNTS),
+         "CPU ms per saga", "plain's CPU / this"],
+        rows,
+    ))  # fmt: skip
+    floor, saga = totals["floor"], totals[SAGACITY]
+    print(
+        f"\nSagacity / floor: throughput {saga.per_s / floor.per_s:.2f}x, CPU per saga "
+        f"{saga.cpu_total_ms() / floor.cpu_total_ms():.2f}x of the floor's "
+        f"(+{saga.cpu_total_ms() - floor.cpu_total_ms():.2f} ms a saga: Sagacity's own code)"
+    )
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.floor", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--sagas", type=positive, default=100, help="sagas per kind per round")
+    parser.add_argument("--concurrency", type=positive, default=100, help="sagas in flight")
+    parser.add_argument("--rounds", type=positive, default=4, help="rounds per kind (4)")
+    return parser.parse_args(argv)
+
+
+async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors) -> None:
+    settings = stack.settings
+    async with contextlib.AsyncExitStack() as opened:
+        url = await opened.enter_async_context(witness_process(anchors, stack.database_url))
+        plugin, _ = await opened.enter_async_context(
+            sagacity_plugin(settings, stack.database_url, anchors, [anchors.witness(url)])
+        )
+        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+            stack.database_url,
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        await pool.open(wait=True)
+        opened.push_async_callback(pool.close)
+        async with pool.connection() as conn:
+            await conn.execute(_TABLE)
+        address, namespace = stack.temporal_address, stack.temporal_namespace
+        saga_client = await Client.connect(address, namespace=namespace, plugins=[plugin])
+        client = await Client.connect(address, namespace=namespace)
+        await register(client)
+        queues = {kind: f"bench-floor-{kind}-{uuid4().hex[:8]}" for kind in ("floor", SAGACITY)}
+        floor_worker = Worker(
+            client,
+            task_queue=queues["floor"],
+            workflows=[FloorThreeSteps],
+            activities=[Steps(pool).step],
+            max_concurrent_activities=settings.max_concurrent_activities,
+        )
+        saga_worker = sagacity_worker(saga_client, queues[SAGACITY], settings)
+        async with floor_worker, saga_worker, CpuMeter.open(stack.database_url) as meter:
+            saga_rig = Rig({SAGACITY: saga_client}, {SAGACITY: queues[SAGACITY]}, meter)
+            rig = FloorRig(saga_rig, client, queues["floor"])
+            for kind in KINDS:  # warm up: sandbox, connections, caches
+                await batch(rig, kind, 10, 10)
+            totals = await rounds(rig, args)
+    report(totals, args, stack)
+
+
+async def main() -> int:
+    args = parse()
+    async with bench_stack() as stack:
+        with tempfile.TemporaryDirectory(prefix="sagacity-anchors-") as folder:
+            await measure(stack, args, Anchors.create(Path(folder)))
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
