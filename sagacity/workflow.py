@@ -24,6 +24,7 @@ from sagacity.errors import (
     ToolFailed,
 )
 from sagacity.temporal.models import (
+    ENGINE_VERSION,
     Abort,
     Approve,
     Decision,
@@ -41,6 +42,7 @@ from sagacity.temporal.saga import Saga
 from sagacity.temporal.workflow import STEPS_WORKFLOW, StepsWorkflow
 
 __all__ = [
+    "ENGINE_VERSION",
     "STEPS_WORKFLOW",
     "Abort",
     "ApprovalRejected",

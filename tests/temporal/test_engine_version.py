@@ -12,7 +12,7 @@ import json
 
 from sagacity.temporal.codec import data_converter
 from sagacity.temporal.models import Head, SagaCarry, SagaProgress, SagaSpec, Step
-from sagacity.temporal.models.options import ENGINE_VERSION
+from sagacity.workflow import ENGINE_VERSION
 from tests.temporal.replay import HISTORIES, load, patch_markers
 
 CONVERTER = data_converter(None).payload_converter

@@ -13,8 +13,8 @@ from temporalio.worker import Worker
 
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import CallOutcome, SagaResult, SagaSpec, SagaState, Step
-from sagacity.temporal.models.options import ENGINE_VERSION
 from sagacity.temporal.workflow import STEPS_WORKFLOW
+from sagacity.workflow import ENGINE_VERSION
 from tests.temporal import sample_tools
 from tests.temporal.conftest import phases
 from tests.temporal.test_bad_input import run

@@ -12,6 +12,7 @@ def test_public_names() -> None:
         "ApprovalRejected",
         "Approve",
         "Decision",
+        "ENGINE_VERSION",
         "PayloadTooLarge",
         "Reject",
         "Resolve",

@@ -85,6 +85,7 @@ from sagacity.temporal.models.lean import (
     Lean,
 )
 from sagacity.temporal.models.options import (
+    ENGINE_VERSION,
     SagaOptions,
     SagaSpec,
 )
@@ -105,6 +106,7 @@ from sagacity.temporal.models.steps import (
 )
 
 __all__ = [
+    "ENGINE_VERSION",
     "MAX_HALT_SCOPE_CHARS",
     "RESULT_EFFECTS",
     "STATUS_ROWS",
