@@ -12,7 +12,8 @@ then together, what those guarantees ask of the servers:
   (Temporal's own list answers "which sagas compensated").
 
 Sagacity itself runs in the same rounds, as ``bench.saga_overhead`` runs it (a new user's
-worker: checkpoints, the transparency log's sequencer and a witness, the codec, a keyring). All
+worker: checkpoints, the transparency log's sequencer and a witness, the codec, a keyring), and
+again with its spec's engine version set (no patch marker, once a fleet allows it). All
 kinds alternate round by round on one Temporal server and one Postgres; throughput and CPU per
 saga are reported against plain's. The ``floor`` row is the most any code keeping those
 guarantees could reach on this machine; Sagacity's distance from it is what its own code costs.
@@ -62,6 +63,7 @@ from bench.sides import (
     witness_process,
 )
 from sagacity.temporal.visibility import register
+from sagacity.workflow import ENGINE_VERSION
 
 #: the kinds, in the order they are reported: plain first, Sagacity last
 FLOOR_KINDS: dict[str, Adds] = {
@@ -71,7 +73,9 @@ FLOOR_KINDS: dict[str, Adds] = {
     "end state": Adds(end_state=True),
     "floor": Adds(journal=True, heartbeat_timeout=True, end_state=True),
 }
-KINDS = (*FLOOR_KINDS, SAGACITY)
+#: Sagacity with its spec's engine version set (no patch marker: docs/versioning.md)
+PINNED = "sagacity, engine version"
+KINDS = (*FLOOR_KINDS, SAGACITY, PINNED)
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS floor_rows (
@@ -135,8 +139,9 @@ class FloorRig:
 
 
 async def one(rig: FloorRig, kind: str) -> None:
-    if kind == SAGACITY:
-        await execute(rig.sagacity, SAGACITY, fail_last=False)
+    if kind in (SAGACITY, PINNED):
+        version = ENGINE_VERSION if kind == PINNED else None
+        await execute(rig.sagacity, SAGACITY, fail_last=False, engine_version=version)
         return
     result = await rig.client.execute_workflow(
         NAME,

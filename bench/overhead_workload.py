@@ -51,13 +51,15 @@ TOOLS: list[CompensableTool[..., Any]] = [
 ]
 
 
-def saga_spec(*, fail_last: bool) -> SagaSpec:
-    """The three steps for the generic saga workflow."""
+def saga_spec(*, fail_last: bool, engine_version: int | None = None) -> SagaSpec:
+    """The three steps for the generic saga workflow (``engine_version``: the spec's, see
+    ``docs/versioning.md``; None, as a spec is by default)."""
     return SagaSpec(
         steps=[
             Step(tool=tool_name(step), args={"n": step, "fail": fail_last and step == STEPS})
             for step in range(1, STEPS + 1)
-        ]
+        ],
+        engine_version=engine_version,
     )
 
 

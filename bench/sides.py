@@ -231,14 +231,19 @@ class Rig:
     meter: CpuMeter
 
 
-async def execute(rig: Rig, kind: str, *, fail_last: bool) -> str:
-    """Run one saga of ``kind`` to its end; returns its workflow id. Raises on a wrong outcome."""
+async def execute(
+    rig: Rig, kind: str, *, fail_last: bool, engine_version: int | None = None
+) -> str:
+    """Run one saga of ``kind`` to its end; returns its workflow id. Raises on a wrong outcome.
+
+    ``engine_version``: a Sagacity saga's spec's (None: not set, as by default).
+    """
     wid = f"bench-{kind}-{uuid4().hex[:12]}"
     client, task_queue = rig.clients[kind], rig.task_queues[kind]
     if kind == SAGACITY:
         result: SagaResult = await client.execute_workflow(
             STEPS_WORKFLOW,
-            saga_spec(fail_last=fail_last),
+            saga_spec(fail_last=fail_last, engine_version=engine_version),
             id=wid,
             task_queue=task_queue,
             result_type=SagaResult,

@@ -32,7 +32,8 @@ def test_floor_prints_a_row_per_kind_and_sagacitys_distance() -> None:
         if line.startswith("| ") and "sagas/s" not in line
     ]
     assert kinds == [
-        "plain", "journal", "heartbeat timeout", "end state", "floor", "sagacity"
+        "plain", "journal", "heartbeat timeout", "end state", "floor", "sagacity",
+        "sagacity, engine version",
     ], done.stdout  # fmt: skip
     # each kind ran its 2 sagas: none failed or ended otherwise (the bench raises then)
     assert all(
