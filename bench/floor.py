@@ -15,7 +15,8 @@ Sagacity itself runs in the same rounds, as ``bench.saga_overhead`` runs it (a n
 worker: checkpoints, the transparency log's sequencer and a witness, the codec, a keyring), and
 again with its spec's engine version set (no patch marker, once a fleet allows it). All
 kinds alternate round by round on one Temporal server and one Postgres; throughput and CPU per
-saga are reported against plain's. The ``floor`` row is the most any code keeping those
+saga are reported against plain's, and then, from sagas run one at a time, the latency each kind
+adds per call (from history, task dispatch waits left out). The ``floor`` row is the most any code keeping those
 guarantees could reach on this machine; Sagacity's distance from it is what its own code costs.
 
 Run from the repository root: ``python -m bench.floor`` (embedded Postgres and in-memory
@@ -48,11 +49,13 @@ from bench._support import (
     CpuMeter,
     bench_stack,
     machine,
+    percentile,
     positive,
     run,
     table,
 )
-from bench.floor_workflow import NAME, STEP, Adds, FloorThreeSteps
+from bench.floor_workflow import NAME, STEP, STEPS, Adds, FloorThreeSteps
+from bench.saga_overhead import Shape, histories, shape
 from bench.sides import (
     SAGACITY,
     Anchors,
@@ -138,20 +141,31 @@ class FloorRig:
     task_queue: str
 
 
-async def one(rig: FloorRig, kind: str) -> None:
+async def one(rig: FloorRig, kind: str) -> str:
+    """Run one saga of ``kind`` to its end; its workflow id."""
     if kind in (SAGACITY, PINNED):
         version = ENGINE_VERSION if kind == PINNED else None
-        await execute(rig.sagacity, SAGACITY, fail_last=False, engine_version=version)
-        return
+        return await execute(rig.sagacity, SAGACITY, fail_last=False, engine_version=version)
+    wid = f"bench-floor-{uuid4().hex[:12]}"
     result = await rig.client.execute_workflow(
-        NAME,
-        FLOOR_KINDS[kind],
-        id=f"bench-floor-{uuid4().hex[:12]}",
-        task_queue=rig.task_queue,
-        result_type=dict,
+        NAME, FLOOR_KINDS[kind], id=wid, task_queue=rig.task_queue, result_type=dict
     )
     if result.get("status") != "completed":
         raise RuntimeError(f"a {kind} saga ended {result}")
+    return wid
+
+
+async def one_at_a_time(rig: FloorRig, n: int) -> dict[str, list[Shape]]:
+    """``n`` sagas of each kind run alone, the kinds alternating; what each history shows."""
+    ids: dict[str, list[str]] = {kind: [] for kind in KINDS}
+    for i in range(n):
+        for kind in KINDS if i % 2 == 0 else reversed(KINDS):
+            ids[kind].append(await one(rig, kind))
+    clients = {
+        kind: rig.sagacity.clients[SAGACITY] if kind in (SAGACITY, PINNED) else rig.client
+        for kind in KINDS
+    }
+    return {kind: [shape(h) for h in await histories(clients[kind], ids[kind])] for kind in KINDS}
 
 
 async def batch(rig: FloorRig, kind: str, n: int, concurrency: int) -> Totals:
@@ -181,7 +195,12 @@ async def rounds(rig: FloorRig, args: argparse.Namespace) -> dict[str, Totals]:
     return totals
 
 
-def report(totals: dict[str, Totals], args: argparse.Namespace, stack: BenchStack) -> None:
+def report(
+    totals: dict[str, Totals],
+    alone: dict[str, list[Shape]],
+    args: argparse.Namespace,
+    stack: BenchStack,
+) -> None:
     plain = totals["plain"]
     print("\n# The floor: what a saga's guarantees cost with no Sagacity code")
     print(f"machine: {machine()}")
@@ -210,6 +229,19 @@ def report(totals: dict[str, Totals], args: argparse.Namespace, stack: BenchStac
         f"{saga.cpu_total_ms() / floor.cpu_total_ms():.2f}x of the floor's "
         f"(+{saga.cpu_total_ms() - floor.cpu_total_ms():.2f} ms a saga: Sagacity's own code)"
     )
+    print(
+        f"\nOne saga at a time ({args.sequential} per kind), from history, task dispatch waits "
+        f"left out (medians):\n"
+    )
+    plain_s = percentile([s.own_s for s in alone["plain"]], 50)
+    print(table(
+        ["kind", "saga ms", "added per call ms", "history events", "activity ran ms"],
+        [[kind, own * 1000, (own - plain_s) * 1000 / STEPS,
+          percentile([s.events for s in shapes], 50),
+          percentile([r for s in shapes for r in s.ran_s], 50) * 1000]
+         for kind, shapes in alone.items()
+         for own in [percentile([s.own_s for s in shapes], 50)]],
+    ))  # fmt: skip
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -219,6 +251,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sagas", type=positive, default=100, help="sagas per kind per round")
     parser.add_argument("--concurrency", type=positive, default=100, help="sagas in flight")
     parser.add_argument("--rounds", type=positive, default=4, help="rounds per kind (4)")
+    parser.add_argument(
+        "--sequential", type=positive, default=20, help="one-at-a-time sagas per kind (20)"
+    )
     return parser.parse_args(argv)
 
 
@@ -259,7 +294,8 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors)
             for kind in KINDS:  # warm up: sandbox, connections, caches
                 await batch(rig, kind, 10, 10)
             totals = await rounds(rig, args)
-    report(totals, args, stack)
+            alone = await one_at_a_time(rig, args.sequential)
+    report(totals, alone, args, stack)
 
 
 async def main() -> int:
