@@ -13,9 +13,11 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError
 
 NAME = "bench.FloorThreeSteps"
 STEP = "floor_step"
+UNDO = "floor_undo"
 STEPS = 3
 #: as bench.plain_workflow's
 TIMEOUT = timedelta(minutes=5)
@@ -29,7 +31,8 @@ STATE = SearchAttributeKey.for_keyword("SagacityState")
 class Adds:
     """What a run adds to the plain three steps."""
 
-    #: each step commits a row before and a row after its work, each durable on its own
+    #: each step commits a row before and a row after its work, each durable on its own, and
+    #: each undo a row after its own
     journal: bool = False
     #: each step is scheduled with a heartbeat timeout
     heartbeat_timeout: bool = False
@@ -39,20 +42,33 @@ class Adds:
 
 @workflow.defn(name=NAME)
 class FloorThreeSteps:
-    """Three activities, each given what ``adds`` says; the end state shown if asked."""
+    """Three activities, each given what ``adds`` says; when one fails (the last, with
+    ``fail_last``), the earlier ones undone in reverse; the end state shown if asked."""
 
     @workflow.run
-    async def run(self, adds: Adds) -> dict[str, Any]:
-        results = []
-        for step in range(1, STEPS + 1):
-            results.append(
+    async def run(self, adds: Adds, fail_last: bool) -> dict[str, Any]:
+        wid = workflow.info().workflow_id
+        heartbeat = HEARTBEAT_TIMEOUT if adds.heartbeat_timeout else None
+        done: list[int] = []
+        status = "completed"
+        try:
+            for step in range(1, STEPS + 1):
                 await workflow.execute_activity(
                     STEP,
-                    args=[workflow.info().workflow_id, step, adds.journal],
+                    args=[wid, step, adds.journal, fail_last and step == STEPS],
                     start_to_close_timeout=TIMEOUT,
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT if adds.heartbeat_timeout else None,
+                    heartbeat_timeout=heartbeat,
                 )
-            )
+                done.append(step)
+        except ActivityError:
+            status = "compensated"
+            for step in reversed(done):
+                await workflow.execute_activity(
+                    UNDO,
+                    args=[wid, step, adds.journal],
+                    start_to_close_timeout=TIMEOUT,
+                    heartbeat_timeout=heartbeat,
+                )
         if adds.end_state:
-            workflow.upsert_search_attributes([STATE.value_set("completed")])
-        return {"status": "completed", "results": results}
+            workflow.upsert_search_attributes([STATE.value_set(status)])
+        return {"status": status, "steps": done}

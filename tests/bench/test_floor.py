@@ -1,5 +1,6 @@
-"""``python -m bench.floor`` at its smallest runs end to end: each table a row per kind, and
-Sagacity's distance from the floor.
+"""``python -m bench.floor`` at its smallest runs end to end: a row per kind and path (with the
+compensation path of the failing one), a latency row per kind, and Sagacity's distance from the
+floor.
 
 It runs the bench as a user does, in a process of its own (the embedded stack or the session's
 Postgres, a `sagacity witness` process). Nothing here times anything: the bench reports speed,
@@ -34,11 +35,15 @@ def test_floor_prints_a_row_per_kind_and_sagacitys_distance() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     throughput, latency = tables(done.stdout)
-    assert [row[0] for row in throughput] == KINDS, done.stdout
-    # each kind ran its 2 sagas under load (a saga that failed or ended otherwise raises)
-    assert {row[1] for row in throughput} == {"2"}, done.stdout
+    paths = ["all steps succeed", "last step fails"]
+    assert [(row[0], row[1]) for row in throughput] == [(p, k) for p in paths for k in KINDS]
+    # each kind ran its 2 sagas on each path (a saga that ended otherwise raises), and every
+    # failing saga's compensation path was read
+    assert {row[2] for row in throughput} == {"2"}, done.stdout
+    assert all(float(row[10]) > 0 for row in throughput if row[0] == "last step fails")
     assert [row[0] for row in latency] == KINDS, done.stdout
-    assert "Sagacity / floor: throughput" in done.stdout, done.stdout
+    for path in paths:
+        assert f"{path}: Sagacity / floor: throughput" in done.stdout, done.stdout
 
 
 def tables(text: str) -> list[list[list[str]]]:
