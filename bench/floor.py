@@ -1,7 +1,9 @@
 """The floor under ``bench.saga_overhead``: what a saga's guarantees cost with no Sagacity code.
 
 A plain workflow of three trivial steps (``bench.floor_workflow``) is given, one at a time and
-then together, what those guarantees ask of the servers:
+then together, what the guarantees of a durable journal, a prompt retry and a visible end ask of
+the servers (tamper evidence, the rows' hashes, signed checkpoints and the transparency log, is
+left on Sagacity's side of the comparison):
 
 * ``journal``: each step commits a row before its work and a row after it, each its own durable
   single-row insert (two commits per call: INTENT before the tool runs, its outcome before the
