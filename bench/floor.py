@@ -190,12 +190,11 @@ class Totals:
 
 @dataclass(frozen=True)
 class FloorRig:
-    """Sagacity's rig (bench.sides), and the plain kinds' client, steps and task queues (one in
-    the sandbox, one outside it)."""
+    """Sagacity's rig (bench.sides), and the plain kinds' client and task queues (one in the
+    sandbox, one outside it)."""
 
     sagacity: Rig
     client: Client
-    steps: Steps
     task_queues: dict[bool, str]
 
     def client_of(self, kind: str) -> Client:
@@ -444,7 +443,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors)
         saga_worker = sagacity_worker(saga_client, saga_queue, settings)
         async with saga_worker, CpuMeter.open(stack.database_url) as meter:
             saga_rig = Rig({SAGACITY: saga_client}, {SAGACITY: saga_queue}, meter)
-            rig = FloorRig(saga_rig, client, steps, queues)
+            rig = FloorRig(saga_rig, client, queues)
             for kind in KINDS:  # warm up: sandbox, connections, caches
                 await batch(rig, kind, 10, 10, fail_last=False)
             paths = {
