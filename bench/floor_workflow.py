@@ -1,7 +1,8 @@
 """The workflow of ``bench.floor``: ``bench.plain_workflow``'s three steps, with what a saga's
 guarantees ask of Temporal added one at a time, and no Sagacity code.
 
-Like the baseline it runs in the workflow sandbox, which re-imports this module for every run,
+It runs in the workflow sandbox (the ``plain`` kind, as the baseline runs) and outside it (the
+others, as Sagacity's generic workflow runs); the sandbox re-imports this module for every run,
 so it imports only the standard library and temporalio.
 """
 
