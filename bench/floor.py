@@ -40,7 +40,7 @@ import math
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -66,7 +66,7 @@ from bench._support import (
     table,
 )
 from bench.floor_workflow import NAME, STEP, STEPS, UNDO, Adds, FloorThreeSteps
-from bench.saga_overhead import Shape, histories, shape
+from bench.saga_overhead import Shape, Totals, histories, shape
 from bench.sides import (
     SAGACITY,
     Anchors,
@@ -167,25 +167,14 @@ class Steps:
         return int(found[0]) if found else 0
 
 
-@dataclass
-class Totals:
-    """Sagas of one kind: how many, their wall time together, and the CPU they cost."""
+def cpu_ms(t: Totals) -> dict[str, float]:
+    """CPU ms per saga of ``t`` by account (NaN: that server is not on this machine)."""
+    return {k: v / t.sagas * 1000 for k, v in t.cpu_s.items()}
 
-    sagas: int = 0
-    wall_s: float = 0.0
-    cpu_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CPU_ACCOUNTS, 0.0))
-    ids: list[str] = field(default_factory=list)
 
-    @property
-    def per_s(self) -> float:
-        return self.sagas / self.wall_s if self.wall_s else 0.0
-
-    def cpu_ms(self) -> dict[str, float]:
-        """CPU ms per saga by account (NaN: that server is not on this machine)."""
-        return {k: v / self.sagas * 1000 for k, v in self.cpu_s.items()}
-
-    def cpu_total_ms(self) -> float:
-        return sum(v for v in self.cpu_ms().values() if not math.isnan(v))
+def cpu_total_ms(t: Totals) -> float:
+    """CPU ms per saga of ``t``, over the accounts measured on this machine."""
+    return sum(v for v in cpu_ms(t).values() if not math.isnan(v))
 
 
 @dataclass(frozen=True)
@@ -253,12 +242,9 @@ async def rounds(rig: FloorRig, args: argparse.Namespace, *, fail_last: bool) ->
     totals = {kind: Totals() for kind in KINDS}
     for r in range(args.rounds):
         for kind in KINDS if r % 2 == 0 else reversed(KINDS):
-            got = await batch(rig, kind, args.sagas, args.concurrency, fail_last=fail_last)
-            t = totals[kind]
-            t.sagas += got.sagas
-            t.wall_s += got.wall_s
-            t.cpu_s = {k: t.cpu_s[k] + got.cpu_s[k] for k in CPU_ACCOUNTS}
-            t.ids += got.ids
+            totals[kind].add(
+                await batch(rig, kind, args.sagas, args.concurrency, fail_last=fail_last)
+            )
     return totals
 
 
@@ -328,13 +314,13 @@ def report(measured: Measured, args: argparse.Namespace, stack: BenchStack) -> N
         plain = totals["plain"]
         for kind in KINDS:
             t = totals[kind]
-            cpu = t.cpu_ms()
+            cpu = cpu_ms(t)
             failing = title == FAILING
             path = percentile(compensation[kind], 50)
             rows.append([
                 title, kind, t.sagas, measured.rows[title].get(kind, "n/a"), t.per_s,
                 f"{t.per_s / plain.per_s:.2f}x", *(cpu[k] for k in CPU_ACCOUNTS),
-                t.cpu_total_ms(), f"{plain.cpu_total_ms() / t.cpu_total_ms():.2f}x",
+                cpu_total_ms(t), f"{cpu_total_ms(plain) / cpu_total_ms(t):.2f}x",
                 path * 1000 if failing else "", f"{path / plain_path:.2f}x" if failing else "",
             ])  # fmt: skip
     print(table(
@@ -347,8 +333,8 @@ def report(measured: Measured, args: argparse.Namespace, stack: BenchStack) -> N
         floor, saga = totals["floor"], totals[SAGACITY]
         print(
             f"\n{title}: Sagacity / floor: throughput {saga.per_s / floor.per_s:.2f}x, CPU per "
-            f"saga {saga.cpu_total_ms() / floor.cpu_total_ms():.2f}x of the floor's "
-            f"({saga.cpu_total_ms() - floor.cpu_total_ms():+.2f} ms a saga: Sagacity's own code)"
+            f"saga {cpu_total_ms(saga) / cpu_total_ms(floor):.2f}x of the floor's "
+            f"({cpu_total_ms(saga) - cpu_total_ms(floor):+.2f} ms a saga: Sagacity's own code)"
         )
     print(
         f"\nOne saga at a time ({args.sequential} per kind), all steps succeeding, from history, "
