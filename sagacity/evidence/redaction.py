@@ -336,26 +336,28 @@ class Redactor:
         if not rules:
             return Redacted(value)
         paths: list[str] = []
-
-        def walk(node: Any, at: tuple[str | int, ...]) -> Any:
-            if isinstance(node, dict):
-                if _is_marker(node):
-                    return node  # already redacted: redacting again would hash the marker
-                out = {}
-                for key, item in node.items():
-                    rule = self._rule_for_key(tool_name, str(key))
-                    if rule is None or _is_marker(item):
-                        out[key] = walk(item, (*at, key))
-                    else:
-                        out[key] = _marker(rule.action, item, self.key)
-                        paths.append(_pointer((*at, key)))
-                return out
-            if isinstance(node, list):
-                return [walk(item, (*at, i)) for i, item in enumerate(node)]
-            return node
-
-        redacted = walk(value, ())
+        redacted = self._walk(tool_name, value, (), paths)
         return Redacted(redacted, tuple(paths)) if paths else Redacted(value)
+
+    def _walk(self, tool_name: str, node: Any, at: tuple[str | int, ...], paths: list[str]) -> Any:
+        """``node`` with matching fields replaced, their pointers added to ``paths``. A method,
+        not a closure calling itself: that closure is a reference cycle per redacted value, which
+        only the cyclic garbage collector frees."""
+        if isinstance(node, dict):
+            if _is_marker(node):
+                return node  # already redacted: redacting again would hash the marker
+            out = {}
+            for key, item in node.items():
+                rule = self._rule_for_key(tool_name, str(key))
+                if rule is None or _is_marker(item):
+                    out[key] = self._walk(tool_name, item, (*at, key), paths)
+                else:
+                    out[key] = _marker(rule.action, item, self.key)
+                    paths.append(_pointer((*at, key)))
+            return out
+        if isinstance(node, list):
+            return [self._walk(tool_name, item, (*at, i), paths) for i, item in enumerate(node)]
+        return node
 
     def scrub(self, tool_name: str, text: str) -> str:
         """``text`` (an exception's message, say) scrubbed with the rules of ``tool_name``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 from datetime import timedelta
 from typing import Any
 
@@ -40,3 +41,26 @@ async def test_beats_carry_the_earlier_details_while_the_body_runs_and_stop_afte
     assert all(details == ("left",) for details in beats)
     await asyncio.sleep(0.5)  # several intervals (0.1 s): no beat once the body ended
     assert len(beats) == during
+
+
+async def test_an_attempt_leaves_nothing_for_the_cycle_collector() -> None:
+    # a busy worker runs thousands of attempts: what one leaves in a reference cycle lives on
+    # until the collector's full passes, which walk the whole heap, free it
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=30))
+
+    @activity.defn
+    async def body() -> None:
+        async with heartbeating():
+            await asyncio.sleep(0)
+
+    await env.run(body)  # whatever the environment makes once
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            await env.run(body)
+        left = gc.collect()
+    finally:
+        gc.enable()
+    assert left == 0

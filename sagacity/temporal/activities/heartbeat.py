@@ -64,24 +64,36 @@ async def heartbeating() -> AsyncIterator[Heartbeat]:
     timeout = activity.info().heartbeat_timeout
     interval = max(timeout.total_seconds() / 3, 0.1) if timeout else 10.0
     beats = Heartbeat()
-    loop = asyncio.get_running_loop()
-    timer: asyncio.TimerHandle | None = None
-
-    def beat() -> None:
-        nonlocal timer
-        timer = loop.call_later(interval, beat)  # first: a beat that raises stops none after it
-        beats.beat()
-
     # the first beat waits a third of the timeout: a fast call sends none at all. A timer, not
     # a task: nothing to create, cancel and await per activity (it runs in this context, the
     # activity's, which heartbeat() needs)
-    timer = loop.call_later(interval, beat)
+    ticks = _Ticks(beats, interval)
     token = _BEAT.set(beats)
     try:
         yield beats
     finally:
         _BEAT.reset(token)
-        timer.cancel()
+        ticks.stop()
+
+
+class _Ticks:
+    """``beats`` every ``interval`` seconds until stopped. An object, not a closure that
+    schedules itself: that closure is a reference cycle per activity, which only the cyclic
+    garbage collector frees; a stopped timer drops its callback, and nothing is left cyclic."""
+
+    def __init__(self, beats: Heartbeat, interval: float) -> None:
+        self._beats = beats
+        self._interval = interval
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(interval, self._tick)
+
+    def _tick(self) -> None:
+        # rescheduled first: a beat that raises stops none after it
+        self._timer = self._loop.call_later(self._interval, self._tick)
+        self._beats.beat()
+
+    def stop(self) -> None:
+        self._timer.cancel()
 
 
 async def outlast(window: timedelta, op: Callable[[], Awaitable[T]]) -> T:
