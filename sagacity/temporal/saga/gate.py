@@ -43,7 +43,7 @@ from sagacity.temporal.saga.escalation import Escalations, approval_sla_s, with_
 from sagacity.temporal.saga.journal import Journal
 from sagacity.temporal.saga.patches import ABORT_ROW_PATCH, BOUND_ROWS_PATCH, DECIDE_RECORDED_PATCH
 from sagacity.temporal.saga.quorum import Quorum
-from sagacity.temporal.saga.signals import Refusals, sender, validated
+from sagacity.temporal.saga.signals import Refusals, hinted, sender, validated
 
 #: why a decision was refused, as an update caller finds it in the error's first detail
 RefusalKind = Literal[
@@ -352,6 +352,7 @@ class Gate:
         if decision is not None:
             self._take(decision, decision.input_hash)
 
+    @hinted
     def validate_update(self, name: str, args: Sequence[RawValue]) -> None:
         # a decision is judged in the handler, where its refusal is recorded (a validator's
         # rejection leaves no trace in history); an update of no known name is rejected here
@@ -362,6 +363,7 @@ class Gate:
                 non_retryable=True,
             )
 
+    @hinted
     async def on_update(self, name: str, args: Sequence[RawValue]) -> str:
         # Temporal reads this method's annotations (Sequence[RawValue]: the payloads come raw),
         # so both names are imported at run time

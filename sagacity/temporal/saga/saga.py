@@ -41,6 +41,7 @@ from sagacity.temporal.models import (
 from sagacity.temporal.saga.carry import carry_of
 from sagacity.temporal.saga.edits import Change
 from sagacity.temporal.saga.parts import SagaParts
+from sagacity.temporal.saga.signals import hinted
 from sagacity.temporal.saga.tooltyping import (
     ToolName,
     TypedTool,
@@ -298,6 +299,7 @@ class Saga:
         """The saga's result as it stands, with ``value`` and what its compensation did."""
         return self._parts.ending.result(value, error, compensated or [], failed or [], live or [])
 
+    @hinted
     def status(self) -> SagaStatus:
         """The ``status`` query: state, head, newest rows and effects, and what waits on whom."""
         return self._parts.status()

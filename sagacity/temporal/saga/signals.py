@@ -7,7 +7,7 @@ saga. It is refused instead, and the refusal recorded where the status query sho
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -17,6 +17,17 @@ from sagacity.temporal import decode
 from sagacity.temporal.models import SagaCarry
 
 M = TypeVar("M", bound=BaseModel)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def hinted(fn: F) -> F:
+    """``fn``, a handler the saga registers at run time, with its annotations evaluated once.
+
+    The SDK reads a handler's type hints each time a saga registers it; read from this module's
+    strings (``from __future__ import annotations``), each read compiles them again, some 50 µs
+    a handler and saga."""
+    fn.__annotations__ = get_type_hints(fn)
+    return fn
 
 
 def validated(model: type[M], payloads: tuple[Any, ...]) -> M | str:
@@ -72,6 +83,7 @@ class Signals:
         self._refusals = refusals
         self._handlers = handlers
 
+    @hinted
     def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Every signal the workflow has no handler of its own for: the saga's are decoded here,
         so one the data converter cannot read is refused and recorded like any bad decision;
