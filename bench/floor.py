@@ -103,7 +103,7 @@ PINNED = "sagacity, engine version"
 KINDS = (*FLOOR_KINDS, SAGACITY, PINNED)
 SUCCEEDING, FAILING = "all steps succeed", "last step fails"
 
-_TABLE = """
+TABLE = """
 CREATE TABLE IF NOT EXISTS floor_rows (
     workflow_id text NOT NULL,
     seq integer NOT NULL,
@@ -405,7 +405,7 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors)
         await pool.open(wait=True)
         opened.push_async_callback(pool.close)
         async with pool.connection() as conn:
-            await conn.execute(_TABLE)
+            await conn.execute(TABLE)
         address, namespace = stack.temporal_address, stack.temporal_namespace
         saga_client = await Client.connect(address, namespace=namespace, plugins=[plugin])
         client = await Client.connect(address, namespace=namespace)
