@@ -258,6 +258,8 @@ async def record(stack: BenchStack, anchors: Anchors) -> dict[str, WorkflowHisto
         )
         await pool.open(wait=True)
         opened.push_async_callback(pool.close)
+        async with pool.connection() as conn:
+            await conn.execute(floor.TABLE)
         saga_client = await Client.connect(address, namespace=namespace, plugins=[plugin])
         client = await Client.connect(address, namespace=namespace)
         await register(client)
