@@ -1,4 +1,4 @@
-"""Sagacity's own cost per call and per saga, where a loaded server's noise cannot hide it.
+"""Sagacity's own cost per call and per saga, measured away from a loaded server.
 
 ``bench.saga_overhead`` and ``bench.floor`` run whole sagas through one Temporal server under
 load, and their runs move by ±0.1: a change that saves a few percent of a saga's CPU does not
@@ -7,20 +7,24 @@ kind (the journal's two durable commits a call, without Sagacity's code), the ki
 round by round in one run:
 
 * the activity path: a three-step saga's calls run as activities in Temporal's
-  ``ActivityEnvironment`` (no server) against one Postgres. Sagacity's are built as a new user's
-  worker builds them (``SagaActivities``: signed checkpoints, the default redaction, a keyring):
-  the first call claims the journal and writes INTENT in one statement (``open_and_call``), each
-  call writes its outcome, the last seals the end. The floor's step commits a row before its
-  work and one after. Per call: CPU, wall time, rows written, checkpoints signed and checkpoint
-  files created, and the garbage collector's passes.
+  ``ActivityEnvironment`` (no server) against one Postgres. Sagacity's are built as
+  ``SagacityPlugin`` builds them for a worker of your own (``SagaActivities``: signed
+  checkpoints, the default redaction, a keyring; Sagacity's side in ``bench.sides``): the first
+  call claims the journal and writes INTENT in one statement (``open_and_call``), each call
+  writes its outcome, the last seals the end. The floor's step commits a row before its work and
+  one after. Per call: CPU, wall time, rows written and checkpoints signed; checkpoint files a
+  saga; the garbage collector's passes.
 * the workflow side: one recorded saga of each kind (all steps succeed) replayed by Temporal's
   ``Replayer``, Sagacity's with its converter and codec: CPU per saga replayed (the workflow
-  code, the payload conversion and the SDK core's history processing, all of which a live worker
-  runs for the saga's workflow tasks), with the history's events and bytes.
+  code, the payload conversion and the SDK core's history processing, which a live worker runs
+  for the saga's workflow tasks), with the history's events and bytes.
 
-Not measured here: the Temporal server's and Postgres' own CPU, the RPCs between them and the
-worker, and the transparency log's sequencer (``bench.saga_overhead`` and ``bench.floor`` have
-those).
+The difference is taken round by round (the kinds alternate within each round), and printed as
+the median with the least and the most. Left out on both sides: the Temporal server's and
+Postgres' own CPU and the RPCs to them. Left out on Sagacity's: the activities' payload
+conversion and codec (the environment hands them objects), the transparency log's sequencer,
+and what ``sagacity worker`` adds around the plugin (its log context, metrics and a log line a
+call). ``bench.saga_overhead`` and ``bench.floor`` measure all of these.
 
 Run from the repository root: ``python -m bench.own_cost`` (embedded Postgres and in-memory
 Temporal; set ``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` to measure your own servers).
@@ -35,7 +39,7 @@ import gc
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,12 +81,28 @@ KINDS = (FLOOR, SAGACITY)
 
 
 @dataclass
+class Rounds:
+    """One kind's CPU seconds per unit (a call, a saga replayed) in each round, in round order:
+    the kinds ran the same rounds, so round ``r`` of one pairs with round ``r`` of another."""
+
+    per_unit_s: list[float] = field(default_factory=list)
+
+    def ms(self) -> float:
+        """The median over rounds, in ms."""
+        return statistics.median(self.per_unit_s) * 1000
+
+    def over(self, base: Rounds) -> tuple[float, float, float]:
+        """This kind's CPU less ``base``'s, round by round (ms): the median, the least, the most."""
+        diffs = [(a - b) * 1000 for a, b in zip(self.per_unit_s, base.per_unit_s, strict=True)]
+        return statistics.median(diffs), min(diffs), max(diffs)
+
+
+@dataclass
 class Calls:
     """One kind's calls over the activity rounds."""
 
     sagas: list[str] = field(default_factory=list)
-    #: CPU seconds of each round, and its calls
-    cpu_s: list[tuple[float, int]] = field(default_factory=list)
+    cpu: Rounds = field(default_factory=Rounds)
     wall_s: list[float] = field(default_factory=list)
     #: the collector's passes per generation
     gc_passes: list[int] = field(default_factory=lambda: [0, 0, 0])
@@ -91,31 +111,36 @@ class Calls:
     def calls(self) -> int:
         return len(self.wall_s)
 
-    def cpu_ms_a_call(self) -> float:
-        """The median over rounds of a round's CPU per call."""
-        return statistics.median(s / n for s, n in self.cpu_s) * 1000
+
+@dataclass(frozen=True)
+class Written:
+    """What one kind's calls left, per call: rows, checkpoints signed; and checkpoint files a
+    saga."""
+
+    rows: float
+    signed: float
+    files: float
 
 
 @dataclass
 class Replays:
-    """One kind's replays: CPU seconds of each round and its sagas, and the history's size."""
+    """One kind's replays: CPU per saga replayed in each round, and the history's size."""
 
-    cpu_s: list[tuple[float, int]] = field(default_factory=list)
+    cpu: Rounds = field(default_factory=Rounds)
     events: int = 0
     history_bytes: int = 0
 
-    def cpu_ms_a_saga(self) -> float:
-        return statistics.median(s / n for s, n in self.cpu_s) * 1000
-
 
 @contextlib.contextmanager
-def gc_passes(into: list[int]) -> Any:
-    """Count the collector's passes per generation into ``into`` while the body runs."""
+def gc_passes(into: list[int]) -> Iterator[None]:
+    """Count the collector's passes per generation into ``into`` while the body runs (collected
+    first: what an earlier round left is not booked to this one)."""
 
     def seen(phase: str, info: dict[str, int]) -> None:
         if phase == "stop":
             into[info["generation"]] += 1
 
+    gc.collect()
     gc.callbacks.append(seen)
     try:
         yield
@@ -129,6 +154,7 @@ class ActivityRig:
     def __init__(self, activities: SagaActivities, steps: floor.Steps) -> None:
         self.activities = activities
         self.steps = steps
+        self.spec = saga_spec(fail_last=False).steps
         tool = activities.state.tools.get(TOOLS[0].name).tool
         # scheduled as the saga schedules a call of the tool (so the first call may open the
         # journal in the same activity)
@@ -139,6 +165,9 @@ class ActivityRig:
             start_to_close_timeout=tool.options.timeout + OUTAGE_ALLOWANCE,
             task_queue="bench-own-cost",
         )
+        # as the plugin marks a namespace whose search attributes are registered (the open's
+        # answer then says the saga shows its state in them)
+        activities.visible_in.add(self.env.info.namespace)
 
     async def saga(self, kind: str, saga_id: str, wall_s: list[float]) -> None:
         """One saga's three calls of ``kind``, each call's wall time added to ``wall_s``."""
@@ -148,7 +177,7 @@ class ActivityRig:
                 await self.env.run(self.steps.step, saga_id, n, True, False)
                 wall_s.append(time.perf_counter() - began)
             return
-        steps = saga_spec(fail_last=False).steps
+        steps = self.spec
         opening = SagaOpen(
             saga_id=saga_id, workflow_id=saga_id, first_run_id=str(uuid4()), steps=steps
         )
@@ -184,11 +213,11 @@ async def activity_rounds(rig: ActivityRig, args: argparse.Namespace) -> dict[st
         for kind in KINDS if r % 2 == 0 else reversed(KINDS):
             calls = done[kind]
             ids = [f"bench-own-{kind}-{uuid4().hex[:12]}" for _ in range(args.sagas)]
-            began = time.process_time()
             with gc_passes(calls.gc_passes):
+                began = time.process_time()
                 for saga_id in ids:
                     await rig.saga(kind, saga_id, calls.wall_s)
-            calls.cpu_s.append((time.process_time() - began, len(ids) * STEPS))
+                calls.cpu.per_unit_s.append((time.process_time() - began) / (len(ids) * STEPS))
             calls.sagas += ids
     return done
 
@@ -226,8 +255,8 @@ async def activity_rig(stack: BenchStack, anchors: Anchors) -> AsyncIterator[Act
         await saga_pool.close()
 
 
-async def written(rig: ActivityRig, anchors: Anchors, done: dict[str, Calls]) -> dict[str, Any]:
-    """Per call of each kind: rows written, checkpoints signed, checkpoint files created."""
+async def written(rig: ActivityRig, anchors: Anchors, done: dict[str, Calls]) -> dict[str, Written]:
+    """What each kind's calls left: rows and checkpoints a call, checkpoint files a saga."""
     floor_calls, saga_calls = done[FLOOR], done[SAGACITY]
     saga_rows = 0
     for saga_id in saga_calls.sagas:
@@ -235,11 +264,11 @@ async def written(rig: ActivityRig, anchors: Anchors, done: dict[str, Calls]) ->
     files = [anchors.checkpoint_dir / log_name(s) for s in saga_calls.sagas]
     signed = sum(len(f.read_text(encoding="utf-8").splitlines()) for f in files if f.exists())
     return {
-        FLOOR: (await rig.steps.rows(floor_calls.sagas) / floor_calls.calls, 0.0, 0.0),
-        SAGACITY: (
+        FLOOR: Written(await rig.steps.rows(floor_calls.sagas) / floor_calls.calls, 0.0, 0.0),
+        SAGACITY: Written(
             saga_rows / saga_calls.calls,
             signed / saga_calls.calls,
-            sum(f.exists() for f in files) / saga_calls.calls,
+            sum(f.exists() for f in files) / len(files),
         ),
     }
 
@@ -314,15 +343,16 @@ async def replay_rounds(
         await replayers[kind].replay_workflows(times(histories[kind], 5))
     for r in range(args.rounds):
         for kind in KINDS if r % 2 == 0 else reversed(KINDS):
+            gc.collect()
             began = time.process_time()
             await replayers[kind].replay_workflows(times(histories[kind], args.replays))
-            done[kind].cpu_s.append((time.process_time() - began, args.replays))
+            done[kind].cpu.per_unit_s.append((time.process_time() - began) / args.replays)
     return done
 
 
 def report(
     calls: dict[str, Calls],
-    rows: dict[str, Any],
+    left: dict[str, Written],
     replays: dict[str, Replays],
     args: argparse.Namespace,
     stack: BenchStack,
@@ -332,33 +362,38 @@ def report(
     print(f"Postgres: {stack.postgres_origin}; Temporal: {stack.temporal_origin} (to record)")
     print(
         f"{args.rounds} alternating rounds per kind: {args.sagas} sagas of {STEPS} calls, and "
-        f"{args.replays} replays of one saga\n"
+        f"{args.replays} replays of one saga. CPU: the median over rounds; Sagacity - floor: "
+        "the median of each round's difference, the least and the most in brackets\n"
     )
-    print("The activity path, per call (CPU: the median over rounds of a round's CPU per call):\n")
+    print("The activity path, per call:\n")
     print(table(
         ["kind", "calls", "CPU ms a call", "wall p50 ms", "wall p90 ms", "rows a call",
-         "checkpoints signed a call", "checkpoint files created a call",
+         "checkpoints signed a call", "checkpoint files a saga",
          "GC passes per 1000 calls (generation 0 / 1 / 2)"],
-        [[kind, c.calls, c.cpu_ms_a_call(), percentile(c.wall_s, 50) * 1000,
-          percentile(c.wall_s, 90) * 1000, *rows[kind],
+        [[kind, c.calls, c.cpu.ms(), percentile(c.wall_s, 50) * 1000,
+          percentile(c.wall_s, 90) * 1000, left[kind].rows, left[kind].signed, left[kind].files,
           " / ".join(f"{p * 1000 / c.calls:.1f}" for p in c.gc_passes)]
          for kind, c in calls.items()],
     ))  # fmt: skip
-    call_diff = calls[SAGACITY].cpu_ms_a_call() - calls[FLOOR].cpu_ms_a_call()
-    print(
-        f"\nSagacity - floor: {call_diff:+.3f} ms of CPU a call ({call_diff * STEPS:+.2f} a saga)"
-    )
-    print("\nThe workflow side, per saga replayed (the median over rounds):\n")
+    call = calls[SAGACITY].cpu.over(calls[FLOOR].cpu)
+    print(f"\nSagacity - floor: {_spread(call)} ms of CPU a call")
+    print("\nThe workflow side, per saga replayed:\n")
     print(table(
         ["kind", "CPU ms a saga", "history events", "history bytes"],
-        [[kind, r.cpu_ms_a_saga(), r.events, r.history_bytes] for kind, r in replays.items()],
+        [[kind, r.cpu.ms(), r.events, r.history_bytes] for kind, r in replays.items()],
     ))  # fmt: skip
-    replay_diff = replays[SAGACITY].cpu_ms_a_saga() - replays[FLOOR].cpu_ms_a_saga()
-    print(f"\nSagacity - floor: {replay_diff:+.3f} ms of CPU a saga")
+    replay = replays[SAGACITY].cpu.over(replays[FLOOR].cpu)
+    print(f"\nSagacity - floor: {_spread(replay)} ms of CPU a saga")
+    in_all = tuple(c * STEPS + r for c, r in zip(call, replay, strict=True))
     print(
-        f"\nIn all, Sagacity's own code: {call_diff * STEPS + replay_diff:+.2f} ms of worker CPU "
-        "a saga over the floor's"
+        f"\nIn all, Sagacity's own code: {in_all[0]:+.2f} ms of worker CPU a saga over the "
+        f"floor's (three calls and a replay; the medians' sum, the least and the most summed: "
+        f"{in_all[1]:+.2f} to {in_all[2]:+.2f})"
     )
+
+
+def _spread(diff: tuple[float, float, float]) -> str:
+    return f"{diff[0]:+.3f} [{diff[1]:+.3f} to {diff[2]:+.3f}]"
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -380,9 +415,9 @@ async def main() -> int:
             anchors = Anchors.create(Path(folder))
             async with activity_rig(stack, anchors) as rig:
                 calls = await activity_rounds(rig, args)
-                rows = await written(rig, anchors, calls)
+                left = await written(rig, anchors, calls)
             replays = await replay_rounds(await record(stack, anchors), anchors, args)
-        report(calls, rows, replays, args, stack)
+        report(calls, left, replays, args, stack)
     return 0
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench.output import number, tables
+
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = [
     "plain", "plain, unsandboxed", "journal", "floor", "sagacity", "sagacity, engine version"
@@ -50,21 +52,3 @@ def test_floor_measures_each_kind_as_it_says() -> None:
     assert all(number(by["last step fails", k][11]) > 0 for k in KINDS), done.stdout
     assert [r[0] for r in latency] == KINDS, done.stdout
     assert "A durable single-row commit on its own" in done.stdout, done.stdout
-
-
-def number(cell: str) -> float:
-    return float(cell.replace(",", ""))
-
-
-def tables(text: str) -> list[list[list[str]]]:
-    """The Markdown tables in ``text``: each a list of rows (header and rule left out), each a
-    list of cells."""
-    found: list[list[list[str]]] = []
-    rows: list[list[str]] = []
-    for line in [*text.splitlines(), ""]:
-        if line.startswith("|"):
-            rows.append([cell.strip() for cell in line.strip("|").split("|")])
-        elif rows:
-            found.append(rows[2:])
-            rows = []
-    return found
