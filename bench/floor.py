@@ -39,7 +39,7 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ from bench.sides import (
     sagacity_worker,
     witness_process,
 )
+from sagacity.settings import Settings
 from sagacity.temporal.names import COMPENSATE
 from sagacity.temporal.visibility import register
 from sagacity.workflow import ENGINE_VERSION
@@ -103,7 +104,7 @@ PINNED = "sagacity, engine version"
 KINDS = (*FLOOR_KINDS, SAGACITY, PINNED)
 SUCCEEDING, FAILING = "all steps succeed", "last step fails"
 
-TABLE = """
+_TABLE = """
 CREATE TABLE IF NOT EXISTS floor_rows (
     workflow_id text NOT NULL,
     seq integer NOT NULL,
@@ -127,6 +128,26 @@ class Steps:
 
     def __init__(self, pool: AsyncConnectionPool[AsyncConnection[Any]]) -> None:
         self.pool = pool
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def opened(cls, database_url: str, settings: Settings) -> AsyncIterator[Steps]:
+        """Steps on a pool of their own (autocommit, sized as a worker's journal pool), their
+        table made."""
+        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
+            database_url,
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        await pool.open(wait=True)
+        try:
+            async with pool.connection() as conn:
+                await conn.execute(_TABLE)
+            yield cls(pool)
+        finally:
+            await pool.close()
 
     @activity.defn(name=STEP)
     async def step(self, workflow_id: str, n: int, journal: bool, fail: bool) -> dict[str, int]:
@@ -395,22 +416,11 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors)
         plugin, _ = await opened.enter_async_context(
             sagacity_plugin(settings, stack.database_url, anchors, [anchors.witness(url)])
         )
-        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-            stack.database_url,
-            min_size=settings.pool_min_size,
-            max_size=settings.pool_max_size,
-            kwargs={"autocommit": True},
-            open=False,
-        )
-        await pool.open(wait=True)
-        opened.push_async_callback(pool.close)
-        async with pool.connection() as conn:
-            await conn.execute(TABLE)
+        steps = await opened.enter_async_context(Steps.opened(stack.database_url, settings))
         address, namespace = stack.temporal_address, stack.temporal_namespace
         saga_client = await Client.connect(address, namespace=namespace, plugins=[plugin])
         client = await Client.connect(address, namespace=namespace)
         await register(client)
-        steps = Steps(pool)
         queues = {sandboxed: f"bench-floor-{uuid4().hex[:8]}" for sandboxed in (True, False)}
         for sandboxed, queue in queues.items():
             await opened.enter_async_context(

@@ -42,11 +42,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from uuid import uuid4
 
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
@@ -177,12 +174,11 @@ class ActivityRig:
                 await self.env.run(self.steps.step, saga_id, n, True, False)
                 wall_s.append(time.perf_counter() - began)
             return
-        steps = self.spec
         opening = SagaOpen(
-            saga_id=saga_id, workflow_id=saga_id, first_run_id=str(uuid4()), steps=steps
+            saga_id=saga_id, workflow_id=saga_id, first_run_id=str(uuid4()), steps=self.spec
         )
         prev_hash = GENESIS_HASH
-        for n, step in enumerate(steps, start=1):
+        for n, step in enumerate(self.spec, start=1):
             request = CallRequest(
                 saga_id=saga_id,
                 seq=2 * n - 1,
@@ -230,17 +226,7 @@ async def activity_rig(stack: BenchStack, anchors: Anchors) -> AsyncIterator[Act
         stack.database_url, min_size=settings.pool_min_size, max_size=settings.pool_max_size
     )
     journal = JournalStore(saga_pool)
-    floor_pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-        stack.database_url,
-        min_size=settings.pool_min_size,
-        max_size=settings.pool_max_size,
-        kwargs={"autocommit": True},
-        open=False,
-    )
-    await floor_pool.open(wait=True)
     try:
-        async with floor_pool.connection() as conn:
-            await conn.execute(floor.TABLE)
         activities = SagaActivities(
             journal,
             ApprovalStore(saga_pool),
@@ -248,9 +234,9 @@ async def activity_rig(stack: BenchStack, anchors: Anchors) -> AsyncIterator[Act
             checkpoints=anchors.checkpoints(),
             keyring=anchors.keyring(),
         )
-        yield ActivityRig(activities, floor.Steps(floor_pool))
+        async with floor.Steps.opened(stack.database_url, settings) as steps:
+            yield ActivityRig(activities, steps)
     finally:
-        await floor_pool.close()
         await journal.close()
         await saga_pool.close()
 
@@ -282,17 +268,10 @@ async def record(stack: BenchStack, anchors: Anchors) -> dict[str, WorkflowHisto
         plugin, _ = await opened.enter_async_context(
             sagacity_plugin(settings, stack.database_url, anchors, [anchors.witness(url)])
         )
-        pool: AsyncConnectionPool[AsyncConnection[Any]] = AsyncConnectionPool(
-            stack.database_url, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
-        )
-        await pool.open(wait=True)
-        opened.push_async_callback(pool.close)
-        async with pool.connection() as conn:
-            await conn.execute(floor.TABLE)
+        steps = await opened.enter_async_context(floor.Steps.opened(stack.database_url, settings))
         saga_client = await Client.connect(address, namespace=namespace, plugins=[plugin])
         client = await Client.connect(address, namespace=namespace)
         await register(client)
-        steps = floor.Steps(pool)
         queues = {False: f"bench-own-{uuid4().hex[:8]}"}
         await opened.enter_async_context(
             Worker(
