@@ -23,9 +23,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def hinted(fn: F) -> F:
     """``fn``, a handler the saga registers at run time, with its annotations evaluated once.
 
-    The SDK reads a handler's type hints each time a saga registers it; read from this module's
-    strings (``from __future__ import annotations``), each read compiles them again, some 50 µs
-    a handler and saga."""
+    The SDK reads a handler's type hints each time a saga registers it; read from the string
+    annotations of this package's modules (``from __future__ import annotations``), each read
+    compiles them again, some 50 µs a handler and saga."""
     fn.__annotations__ = get_type_hints(fn)
     return fn
 
