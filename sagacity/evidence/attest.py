@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import stat
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import chain
 
-from sagacity.evidence.checkpoints import CheckpointDir, CheckpointLog, Kind
-from sagacity.journal import GENESIS_HASH, entry_hash, format_timestamp
+from sagacity.evidence.checkpoints import Checkpoint, CheckpointDir, CheckpointLog, Kind
+from sagacity.journal import GENESIS_HASH, Entry, entry_hash, format_timestamp
 from sagacity.store.journal import JournalStore
 
 __all__ = ["UNATTESTED", "Attestor", "unlogged"]
@@ -27,6 +28,10 @@ UNATTESTED = "unattested: no signed checkpoint covers it: forged, or written beh
 
 # rows read at a time while walking a chain up to its checkpoint
 _CHUNK = 1000
+# chains shorter than this up to their checkpoint are read with other sagas' (at most _ROWS rows
+# a query); a longer one on its own, _CHUNK rows at a time
+_SPAN = 256
+_ROWS = 5000
 # checkpoint logs kept parsed between passes (with their signature verdicts), by saga
 _LOGS_KEPT = 4096
 
@@ -115,45 +120,114 @@ class Attestor:
         latest = self.log(saga_id).latest()
         return latest.seq if latest is not None and latest.kind is Kind.PURGED else 0
 
+    async def prepare(self, asked: Iterable[tuple[str, int]]) -> None:
+        """Attest together the sagas of ``asked`` (saga id, seq) that :meth:`covers` would read
+        one by one: their checkpoint logs in one thread hop, and the rows up to the checkpoint of
+        the short chains a few thousand at a time. :meth:`covers` then answers as it would have
+        alone."""
+        firsts: dict[str, int] = {}
+        for saga_id, seq in asked:
+            covered = self._covered.get(saga_id)
+            if (covered is None or seq < covered.start) and seq < firsts.get(saga_id, seq + 1):
+                firsts[saga_id] = seq
+        if not firsts:
+            return
+        # one hop for the batch: a thread per saga cost more than reading its small file
+        tops = await asyncio.to_thread(
+            lambda: {s: self._signed(s, seq) for s, seq in firsts.items()}
+        )
+        spans: list[tuple[str, int, int]] = []
+        for saga_id, (top, rest) in tops.items():
+            first = firsts[saga_id]
+            if top is None:
+                self._keep(saga_id, _Covered(first))
+            elif top.seq - first >= _SPAN:
+                hashes = await self._chain(saga_id, first, top.seq)
+                self._keep(saga_id, _covered_by(first, chain([top], rest), hashes))
+            else:
+                spans.append((saga_id, _Walk(first).after, top.seq))
+        # the short chains' rows, read in groups of at most _ROWS rows: memory stays bounded
+        while spans:
+            group: list[tuple[str, int, int]] = []
+            rows = 0
+            while spans and (not group or rows + spans[-1][2] - spans[-1][1] <= _ROWS):
+                group.append(spans.pop())
+                rows += group[-1][2] - group[-1][1]
+            found = await self._journal.spans(group)
+            for saga_id, _, _ in group:
+                top, rest = tops[saga_id]
+                assert top is not None  # only sagas with a checkpoint have a span
+                walk = _Walk(firsts[saga_id])
+                walk.take(found.get(saga_id, []))
+                self._keep(saga_id, _covered_by(walk.first, chain([top], rest), walk.hashes))
+
     async def _attest(self, saga_id: str, seq: int) -> _Covered:
         """The rows from ``seq`` up to the highest checkpoint that attests them."""
         # read in a thread: the worker running the sequencer keeps serving its tool calls while a
         # long saga's file is parsed
-        log = await asyncio.to_thread(self.log, saga_id)
-        signed = (
-            cp for cp in log.signed(lowest=seq) if self._before is None or cp.at < self._before
-        )
-        top = next(signed, None)
+        top, rest = await asyncio.to_thread(self._signed, saga_id, seq)
         if top is None:
             return _Covered(seq)
-        hashes = await self._chain(saga_id, seq, top.seq)
-        for cp in chain([top], signed):
-            if hashes.get(cp.seq) == cp.hash:
-                return _Covered(seq, {k: h for k, h in hashes.items() if k <= cp.seq})
-        return _Covered(seq)
+        return _covered_by(seq, chain([top], rest), await self._chain(saga_id, seq, top.seq))
+
+    def _signed(self, saga_id: str, seq: int) -> tuple[Checkpoint | None, Iterator[Checkpoint]]:
+        """The highest checkpoint at ``seq`` or above that verifies (signed before the pass
+        began), and the rest of them, highest first, checked as they are reached."""
+        signed = (
+            cp
+            for cp in self.log(saga_id).signed(lowest=seq)
+            if self._before is None or cp.at < self._before
+        )
+        return next(signed, None), signed
 
     async def _chain(self, saga_id: str, first: int, last: int) -> dict[int, str]:
         """The hashes of rows ``first..last`` as far as the chain verifies from ``first``: each
         row present, and hashed as its fields and the row before it say."""
-        prev: str | None = GENESIS_HASH if first == 1 else None
-        after = first - 2 if first > 1 else 0  # row first - 1 gives row first's prev hash
-        hashes: dict[int, str] = {}
-        expected = after + 1
-        while expected <= last:
-            rows = await self._journal.after(saga_id, after, limit=min(_CHUNK, last - after))
+        walk = _Walk(first)
+        while walk.after < last and not walk.broken:
+            rows = await self._journal.after(
+                saga_id, walk.after, limit=min(_CHUNK, last - walk.after)
+            )
             if not rows:
-                return hashes
-            for row in rows:
-                if row.seq != expected:
-                    return hashes
-                if row.seq >= first:
-                    if prev is None or entry_hash(prev, row) != row.hash:
-                        return hashes
-                    hashes[row.seq] = row.hash
-                prev = row.hash
-                expected += 1
-            after = rows[-1].seq
-        return hashes
+                break
+            walk.take(rows)
+        return walk.hashes
+
+
+class _Walk:
+    """A saga's chain walked up from row ``first``: the hashes that verify so far."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        #: row ``first - 1`` gives row ``first``'s prev hash, so the walk reads from it
+        self.after = first - 2 if first > 1 else 0
+        self.hashes: dict[int, str] = {}
+        self.broken = False
+        self._prev: str | None = GENESIS_HASH if first == 1 else None
+
+    def take(self, rows: Iterable[Entry]) -> None:
+        """Walk on through ``rows`` (those after :attr:`after`, in seq order) until a row is
+        missing or does not hash as its fields and the row before it say."""
+        for row in rows:
+            if self.broken or row.seq != self.after + 1:
+                self.broken = True
+                return
+            if row.seq >= self.first:
+                if self._prev is None or entry_hash(self._prev, row) != row.hash:
+                    self.broken = True
+                    return
+                self.hashes[row.seq] = row.hash
+            self._prev = row.hash
+            self.after = row.seq
+
+
+def _covered_by(first: int, signed: Iterable[Checkpoint], hashes: dict[int, str]) -> _Covered:
+    """The rows from ``first`` that the highest of ``signed`` whose row is hashed as it says
+    attests (none when no such checkpoint is found)."""
+    for cp in signed:
+        if hashes.get(cp.seq) == cp.hash:
+            return _Covered(first, {k: h for k, h in hashes.items() if k <= cp.seq})
+    return _Covered(first)
 
 
 def unlogged(

@@ -21,7 +21,7 @@ import base64
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -300,19 +300,24 @@ class Sequencer:
             appended = waiting = unattested = 0
             named: list[PendingRow] = []
             chunk: list[PendingRow] = []
-            async with aclosing(self.store.pending(batch=self._batch)) as rows:
-                async for row in rows:
-                    if await self.attestor.covers(row.saga_id, row.seq, row.hash):
-                        chunk.append(row)
-                        if len(chunk) == self._batch:
-                            appended += await self._append(frontier, chunk)
-                            chunk = []
-                    elif abs(row.timestamp - started) <= self.grace:
-                        waiting += 1
-                    else:
-                        unattested += 1
-                        if len(named) < NAMED:
-                            named.append(row)
+            async with (
+                aclosing(self.store.pending(batch=self._batch)) as rows,
+                aclosing(_batches(rows, self._batch)) as batches,
+            ):
+                async for batch in batches:
+                    await self.attestor.prepare((row.saga_id, row.seq) for row in batch)
+                    for row in batch:
+                        if await self.attestor.covers(row.saga_id, row.seq, row.hash):
+                            chunk.append(row)
+                            if len(chunk) == self._batch:
+                                appended += await self._append(frontier, chunk)
+                                chunk = []
+                        elif abs(row.timestamp - started) <= self.grace:
+                            waiting += 1
+                        else:
+                            unattested += 1
+                            if len(named) < NAMED:
+                                named.append(row)
             appended += await self._append(frontier, chunk)
             skipped = Skipped(waiting, unattested, tuple(named))
             old = 0 if last is None else last.head.size
@@ -463,6 +468,20 @@ class Sequencer:
             made += frontier.append(leaf_hash(leaf_data(row.saga_id, row.seq, row.hash)))
         await self.store.append(start, [(r.saga_id, r.seq, r.hash) for r in rows], made)
         return len(rows)
+
+
+async def _batches(
+    rows: AsyncIterator[PendingRow], size: int
+) -> AsyncGenerator[list[PendingRow], None]:
+    """``rows`` in lists of ``size`` (the last shorter)."""
+    batch: list[PendingRow] = []
+    async for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 async def run_sequencer(

@@ -88,6 +88,13 @@ _AFTER = (
     f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s AND seq > %s"
     " ORDER BY seq LIMIT %s"
 )
+# Each saga's rows in (after, last], for many sagas in one statement.
+_SPANS = f"""
+SELECT {", ".join(f"j.{c}" for c in _COLUMNS.split(", "))}
+FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS w(saga_id, after, last)
+JOIN {{side_effect_journal}} j ON j.saga_id = w.saga_id AND j.seq > w.after AND j.seq <= w.last
+ORDER BY j.saga_id, j.seq
+"""
 _SELECT_ALL = f"SELECT {_COLUMNS} FROM {{side_effect_journal}} ORDER BY saga_id, seq"
 _NAMES_TOOL = "SELECT EXISTS (SELECT FROM {side_effect_journal} WHERE tool_name = %s)"
 
@@ -342,6 +349,23 @@ class JournalStore:
                     qualify(_AFTER, await self._in(conn)), (saga_id, seq, limit)
                 )
                 return [_entry(row) for row in await cur.fetchall()]
+
+    async def spans(self, wanted: Sequence[tuple[str, int, int]]) -> dict[str, list[Entry]]:
+        """Each ``(saga_id, after, last)``'s rows after seq ``after`` through ``last``, in seq
+        order, by saga, in one query (sagas with no such row are left out)."""
+        if not wanted:
+            return {}
+        sagas, afters, lasts = (list(column) for column in zip(*wanted, strict=True))
+        found: dict[str, list[Entry]] = {}
+        with translate_errors(f"read {len(wanted)} sagas' rows"):
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(
+                    qualify(_SPANS, await self._in(conn)), (sagas, afters, lasts)
+                )
+                for row in await cur.fetchall():
+                    entry = _entry(row)
+                    found.setdefault(entry.saga_id, []).append(entry)
+        return found
 
     async def claim(self, saga_id: str, *, workflow_id: str, first_run_id: str) -> SagaOwner:
         """Claim ``saga_id`` for a run chain, or say which holds it (:meth:`SagaOwners.claim`)."""

@@ -13,6 +13,7 @@ import json
 import logging
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -364,3 +365,70 @@ async def test_the_workers_sequencer_logs_unattested_rows_once(
     assert latest_size(log_db) == 2  # the real saga's two rows, not the forged one
     said = [r.getMessage() for r in caplog.records if forged in r.getMessage()]
     assert said == [f"transparency log: saga {forged!r} seq 1 not logged: {UNATTESTED}"]
+
+
+async def test_one_pass_attests_long_short_and_edited_sagas_as_each_alone(log_db: LogDb) -> None:
+    """A pass attests its sagas together (short chains in one read of the journal, a long one
+    on its own): a long saga's 300 rows and a short one's go in, and the short one's next call
+    in the next pass; a saga whose row 2 was edited behind Sagacity's back has no row the chain
+    attests, before or after the edit."""
+    tag = uuid.uuid4().hex[:6]
+    long, short, edited = f"long-{tag}", f"short-{tag}", f"edited-{tag}"
+    await write_sagas(log_db, [long], calls=150)  # past the span read together
+    await write_sagas(log_db, [short, edited])
+    await owner_sql(
+        log_db,
+        (
+            "UPDATE side_effect_journal SET input = %s WHERE saga_id = %s AND seq = 2",
+            ('{"amount": 1000, "to": "Zoë"}', edited),
+        ),
+    )
+    pool = await open_pool(log_db.app_url, max_size=4)
+    try:
+        seq = sequencer(TlogStore(pool), log_db)
+        done = await seq.integrate()
+        assert (done.appended, done.waiting, done.unattested) == (304, 4, 0)
+        assert await logged(log_db, long) == list(range(1, 301))
+        assert await logged(log_db, short) == [1, 2, 3, 4]
+        assert await logged(log_db, edited) == []
+        # a call after the pass: its chain is walked on from row 4, logged by the last pass
+        await write_sagas(log_db, [short], calls=1)
+        later = await seq.integrate()
+        assert (later.appended, later.waiting) == (2, 4)
+        assert await logged(log_db, short) == [1, 2, 3, 4, 5, 6]
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize(("rows_a_read", "reads"), [(5000, 1), (10, 8)])
+async def test_a_pass_reads_its_short_sagas_together_a_bounded_number_of_rows_at_once(
+    log_db: LogDb, monkeypatch: pytest.MonkeyPatch, rows_a_read: int, reads: int
+) -> None:
+    """The sequencer runs beside the worker's tool calls: a pass over 40 sagas of two rows reads
+    their rows up to their checkpoints together (one query, not one a saga), at most so many
+    rows a query (memory stays bounded)."""
+    monkeypatch.setattr("sagacity.evidence.attest._ROWS", rows_a_read)
+    tag = uuid.uuid4().hex[:6]
+    await write_sagas(log_db, [f"many-{tag}-{n}" for n in range(40)], calls=1)
+    pool = await open_pool(log_db.app_url, max_size=4)
+    try:
+        seq = sequencer(TlogStore(pool), log_db)
+        journal = seq.attestor._journal
+        asked: list[tuple[str, int]] = []
+        for name in ("after", "spans", "read", "stream"):
+            method = getattr(journal, name, None)
+            if method is None:
+                continue
+
+            def counted(*args: object, _m: Any = method, _n: str = name, **kw: object) -> Any:
+                asked.append((_n, len(args[0]) if isinstance(args[0], list) else 1))
+                return _m(*args, **kw)
+
+            setattr(journal, name, counted)
+        done = await seq.integrate()
+        assert done.appended == 80
+        assert [name for name, _ in asked] == ["spans"] * reads
+        assert sum(n for _, n in asked) == 40
+        assert all(2 * n <= rows_a_read for _, n in asked)
+    finally:
+        await pool.close()
