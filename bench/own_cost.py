@@ -18,13 +18,17 @@ round by round in one run:
   ``Replayer``, Sagacity's with its converter and codec: CPU per saga replayed (the workflow
   code, the payload conversion and the SDK core's history processing, which a live worker runs
   for the saga's workflow tasks), with the history's events and bytes.
+* the transparency log's sequencer, which a worker runs beside its tool calls: after each of
+  Sagacity's activity rounds, one pass integrating that round's rows (their checkpoints read
+  and checked, their chains walked, the leaves appended and the head signed). CPU per saga;
+  the floor has none.
 
 The difference is taken round by round (the kinds alternate within each round), and printed as
 the median with the least and the most. Left out on both sides: the Temporal server's and
 Postgres' own CPU and the RPCs to them. Left out on Sagacity's: the activities' payload
-conversion and codec (the environment hands them objects), the transparency log's sequencer,
-and what ``sagacity worker`` adds around the plugin (its log context, metrics and a log line a
-call). ``bench.saga_overhead`` and ``bench.floor`` measure all of these.
+conversion and codec (the environment hands them objects), the witnesses the sequencer asks
+to cosign each head (once a pass, whatever its size), and what ``sagacity worker`` adds around
+the plugin (its log context, metrics and a log line a call). ``bench.saga_overhead`` and ``bench.floor`` measure all of these.
 
 Run from the repository root: ``python -m bench.own_cost`` (embedded Postgres and in-memory
 Temporal; set ``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` to measure your own servers).
@@ -63,8 +67,11 @@ from bench.floor_workflow import STEPS, FloorThreeSteps
 from bench.overhead_workload import TOOLS, saga_spec
 from bench.sides import SAGACITY, Anchors, Rig, sagacity_plugin, sagacity_worker, witness_process
 from sagacity.evidence.checkpoints import log_name
+from sagacity.evidence.keys import load_private_key
+from sagacity.evidence.tlog import Sequencer
 from sagacity.journal import GENESIS_HASH
 from sagacity.store import ApprovalStore, JournalStore, open_pool
+from sagacity.store.tlog import TlogStore
 from sagacity.temporal.activities import SagaActivities
 from sagacity.temporal.models import CallOutcome, CallRequest, CallStatus, SagaOpen, SagaState
 from sagacity.temporal.plugin import SagacityPlugin
@@ -88,10 +95,15 @@ class Rounds:
         """The median over rounds, in ms."""
         return statistics.median(self.per_unit_s) * 1000
 
+    def spread(self) -> tuple[float, float, float]:
+        """Over rounds (ms): the median, the least, the most."""
+        each = [s * 1000 for s in self.per_unit_s]
+        return statistics.median(each), min(each), max(each)
+
     def over(self, base: Rounds) -> tuple[float, float, float]:
         """This kind's CPU less ``base``'s, round by round (ms): the median, the least, the most."""
-        diffs = [(a - b) * 1000 for a, b in zip(self.per_unit_s, base.per_unit_s, strict=True)]
-        return statistics.median(diffs), min(diffs), max(diffs)
+        pairs = zip(self.per_unit_s, base.per_unit_s, strict=True)
+        return Rounds([a - b for a, b in pairs]).spread()
 
 
 @dataclass
@@ -103,6 +115,10 @@ class Calls:
     wall_s: list[float] = field(default_factory=list)
     #: the collector's passes per generation
     gc_passes: list[int] = field(default_factory=lambda: [0, 0, 0])
+    #: the sequencer's pass after each round, per saga (Sagacity's only)
+    sequencer: Rounds = field(default_factory=Rounds)
+    #: rows the sequencer appended in those passes
+    logged: int = 0
 
     @property
     def calls(self) -> int:
@@ -148,9 +164,12 @@ def gc_passes(into: list[int]) -> Iterator[None]:
 class ActivityRig:
     """Each kind's activities as its worker builds them, and an environment to run them in."""
 
-    def __init__(self, activities: SagaActivities, steps: floor.Steps) -> None:
+    def __init__(
+        self, activities: SagaActivities, steps: floor.Steps, sequencer: Sequencer
+    ) -> None:
         self.activities = activities
         self.steps = steps
+        self.sequencer = sequencer
         self.spec = saga_spec(fail_last=False).steps
         tool = activities.state.tools.get(TOOLS[0].name).tool
         # scheduled as the saga schedules a call of the tool (so the first call may open the
@@ -205,6 +224,8 @@ async def activity_rounds(rig: ActivityRig, args: argparse.Namespace) -> dict[st
     for kind in KINDS:  # warm up: connections, caches, prepared statements
         for _ in range(10):
             await rig.saga(kind, f"bench-own-warm-{uuid4().hex[:12]}", [])
+    # a worker's sequencer checks the whole log on its first pass, then what is new
+    await rig.sequencer.integrate(full_check=True)
     for r in range(args.rounds):
         for kind in KINDS if r % 2 == 0 else reversed(KINDS):
             calls = done[kind]
@@ -215,6 +236,10 @@ async def activity_rounds(rig: ActivityRig, args: argparse.Namespace) -> dict[st
                     await rig.saga(kind, saga_id, calls.wall_s)
                 calls.cpu.per_unit_s.append((time.process_time() - began) / (len(ids) * STEPS))
             calls.sagas += ids
+            if kind == SAGACITY:
+                began = time.process_time()
+                calls.logged += (await rig.sequencer.integrate()).appended
+                calls.sequencer.per_unit_s.append((time.process_time() - began) / len(ids))
     return done
 
 
@@ -234,8 +259,16 @@ async def activity_rig(stack: BenchStack, anchors: Anchors) -> AsyncIterator[Act
             checkpoints=anchors.checkpoints(),
             keyring=anchors.keyring(),
         )
-        async with floor.Steps.opened(stack.database_url, settings) as steps:
-            yield ActivityRig(activities, steps)
+        # as run_sequencer sets one up beside a worker: a small pool of its own
+        log_pool = await open_pool(stack.database_url, min_size=0, max_size=3)
+        sequencer = Sequencer(
+            TlogStore(log_pool), anchors.checkpoint_dir, load_private_key(anchors.signing_key)
+        )
+        try:
+            async with floor.Steps.opened(stack.database_url, settings) as steps:
+                yield ActivityRig(activities, steps, sequencer)
+        finally:
+            await log_pool.close()
     finally:
         await journal.close()
         await saga_pool.close()
@@ -363,11 +396,18 @@ def report(
     ))  # fmt: skip
     replay = replays[SAGACITY].cpu.over(replays[FLOOR].cpu)
     print(f"\nSagacity - floor: {_spread(replay)} ms of CPU a saga")
-    in_all = tuple(c * STEPS + r for c, r in zip(call, replay, strict=True))
+    saga_calls = calls[SAGACITY]
+    passes = saga_calls.sequencer.spread()
+    print(
+        f"\nThe transparency log's sequencer, a pass after each round: {_spread(passes)} ms of "
+        f"CPU a saga ({saga_calls.logged / len(saga_calls.sagas):.1f} rows logged a saga; the "
+        "floor has none)"
+    )
+    in_all = tuple(c * STEPS + r + q for c, r, q in zip(call, replay, passes, strict=True))
     print(
         f"\nIn all, Sagacity's own code: {in_all[0]:+.2f} ms of worker CPU a saga over the "
-        f"floor's (three calls and a replay; the medians' sum, the least and the most summed: "
-        f"{in_all[1]:+.2f} to {in_all[2]:+.2f})"
+        f"floor's (three calls, a replay and the sequencer; the medians' sum, the least and the "
+        f"most summed: {in_all[1]:+.2f} to {in_all[2]:+.2f})"
     )
 
 

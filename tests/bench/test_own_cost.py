@@ -1,6 +1,6 @@
 """``python -m bench.own_cost`` at its smallest runs end to end and measures what it says: both
-kinds' calls, their rows and Sagacity's checkpoints (one signed a call, one file a saga), and
-both kinds' recorded sagas replayed.
+kinds' calls, their rows and Sagacity's checkpoints (one signed a call, one file a saga), both
+kinds' recorded sagas replayed, and the sequencer logging Sagacity's rows.
 
 It runs the bench as a user does, in a process of its own. Nothing here times anything: the
 bench reports speed, the test only that it measured each kind as described.
@@ -43,7 +43,15 @@ def test_own_cost_measures_both_kinds_calls_and_replays() -> None:
     assert all(number(replayed[k][1]) > 0 for k in replayed), done.stdout
     # Sagacity's saga: the floor's events, and its patch marker with the upsert it brings
     assert number(replayed["sagacity"][2]) == number(replayed["floor"][2]) + 2, done.stdout
-    # in all: three calls' difference and a replay's, as printed
+    # the sequencer logged every row of Sagacity's sagas, in a pass that cost CPU
+    passes = re.search(
+        r"sequencer, a pass after each round: ([-+][\d.]+) \[[^]]*\] ms of CPU a saga "
+        r"\(([\d.]+) rows logged a saga",
+        done.stdout,
+    )
+    assert passes is not None, done.stdout
+    assert float(passes.group(1)) > 0 and float(passes.group(2)) == 6.0, done.stdout
+    # in all: three calls' difference, a replay's and the sequencer's, as printed
     call, replay, in_all = (
         float(re.search(pattern, done.stdout, re.S).group(1))  # type: ignore[union-attr]
         for pattern in (
@@ -52,4 +60,4 @@ def test_own_cost_measures_both_kinds_calls_and_replays() -> None:
             r"In all, Sagacity's own code: ([-+][\d.]+) ms",
         )
     )
-    assert abs(call * 3 + replay - in_all) < 0.02, done.stdout
+    assert abs(call * 3 + replay + float(passes.group(1)) - in_all) < 0.02, done.stdout
