@@ -28,10 +28,12 @@ UNATTESTED = "unattested: no signed checkpoint covers it: forged, or written beh
 
 # rows read at a time while walking a chain up to its checkpoint
 _CHUNK = 1000
-# chains shorter than this up to their checkpoint are read with other sagas' (at most _ROWS rows
-# a query); a longer one on its own, _CHUNK rows at a time
+# prepare() reads ahead the rows of chains shorter than this up to their checkpoint (a longer
+# one is read when asked, _CHUNK rows at a time), and holds at most about _AHEAD_ROWS rows or
+# _AHEAD_BYTES of their input and payload for a batch
 _SPAN = 256
-_ROWS = 5000
+_AHEAD_ROWS = 10_000
+_AHEAD_BYTES = 16 * 1024 * 1024
 # checkpoint logs kept parsed between passes (with their signature verdicts), by saga
 _LOGS_KEPT = 4096
 
@@ -50,9 +52,11 @@ class Attestor:
 
     Per saga and pass: one read of its checkpoint log (kept parsed while the file's size and
     modification time stay the same), one signature check in the usual case (the highest
-    checkpoint), and one read of the rows from the first asked-about seq to that checkpoint.
-    The attested hashes are kept for the pass, at most ``max_hashes`` in all (the sagas used
-    least recently are dropped, and read again if asked about again), so memory stays bounded.
+    checkpoint), and one read of the rows from the first asked-about seq to that checkpoint;
+    :meth:`prepare` does these for a batch of sagas together (one thread hop, the short chains'
+    rows a few thousand at a time). The attested hashes are kept for the pass, at most
+    ``max_hashes`` in all (the sagas used least recently are dropped, and read again if asked
+    about again), so memory stays bounded.
     """
 
     def __init__(
@@ -65,6 +69,9 @@ class Attestor:
         self._covered: OrderedDict[str, _Covered] = OrderedDict()
         self._held = 0
         self._before: str | None = None
+        # what prepare() read ahead for the batch being asked about
+        self._loaded: dict[str, CheckpointLog] = {}
+        self._ahead: dict[str, _Ahead] = {}
 
     def begin(self, *, signed_before: datetime | None = None) -> None:
         """Start a pass: forget what the last one attested. ``signed_before``: ignore
@@ -73,6 +80,8 @@ class Attestor:
         self._covered.clear()
         self._held = 0
         self._before = None if signed_before is None else format_timestamp(signed_before)
+        self._loaded = {}
+        self._ahead = {}
 
     async def covers(self, saga_id: str, seq: int, row_hash: str) -> bool:
         """Whether a trusted checkpoint attests row ``seq`` of ``saga_id`` hashed ``row_hash``."""
@@ -121,10 +130,15 @@ class Attestor:
         return latest.seq if latest is not None and latest.kind is Kind.PURGED else 0
 
     async def prepare(self, asked: Iterable[tuple[str, int]]) -> None:
-        """Attest together the sagas of ``asked`` (saga id, seq) that :meth:`covers` would read
-        one by one: their checkpoint logs in one thread hop, and the rows up to the checkpoint of
-        the short chains a few thousand at a time. :meth:`covers` then answers as it would have
-        alone."""
+        """Read ahead what :meth:`covers` will read for ``asked`` (saga id, seq), so that most
+        of its answers need no round trip of their own: the sagas' checkpoint logs in one thread
+        hop, and the rows of the short chains, from the lowest seq asked up to the highest
+        trusted checkpoint, many sagas a query. What a batch reads ahead is held until the next
+        (about ``_AHEAD_ROWS`` rows or ``_AHEAD_BYTES`` of their input and payload at most;
+        past that a saga's rows are read when asked). :meth:`covers` answers as it would without:
+        each walk still starts where the row asked says."""
+        self._loaded = {}
+        self._ahead = {}
         firsts: dict[str, int] = {}
         for saga_id, seq in asked:
             covered = self._covered.get(saga_id)
@@ -133,50 +147,53 @@ class Attestor:
         if not firsts:
             return
         # one hop for the batch: a thread per saga cost more than reading its small file
-        tops = await asyncio.to_thread(
-            lambda: {s: self._signed(s, seq) for s, seq in firsts.items()}
-        )
-        spans: list[tuple[str, int, int]] = []
-        for saga_id, (top, rest) in tops.items():
-            first = firsts[saga_id]
-            if top is None:
-                self._keep(saga_id, _Covered(first))
-            elif top.seq - first >= _SPAN:
-                hashes = await self._chain(saga_id, first, top.seq)
-                self._keep(saga_id, _covered_by(first, chain([top], rest), hashes))
-            else:
-                spans.append((saga_id, _Walk(first).after, top.seq))
-        # the short chains' rows, read in groups of at most _ROWS rows: memory stays bounded
-        while spans:
-            group: list[tuple[str, int, int]] = []
-            rows = 0
-            while spans and (not group or rows + spans[-1][2] - spans[-1][1] <= _ROWS):
-                group.append(spans.pop())
-                rows += group[-1][2] - group[-1][1]
+        self._loaded = await asyncio.to_thread(lambda: {s: self.log(s) for s in firsts})
+        spans: dict[str, tuple[int, int]] = {}
+        for saga_id, first in firsts.items():
+            top, _ = self._signed(self._loaded[saga_id], first)
+            if top is not None and top.seq - first < _SPAN:
+                spans[saga_id] = (_Walk(first).after, top.seq)
+        # a query reads at most _CHUNK rows (and one saga's span more), as a long chain's walk
+        # does; the batch holds at most _AHEAD_ROWS rows or _AHEAD_BYTES of input and payload
+        held = size = grouped = 0
+        group: dict[str, tuple[int, int]] = {}
+        for n, (saga_id, (after, last)) in enumerate(spans.items(), start=1):
+            group[saga_id] = (after, last)
+            grouped += last - after
+            if grouped < _CHUNK and n < len(spans):
+                continue
             found = await self._journal.spans(group)
-            for saga_id, _, _ in group:
-                top, rest = tops[saga_id]
-                assert top is not None  # only sagas with a checkpoint have a span
-                walk = _Walk(firsts[saga_id])
-                walk.take(found.get(saga_id, []))
-                self._keep(saga_id, _covered_by(walk.first, chain([top], rest), walk.hashes))
+            for name, (start, stop) in group.items():
+                ahead = self._ahead[name] = _Ahead(start, stop, found.get(name, []))
+                size += sum(len(e.input) + len(e.payload) for e in ahead.rows)
+            held += grouped
+            group, grouped = {}, 0
+            if held >= _AHEAD_ROWS or size >= _AHEAD_BYTES:
+                return
 
     async def _attest(self, saga_id: str, seq: int) -> _Covered:
         """The rows from ``seq`` up to the highest checkpoint that attests them."""
-        # read in a thread: the worker running the sequencer keeps serving its tool calls while a
-        # long saga's file is parsed
-        top, rest = await asyncio.to_thread(self._signed, saga_id, seq)
+        log = self._loaded.get(saga_id)
+        if log is None:
+            # read in a thread: the worker running the sequencer keeps serving its tool calls
+            # while a long saga's file is parsed
+            log = await asyncio.to_thread(self.log, saga_id)
+        top, rest = self._signed(log, seq)
         if top is None:
             return _Covered(seq)
-        return _covered_by(seq, chain([top], rest), await self._chain(saga_id, seq, top.seq))
+        hashes = await self._chain(saga_id, seq, top.seq)
+        for cp in chain([top], rest):
+            if hashes.get(cp.seq) == cp.hash:
+                return _Covered(seq, {k: h for k, h in hashes.items() if k <= cp.seq})
+        return _Covered(seq)
 
-    def _signed(self, saga_id: str, seq: int) -> tuple[Checkpoint | None, Iterator[Checkpoint]]:
-        """The highest checkpoint at ``seq`` or above that verifies (signed before the pass
-        began), and the rest of them, highest first, checked as they are reached."""
+    def _signed(
+        self, log: CheckpointLog, seq: int
+    ) -> tuple[Checkpoint | None, Iterator[Checkpoint]]:
+        """``log``'s highest checkpoint at ``seq`` or above that verifies (signed before the
+        pass began), and the rest of them, highest first, checked as they are reached."""
         signed = (
-            cp
-            for cp in self.log(saga_id).signed(lowest=seq)
-            if self._before is None or cp.at < self._before
+            cp for cp in log.signed(lowest=seq) if self._before is None or cp.at < self._before
         )
         return next(signed, None), signed
 
@@ -184,6 +201,10 @@ class Attestor:
         """The hashes of rows ``first..last`` as far as the chain verifies from ``first``: each
         row present, and hashed as its fields and the row before it say."""
         walk = _Walk(first)
+        ahead = self._ahead.get(saga_id)
+        if ahead is not None and ahead.after <= walk.after and last <= ahead.last:
+            walk.take(e for e in ahead.rows if walk.after < e.seq <= last)
+            return walk.hashes
         while walk.after < last and not walk.broken:
             rows = await self._journal.after(
                 saga_id, walk.after, limit=min(_CHUNK, last - walk.after)
@@ -192,6 +213,15 @@ class Attestor:
                 break
             walk.take(rows)
         return walk.hashes
+
+
+@dataclass(frozen=True, slots=True)
+class _Ahead:
+    """A saga's rows after seq ``after`` through ``last`` (those present), read ahead."""
+
+    after: int
+    last: int
+    rows: list[Entry]
 
 
 class _Walk:
@@ -219,15 +249,6 @@ class _Walk:
                 self.hashes[row.seq] = row.hash
             self._prev = row.hash
             self.after = row.seq
-
-
-def _covered_by(first: int, signed: Iterable[Checkpoint], hashes: dict[int, str]) -> _Covered:
-    """The rows from ``first`` that the highest of ``signed`` whose row is hashed as it says
-    attests (none when no such checkpoint is found)."""
-    for cp in signed:
-        if hashes.get(cp.seq) == cp.hash:
-            return _Covered(first, {k: h for k, h in hashes.items() if k <= cp.seq})
-    return _Covered(first)
 
 
 def unlogged(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     aclosing,
@@ -350,17 +350,18 @@ class JournalStore:
                 )
                 return [_entry(row) for row in await cur.fetchall()]
 
-    async def spans(self, wanted: Sequence[tuple[str, int, int]]) -> dict[str, list[Entry]]:
-        """Each ``(saga_id, after, last)``'s rows after seq ``after`` through ``last``, in seq
-        order, by saga, in one query (sagas with no such row are left out)."""
+    async def spans(self, wanted: Mapping[str, tuple[int, int]]) -> dict[str, list[Entry]]:
+        """Each saga's rows after seq ``after`` through ``last`` (``wanted``: saga id ->
+        ``(after, last)``), in seq order, by saga, in one query (a saga with no such row is
+        left out)."""
         if not wanted:
             return {}
-        sagas, afters, lasts = (list(column) for column in zip(*wanted, strict=True))
+        afters, lasts = zip(*wanted.values(), strict=True)
         found: dict[str, list[Entry]] = {}
         with translate_errors(f"read {len(wanted)} sagas' rows"):
             async with self._pool.connection() as conn:
                 cur = await conn.execute(
-                    qualify(_SPANS, await self._in(conn)), (sagas, afters, lasts)
+                    qualify(_SPANS, await self._in(conn)), (list(wanted), list(afters), list(lasts))
                 )
                 for row in await cur.fetchall():
                     entry = _entry(row)

@@ -400,16 +400,68 @@ async def test_one_pass_attests_long_short_and_edited_sagas_as_each_alone(log_db
         await pool.close()
 
 
-@pytest.mark.parametrize(("rows_a_read", "reads"), [(5000, 1), (10, 8)])
-async def test_a_pass_reads_its_short_sagas_together_a_bounded_number_of_rows_at_once(
-    log_db: LogDb, monkeypatch: pytest.MonkeyPatch, rows_a_read: int, reads: int
+async def test_an_edited_row_dated_after_its_successors_keeps_only_itself_out(
+    log_db: LogDb,
+) -> None:
+    """Workers' clocks differ: a call's INTENT dated 30 s after its outcome and the next call.
+    An insider then edits that INTENT. The sequencer, reading rows by timestamp, asks about
+    rows 4, 5, 6 before row 3: they chain to the checkpoint at 6 from row 3's stored hash and
+    are logged; row 3 alone does not verify and is named (a pass that walked every row from 3
+    refused them all, and the verifier then called them withheld)."""
+    saga = f"skewed-{uuid.uuid4().hex[:6]}"
+    pool = await open_pool(log_db.app_url, max_size=4)
+    try:
+        await write_sagas(log_db, [saga], calls=1)  # rows 1, 2
+        seq = sequencer(TlogStore(pool), log_db, grace=timedelta(0))
+        await seq.integrate()
+        writer = CheckpointWriter(log_db.checkpoints, load_private_key(log_db.signing_key))
+        now = datetime.now(UTC)
+        async with await JournalStore.open(log_db.app_url, max_size=2) as journal:
+            intent = Draft(saga, "pay", Phase.INTENT, '{"n": 3}')
+            await journal.append_at(intent, seq=3, timestamp=now + timedelta(seconds=30))
+            outcome = Draft(saga, "pay", Phase.EXECUTED, '{"n": 3}', '{"ok": 1}')
+            row = await journal.append_at(outcome, seq=4, timestamp=now)
+            writer.record(saga, 4, row.hash)
+        await write_sagas(log_db, [saga], calls=1)  # rows 5, 6, checkpoint at 6
+        await owner_sql(
+            log_db,
+            (
+                "UPDATE side_effect_journal SET input = %s WHERE saga_id = %s AND seq = 3",
+                ('{"n": 300}', saga),
+            ),
+        )
+        done = await seq.integrate()
+        assert [(r.saga_id, r.seq) for r in done.named] == [(saga, 3)]
+        assert await logged(log_db, saga) == [1, 2, 4, 5, 6]
+        found = about(await findings(TlogStore(pool), log_db, timedelta(0)), saga)
+        assert [(fatal, at) for fatal, at, _ in found] == [(True, 3)], found
+        assert found[0][2].startswith(UNATTESTED), found
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("chunk", "ahead_rows", "reads"),
+    [
+        (1000, 10_000, [("spans", 40)]),  # one query for the batch
+        (10, 10_000, [("spans", 5)] * 8),  # at most about a chunk of rows a query
+        (10, 20, [("spans", 5)] * 2 + [("after", 1)] * 30),  # past the batch's hold: per saga
+    ],
+)
+async def test_a_pass_reads_its_short_sagas_ahead_together_within_bounds(
+    log_db: LogDb,
+    monkeypatch: pytest.MonkeyPatch,
+    chunk: int,
+    ahead_rows: int,
+    reads: list[tuple[str, int]],
 ) -> None:
     """The sequencer runs beside the worker's tool calls: a pass over 40 sagas of two rows reads
-    their rows up to their checkpoints together (one query, not one a saga), at most so many
-    rows a query (memory stays bounded)."""
-    monkeypatch.setattr("sagacity.evidence.attest._ROWS", rows_a_read)
+    their rows up to their checkpoints together, not in a query a saga, holding a bounded number
+    of rows at once."""
+    monkeypatch.setattr("sagacity.evidence.attest._CHUNK", chunk)
+    monkeypatch.setattr("sagacity.evidence.attest._AHEAD_ROWS", ahead_rows)
     tag = uuid.uuid4().hex[:6]
-    await write_sagas(log_db, [f"many-{tag}-{n}" for n in range(40)], calls=1)
+    await write_sagas(log_db, [f"many-{tag}-{n:02d}" for n in range(40)], calls=1)
     pool = await open_pool(log_db.app_url, max_size=4)
     try:
         seq = sequencer(TlogStore(pool), log_db)
@@ -421,14 +473,12 @@ async def test_a_pass_reads_its_short_sagas_together_a_bounded_number_of_rows_at
                 continue
 
             def counted(*args: object, _m: Any = method, _n: str = name, **kw: object) -> Any:
-                asked.append((_n, len(args[0]) if isinstance(args[0], list) else 1))
+                asked.append((_n, len(args[0]) if isinstance(args[0], dict) else 1))
                 return _m(*args, **kw)
 
             setattr(journal, name, counted)
         done = await seq.integrate()
-        assert done.appended == 80
-        assert [name for name, _ in asked] == ["spans"] * reads
-        assert sum(n for _, n in asked) == 40
-        assert all(2 * n <= rows_a_read for _, n in asked)
+        assert (done.appended, done.unattested, done.waiting) == (80, 0, 0)
+        assert asked == reads
     finally:
         await pool.close()
