@@ -346,11 +346,11 @@ async def measure(stack: BenchStack, args: argparse.Namespace, anchors: Anchors 
         plugin, journal = await opened.enter_async_context(
             sagacity_plugin(settings, stack.database_url, anchors, witnesses)
         )
-        connect = {"target_host": stack.temporal_address, "namespace": stack.temporal_namespace}
+        address, namespace = stack.temporal_address, stack.temporal_namespace
         # plain Temporal as it comes: its own client (no Sagacity converter, no codec) and worker
         clients = {
-            SAGACITY: await Client.connect(**connect, plugins=[plugin]),
-            PLAIN: await Client.connect(**connect),
+            SAGACITY: await Client.connect(address, namespace=namespace, plugins=[plugin]),
+            PLAIN: await Client.connect(address, namespace=namespace),
         }
         queues = task_queues()
         workers = [

@@ -222,7 +222,7 @@ async def log_verify(stack: BenchStack, heads: HeadLog) -> Step:
     is the leaves checked."""
     pool = await open_pool(stack.database_url, max_size=2)
     try:
-        attestor = Attestor(JournalStore(pool), heads.path.parent, [heads.key])
+        attestor = Attestor(JournalStore(pool), CheckpointDir(heads.path.parent, heads.key))
         checker = LogVerifier(TlogStore(pool), heads, attestor)
         with measured() as step:
             async with aclosing(checker.run()) as findings:
@@ -272,7 +272,7 @@ async def prove(stack: BenchStack, folder: Path, heads: HeadLog, sagas: Sequence
         rows = (out / ROWS).read_text(encoding="utf-8").splitlines()
         lines = (out / PROOFS).read_text(encoding="utf-8").splitlines()
         proofs += [
-            (entry_from_line(r), RowProof.parse(p)) for r, p in zip(rows, lines, strict=True)
+            (entry_from_line(r), RowProof.parse(p)[0]) for r, p in zip(rows, lines, strict=True)
         ]
     tick = time.perf_counter()
     for row, proof in proofs:
