@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from sagacity.evidence.checkpoints import Checkpoint, CheckpointDir, CheckpointL
 from sagacity.journal import GENESIS_HASH, Entry, entry_hash, format_timestamp
 from sagacity.store.journal import JournalStore
 
-__all__ = ["UNATTESTED", "Attestor", "unlogged"]
+__all__ = ["UNATTESTED", "Attestor", "Turns", "unlogged"]
 
 #: What a row no trusted checkpoint covers is, past the grace period.
 UNATTESTED = "unattested: no signed checkpoint covers it: forged, or written behind Sagacity's back"
@@ -29,13 +30,37 @@ UNATTESTED = "unattested: no signed checkpoint covers it: forged, or written beh
 # rows read at a time while walking a chain up to its checkpoint
 _CHUNK = 1000
 # prepare() reads ahead the rows of chains shorter than this up to their checkpoint (a longer
-# one is read when asked, _CHUNK rows at a time), and holds at most about _AHEAD_ROWS rows or
-# _AHEAD_BYTES of their input and payload for a batch
+# one is read when asked, _CHUNK rows at a time), about _GROUP_ROWS rows a query, and holds at
+# most about _AHEAD_ROWS rows or _AHEAD_BYTES of their input and payload for a batch
 _SPAN = 256
+_GROUP_ROWS = 128
 _AHEAD_ROWS = 10_000
 _AHEAD_BYTES = 16 * 1024 * 1024
 # checkpoint logs kept parsed between passes (with their signature verdicts), by saga
 _LOGS_KEPT = 4096
+# a checkpoint log longer than this (some 200 lines) is parsed in a thread
+_LONG_LOG_BYTES = 64 * 1024
+
+
+#: the longest stretch of its own work a transparency log pass runs before it gives the event
+#: loop a turn (seconds)
+TURN_S = 0.001
+
+
+class Turns:
+    """Gives the event loop a turn once :data:`TURN_S` of work has passed since the last: the
+    sequencer runs in the worker's event loop, and the worker's tool calls must not wait on a
+    pass's CPU-bound stretches (checking signatures, walking chains read ahead)."""
+
+    def __init__(self) -> None:
+        self._every_s = TURN_S
+        self._last = time.monotonic()
+
+    async def take(self) -> None:
+        """Yield to the event loop if this stretch has run :data:`TURN_S` or longer."""
+        if time.monotonic() - self._last >= self._every_s:
+            await asyncio.sleep(0)
+            self._last = time.monotonic()
 
 
 @dataclass(slots=True)
@@ -131,8 +156,8 @@ class Attestor:
 
     async def prepare(self, asked: Iterable[tuple[str, int]]) -> None:
         """Read ahead what :meth:`covers` will read for ``asked`` (saga id, seq), so that most
-        of its answers need no round trip of their own: the sagas' checkpoint logs in one thread
-        hop, and the rows of the short chains, from the lowest seq asked up to the highest
+        of its answers need no round trip of their own: the sagas' checkpoint logs (in a thread
+        when long), and the rows of the short chains, from the lowest seq asked up to the highest
         trusted checkpoint, many sagas a query. What a batch reads ahead is held until the next
         (about ``_AHEAD_ROWS`` rows or ``_AHEAD_BYTES`` of their input and payload at most;
         past that a saga's rows are read when asked). :meth:`covers` answers as it would without:
@@ -146,21 +171,27 @@ class Attestor:
                 firsts[saga_id] = seq
         if not firsts:
             return
-        # one hop for the batch: a thread per saga cost more than reading its small file
-        self._loaded = await asyncio.to_thread(lambda: {s: self.log(s) for s in firsts})
         spans: dict[str, tuple[int, int]] = {}
+        turns = Turns()
         for saga_id, first in firsts.items():
-            top, _ = self._signed(self._loaded[saga_id], first)
+            await turns.take()
+            top = (
+                # a long saga's file is parsed in a thread; a small one costs less than the hop
+                await asyncio.to_thread(self._top, saga_id, first)
+                if self._long(saga_id)
+                else self._top(saga_id, first)
+            )
             if top is not None and top.seq - first < _SPAN:
                 spans[saga_id] = (_Walk(first).after, top.seq)
-        # a query reads at most _CHUNK rows (and one saga's span more), as a long chain's walk
-        # does; the batch holds at most _AHEAD_ROWS rows or _AHEAD_BYTES of input and payload
+        # a query reads about _GROUP_ROWS rows (at most one saga's span more): turning its rows
+        # into entries holds the event loop; the batch holds at most about _AHEAD_ROWS rows or
+        # _AHEAD_BYTES of input and payload
         held = size = grouped = 0
         group: dict[str, tuple[int, int]] = {}
         for n, (saga_id, (after, last)) in enumerate(spans.items(), start=1):
             group[saga_id] = (after, last)
             grouped += last - after
-            if grouped < _CHUNK and n < len(spans):
+            if grouped < _GROUP_ROWS and n < len(spans):
                 continue
             found = await self._journal.spans(group)
             for name, (start, stop) in group.items():
@@ -186,6 +217,19 @@ class Attestor:
             if hashes.get(cp.seq) == cp.hash:
                 return _Covered(seq, {k: h for k, h in hashes.items() if k <= cp.seq})
         return _Covered(seq)
+
+    def _long(self, saga_id: str) -> bool:
+        """Whether ``saga_id``'s checkpoint log is long enough to parse in a thread."""
+        try:
+            return self._checkpoints.log_path(saga_id).stat().st_size > _LONG_LOG_BYTES
+        except OSError:
+            return False
+
+    def _top(self, saga_id: str, seq: int) -> Checkpoint | None:
+        """``saga_id``'s log read (kept for :meth:`_attest`) and its highest checkpoint at
+        ``seq`` or above that verifies."""
+        log = self._loaded[saga_id] = self.log(saga_id)
+        return self._signed(log, seq)[0]
 
     def _signed(
         self, log: CheckpointLog, seq: int

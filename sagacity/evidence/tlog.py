@@ -31,7 +31,7 @@ from typing import BinaryIO, NamedTuple
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from sagacity.errors import EvidenceUnavailable, LogInconsistent, SagacityError
-from sagacity.evidence.attest import UNATTESTED, Attestor
+from sagacity.evidence.attest import UNATTESTED, Attestor, Turns
 from sagacity.evidence.checkpoints import CheckpointDir
 from sagacity.evidence.heads import LogSnapshot, RowProof, inclusion_paths
 from sagacity.evidence.keys import key_id, load_private_key
@@ -306,7 +306,9 @@ class Sequencer:
             ):
                 async for batch in batches:
                     await self.attestor.prepare((row.saga_id, row.seq) for row in batch)
+                    turns = Turns()  # rows read ahead are walked without a wait
                     for row in batch:
+                        await turns.take()
                         if await self.attestor.covers(row.saga_id, row.seq, row.hash):
                             chunk.append(row)
                             if len(chunk) == self._batch:
@@ -464,7 +466,9 @@ class Sequencer:
             return 0
         start = frontier.size
         made: list[tuple[Node, bytes]] = []
+        turns = Turns()
         for row in rows:
+            await turns.take()
             made += frontier.append(leaf_hash(leaf_data(row.saga_id, row.seq, row.hash)))
         await self.store.append(start, [(r.saga_id, r.seq, r.hash) for r in rows], made)
         return len(rows)

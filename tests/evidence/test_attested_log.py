@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import uuid
@@ -441,24 +442,24 @@ async def test_an_edited_row_dated_after_its_successors_keeps_only_itself_out(
 
 
 @pytest.mark.parametrize(
-    ("chunk", "ahead_rows", "reads"),
+    ("group_rows", "ahead_rows", "reads"),
     [
-        (1000, 10_000, [("spans", 40)]),  # one query for the batch
-        (10, 10_000, [("spans", 5)] * 8),  # at most about a chunk of rows a query
+        (128, 10_000, [("spans", 40)]),  # one query for the batch
+        (10, 10_000, [("spans", 5)] * 8),  # about so many rows a query
         (10, 20, [("spans", 5)] * 2 + [("after", 1)] * 30),  # past the batch's hold: per saga
     ],
 )
 async def test_a_pass_reads_its_short_sagas_ahead_together_within_bounds(
     log_db: LogDb,
     monkeypatch: pytest.MonkeyPatch,
-    chunk: int,
+    group_rows: int,
     ahead_rows: int,
     reads: list[tuple[str, int]],
 ) -> None:
     """The sequencer runs beside the worker's tool calls: a pass over 40 sagas of two rows reads
     their rows up to their checkpoints together, not in a query a saga, holding a bounded number
     of rows at once."""
-    monkeypatch.setattr("sagacity.evidence.attest._CHUNK", chunk)
+    monkeypatch.setattr("sagacity.evidence.attest._GROUP_ROWS", group_rows)
     monkeypatch.setattr("sagacity.evidence.attest._AHEAD_ROWS", ahead_rows)
     tag = uuid.uuid4().hex[:6]
     await write_sagas(log_db, [f"many-{tag}-{n:02d}" for n in range(40)], calls=1)
@@ -481,4 +482,45 @@ async def test_a_pass_reads_its_short_sagas_ahead_together_within_bounds(
         assert (done.appended, done.unattested, done.waiting) == (80, 0, 0)
         assert asked == reads
     finally:
+        await pool.close()
+
+
+async def test_a_pass_gives_the_worker_s_event_loop_turns_while_it_checks(
+    log_db: LogDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sequencer shares the worker's event loop with its tool calls. Walking chains read
+    ahead waits on nothing, so a pass gives the loop a turn between stretches (here after every
+    row): a task beside it runs between one row's check and the next, not only while the pass
+    waits for Postgres."""
+    monkeypatch.setattr("sagacity.evidence.attest.TURN_S", 0.0)
+    tag = uuid.uuid4().hex[:6]
+    await write_sagas(log_db, [f"turns-{tag}-{n:02d}" for n in range(40)], calls=1)
+    pool = await open_pool(log_db.app_url, max_size=4)
+    beside = 0
+
+    async def a_tool_call() -> None:
+        nonlocal beside
+        while True:
+            beside += 1
+            await asyncio.sleep(0)
+
+    seq = sequencer(TlogStore(pool), log_db)
+    covers = seq.attestor.covers
+    seen: list[int] = []  # how far the task beside had run at each row's check
+
+    async def counted(saga_id: str, at: int, row_hash: str) -> bool:
+        seen.append(beside)
+        return await covers(saga_id, at, row_hash)
+
+    monkeypatch.setattr(seq.attestor, "covers", counted)
+    task = asyncio.create_task(a_tool_call())
+    try:
+        done = await seq.integrate()
+        assert done.appended == 80 and len(seen) == 80
+        ran_between = sum(b > a for a, b in itertools.pairwise(seen))
+        assert ran_between == 79, seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         await pool.close()
