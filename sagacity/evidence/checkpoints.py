@@ -17,6 +17,7 @@ import base64
 import binascii
 import hashlib
 import os
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -264,6 +265,24 @@ class CheckpointLog:
         return list(by_seq.values())
 
 
+class _NotRegular(OSError):
+    """The checkpoint log's path holds something other than a regular file."""
+
+
+def _read_regular(file: Path) -> bytes:
+    """``file``'s bytes, when it is a regular file: judged on the descriptor read, so that a
+    pipe put in its place (by someone who can write the folder) neither blocks the reader nor
+    is read (opening it does not wait for a writer)."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _NotRegular(file)
+        with os.fdopen(fd, "rb", closefd=False) as opened:
+            return opened.read()
+    finally:
+        os.close(fd)
+
+
 class CheckpointDir:
     """Reads a checkpoint directory (or a bundle's copy), trusting only the signatures of ``key``
     (or of each key of a mapping by key id: the pinned keys and those they rotated to)."""
@@ -283,9 +302,11 @@ class CheckpointDir:
         """``saga_id``'s checkpoints; an empty log when it has none."""
         file = self.log_path(saga_id)
         try:
-            text = file.read_bytes().decode("utf-8")
+            text = _read_regular(file).decode("utf-8")
         except FileNotFoundError:
             return CheckpointLog(saga_id)
+        except _NotRegular:
+            return CheckpointLog(saga_id, problems=[f"{file.name}: not a regular file"])
         except (OSError, UnicodeDecodeError) as exc:
             return CheckpointLog(saga_id, problems=[f"{file.name}: unreadable: {exc}"])
         lines: list[tuple[str, Checkpoint]] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
 from pathlib import Path
@@ -120,3 +121,21 @@ def test_keys_are_private_to_their_owner_and_never_replaced(tmp_path: Path) -> N
 def test_the_package_root_exports_what_it_lists() -> None:
     assert sorted(evidence.__all__) == sorted(evidence._MODULE_OF)
     assert all(getattr(evidence, name) is not None for name in evidence.__all__)
+
+
+def test_a_pipe_in_place_of_a_log_is_named_and_never_waited_on(tmp_path: Path) -> None:
+    """Someone who can write the checkpoint folder puts a FIFO where a saga's log goes: reading
+    it would wait for a writer for ever (the sequencer reads logs in the worker). It is reported
+    as not a regular file, at once."""
+    key = generate_key(tmp_path / "k.pem")
+    folder = CheckpointDir(tmp_path / "cp", key.public_key())
+    (tmp_path / "cp").mkdir()
+    os.mkfifo(folder.log_path("piped"))
+    done: list[list[str]] = []
+    reader = threading.Thread(
+        target=lambda: done.append(folder.load("piped").problems), daemon=True
+    )
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "the reader blocked on the pipe"
+    assert done == [[f"{log_name('piped')}: not a regular file"]]
