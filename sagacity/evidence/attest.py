@@ -38,17 +38,17 @@ _AHEAD_ROWS = 10_000
 _AHEAD_BYTES = 16 * 1024 * 1024
 # checkpoint logs kept parsed between passes (with their signature verdicts), by saga
 _LOGS_KEPT = 4096
-# a checkpoint log longer than this (some 200 lines) is parsed in a thread
-_LONG_LOG_BYTES = 64 * 1024
+# checkpoint logs read in one thread hop (a hop a saga cost more than reading a small file)
+_LOGS_A_HOP = 32
 
 
-#: the longest stretch of its own work a transparency log pass runs before it gives the event
-#: loop a turn (seconds)
+#: how long a transparency log pass runs (its own work, or waits) before it gives the event
+#: loop a turn at the next chance (seconds)
 TURN_S = 0.001
 
 
 class Turns:
-    """Gives the event loop a turn once :data:`TURN_S` of work has passed since the last: the
+    """Gives the event loop a turn once :data:`TURN_S` has passed since the last: the
     sequencer runs in the worker's event loop, and the worker's tool calls must not wait on a
     pass's CPU-bound stretches (checking signatures, walking chains read ahead)."""
 
@@ -65,10 +65,13 @@ class Turns:
 
 @dataclass(slots=True)
 class _Covered:
-    """One saga's rows from ``start`` that a checkpoint attests: seq -> the attested hash."""
+    """One saga's rows from ``start`` that a checkpoint attests: seq -> the attested hash; and
+    the seq where the walk from ``start`` broke (a row missing or not hashed as it says), None
+    when it did not: a row above it is walked from itself."""
 
     start: int
     hashes: dict[int, str] = field(default_factory=dict)
+    broken_at: int | None = None
 
 
 class Attestor:
@@ -78,8 +81,8 @@ class Attestor:
     Per saga and pass: one read of its checkpoint log (kept parsed while the file's size and
     modification time stay the same), one signature check in the usual case (the highest
     checkpoint), and one read of the rows from the first asked-about seq to that checkpoint;
-    :meth:`prepare` does these for a batch of sagas together (one thread hop, the short chains'
-    rows a few thousand at a time). The attested hashes are kept for the pass, at most
+    :meth:`prepare` does these for a batch of sagas together (the files 32 to a thread hop, the
+    short chains' rows about 128 to a query). The attested hashes are kept for the pass, at most
     ``max_hashes`` in all (the sagas used least recently are dropped, and read again if asked
     about again), so memory stays bounded.
     """
@@ -111,7 +114,12 @@ class Attestor:
     async def covers(self, saga_id: str, seq: int, row_hash: str) -> bool:
         """Whether a trusted checkpoint attests row ``seq`` of ``saga_id`` hashed ``row_hash``."""
         covered = self._covered.get(saga_id)
-        if covered is None or seq < covered.start:
+        if (
+            covered is None
+            or seq < covered.start
+            # a row above a broken link is judged on its own chain, not on the rows below it
+            or (covered.broken_at is not None and seq > covered.broken_at)
+        ):
             covered = await self._attest(saga_id, seq)
             self._keep(saga_id, covered)
         else:
@@ -156,8 +164,8 @@ class Attestor:
 
     async def prepare(self, asked: Iterable[tuple[str, int]]) -> None:
         """Read ahead what :meth:`covers` will read for ``asked`` (saga id, seq), so that most
-        of its answers need no round trip of their own: the sagas' checkpoint logs (in a thread
-        when long), and the rows of the short chains, from the lowest seq asked up to the highest
+        of its answers need no round trip of their own: the sagas' checkpoint logs (a few to a
+        thread hop), and the rows of the short chains, from the lowest seq asked up to the highest
         trusted checkpoint, many sagas a query. What a batch reads ahead is held until the next
         (about ``_AHEAD_ROWS`` rows or ``_AHEAD_BYTES`` of their input and payload at most;
         past that a saga's rows are read when asked). :meth:`covers` answers as it would without:
@@ -173,16 +181,20 @@ class Attestor:
             return
         spans: dict[str, tuple[int, int]] = {}
         turns = Turns()
-        for saga_id, first in firsts.items():
-            await turns.take()
-            top = (
-                # a long saga's file is parsed in a thread; a small one costs less than the hop
-                await asyncio.to_thread(self._top, saga_id, first)
-                if self._long(saga_id)
-                else self._top(saga_id, first)
-            )
-            if top is not None and top.seq - first < _SPAN:
-                spans[saga_id] = (_Walk(first).after, top.seq)
+        names = list(firsts)
+        for at in range(0, len(names), _LOGS_A_HOP):
+            # files are read in a thread: a slow disk, or a file swapped for a pipe by someone
+            # who can write the folder, holds that thread, never the worker's event loop
+            hop = names[at : at + _LOGS_A_HOP]
+            for saga_id, log in zip(
+                hop, await asyncio.to_thread(self._read_logs, hop), strict=True
+            ):
+                await turns.take()
+                self._loaded[saga_id] = log
+                top, _ = self._signed(log, firsts[saga_id])
+                first = firsts[saga_id]
+                if top is not None and top.seq - first < _SPAN:
+                    spans[saga_id] = (_Walk(first).after, top.seq)
         # a query reads about _GROUP_ROWS rows (at most one saga's span more): turning its rows
         # into entries holds the event loop; the batch holds at most about _AHEAD_ROWS rows or
         # _AHEAD_BYTES of input and payload
@@ -212,24 +224,15 @@ class Attestor:
         top, rest = self._signed(log, seq)
         if top is None:
             return _Covered(seq)
-        hashes = await self._chain(saga_id, seq, top.seq)
+        walk = await self._chain(saga_id, seq, top.seq)
         for cp in chain([top], rest):
-            if hashes.get(cp.seq) == cp.hash:
-                return _Covered(seq, {k: h for k, h in hashes.items() if k <= cp.seq})
-        return _Covered(seq)
+            if walk.hashes.get(cp.seq) == cp.hash:
+                attested = {k: h for k, h in walk.hashes.items() if k <= cp.seq}
+                return _Covered(seq, attested, walk.broken_at)
+        return _Covered(seq, {}, walk.broken_at)
 
-    def _long(self, saga_id: str) -> bool:
-        """Whether ``saga_id``'s checkpoint log is long enough to parse in a thread."""
-        try:
-            return self._checkpoints.log_path(saga_id).stat().st_size > _LONG_LOG_BYTES
-        except OSError:
-            return False
-
-    def _top(self, saga_id: str, seq: int) -> Checkpoint | None:
-        """``saga_id``'s log read (kept for :meth:`_attest`) and its highest checkpoint at
-        ``seq`` or above that verifies."""
-        log = self._loaded[saga_id] = self.log(saga_id)
-        return self._signed(log, seq)[0]
+    def _read_logs(self, names: list[str]) -> list[CheckpointLog]:
+        return [self.log(saga_id) for saga_id in names]
 
     def _signed(
         self, log: CheckpointLog, seq: int
@@ -241,22 +244,23 @@ class Attestor:
         )
         return next(signed, None), signed
 
-    async def _chain(self, saga_id: str, first: int, last: int) -> dict[int, str]:
-        """The hashes of rows ``first..last`` as far as the chain verifies from ``first``: each
-        row present, and hashed as its fields and the row before it say."""
+    async def _chain(self, saga_id: str, first: int, last: int) -> _Walk:
+        """The walk of rows ``first..last``: their hashes as far as the chain verifies from
+        ``first`` (each row present, and hashed as its fields and the row before it say), and
+        where it broke."""
         walk = _Walk(first)
         ahead = self._ahead.get(saga_id)
         if ahead is not None and ahead.after <= walk.after and last <= ahead.last:
             walk.take(e for e in ahead.rows if walk.after < e.seq <= last)
-            return walk.hashes
-        while walk.after < last and not walk.broken:
+            return walk
+        while walk.after < last and walk.broken_at is None:
             rows = await self._journal.after(
                 saga_id, walk.after, limit=min(_CHUNK, last - walk.after)
             )
             if not rows:
                 break
             walk.take(rows)
-        return walk.hashes
+        return walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,27 +273,31 @@ class _Ahead:
 
 
 class _Walk:
-    """A saga's chain walked up from row ``first``: the hashes that verify so far."""
+    """A saga's chain walked up from row ``first``: the hashes that verify so far, and the seq
+    where it broke (``broken_at``), if it did."""
 
     def __init__(self, first: int) -> None:
         self.first = first
         #: row ``first - 1`` gives row ``first``'s prev hash, so the walk reads from it
         self.after = first - 2 if first > 1 else 0
         self.hashes: dict[int, str] = {}
-        self.broken = False
+        self.broken_at: int | None = None
         self._prev: str | None = GENESIS_HASH if first == 1 else None
 
     def take(self, rows: Iterable[Entry]) -> None:
         """Walk on through ``rows`` (those after :attr:`after`, in seq order) until a row is
         missing or does not hash as its fields and the row before it say."""
         for row in rows:
-            if self.broken or row.seq != self.after + 1:
-                self.broken = True
+            if self.broken_at is not None:
+                return
+            if row.seq != self.after + 1 or (
+                row.seq >= self.first
+                and (self._prev is None or entry_hash(self._prev, row) != row.hash)
+            ):
+                # a missing row first - 1 leaves row first without its prev hash: it breaks there
+                self.broken_at = max(self.after + 1, self.first)
                 return
             if row.seq >= self.first:
-                if self._prev is None or entry_hash(self._prev, row) != row.hash:
-                    self.broken = True
-                    return
                 self.hashes[row.seq] = row.hash
             self._prev = row.hash
             self.after = row.seq

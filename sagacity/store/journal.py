@@ -88,7 +88,9 @@ _AFTER = (
     f"SELECT {_COLUMNS} FROM {{side_effect_journal}} WHERE saga_id = %s AND seq > %s"
     " ORDER BY seq LIMIT %s"
 )
-# Each saga's rows in (after, last], for many sagas in one statement.
+# Each saga's rows in (after, last], for many sagas in one statement. A many-argument unnest in
+# FROM is syntax (ROWS FROM of each array's pg_catalog.unnest), not a function a schema could
+# shadow, so it is not qualified (it cannot be).
 _SPANS = f"""
 SELECT {", ".join(f"j.{c}" for c in _COLUMNS.split(", "))}
 FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS w(saga_id, after, last)

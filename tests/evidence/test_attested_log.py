@@ -371,8 +371,9 @@ async def test_the_workers_sequencer_logs_unattested_rows_once(
 async def test_one_pass_attests_long_short_and_edited_sagas_as_each_alone(log_db: LogDb) -> None:
     """A pass attests its sagas together (short chains in one read of the journal, a long one
     on its own): a long saga's 300 rows and a short one's go in, and the short one's next call
-    in the next pass; a saga whose row 2 was edited behind Sagacity's back has no row the chain
-    attests, before or after the edit."""
+    in the next pass. In a saga whose row 2 was edited behind Sagacity's back, rows 3 and 4 chain
+    to the checkpoint at 4 from row 2's stored hash and go in; row 2 does not hash as stored,
+    and row 1 has no checkpoint but through it: both stay out."""
     tag = uuid.uuid4().hex[:6]
     long, short, edited = f"long-{tag}", f"short-{tag}", f"edited-{tag}"
     await write_sagas(log_db, [long], calls=150)  # past the span read together
@@ -388,14 +389,14 @@ async def test_one_pass_attests_long_short_and_edited_sagas_as_each_alone(log_db
     try:
         seq = sequencer(TlogStore(pool), log_db)
         done = await seq.integrate()
-        assert (done.appended, done.waiting, done.unattested) == (304, 4, 0)
+        assert (done.appended, done.waiting, done.unattested) == (306, 2, 0)
         assert await logged(log_db, long) == list(range(1, 301))
         assert await logged(log_db, short) == [1, 2, 3, 4]
-        assert await logged(log_db, edited) == []
+        assert await logged(log_db, edited) == [3, 4]
         # a call after the pass: its chain is walked on from row 4, logged by the last pass
         await write_sagas(log_db, [short], calls=1)
         later = await seq.integrate()
-        assert (later.appended, later.waiting) == (2, 4)
+        assert (later.appended, later.waiting) == (2, 2)
         assert await logged(log_db, short) == [1, 2, 3, 4, 5, 6]
     finally:
         await pool.close()
@@ -523,4 +524,31 @@ async def test_a_pass_gives_the_worker_s_event_loop_turns_while_it_checks(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await pool.close()
+
+
+async def test_rows_above_an_edited_row_are_judged_on_their_own_chain(log_db: LogDb) -> None:
+    """An insider edits row 3 of six (its input; the stored hash left as the worker wrote it).
+    Rows 4 to 6 still chain to the checkpoint at 6 from row 3's stored hash: they are logged,
+    and only row 3 is named, in every pass. (The walk from row 1, which breaks at row 3, used to
+    decide rows 4 to 6 too, and named them forged.)"""
+    saga = f"edited-{uuid.uuid4().hex[:6]}"
+    await write_sagas(log_db, [saga], calls=3)
+    await owner_sql(
+        log_db,
+        (
+            "UPDATE side_effect_journal SET input = input || ' ' WHERE saga_id = %s AND seq = 3",
+            (saga,),
+        ),
+    )
+    pool = await open_pool(log_db.app_url, max_size=3)
+    try:
+        seq = sequencer(TlogStore(pool), log_db, grace=timedelta(0))
+        for _ in range(2):
+            done = await seq.integrate()
+            assert [(r.saga_id, r.seq) for r in done.named] == [(saga, 3)]
+            assert await logged(log_db, saga) == [1, 2, 4, 5, 6]
+        found = about(await findings(TlogStore(pool), log_db, timedelta(0)), saga)
+        assert [(fatal, at) for fatal, at, _ in found] == [(True, 3)], found
+    finally:
         await pool.close()
