@@ -65,13 +65,11 @@ class Turns:
 
 @dataclass(slots=True)
 class _Covered:
-    """One saga's rows from ``start`` that a checkpoint attests: seq -> the attested hash; and
-    the seq where the walk from ``start`` broke (a row missing or not hashed as it says), None
-    when it did not: a row above it is walked from itself."""
+    """One saga's rows from ``start`` that a checkpoint attests: seq -> the attested hash. Each
+    row's verdict is its own (:func:`_reach`), whichever row was asked first."""
 
     start: int
     hashes: dict[int, str] = field(default_factory=dict)
-    broken_at: int | None = None
 
 
 class Attestor:
@@ -80,7 +78,8 @@ class Attestor:
 
     Per saga and pass: one read of its checkpoint log (kept parsed while the file's size and
     modification time stay the same), one signature check in the usual case (the highest
-    checkpoint), and one read of the rows from the first asked-about seq to that checkpoint;
+    checkpoint; below a broken link, each lower one once), and one read of the rows from the
+    first asked-about seq to that checkpoint;
     :meth:`prepare` does these for a batch of sagas together (the files 32 to a thread hop, the
     short chains' rows about 128 to a query). The attested hashes are kept for the pass, at most
     ``max_hashes`` in all (the sagas used least recently are dropped, and read again if asked
@@ -114,12 +113,7 @@ class Attestor:
     async def covers(self, saga_id: str, seq: int, row_hash: str) -> bool:
         """Whether a trusted checkpoint attests row ``seq`` of ``saga_id`` hashed ``row_hash``."""
         covered = self._covered.get(saga_id)
-        if (
-            covered is None
-            or seq < covered.start
-            # a row above a broken link is judged on its own chain, not on the rows below it
-            or (covered.broken_at is not None and seq > covered.broken_at)
-        ):
+        if covered is None or seq < covered.start:
             covered = await self._attest(saga_id, seq)
             self._keep(saga_id, covered)
         else:
@@ -194,7 +188,7 @@ class Attestor:
                 top, _ = self._signed(log, firsts[saga_id])
                 first = firsts[saga_id]
                 if top is not None and top.seq - first < _SPAN:
-                    spans[saga_id] = (_Walk(first).after, top.seq)
+                    spans[saga_id] = (_read_after(first), top.seq)
         # a query reads about _GROUP_ROWS rows (at most one saga's span more): turning its rows
         # into entries holds the event loop; the batch holds at most about _AHEAD_ROWS rows or
         # _AHEAD_BYTES of input and payload
@@ -224,12 +218,8 @@ class Attestor:
         top, rest = self._signed(log, seq)
         if top is None:
             return _Covered(seq)
-        walk = await self._chain(saga_id, seq, top.seq)
-        for cp in chain([top], rest):
-            if walk.hashes.get(cp.seq) == cp.hash:
-                attested = {k: h for k, h in walk.hashes.items() if k <= cp.seq}
-                return _Covered(seq, attested, walk.broken_at)
-        return _Covered(seq, {}, walk.broken_at)
+        links = await self._links(saga_id, seq, top.seq)
+        return _Covered(seq, _reach(links, chain([top], rest), seq, top.seq))
 
     def _read_logs(self, names: list[str]) -> list[CheckpointLog]:
         return [self.log(saga_id) for saga_id in names]
@@ -244,23 +234,23 @@ class Attestor:
         )
         return next(signed, None), signed
 
-    async def _chain(self, saga_id: str, first: int, last: int) -> _Walk:
-        """The walk of rows ``first..last``: their hashes as far as the chain verifies from
-        ``first`` (each row present, and hashed as its fields and the row before it say), and
-        where it broke."""
-        walk = _Walk(first)
+    async def _links(self, saga_id: str, first: int, last: int) -> dict[int, str]:
+        """The rows of ``first..last`` that hash as their fields and the stored hash of the row
+        before them say (that row present; genesis before row 1): seq -> stored hash. All of
+        the range is read once, whatever breaks in it."""
+        links = _Links(first)
         ahead = self._ahead.get(saga_id)
-        if ahead is not None and ahead.after <= walk.after and last <= ahead.last:
-            walk.take(e for e in ahead.rows if walk.after < e.seq <= last)
-            return walk
-        while walk.after < last and walk.broken_at is None:
-            rows = await self._journal.after(
-                saga_id, walk.after, limit=min(_CHUNK, last - walk.after)
-            )
+        if ahead is not None and ahead.after <= links.after and last <= ahead.last:
+            links.take(e for e in ahead.rows if links.after < e.seq <= last)
+            return links.hashes
+        after = links.after
+        while after < last:
+            rows = await self._journal.after(saga_id, after, limit=min(_CHUNK, last - after))
             if not rows:
                 break
-            walk.take(rows)
-        return walk
+            links.take(rows)
+            after = rows[-1].seq
+        return links.hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,35 +262,57 @@ class _Ahead:
     rows: list[Entry]
 
 
-class _Walk:
-    """A saga's chain walked up from row ``first``: the hashes that verify so far, and the seq
-    where it broke (``broken_at``), if it did."""
+class _Links:
+    """A saga's rows from ``first`` checked one by one against the row before each: the hashes
+    of those whose link holds."""
 
     def __init__(self, first: int) -> None:
         self.first = first
-        #: row ``first - 1`` gives row ``first``'s prev hash, so the walk reads from it
-        self.after = first - 2 if first > 1 else 0
+        #: row ``first - 1`` gives row ``first``'s prev hash, so the check reads from it
+        self.after = _read_after(first)
         self.hashes: dict[int, str] = {}
-        self.broken_at: int | None = None
-        self._prev: str | None = GENESIS_HASH if first == 1 else None
+        self._prev: tuple[int, str] | None = (0, GENESIS_HASH) if first == 1 else None
 
     def take(self, rows: Iterable[Entry]) -> None:
-        """Walk on through ``rows`` (those after :attr:`after`, in seq order) until a row is
-        missing or does not hash as its fields and the row before it say."""
+        """Check ``rows`` (after those taken before, in seq order; some may be missing)."""
         for row in rows:
-            if self.broken_at is not None:
-                return
-            if row.seq != self.after + 1 or (
+            prev = self._prev
+            if (
                 row.seq >= self.first
-                and (self._prev is None or entry_hash(self._prev, row) != row.hash)
+                and prev is not None
+                and prev[0] == row.seq - 1
+                and entry_hash(prev[1], row) == row.hash
             ):
-                # a missing row first - 1 leaves row first without its prev hash: it breaks there
-                self.broken_at = max(self.after + 1, self.first)
-                return
-            if row.seq >= self.first:
                 self.hashes[row.seq] = row.hash
-            self._prev = row.hash
-            self.after = row.seq
+            self._prev = (row.seq, row.hash)
+
+
+def _read_after(first: int) -> int:
+    """The seq after which a check of rows from ``first`` reads: row ``first - 1`` gives row
+    ``first``'s prev hash (none is read before row 1)."""
+    return first - 2 if first > 1 else 0
+
+
+def _reach(
+    links: dict[int, str], signed: Iterator[Checkpoint], first: int, top: int
+) -> dict[int, str]:
+    """The rows of ``first..top`` a checkpoint attests: those from which every link holds up to
+    a row some checkpoint of ``signed`` (highest first, checked as reached) names with its
+    hash. One sweep down from ``top``: a checkpoint is looked at only below a broken link."""
+    attested: dict[int, str] = {}
+    cp = next(signed, None)
+    reaching = False
+    for seq in range(top, first - 1, -1):
+        row_hash = links.get(seq)
+        if row_hash is None:
+            reaching = False  # missing, or not hashed as its fields and the row before it say
+            continue
+        while not reaching and cp is not None and cp.seq >= seq:
+            reaching = cp.seq == seq and cp.hash == row_hash
+            cp = next(signed, None)
+        if reaching:
+            attested[seq] = row_hash
+    return attested
 
 
 def unlogged(

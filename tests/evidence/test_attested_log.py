@@ -552,3 +552,39 @@ async def test_rows_above_an_edited_row_are_judged_on_their_own_chain(log_db: Lo
         assert [(fatal, at) for fatal, at, _ in found] == [(True, 3)], found
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize("calls", [60, 300])  # chains read ahead, and one read on its own
+async def test_a_saga_edited_throughout_costs_a_pass_one_read_of_its_rows(
+    log_db: LogDb, monkeypatch: pytest.MonkeyPatch, calls: int
+) -> None:
+    """Someone edits every row of a saga not yet logged. Each row is judged on its own chain,
+    but the pass still reads the saga's rows once, as for a clean one (a walk a row, each up to
+    the top checkpoint, made the sequencer's pass quadratic in the saga's length)."""
+    saga = f"every-{uuid.uuid4().hex[:6]}"
+    await write_sagas(log_db, [saga], calls=calls)
+    await owner_sql(
+        log_db,
+        ("UPDATE side_effect_journal SET input = input || ' ' WHERE saga_id = %s", (saga,)),
+    )
+    pool = await open_pool(log_db.app_url, max_size=3)
+    try:
+        seq = sequencer(TlogStore(pool), log_db)
+        journal = seq.attestor._journal
+        read: list[int] = []
+        for name in ("after", "spans"):
+            method = getattr(journal, name)
+
+            async def counted(*args: Any, _m: Any = method, **kw: Any) -> Any:
+                found = await _m(*args, **kw)
+                read.append(
+                    sum(map(len, found.values())) if isinstance(found, dict) else len(found)
+                )
+                return found
+
+            monkeypatch.setattr(journal, name, counted)
+        done = await seq.integrate()
+        assert (done.appended, done.waiting) == (0, 2 * calls)
+        assert sum(read) <= 2 * calls, read
+    finally:
+        await pool.close()
