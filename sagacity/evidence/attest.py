@@ -308,8 +308,10 @@ def _reach(
             reaching = False  # missing, or not hashed as its fields and the row before it say
             continue
         while not reaching and cp is not None and cp.seq >= seq:
-            reaching = cp.seq == seq and cp.hash == row_hash
-            cp = next(signed, None)
+            if cp.seq == seq and cp.hash == row_hash:
+                reaching = True  # kept: the next is checked (its signature) only if needed
+            else:
+                cp = next(signed, None)
         if reaching:
             attested[seq] = row_hash
     return attested

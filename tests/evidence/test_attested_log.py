@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from sagacity.cli.main import app
 from sagacity.evidence.anchors import verify_journal
 from sagacity.evidence.attest import Attestor
-from sagacity.evidence.checkpoints import CheckpointDir, CheckpointWriter
+from sagacity.evidence.checkpoints import Checkpoint, CheckpointDir, CheckpointWriter
 from sagacity.evidence.keys import load_private_key
 from sagacity.evidence.logcheck import LogAnchor
 from sagacity.evidence.logverify import LogFinding
@@ -586,5 +586,29 @@ async def test_a_saga_edited_throughout_costs_a_pass_one_read_of_its_rows(
         done = await seq.integrate()
         assert (done.appended, done.waiting) == (0, 2 * calls)
         assert sum(read) <= 2 * calls, read
+    finally:
+        await pool.close()
+
+
+async def test_a_pass_checks_one_signature_a_clean_saga(
+    log_db: LogDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signature check is the costliest step of attesting a saga: a clean one needs its
+    highest checkpoint's only, though each of its 3 calls left one."""
+    tag = uuid.uuid4().hex[:6]
+    await write_sagas(log_db, [f"clean-{tag}-{n:02d}" for n in range(40)], calls=3)
+    checked: list[str] = []
+    verify = Checkpoint.verify
+
+    def counted(cp: Checkpoint, keys: Any) -> str | None:
+        checked.append(cp.saga_id)
+        return verify(cp, keys)
+
+    monkeypatch.setattr(Checkpoint, "verify", counted)
+    pool = await open_pool(log_db.app_url, max_size=3)
+    try:
+        done = await sequencer(TlogStore(pool), log_db).integrate()
+        assert done.appended == 240
+        assert len(checked) == 40 and len(set(checked)) == 40, checked
     finally:
         await pool.close()
