@@ -20,7 +20,7 @@ from itertools import chain
 
 from sagacity.evidence.checkpoints import Checkpoint, CheckpointDir, CheckpointLog, Kind
 from sagacity.journal import GENESIS_HASH, Entry, entry_hash, format_timestamp
-from sagacity.store.journal import JournalStore
+from sagacity.store.journal import JournalStore, read_spans
 
 __all__ = ["UNATTESTED", "Attestor", "Turns", "unlogged"]
 
@@ -199,7 +199,7 @@ class Attestor:
             grouped += last - after
             if grouped < _GROUP_ROWS and n < len(spans):
                 continue
-            found = await self._journal.spans(group)
+            found = await read_spans(self._journal.pool, group)
             for name, (start, stop) in group.items():
                 ahead = self._ahead[name] = _Ahead(start, stop, found.get(name, []))
                 size += sum(len(e.input) + len(e.payload) for e in ahead.rows)

@@ -352,24 +352,6 @@ class JournalStore:
                 )
                 return [_entry(row) for row in await cur.fetchall()]
 
-    async def spans(self, wanted: Mapping[str, tuple[int, int]]) -> dict[str, list[Entry]]:
-        """Each saga's rows after seq ``after`` through ``last`` (``wanted``: saga id ->
-        ``(after, last)``), in seq order, by saga, in one query (a saga with no such row is
-        left out)."""
-        if not wanted:
-            return {}
-        afters, lasts = zip(*wanted.values(), strict=True)
-        found: dict[str, list[Entry]] = {}
-        with translate_errors(f"read {len(wanted)} sagas' rows"):
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(
-                    qualify(_SPANS, await self._in(conn)), (list(wanted), list(afters), list(lasts))
-                )
-                for row in await cur.fetchall():
-                    entry = _entry(row)
-                    found.setdefault(entry.saga_id, []).append(entry)
-        return found
-
     async def claim(self, saga_id: str, *, workflow_id: str, first_run_id: str) -> SagaOwner:
         """Claim ``saga_id`` for a run chain, or say which holds it (:meth:`SagaOwners.claim`)."""
         return await self._owners.claim(saga_id, workflow_id=workflow_id, first_run_id=first_run_id)
@@ -667,6 +649,26 @@ def halts_refuse(entry: Entry) -> Iterator[None]:
             f"start: halt {halt_id} covers it",
             halt_id,
         ) from None
+
+
+async def read_spans(pool: Pool, wanted: Mapping[str, tuple[int, int]]) -> dict[str, list[Entry]]:
+    """Each saga's journal rows after seq ``after`` through ``last`` (``wanted``: saga id ->
+    ``(after, last)``), in seq order, by saga, in one query over ``pool`` (a saga with no such
+    row is left out): what the transparency log's attestation reads ahead for a batch."""
+    if not wanted:
+        return {}
+    afters, lasts = zip(*wanted.values(), strict=True)
+    found: dict[str, list[Entry]] = {}
+    with translate_errors(f"read {len(wanted)} sagas' rows"):
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                qualify(_SPANS, await pool_schema(pool, conn)),
+                (list(wanted), list(afters), list(lasts)),
+            )
+            for row in await cur.fetchall():
+                entry = _entry(row)
+                found.setdefault(entry.saga_id, []).append(entry)
+    return found
 
 
 def insert_params(entry: Entry, prev_hash: str, task_queue: str | None) -> dict[str, object]:
