@@ -162,8 +162,8 @@ class Attestor:
         thread hop), and the rows of the short chains, from the lowest seq asked up to the highest
         trusted checkpoint, many sagas a query. What a batch reads ahead is held until the next
         (about ``_AHEAD_ROWS`` rows or ``_AHEAD_BYTES`` of their input and payload at most;
-        past that a saga's rows are read when asked). :meth:`covers` answers as it would without:
-        each walk still starts where the row asked says."""
+        past that a saga's rows are read when asked). :meth:`covers` answers as it would
+        without."""
         self._loaded = {}
         self._ahead = {}
         firsts: dict[str, int] = {}
@@ -185,8 +185,8 @@ class Attestor:
             ):
                 await turns.take()
                 self._loaded[saga_id] = log
-                top, _ = self._signed(log, firsts[saga_id])
                 first = firsts[saga_id]
+                top, _ = self._signed(log, first)
                 if top is not None and top.seq - first < _SPAN:
                     spans[saga_id] = (_read_after(first), top.seq)
         # a query reads about _GROUP_ROWS rows (at most one saga's span more): turning its rows
