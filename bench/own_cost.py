@@ -28,7 +28,8 @@ the median with the least and the most. Left out on both sides: the Temporal ser
 Postgres' own CPU and the RPCs to them. Left out on Sagacity's: the activities' payload
 conversion and codec (the environment hands them objects), the witnesses the sequencer asks
 to cosign each head (once a pass, whatever its size), and what ``sagacity worker`` adds around
-the plugin (its log context, metrics and a log line a call). ``bench.saga_overhead`` and ``bench.floor`` measure all of these.
+the plugin (its log context, metrics and a log line a call). ``bench.saga_overhead`` and
+``bench.floor`` measure all of these.
 
 Run from the repository root: ``python -m bench.own_cost`` (embedded Postgres and in-memory
 Temporal; set ``SAGACITY_DATABASE_URL`` / ``TEMPORAL_ADDRESS`` to measure your own servers).

@@ -79,11 +79,10 @@ class Attestor:
     Per saga and pass: one read of its checkpoint log (kept parsed while the file's size and
     modification time stay the same), one signature check in the usual case (the highest
     checkpoint; below a broken link, each lower one once), and one read of the rows from the
-    first asked-about seq to that checkpoint;
-    :meth:`prepare` does these for a batch of sagas together (the files 32 to a thread hop, the
-    short chains' rows about 128 to a query). The attested hashes are kept for the pass, at most
-    ``max_hashes`` in all (the sagas used least recently are dropped, and read again if asked
-    about again), so memory stays bounded.
+    first asked-about seq to that checkpoint; :meth:`prepare` does these for a batch of sagas
+    together (the files 32 to a thread hop, the short chains' rows about 128 to a query). The
+    attested hashes are kept for the pass, at most ``max_hashes`` in all (the sagas used least
+    recently are dropped, and read again if asked about again), so memory stays bounded.
     """
 
     def __init__(
