@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from bench.long_saga import run_chain
 from sagacity.agents import AgentSagaRequest, Call, Say, Script
+from sagacity.agents.models import Step
 from sagacity.store import JournalStore
 from sagacity.temporal.models import Abort, SagaOptions, SagaState, SagaStatus
 from tests.agents.conftest import WorkerFactory, start_agent
@@ -288,9 +289,12 @@ async def test_abort_stops_the_agent_and_compensates(
 
 
 #: a long conversation: a flag per turn, then a refusal that ends it compensated
+_FLAG_TURNS: list[list[Step]] = [
+    [Call("set_flag", {"name": f"t{i}"}), Say(f"turn {i} done")] for i in range(6)
+]
 LONG_CHAT = Script(
     turns=[
-        *([Call("set_flag", {"name": f"t{i}"}), Say(f"turn {i} done")] for i in range(6)),
+        *_FLAG_TURNS,
         [Call("decline", {"reason": "enough"}), Say("stopping")],
     ]
 )

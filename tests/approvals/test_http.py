@@ -63,12 +63,13 @@ async def test_approve_lists_then_runs_the_call_once_however_often_it_is_sent(
     assert shown.status_code == 200 and shown.json() == item
     # filters narrow the page and its counts; the per-tool counts ignore the tool filter
     only = {"saga_id": waiting.saga_id}
-    for params, total in (
+    cases: tuple[tuple[dict[str, Any], int], ...] = (
         ({**only, "tool": ["send_confirmation", "wire"]}, 1),
         ({**only, "tool": "wire"}, 0),
         ({**only, "older_than_s": 3600}, 0),
         ({**only, "newer_than_s": 3600}, 1),
-    ):
+    )
+    for params, total in cases:
         page = (await api.get("/approvals", params=params, headers=BOB)).json()
         assert (page["total"], len(page["requests"]), page["next"]) == (total, total, None)
         if "tool" in params:

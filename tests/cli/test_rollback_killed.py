@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from temporalio.client import Client
@@ -29,7 +30,7 @@ from workflows.order.workflows import OrderRequest
 TAKEN_ON_WITHIN_S = 150
 
 
-async def _blocked(conn: psycopg.AsyncConnection[object], table: str) -> bool:
+async def _blocked(conn: psycopg.AsyncConnection[Any], table: str) -> bool:
     """Whether some session waits for a lock on ``table`` (the journal held by the test)."""
     cur = await conn.execute(
         "SELECT count(*) FROM pg_catalog.pg_locks WHERE NOT granted "

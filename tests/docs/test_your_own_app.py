@@ -91,7 +91,7 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
     # The app is typed as the guide says: strict mypy in the app's own folder sees Sagacity's
     # types (py.typed) and finds nothing wrong, typed calls included. Both check the files
     # alone, so they run while the reader's session does (mypy alone takes half a minute).
-    checks = {
+    checks: dict[str, list[str | Path]] = {
         "import my_worker": [BIN / "python", "-c", "import my_worker"],
         "mypy --strict": [BIN / "python", "-m", "mypy", "--strict", "travel_app", "start_trip.py"],
     }
@@ -200,8 +200,8 @@ def test_the_guide_builds_the_travel_app_and_runs_its_four_paths(tmp_path: Path)
     # section 8: the reader's own suite proves the app's undos, and prints one table
     (proofs,) = said("pytest -q tests")
     assert "4 passed" in proofs, proofs
-    table = proofs.split("sagacity rollback proofs")[1].splitlines()
-    assert [row.split() for row in table[2:6]] == [
+    proof_rows = proofs.split("sagacity rollback proofs")[1].splitlines()
+    assert [row.split() for row in proof_rows[2:6]] == [
         ["book_flight", "ok", "ok", "ok", "ok", "ok", "-"],
         ["book_hotel", "ok", "ok", "ok", "ok", "ok", "-"],
         ["rent_car", "ok", "ok", "ok", "ok", "ok", "-"],

@@ -226,7 +226,7 @@ async def test_a_saga_the_app_starts_under_the_id_of_its_ended_run_is_encrypted(
         await greeter.signal(host_app.Greeter.join, "bob")
         assert await greeter.result() == "hello, ada and bob"
         await host.plain.execute_workflow(
-            launcher,  # type: ignore[arg-type]
+            launcher,
             args=[reused, spec.model_dump(mode="json")],
             id=f"launcher-{uuid.uuid4().hex[:8]}",
             task_queue=task_queue,

@@ -6,7 +6,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from sagacity import CompensationContext, compensable
+from sagacity import CompensableTool, CompensationContext, compensable
 
 with workflow.unsafe.imports_passed_through():
     from sagacity.temporal.models import SagaResult
@@ -44,7 +44,7 @@ def refund_embedded_card(ctx: CompensationContext) -> None:
     """Never needed: a declined charge leaves nothing to refund."""
 
 
-TOOLS = [book_embedded_flight, charge_embedded_card]
+TOOLS: list[CompensableTool[..., Any]] = [book_embedded_flight, charge_embedded_card]
 
 
 @workflow.defn(name="tests.embedding.BookTrip")

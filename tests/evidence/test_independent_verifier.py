@@ -91,7 +91,8 @@ async def run_sagas(settings: Settings, client: Client, shell: Shell) -> dict[st
                     result_type=SagaResult,
                 )
                 await approve(shell, client, sagas[role])
-                return await handle.result()
+                result: SagaResult = await handle.result()
+                return result
 
             approved = await place("approved")
             assert approved.status is SagaState.COMPLETED, approved

@@ -541,7 +541,7 @@ async def test_a_row_ahead_of_the_end_is_named_and_never_sealed_over(
             )
         else:
             result = await temporal_client.execute_workflow(
-                IntrudedBySaga.run, id=saga_id, task_queue=task_queue, result_type=SagaResult
+                IntrudedBySaga.run, id=saga_id, task_queue=task_queue
             )
     checkpoints = session_checkpoints(settings)
 
@@ -682,7 +682,7 @@ async def test_a_call_after_a_sealed_end_never_reads_as_a_row_after_the_end(
     saga_id = f"ev-seal-after-{uuid.uuid4().hex[:8]}"
     async with sealing_worker(temporal_client, task_queue, plugin):
         handle = await temporal_client.start_workflow(
-            CallAfterLast.run, id=saga_id, task_queue=task_queue, result_type=SagaResult
+            CallAfterLast.run, id=saga_id, task_queue=task_queue
         )
         while await journal.get(saga_id, 3) is None:
             await asyncio.sleep(0.05)

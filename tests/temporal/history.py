@@ -18,7 +18,7 @@ def payloads_in(message: Message) -> list[Payload]:
             continue
         if isinstance(value, Message):
             items = [value]
-        elif field.message_type.GetOptions().map_entry:
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
             items = [v for v in value.values() if isinstance(v, Message)]
         else:
             items = list(value)

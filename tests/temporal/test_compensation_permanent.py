@@ -22,7 +22,13 @@ from prometheus_client import REGISTRY
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from sagacity import CompensationContext, NoEffect, PermanentCompensationError, compensable
+from sagacity import (
+    CompensableTool,
+    CompensationContext,
+    NoEffect,
+    PermanentCompensationError,
+    compensable,
+)
 from sagacity.observability import ObservabilityInterceptor
 from sagacity.store import ApprovalStore, JournalStore
 from sagacity.temporal.models import SagaOptions, SagaResult, SagaSpec, SagaState, Step
@@ -90,7 +96,7 @@ async def pay(amount: int) -> dict[str, str]:
     raise NoEffect(f"card declined for {amount}")
 
 
-TOOLS = [book_flight, rent_car, book_hotel, pay]
+TOOLS: list[CompensableTool[..., Any]] = [book_flight, rent_car, book_hotel, pay]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sagacity.journal import Phase
 from sagacity.temporal.codec import PayloadConverter
@@ -17,7 +18,7 @@ from sagacity.temporal.models import (
 )
 
 
-def _round_trip(value: CallRequest | CallOutcome) -> tuple[dict[str, object], object]:
+def _round_trip(value: CallRequest | CallOutcome) -> tuple[dict[str, Any], object]:
     converter = PayloadConverter()
     (payload,) = converter.to_payloads([value])
     (back,) = converter.from_payloads([payload], [type(value)])

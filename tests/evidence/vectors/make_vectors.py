@@ -112,7 +112,7 @@ _SAGAS: list[tuple[str, list[dict[str, Any]]]] = [
 
 def rows() -> dict[str, Any]:
     """Row hashes: chained sagas, plus rows a verifier must refuse."""
-    sagas = []
+    sagas: list[dict[str, Any]] = []
     for case, drafts in _SAGAS:
         prev, chained = GENESIS_HASH, []
         for seq, draft in enumerate(drafts, start=1):
