@@ -4,12 +4,14 @@ status despite the Temporal SDK's teardown hazard."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -28,6 +30,7 @@ from temporalio.worker import Worker
 
 from sagacity import devkeys
 from sagacity.devstack import DevStack, Endpoints
+from sagacity.devstack import temporal as devtemporal
 from sagacity.devstack.postgres import EmbeddedPostgres
 from sagacity.devstack.temporal import TemporalDevServer
 from sagacity.evidence.decisions import Signer, Statement, load_keyring
@@ -185,6 +188,57 @@ def private_data_dir(settings: Settings) -> Iterator[Path]:
     path.mkdir(parents=True)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _journal_mode(db_file: Path) -> str:
+    with contextlib.closing(sqlite3.connect(db_file)) as db:
+        (mode,) = db.execute("PRAGMA journal_mode").fetchone()
+    return str(mode)
+
+
+async def test_the_temporal_state_file_keeps_a_write_ahead_log_and_what_was_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state file from before the write-ahead log is converted with its workflows, and a start
+    the server acknowledged is still there after the server is killed (-9)."""
+    db_file = tmp_path / "temporal.db"
+
+    async def server(log: str) -> tuple[TemporalDevServer, Client]:
+        started = TemporalDevServer(
+            db_file=db_file, namespace="default", port=None, log_path=tmp_path / log
+        )
+        started.spawn()
+        await started.wait_ready(60)
+        return started, await Client.connect(started.address)
+
+    async def wait(client: Client) -> str:
+        handle = await client.start_workflow(
+            WaitWorkflow.run, id=f"wait-{uuid4()}", task_queue=f"tq-{uuid4()}"
+        )
+        return handle.id
+
+    with monkeypatch.context() as before:  # a state file made by the release before
+        before.setattr(devtemporal, "STATE_FILE_PRAGMAS", ())
+        old, client = await server("old.log")
+        kept = await wait(client)
+        old.terminate()
+        old.release()
+    assert _journal_mode(db_file) == "delete"
+
+    now, client = await server("new.log")
+    acknowledged = await wait(client)
+    now.terminate(kill=True)  # a crash: nothing flushed on the way out
+    now.release()
+    assert _journal_mode(db_file) == "wal"
+
+    again, client = await server("again.log")
+    try:
+        for workflow_id in (kept, acknowledged):
+            described = await client.get_workflow_handle(workflow_id).describe()
+            assert described.status == WorkflowExecutionStatus.RUNNING, workflow_id
+    finally:
+        again.terminate()
+        again.release()
 
 
 @pytest.fixture
