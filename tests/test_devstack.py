@@ -4,14 +4,12 @@ status despite the Temporal SDK's teardown hazard."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -190,10 +188,14 @@ def private_data_dir(settings: Settings) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _journal_mode(db_file: Path) -> str:
-    with contextlib.closing(sqlite3.connect(db_file)) as db:
-        (mode,) = db.execute("PRAGMA journal_mode").fetchone()
-    return str(mode)
+def _keeps_a_log(db_file: Path) -> bool:
+    """Whether the SQLite file is in write-ahead-log mode, read from its header (its file format
+    numbers, bytes 18 and 19: 2 for the log, 1 for a rollback journal). Not by opening it: the
+    last connection to close folds a log a crash left back into the file, before the server's
+    own recovery could be tested."""
+    header = db_file.read_bytes()[:100]
+    assert header[18:20] in (b"\x01\x01", b"\x02\x02"), header[18:20]
+    return header[18:20] == b"\x02\x02"
 
 
 async def test_the_temporal_state_file_keeps_a_write_ahead_log_and_what_was_acknowledged(
@@ -223,13 +225,15 @@ async def test_the_temporal_state_file_keeps_a_write_ahead_log_and_what_was_ackn
         kept = await wait(client)
         old.terminate()
         old.release()
-    assert _journal_mode(db_file) == "delete"
+    assert not _keeps_a_log(db_file)
 
     now, client = await server("new.log")
     acknowledged = await wait(client)
     now.terminate(kill=True)  # a crash: nothing flushed on the way out
     now.release()
-    assert _journal_mode(db_file) == "wal"
+    assert _keeps_a_log(db_file)
+    # what the server acknowledged may be in the log alone: the restart recovers it from there
+    assert db_file.with_name(db_file.name + "-wal").stat().st_size > 0
 
     again, client = await server("again.log")
     try:
