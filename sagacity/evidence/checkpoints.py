@@ -346,14 +346,14 @@ class CheckpointDir:
 
 def _first_saga_id(file: Path) -> str | None:
     try:
-        with file.open(encoding="utf-8") as lines:
-            for line in lines:
-                try:
-                    return parse_line(line).saga_id
-                except ValueError:
-                    continue
+        text = _read_regular(file).decode("utf-8")
     except (OSError, UnicodeDecodeError):
-        return None
+        return None  # a pipe in the log's place included: named by its file name, never waited on
+    for line in text.split("\n"):
+        try:
+            return parse_line(line).saga_id
+        except ValueError:
+            continue
     return None
 
 

@@ -139,3 +139,19 @@ def test_a_pipe_in_place_of_a_log_is_named_and_never_waited_on(tmp_path: Path) -
     reader.join(timeout=10)
     assert not reader.is_alive(), "the reader blocked on the pipe"
     assert done == [[f"{log_name('piped')}: not a regular file"]]
+
+
+def test_a_pipe_in_place_of_a_long_named_log_is_listed_and_never_waited_on(tmp_path: Path) -> None:
+    """A saga whose id is too long for a file name has a digest-named log, opened to learn its
+    saga when the folder is listed: a FIFO there is listed by its name, at once."""
+    key = generate_key(tmp_path / "k.pem")
+    folder = CheckpointDir(tmp_path / "cp", key.public_key())
+    (tmp_path / "cp").mkdir()
+    piped = folder.log_path("s" * 200)
+    os.mkfifo(piped)
+    done: list[list[str]] = []
+    reader = threading.Thread(target=lambda: done.append(list(folder.saga_ids())), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "listing the folder blocked on the pipe"
+    assert done == [[piped.name.removesuffix(".jsonl")]]
