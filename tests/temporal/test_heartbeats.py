@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -68,8 +68,6 @@ async def test_an_attempt_leaves_nothing_for_the_cycle_collector() -> None:
 
     # counted in a loop of their own while this one waits: the suite's loop runs other tests'
     # workers and pools, whose garbage the count would take for the attempts'
-    left: list[int] = []
-    counting = threading.Thread(target=lambda: left.append(asyncio.run(attempts(20))))
-    counting.start()
-    counting.join()
-    assert left == [0]
+    with ThreadPoolExecutor(max_workers=1) as counting:
+        left = counting.submit(asyncio.run, attempts(20)).result()
+    assert left == 0
