@@ -23,6 +23,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import TypeAdapter
 from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
@@ -136,6 +137,15 @@ class WaitWorkflow:
     async def run(self) -> str:
         await workflow.wait_condition(lambda: self.released)
         return "released"
+
+
+@workflow.defn(sandboxed=False)
+class ShowStateWorkflow:
+    """Upserts the state a saga shows, as a saga's first workflow task may."""
+
+    @workflow.run
+    async def run(self) -> None:
+        workflow.upsert_search_attributes([visibility.STATE.value_set("running")])
 
 
 async def test_dev_server_runs_a_workflow(temporal_client: Client, task_queue: str) -> None:
@@ -311,7 +321,19 @@ async def test_a_temporal_state_file_from_before_the_search_attributes_is_given_
         old.release()
     now = await server("new.log")
     try:
-        assert await visibility.why_hidden(await Client.connect(now.address)) is None
+        client = await Client.connect(now.address)
+        assert await visibility.why_hidden(client) is None
+        # and every part of the server takes them at once: the server caches search attributes
+        # (devtemporal.DYNAMIC_CONFIG), so without a restart after registering them the first
+        # upsert's workflow task fails until the cache refreshes
+        async with Worker(client, task_queue="show-state", workflows=[ShowStateWorkflow]):
+            handle = await client.start_workflow(
+                ShowStateWorkflow.run, id=f"show-{uuid4().hex[:8]}", task_queue="show-state"
+            )
+            await handle.result()
+        events = [e.event_type async for e in handle.fetch_history_events()]
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
+        assert EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES in events
     finally:
         now.terminate()
         now.release()
