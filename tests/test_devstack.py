@@ -141,7 +141,8 @@ class WaitWorkflow:
 
 @workflow.defn(sandboxed=False)
 class ShowStateWorkflow:
-    """Upserts the state a saga shows, as a saga's first workflow task may."""
+    """Upserts a saga's state in its first workflow task: the soonest an upsert can follow the
+    server's start."""
 
     @workflow.run
     async def run(self) -> None:
@@ -313,7 +314,7 @@ async def test_a_temporal_state_file_from_before_the_search_attributes_is_given_
 
     with monkeypatch.context() as before:  # a state file made before Sagacity had them
         before.setattr(visibility, "dev_server_flags", list)
-        before.setattr(visibility, "register", nothing)
+        before.setattr(visibility, "missing", nothing)
         old = await server("old.log")
         client = await Client.connect(old.address)
         assert await visibility.why_hidden(client) is not None

@@ -68,17 +68,22 @@ async def why_hidden(client: Client) -> str | None:
     return f"no Keyword search attribute {', '.join(missing)}" if missing else None
 
 
+async def missing(client: Client) -> list[str]:
+    """The attributes the client's namespace lacks, by name."""
+    types = await _types(client)
+    return [k.name for k in KEYS if k.name not in types]
+
+
 async def register(client: Client) -> list[str]:
     """Register the attributes the client's namespace lacks, on a server of one's own; the names.
 
     The dev server's ``--search-attribute`` flags register them only as it creates its state
     file: a state file from before them has to be given them.
     """
-    types = await _types(client)
-    missing = {k.name: _KEYWORD for k in KEYS if k.name not in types}
-    if missing:
+    absent = dict.fromkeys(await missing(client), _KEYWORD)
+    if absent:
         await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(search_attributes=missing, namespace=client.namespace),
+            AddSearchAttributesRequest(search_attributes=absent, namespace=client.namespace),
             timeout=timedelta(seconds=10),
         )
-    return list(missing)
+    return list(absent)
