@@ -246,9 +246,10 @@ class TemporalDevServer:
                 await client.workflow_service.describe_namespace(
                     DescribeNamespaceRequest(namespace=self.namespace)
                 )
-                if await visibility.missing(client):
+                absent = await visibility.missing(client)
+                if absent:
                     lacked = True
-                    await visibility.register(client)
+                    await visibility.add(client, absent)
             except Exception as exc:
                 last_error = exc
                 await asyncio.sleep(0.1)

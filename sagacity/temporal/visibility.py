@@ -17,6 +17,7 @@ recorded ``open_saga`` result says the attributes were there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -74,16 +75,23 @@ async def missing(client: Client) -> list[str]:
     return [k.name for k in KEYS if k.name not in types]
 
 
+async def add(client: Client, names: Sequence[str]) -> None:
+    """Register ``names`` (of :data:`KEYS`) on the client's namespace, as Keyword attributes."""
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            search_attributes=dict.fromkeys(names, _KEYWORD), namespace=client.namespace
+        ),
+        timeout=timedelta(seconds=10),
+    )
+
+
 async def register(client: Client) -> list[str]:
     """Register the attributes the client's namespace lacks, on a server of one's own; the names.
 
     The dev server's ``--search-attribute`` flags register them only as it creates its state
     file: a state file from before them has to be given them.
     """
-    absent = dict.fromkeys(await missing(client), _KEYWORD)
+    absent = await missing(client)
     if absent:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(search_attributes=absent, namespace=client.namespace),
-            timeout=timedelta(seconds=10),
-        )
-    return list(absent)
+        await add(client, absent)
+    return absent
