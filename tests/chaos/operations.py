@@ -49,6 +49,7 @@ from sagacity.temporal.models import (
     Step,
 )
 from sagacity.temporal.workflow import STEPS_WORKFLOW
+from tests.chaos.engine_bugs import replay_failure
 from tests.chaos.harness import APPROVER, RESOLVER, effect_of, retrying
 from tests.chaos.operator_moves import (
     Hold,
@@ -205,6 +206,8 @@ class OpsOutcome:
     gate_seq: int | None = None
     #: the last status the driver saw while the saga ran
     last: SagaStatus | None = None
+    #: the final status query failed and the history does not replay: why
+    unreplayable: str | None = None
     #: TERMINATE_ROLLBACK: what ``sagacity saga rollback --wait`` did
     rollback: Rollback | None = None
     #: RESET_COMPLETE: the run the reset started
@@ -402,6 +405,10 @@ class OpsDriver:
                     ),
                     until=deadline,
                 )
+            if out.final is None:
+                # a status query replays the ended saga: say whether its history replays
+                with contextlib.suppress(Exception):
+                    out.unreplayable = await replay_failure(await latest.fetch_history())
             if plan.reuse == "after":
                 await self._reuse_after(out, deadline=deadline)
         return out
