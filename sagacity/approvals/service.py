@@ -53,6 +53,7 @@ from sagacity.temporal.models import (
     SagaState,
     SagaStatus,
 )
+from sagacity.temporal.names import SAGA_BUSY
 
 __all__ = [
     "CURSOR_PATTERN",
@@ -427,6 +428,8 @@ class ApprovalService:
         try:
             outcome = await handle.execute_update("decide", decision, result_type=str)
         except WorkflowUpdateFailedError as err:
+            if getattr(err.cause, "type", None) == SAGA_BUSY:  # for a moment; nothing recorded
+                raise SagaUnavailable(f"saga {saga_id!r}: {err.cause}") from None
             raise _refused(saga_id, err.cause) from None
         except RPCError as err:
             if err.status is RPCStatusCode.NOT_FOUND:  # it ended since the check

@@ -102,7 +102,8 @@ async def validate(spec: SagaSpec, saga: Saga) -> None:
             StepsCheck(steps=spec.steps),
             result_type=StepsChecked,
             start_to_close_timeout=timedelta(seconds=10),
-        )
+        ),
+        local=True,
     )
     if checked.problems:
         raise steps_refused(checked.problems)

@@ -48,8 +48,8 @@ from sagacity.temporal.models import (
     SagaStatus,
     Step,
 )
+from sagacity.temporal.names import SAGA_BUSY
 from sagacity.temporal.workflow import STEPS_WORKFLOW
-from tests.chaos.engine_bugs import replay_failure
 from tests.chaos.harness import APPROVER, RESOLVER, effect_of, retrying
 from tests.chaos.operator_moves import (
     Hold,
@@ -62,6 +62,7 @@ from tests.chaos.operator_moves import (
     send_raw_update,
     terminate_and_roll_back,
 )
+from tests.chaos.replays import replay_failure
 from workflows.order.workflows import OrderRequest, order_steps
 
 #: who the driver's aborts are journaled as
@@ -70,6 +71,10 @@ ABORTER = "chaos-operator"
 MALLORY = "chaos-mallory"
 #: how often the driver looks at each saga it runs
 POLL_S = 0.7
+#: how long the driver waits before it sends again an update a busy saga turned away, and how
+#: often it does so for a saga (a minute's worth; a saga busy longer is reported)
+BUSY_AGAIN_S = 0.2
+BUSY_TRIES = 300
 #: how the SDK refuses an update for which the workflow has registered no handler (yet)
 #: a seq no saga of these tests reaches: decisions for it are refused, never taken
 NO_SUCH_SEQ = 9999
@@ -546,6 +551,9 @@ class OpsDriver:
             if isinstance(cause, ApplicationError) and cause.details[:1] == ("already_decided",):
                 out.updates["repeated"] += 1  # refused, and recorded as such
                 return True  # an earlier try that timed out got there
+            if isinstance(cause, ApplicationError) and cause.type == SAGA_BUSY:
+                out.updates["busy"] += 1
+                return False  # turned away for a moment: the next look sends it again
             out.problems.append(f"the planned decision was refused: {cause}")
             return False
         except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
@@ -617,21 +625,31 @@ class OpsDriver:
         self, handle: WorkflowHandle[Any, SagaResult], out: OpsOutcome, seq: int
     ) -> None:
         payload = bad_update(self.rng, seq)
-        try:
-            await asyncio.wait_for(handle.execute_update("decide", payload, result_type=str), 10)
-            out.updates["accepted"] += 1
-            out.problems.append(f"a bad decide update was accepted: {payload!r:.200}")
-        except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == "ApprovalRefused":
-                out.updates["refused"] += 1
-            else:
-                out.updates[f"error: {type(cause).__name__}"] += 1
-                out.problems.append(
-                    f"a bad decide update failed with {type(cause).__name__}: {cause}"
+        while True:
+            try:
+                await asyncio.wait_for(
+                    handle.execute_update("decide", payload, result_type=str), 10
                 )
-        except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            out.updates["unanswered"] += 1
+                out.updates["accepted"] += 1
+                out.problems.append(f"a bad decide update was accepted: {payload!r:.200}")
+            except WorkflowUpdateFailedError as exc:
+                cause = exc.cause
+                kind = cause.type if isinstance(cause, ApplicationError) else None
+                if kind == SAGA_BUSY and out.updates["busy"] < BUSY_TRIES:
+                    # turned away, recorded nowhere: a client sends it again
+                    out.updates["busy"] += 1
+                    await asyncio.sleep(BUSY_AGAIN_S)
+                    continue
+                if kind == "ApprovalRefused":
+                    out.updates["refused"] += 1
+                else:
+                    out.updates[f"error: {type(cause).__name__}"] += 1
+                    out.problems.append(
+                        f"a bad decide update failed with {type(cause).__name__}: {cause}"
+                    )
+            except (TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                out.updates["unanswered"] += 1
+            return
 
     async def _raw_decision(self, out: OpsOutcome, *, raw: str) -> None:
         """A decision as bytes no client library writes, naming a request no saga has: whether
@@ -649,6 +667,10 @@ class OpsDriver:
             return
         try:
             answer = await send_raw_update(self.client, sid, data)
+            while answer == f"error: {SAGA_BUSY}" and out.updates["busy"] < BUSY_TRIES:
+                out.updates["busy"] += 1
+                await asyncio.sleep(BUSY_AGAIN_S)
+                answer = await send_raw_update(self.client, sid, data)
         except (TimeoutError, RPCError):
             out.updates["unanswered"] += 1
             return

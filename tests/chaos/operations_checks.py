@@ -19,7 +19,6 @@ import psycopg
 from sagacity.journal import APPROVAL_GATE, Entry, Phase
 from sagacity.store import JournalStore
 from sagacity.temporal.models import TERMINAL_STATES, SagaResult, SagaState
-from tests.chaos.engine_bugs import KNOWN_SDK_BUG
 from tests.chaos.operations import CANCELLED, Fate, OpsOutcome
 from tests.chaos.operator_moves import HOLD_S
 
@@ -230,8 +229,6 @@ def refusal_violations(out: OpsOutcome) -> list[str]:
     if not (sent["malformed"] or sent["misdirected"] or unsure or raw or refused_updates):
         return []
     if out.final is None:
-        if out.unreplayable is not None and out.unreplayable.startswith(KNOWN_SDK_BUG):
-            return []  # counted apart in the report: the SDK's bug, reproduced on its own
         why = f" (its history does not replay: {out.unreplayable})" if out.unreplayable else ""
         return [f"{sid}: ended, but its status could not be queried{why}"]
     refused = out.final.refused_decisions

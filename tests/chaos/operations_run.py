@@ -25,7 +25,6 @@ from uuid import uuid4
 from temporalio.client import Client
 
 from sagacity.devstack import DevStack, PostgresStopMode
-from tests.chaos.engine_bugs import KNOWN_SDK_BUG
 from tests.chaos.harness import WorkerProcess
 from tests.chaos.operations import STEPS_ONLY, Fate, OpsDriver, OpsOutcome, OpsPlan, Reuse
 from tests.chaos.operations_certify import CertifyVerdict, certify_run
@@ -265,7 +264,6 @@ class OpsReport:
             if o.rollback
         )
         holds = [o.hold.undone_at_lift - o.hold.undone_at_halt for o in outcomes if o.hold]
-        sdk_bug = [o for o in outcomes if (o.unreplayable or "").startswith(KNOWN_SDK_BUG)]
 
         def listed(counter: Counter[str]) -> str:
             return ", ".join(f"{n} {what}" for what, n in sorted(counter.items())) or "none"
@@ -294,9 +292,6 @@ class OpsReport:
                 f"  ended otherwise than planned, for a journaled reason: {listed(j.deviations)}",
                 f"  flagged for a human: {len(j.flagged)}"
                 + "".join(f"\n    {f}" for f in j.flagged),
-                f"  histories the Temporal SDK cannot replay (its bug, reproduced in "
-                f"tests/temporal/test_update_query_race.py): {len(sdk_bug)}"
-                + "".join(f"\n    {o.plan.saga_id}: {o.unreplayable}" for o in sdk_bug),
                 f"  {self.certify.summary() if self.certify else 'certify: not run'}",
                 f"  invariant violations: {len(self.violations)}",
             ]

@@ -43,6 +43,8 @@ class Controls:
         #: the operator's halt the saga aborts for (its signature proves who halted)
         self.abort_halt: HaltNotice | None = carry.abort_halt if carry else None
         self.cancelled = carry.cancelled if carry else False
+        #: local activities started and not yet returned to the workflow (see :meth:`shielded`)
+        self.locals_running = 0
 
     @property
     def aborted(self) -> bool:
@@ -93,19 +95,24 @@ class Controls:
 
     # -- cancellation ------------------------------------------------------------------------
 
-    async def shielded(self, awaitable: Awaitable[T]) -> T:
+    async def shielded(self, awaitable: Awaitable[T], *, local: bool = False) -> T:
         """Await an activity that a Temporal cancel must not interrupt; the cancel aborts.
 
         Give it the handle of a started activity (a task already): nothing more is created.
+        ``local``: a local activity, counted in :attr:`locals_running` until it returns.
         """
         task = asyncio.ensure_future(awaitable)
-        while True:
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if task.cancelled():
-                    raise
-                self.cancel_requested()
+        self.locals_running += local
+        try:
+            while True:
+                try:
+                    return await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if task.cancelled():
+                        raise
+                    self.cancel_requested()
+        finally:
+            self.locals_running -= local
 
     async def wait(self, condition: Callable[[], bool], timeout: timedelta | None = None) -> None:
         """``wait_condition`` where a Temporal cancel aborts the saga instead of ending it."""

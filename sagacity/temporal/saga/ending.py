@@ -104,7 +104,8 @@ class Ending:
                     result_type=bool,
                     start_to_close_timeout=JOURNAL_TIMEOUT,
                     retry_policy=JOURNAL_RETRY,
-                )
+                ),
+                local=True,
             )
         except ApplicationError as err:
             # a local activity's failure arrives as the activity's own error (JournalAhead,

@@ -130,10 +130,11 @@ class Saga:
         nothing."""
         self._parts.controls.request_abort(reason, by)
 
-    async def shielded(self, awaitable: Awaitable[T]) -> T:
+    async def shielded(self, awaitable: Awaitable[T], *, local: bool = False) -> T:
         """Await a started activity that a Temporal cancel must not interrupt: the cancel
-        aborts the saga instead (it then ends ABORTED, its effects compensated)."""
-        return await self._parts.controls.shielded(awaitable)
+        aborts the saga instead (it then ends ABORTED, its effects compensated). ``local``: a
+        local activity (the saga refuses updates while one runs, see docs/versioning.md)."""
+        return await self._parts.controls.shielded(awaitable, local=local)
 
     # -- continue-as-new ---------------------------------------------------------------------
 

@@ -192,7 +192,8 @@ class View:
                         result_type=SagaOpened,
                         start_to_close_timeout=JOURNAL_TIMEOUT,
                         retry_policy=JOURNAL_RETRY,
-                    )
+                    ),
+                    local=True,
                 )
             except ActivityError as err:
                 # the id names another run chain's journal, or this run's head is not in it:
