@@ -331,6 +331,7 @@ class AgentSagaWorkflow:
             raise ApplicationError("the conversation is over")
         if not message.strip():
             raise ApplicationError("an empty message is not a turn")
+        self._saga.refuse_if_busy("message")
 
     @workflow.signal
     def finish(self) -> None:

@@ -44,6 +44,7 @@ from temporalio.client import (
     Client,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -70,6 +71,7 @@ from sagacity.temporal.models import (
     SagaState,
     SagaStatus,
 )
+from sagacity.temporal.names import SAGA_BUSY
 
 __all__ = ["Elicitation", "Gateway", "Observer", "SagaSession"]
 
@@ -77,6 +79,8 @@ log = logging.getLogger("sagacity.mcp.gateway")
 
 #: how often a call that runs is asked whether it waits for a human
 _APPROVAL_POLL_S = 1.0
+#: how long before an update a saga turned away as busy is sent again
+BUSY_AGAIN_S = 0.2
 
 #: the failure types of ``sagacity.McpSession``'s update ``call`` that end the saga
 _ENDED = frozenset({"McpCallFailed", "McpCallRejected", "McpSessionEnded"})
@@ -269,10 +273,7 @@ class SagaSession:
         args = [] if arg is None else [arg]
         try:
             update = await asyncio.wait_for(
-                handle.start_update(
-                    name, args=args, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=Any
-                ),
-                self.gateway.accept_timeout_s,
+                self._start_update(handle, name, args), self.gateway.accept_timeout_s
             )
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             # the SDK turns the cancel of an update still waiting for a worker into its own error
@@ -290,6 +291,22 @@ class SagaSession:
             raise
         except (WorkflowUpdateFailedError, RPCError) as err:
             raise self._refusal(handle, name, err) from None
+
+    @staticmethod
+    async def _start_update(
+        handle: WorkflowHandle[Any, McpEnd], name: str, args: list[McpCall]
+    ) -> WorkflowUpdateHandle[Any]:
+        """Start the update once the saga takes it: one turned away while the saga opens or
+        seals its journal (``SagaBusy``, nothing recorded) is sent again a moment later."""
+        while True:
+            try:
+                return await handle.start_update(
+                    name, args=args, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=Any
+                )
+            except WorkflowUpdateFailedError as err:
+                if getattr(err.cause, "type", None) != SAGA_BUSY:
+                    raise
+            await asyncio.sleep(BUSY_AGAIN_S)
 
     def _refusal(
         self,

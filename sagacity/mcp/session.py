@@ -304,6 +304,7 @@ class McpSessionWorkflow:
 
     @call.validator
     def _validate_call(self, call: McpCall) -> None:
+        self._saga.refuse_if_busy("call")
         if call.expires_at is not None and workflow.now() > call.expires_at:
             raise ApplicationError(
                 f"{call.tool} reached the workers after the gateway stopped waiting for it "
@@ -324,10 +325,12 @@ class McpSessionWorkflow:
 
     @commit.validator
     def _validate_commit(self) -> None:
+        self._saga.refuse_if_busy("commit")
         self._refuse_when_ended()
 
     @rollback.validator
     def _validate_rollback(self) -> None:
+        self._saga.refuse_if_busy("rollback")
         self._refuse_when_ended()
 
     async def _finish(self, how: OnEnd, why: str) -> McpEnd:

@@ -11,11 +11,13 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from sagacity.errors import SagaAborted, SagaCancelled
 from sagacity.evidence.decisions import Signature, Statement, signed_row
 from sagacity.journal.canonical import to_json
 from sagacity.journal.phases import ROLLBACK
+from sagacity.temporal import names
 from sagacity.temporal.models import Abort, HaltNotice, JournalRow, SagaCarry
 from sagacity.temporal.saga.core import SagaCore, loads
 from sagacity.temporal.saga.signals import Refusals
@@ -94,6 +96,17 @@ class Controls:
             raise kind(f"aborted by {by}: {self.abort.reason}")
 
     # -- cancellation ------------------------------------------------------------------------
+
+    def refuse_if_busy(self, what: str) -> None:
+        """Turn an update away while a local activity of the saga runs (in its validator, so
+        nothing is recorded: sent again, it is taken). Accepted then, it could leave a history
+        that does not replay, a Temporal SDK bug (docs/versioning.md)."""
+        if self.locals_running:
+            raise ApplicationError(
+                f"the saga is opening or sealing its journal: send the {what} again",
+                "busy",
+                type=names.SAGA_BUSY,
+            )
 
     async def shielded(self, awaitable: Awaitable[T], *, local: bool = False) -> T:
         """Await an activity that a Temporal cancel must not interrupt; the cancel aborts.

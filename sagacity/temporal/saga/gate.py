@@ -362,14 +362,7 @@ class Gate:
                 type="UnknownUpdate",
                 non_retryable=True,
             )
-        if self._controls.locals_running:
-            # an update accepted beside a local activity can leave a history that does not
-            # replay (a Temporal SDK bug, docs/versioning.md); a rejection leaves no trace
-            raise ApplicationError(
-                "the saga is opening or sealing its journal: send the decision again",
-                "busy",
-                type=names.SAGA_BUSY,
-            )
+        self._controls.refuse_if_busy("decision")
 
     @hinted
     async def on_update(self, name: str, args: Sequence[RawValue]) -> str:

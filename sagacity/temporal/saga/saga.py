@@ -130,6 +130,11 @@ class Saga:
         nothing."""
         self._parts.controls.request_abort(reason, by)
 
+    def refuse_if_busy(self, what: str) -> None:
+        """In an update's validator: turn the update away (``SagaBusy``, nothing recorded)
+        while a local activity of the saga runs; ``what`` names it in the message."""
+        self._parts.controls.refuse_if_busy(what)
+
     async def shielded(self, awaitable: Awaitable[T], *, local: bool = False) -> T:
         """Await a started activity that a Temporal cancel must not interrupt: the cancel
         aborts the saga instead (it then ends ABORTED, its effects compensated). ``local``: a
