@@ -44,7 +44,6 @@ from temporalio.client import (
     Client,
     WorkflowHandle,
     WorkflowUpdateFailedError,
-    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -269,44 +268,61 @@ class SagaSession:
         self, handle: WorkflowHandle[Any, McpEnd], name: str, arg: McpCall | None
     ) -> Any:
         """Send the update; wait for a worker to take it (up to the accept timeout), then for
-        its outcome. A failure that ends the saga ends it here too, and is :class:`_Refused`."""
-        args = [] if arg is None else [arg]
-        try:
-            update = await asyncio.wait_for(
-                self._start_update(handle, name, args), self.gateway.accept_timeout_s
-            )
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            # the SDK turns the cancel of an update still waiting for a worker into its own error
-            raise _Refused(
-                f"no Sagacity worker took the call within {self.gateway.accept_timeout_s:g}s "
-                f"(task queue {self.gateway.task_queue!r}, saga {handle.id}); it was not run and "
-                "will not run. Is `sagacity worker --app sagacity.mcp.app` running?"
-            ) from None
-        except (WorkflowUpdateFailedError, RPCError) as err:
-            raise self._refusal(handle, name, err) from None
-        try:
-            return await update.result()
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            _raise_if_cancelled()
-            raise
-        except (WorkflowUpdateFailedError, RPCError) as err:
-            raise self._refusal(handle, name, err) from None
+        its outcome. A failure that ends the saga ends it here too, and is :class:`_Refused`.
 
-    @staticmethod
-    async def _start_update(
-        handle: WorkflowHandle[Any, McpEnd], name: str, args: list[McpCall]
-    ) -> WorkflowUpdateHandle[Any]:
-        """Start the update once the saga takes it: one turned away while the saga opens or
-        seals its journal (``SagaBusy``, nothing recorded) is sent again a moment later."""
+        One the saga turns away while it opens or seals its journal (``SagaBusy``: nothing
+        recorded, nothing run) is sent again, as a new update, within the accept timeout.
+        """
+        args = [] if arg is None else [arg]
+        deadline = asyncio.get_running_loop().time() + self.gateway.accept_timeout_s
+        busy = False
         while True:
+            left = deadline - asyncio.get_running_loop().time()
             try:
-                return await handle.start_update(
-                    name, args=args, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=Any
+                update = await asyncio.wait_for(
+                    handle.start_update(
+                        name,
+                        args=args,
+                        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                        result_type=Any,
+                    ),
+                    max(left, 0.0),
                 )
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                # the SDK turns the cancel of an update still waiting for a worker into its own
+                # error
+                raise self._not_taken(handle, busy=busy) from None
+            except RPCError as err:
+                raise self._refusal(handle, name, err) from None
+            try:
+                return await update.result()
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                _raise_if_cancelled()
+                raise
             except WorkflowUpdateFailedError as err:
+                # a rejection is the update's outcome, known at once: result() raises it
                 if getattr(err.cause, "type", None) != SAGA_BUSY:
-                    raise
-            await asyncio.sleep(BUSY_AGAIN_S)
+                    raise self._refusal(handle, name, err) from None
+                busy = True
+                if deadline - asyncio.get_running_loop().time() < BUSY_AGAIN_S:
+                    raise self._not_taken(handle, busy=busy) from None
+                await asyncio.sleep(BUSY_AGAIN_S)
+            except RPCError as err:
+                raise self._refusal(handle, name, err) from None
+
+    def _not_taken(self, handle: WorkflowHandle[Any, McpEnd], *, busy: bool) -> _Refused:
+        """What the client is told of a call no worker took within the accept timeout."""
+        waited = f"within {self.gateway.accept_timeout_s:g}s"
+        if busy:
+            return _Refused(
+                f"saga {handle.id} stayed busy opening or sealing its journal {waited} (is its "
+                "Postgres reachable?); the call was not run and will not run"
+            )
+        return _Refused(
+            f"no Sagacity worker took the call {waited} (task queue "
+            f"{self.gateway.task_queue!r}, saga {handle.id}); it was not run and will not run. "
+            "Is `sagacity worker --app sagacity.mcp.app` running?"
+        )
 
     def _refusal(
         self,

@@ -304,7 +304,6 @@ class McpSessionWorkflow:
 
     @call.validator
     def _validate_call(self, call: McpCall) -> None:
-        self._saga.refuse_if_busy("call")
         if call.expires_at is not None and workflow.now() > call.expires_at:
             raise ApplicationError(
                 f"{call.tool} reached the workers after the gateway stopped waiting for it "
@@ -312,6 +311,7 @@ class McpSessionWorkflow:
                 type="McpCallExpired",
             )
         self._refuse_when_ended()
+        self._saga.refuse_if_busy("call")
 
     @workflow.update
     async def commit(self) -> McpEnd:
@@ -325,13 +325,13 @@ class McpSessionWorkflow:
 
     @commit.validator
     def _validate_commit(self) -> None:
-        self._saga.refuse_if_busy("commit")
         self._refuse_when_ended()
+        self._saga.refuse_if_busy("commit")
 
     @rollback.validator
     def _validate_rollback(self) -> None:
-        self._saga.refuse_if_busy("rollback")
         self._refuse_when_ended()
+        self._saga.refuse_if_busy("rollback")
 
     async def _finish(self, how: OnEnd, why: str) -> McpEnd:
         self._last_word = workflow.now()

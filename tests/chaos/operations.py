@@ -552,7 +552,7 @@ class OpsDriver:
                 out.updates["repeated"] += 1  # refused, and recorded as such
                 return True  # an earlier try that timed out got there
             if isinstance(cause, ApplicationError) and cause.type == SAGA_BUSY:
-                out.updates["busy"] += 1
+                out.updates["busy (planned decision)"] += 1
                 return False  # turned away for a moment: the next look sends it again
             out.problems.append(f"the planned decision was refused: {cause}")
             return False

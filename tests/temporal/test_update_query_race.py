@@ -167,7 +167,7 @@ async def test_a_saga_turns_a_decide_update_away_while_a_local_activity_runs_and
         for _ in range(SAGAS)
     ]
     # a decision for a request no saga has: refused, and recorded as refused
-    decision = {"journal_seq": 5, "approver": "mallory", "approve": True}
+    decision = {"journal_seq": 9999, "approver": "mallory", "approve": True}
     answers: list[str] = []
     tasks = await race(handles, "status", "decide", [decision], answers)
     async with serving(

@@ -6,7 +6,8 @@ A Temporal cancel is an abort: compensation runs, shielded from the cancellation
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -115,8 +116,7 @@ class Controls:
         ``local``: a local activity, counted in :attr:`locals_running` until it returns.
         """
         task = asyncio.ensure_future(awaitable)
-        self.locals_running += local
-        try:
+        with self.local_running() if local else contextlib.nullcontext():
             while True:
                 try:
                     return await asyncio.shield(task)
@@ -124,8 +124,15 @@ class Controls:
                     if task.cancelled():
                         raise
                     self.cancel_requested()
+
+    @contextlib.contextmanager
+    def local_running(self) -> Iterator[None]:
+        """Count a local activity the workflow awaits inside, in :attr:`locals_running`."""
+        self.locals_running += 1
+        try:
+            yield
         finally:
-            self.locals_running -= local
+            self.locals_running -= 1
 
     async def wait(self, condition: Callable[[], bool], timeout: timedelta | None = None) -> None:
         """``wait_condition`` where a Temporal cancel aborts the saga instead of ending it."""

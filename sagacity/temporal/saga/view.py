@@ -103,14 +103,19 @@ class View:
         if core.catalog is None:
             await self._open()
         if described and core.brief:
+            core.catalog, core.brief = await self._described(), False
+        assert core.catalog is not None
+        return core.catalog
+
+    async def _described(self) -> dict[str, ToolSpec]:
+        """The worker's whole tool catalog, from a local activity (counted while it runs)."""
+        with self._controls.local_running():
             specs = await workflow.execute_local_activity(
                 names.DESCRIBE_TOOLS,
                 result_type=list[ToolSpec],
                 start_to_close_timeout=timedelta(seconds=10),
             )
-            core.catalog, core.brief = {s.name: s for s in specs}, False
-        assert core.catalog is not None
-        return core.catalog
+        return {s.name: s for s in specs}
 
     def defer_open(self, check: list[Step]) -> None:
         """Open the journal in the first call's activity, checking ``check`` first, instead of
@@ -154,12 +159,7 @@ class View:
                 raise steps_refused(problems)
             return
         if not workflow.patched(OPEN_PATCH):
-            specs = await workflow.execute_local_activity(
-                names.DESCRIBE_TOOLS,
-                result_type=list[ToolSpec],
-                start_to_close_timeout=timedelta(seconds=10),
-            )
-            self._core.catalog = {s.name: s for s in specs}
+            self._core.catalog = await self._described()
             return
         await self.catch_up()
 
