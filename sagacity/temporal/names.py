@@ -20,6 +20,7 @@ READ_HALT = "sagacity.read_halt"
 ESCALATE_APPROVAL = "sagacity.escalate_approval"
 
 VERIFICATION_REFUSED = "verification refused execution"
-#: the error type of a ``decide`` update a saga turns away while a local activity of its runs
-#: (sent again, it is taken): accepted then, it could leave a history that does not replay
+#: the error type of an update (``decide``, ``turn``, an MCP session's) a saga turns away while
+#: a local activity of its runs (sent again, it is taken): accepted then, it could leave a
+#: history that does not replay
 SAGA_BUSY = "SagaBusy"

@@ -1,6 +1,7 @@
 """Abort and cancel: who asked the saga to stop, the proof of it, and waits a cancel cannot break.
 
-A Temporal cancel is an abort: compensation runs, shielded from the cancellation.
+A Temporal cancel is an abort: compensation runs, shielded from the cancellation. The local
+activities the saga waits on are counted too: updates are turned away while one runs.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class Controls:
         that does not replay, a Temporal SDK bug (docs/versioning.md)."""
         if self.locals_running:
             raise ApplicationError(
-                f"the saga is opening or sealing its journal: send the {what} again",
+                f"the saga is running a local activity (opening or sealing its journal, or "
+                f"reading its tool catalog): send the {what} again",
                 "busy",
                 type=names.SAGA_BUSY,
             )
