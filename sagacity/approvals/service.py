@@ -47,6 +47,7 @@ from sagacity.inputs import invalid
 from sagacity.journal import Phase, input_hash
 from sagacity.store.approvals import ApprovalRequest, ApprovalStore, InboxFilter
 from sagacity.store.journal import JournalStore
+from sagacity.temporal.failures import error_type
 from sagacity.temporal.models import (
     Decision,
     PendingApproval,
@@ -428,7 +429,7 @@ class ApprovalService:
         try:
             outcome = await handle.execute_update("decide", decision, result_type=str)
         except WorkflowUpdateFailedError as err:
-            if getattr(err.cause, "type", None) == SAGA_BUSY:  # for a moment; nothing recorded
+            if error_type(err) == SAGA_BUSY:  # for a moment; nothing recorded
                 raise SagaUnavailable(f"saga {saga_id!r}: {err.cause}") from None
             raise _refused(saga_id, err.cause) from None
         except RPCError as err:

@@ -63,6 +63,7 @@ from sagacity.mcp.session import (
 from sagacity.mcp.upstream import call_result
 from sagacity.mcp.wire import explain_uninitialized
 from sagacity.temporal import limits
+from sagacity.temporal.failures import error_type
 from sagacity.temporal.models import (
     Abort,
     PendingApproval,
@@ -301,7 +302,7 @@ class SagaSession:
                 raise
             except WorkflowUpdateFailedError as err:
                 # a rejection is the update's outcome, known at once: result() raises it
-                if getattr(err.cause, "type", None) != SAGA_BUSY:
+                if error_type(err) != SAGA_BUSY:
                     raise self._refusal(handle, name, err) from None
                 busy = True
                 if deadline - asyncio.get_running_loop().time() < BUSY_AGAIN_S:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from sagacity.temporal.models import HaltNotice, undo_attempt
 
+if TYPE_CHECKING:
+    from temporalio.client import WorkflowUpdateFailedError
+
 __all__ = ["compensation_failure", "error_message", "error_type", "halt_notice"]
 
 
-def error_type(err: ActivityError) -> str:
-    """The failure's type: the application error's own, else the cause's class name."""
+def error_type(err: ActivityError | WorkflowUpdateFailedError) -> str:
+    """The failure's type: the application error's own, else the cause's class name (an
+    update's failure too, as its caller sees it)."""
     cause = err.cause
     if isinstance(cause, ApplicationError) and cause.type:
         return cause.type

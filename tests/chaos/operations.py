@@ -35,6 +35,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from sagacity.temporal.failures import error_type
 from sagacity.temporal.models import (
     Abort,
     Approve,
@@ -551,7 +552,7 @@ class OpsDriver:
             if isinstance(cause, ApplicationError) and cause.details[:1] == ("already_decided",):
                 out.updates["repeated"] += 1  # refused, and recorded as such
                 return True  # an earlier try that timed out got there
-            if isinstance(cause, ApplicationError) and cause.type == SAGA_BUSY:
+            if error_type(exc) == SAGA_BUSY:
                 out.updates["busy (planned decision)"] += 1
                 return False  # turned away for a moment: the next look sends it again
             out.problems.append(f"the planned decision was refused: {cause}")
@@ -633,8 +634,7 @@ class OpsDriver:
                 out.updates["accepted"] += 1
                 out.problems.append(f"a bad decide update was accepted: {payload!r:.200}")
             except WorkflowUpdateFailedError as exc:
-                cause = exc.cause
-                kind = cause.type if isinstance(cause, ApplicationError) else None
+                cause, kind = exc.cause, error_type(exc)
                 if kind == SAGA_BUSY and out.updates["busy"] < BUSY_TRIES:
                     # turned away, recorded nowhere: a client sends it again
                     out.updates["busy"] += 1

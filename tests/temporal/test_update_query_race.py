@@ -30,6 +30,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from sagacity.store import ApprovalStore, JournalStore
+from sagacity.temporal.failures import error_type
 from tests.temporal.conftest import serving
 from tests.temporal.replay import replay
 from workflows.order import app as order_app
@@ -106,7 +107,7 @@ async def race(
             await handle.execute_update(update, args=update_args, result_type=Any)
             answers.append("accepted")
         except WorkflowUpdateFailedError as failed:
-            answers.append(str(getattr(failed.cause, "type", type(failed.cause).__name__)))
+            answers.append(error_type(failed))
 
     # spread over the first tasks' run, so some land while a task answers its query
     sends = [send(h, i * 0.3 / len(handles)) for i, h in enumerate(handles)]
